@@ -1,0 +1,1 @@
+"""Command families of the ``outrider`` CLI (see outrider.cli)."""

@@ -1,0 +1,1 @@
+"""The speculative decoding engine over llama.cpp's low-level API. Never imports Qt."""
