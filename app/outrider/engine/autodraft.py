@@ -1,0 +1,151 @@
+"""Automatic draft length: choose k each step to maximise expected tokens per second.
+
+Cost model (the one in ../docs/metrics.md and SPECULATIVE_DECODING.md, with costs *measured* live):
+
+    tokens per step      E(k) = (1 - a^(k+1)) / (1 - a)        (a = per-token acceptance, i.i.d. assumption)
+    seconds per step     T(k) = k * c_draft + c_verify(k + 1)  (c_verify(n): one target pass over n tokens)
+    plain decoding       E(0) = 1, T(0) = c_verify(1)
+
+k* = argmax E(k) / T(k) over 0..k_max. ``c_verify`` is measured per batch size (EWMA), because it is not
+flat: on a 2-core CPU verifying 5 tokens costs ~2x one decode, on a GPU nearly the same as one. Unmeasured
+batch sizes are read off a least-squares line through the measured ones (with one point only, a prior slope
+of 25% of c_verify(1) per extra token until a second size is seen). ``a`` is the maximum-likelihood estimate
+for a geometric run — accepted / (accepted + rejections) — over an exponentially decaying window.
+
+Exploration: when plain decoding is chosen, speculation is probed again with a short draft after an interval
+that doubles after each probe that does not pay (so a pair where speculation never pays loses well under 3%);
+while speculating, plain decoding is re-measured rarely so the comparison stays honest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+DECAY = 0.9  # weight of the past in the EWMAs (about a 10-step memory)
+PRIOR_SLOPE = 0.25  # extra verify cost per extra token, as a fraction of c_verify(1), until measured
+PROBE_START, PROBE_MAX = 16, 512  # steps between speculation probes while plain decoding is chosen
+REMEASURE_PLAIN_EVERY = 256  # steps between plain-decoding measurements while speculating
+
+
+def expected_tokens_per_pass(a: float, k: int) -> float:
+    """E(k) = (1 - a^(k+1)) / (1 - a): expected tokens a target pass yields with k drafted (a in [0, 1])."""
+    if k <= 0:
+        return 1.0
+    if a >= 1.0:
+        return float(k + 1)
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+@dataclasses.dataclass
+class _Ewma:
+    value: float | None = None
+
+    def add(self, x: float) -> None:
+        self.value = x if self.value is None else DECAY * self.value + (1 - DECAY) * x
+
+
+class CostModel:
+    """Live estimates of acceptance and of draft and verify costs (seconds)."""
+
+    def __init__(self, k_max: int) -> None:
+        self.k_max = k_max
+        self.verify = [_Ewma() for _ in range(k_max + 2)]  # index = batch size n
+        self.draft_per_token = _Ewma()
+        self._accepted = 0.0
+        self._rejections = 0.0
+
+    def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
+        if 1 <= batch < len(self.verify):
+            self.verify[batch].add(verify_s)
+        if drafted > 0:
+            self.draft_per_token.add(draft_s / drafted)
+            self._accepted = DECAY * self._accepted + accepted
+            self._rejections = DECAY * self._rejections + (1 if accepted < drafted else 0)
+
+    @property
+    def acceptance(self) -> float | None:
+        total = self._accepted + self._rejections
+        return None if total <= 0 else self._accepted / total
+
+    def verify_cost(self, n: int) -> float | None:
+        """Estimated seconds for a target pass over n tokens (None before any measurement)."""
+        measured = [(i, e.value) for i, e in enumerate(self.verify) if e.value is not None]
+        if not measured:
+            return None
+        exact = self.verify[n].value if n < len(self.verify) else None
+        if exact is not None:
+            return exact
+        if len(measured) == 1:
+            i0, c0 = measured[0]
+            base = c0 / (1 + PRIOR_SLOPE * (i0 - 1))
+            return base * (1 + PRIOR_SLOPE * (n - 1))
+        xs = [float(i) for i, _ in measured]
+        ys = [float(c) for _, c in measured]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+        slope = max(slope, 0.0)
+        return max(my + slope * (n - mx), 1e-9)
+
+    def rate(self, k: int) -> float | None:
+        """Expected tokens per second with draft length k (None while a needed estimate is missing)."""
+        c_v = self.verify_cost(k + 1)
+        if c_v is None:
+            return None
+        if k == 0:
+            return 1.0 / c_v
+        a = self.acceptance
+        c_d = self.draft_per_token.value
+        if a is None or c_d is None:
+            return None
+        return expected_tokens_per_pass(a, k) / (k * c_d + c_v)
+
+    def best_k(self) -> int | None:
+        rates = [(self.rate(k), k) for k in range(self.k_max + 1)]
+        known = [(r, k) for r, k in rates if r is not None]
+        if not known:
+            return None
+        return max(known)[1]
+
+
+class AutoDraftLength:
+    """Chooses k for each step (``choose``) and learns from each step's timings (``observe``)."""
+
+    def __init__(self, k_max: int = 16, k_start: int = 4) -> None:
+        self.model = CostModel(k_max)
+        self.k_max = k_max
+        self.k_start = min(k_start, k_max)
+        self._step = 0
+        self._plain_streak = 0
+        self._probe_interval = PROBE_START
+        self._last_plain_measure = 0
+        self.last_choice = self.k_start
+
+    def choose(self) -> int:
+        self._step += 1
+        m = self.model
+        if m.verify_cost(1) is None or m.verify[1].value is None:
+            k = 0 if self._step > 1 else self.k_start  # measure plain decoding once early
+        elif m.acceptance is None:
+            k = self.k_start
+        else:
+            best = m.best_k()
+            k = self.k_start if best is None else best
+            if k == 0:
+                self._plain_streak += 1
+                if self._plain_streak >= self._probe_interval:
+                    self._plain_streak = 0
+                    self._probe_interval = min(self._probe_interval * 2, PROBE_MAX)
+                    k = 1 if (m.acceptance or 0.0) < 0.5 else 2
+            else:
+                self._plain_streak = 0
+                self._probe_interval = PROBE_START
+                if self._step - self._last_plain_measure >= REMEASURE_PLAIN_EVERY:
+                    k = 0
+        if k == 0:
+            self._last_plain_measure = self._step
+        self.last_choice = k
+        return k
+
+    def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
+        self.model.observe(batch=batch, verify_s=verify_s, drafted=drafted, accepted=accepted, draft_s=draft_s)

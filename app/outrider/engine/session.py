@@ -1,0 +1,279 @@
+"""The engine: a loaded target (+ draft model or prompt lookup), chat formatting, generation, calibration.
+
+This is what the worker process (and ``--in-process`` CLI runs) drive. One generation at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from outrider.engine.backend import (
+    Backend,
+    ContextSettings,
+    LoadedModel,
+    ModelContext,
+    ModelFacts,
+    ModelSettings,
+)
+from outrider.engine.chat import ChatFormatter, ChatMessage, fit_conversation
+from outrider.engine.compat import check_facts
+from outrider.engine.drafters import DraftSource, LookupSettings, ModelDraft, NoDraft, PromptLookupDraft
+from outrider.engine.errors import EngineError
+from outrider.engine.sampling import SamplingParams
+from outrider.engine.speculative import (
+    DoneEvent,
+    DraftParams,
+    GenerationRequest,
+    SpeculativeDecoder,
+    StepEvent,
+)
+
+CALIBRATION_PROMPT = "The history of computing began with mechanical calculators and"
+
+
+@dataclasses.dataclass(frozen=True)
+class PairSpec:
+    """What to load: a target and optionally a draft model file or prompt lookup."""
+
+    target: str
+    draft: str | None = None
+    lookup: bool = False
+    target_settings: ModelSettings = ModelSettings()
+    draft_settings: ModelSettings = ModelSettings()
+    context: ContextSettings = ContextSettings()
+    lookup_settings: LookupSettings = LookupSettings()
+
+    def __post_init__(self) -> None:
+        if self.draft and self.lookup:
+            raise ValueError("choose a draft model or prompt lookup, not both")
+
+    @property
+    def draft_mode(self) -> str:
+        return "model" if self.draft else ("lookup" if self.lookup else "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextRequest:
+    """One reply to produce, from raw ``prompt`` text or from chat ``messages`` (exactly one of them)."""
+
+    prompt: str | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    max_tokens: int = 512
+    sampling: SamplingParams = SamplingParams()
+    draft: DraftParams = DraftParams()
+    stop: tuple[str, ...] = ()
+    plain: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give either a prompt or chat messages")
+        if self.max_tokens < 1:
+            raise ValueError(f"max tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedPair:
+    """Facts reported when a pair is loaded (the ``loaded`` event). Memory in bytes."""
+
+    target: ModelFacts
+    draft: ModelFacts | None
+    draft_mode: str
+    n_ctx: int
+    backend: str
+    gpu_offload: bool
+    chat_template: str  # model, chatml or plain
+    target_kv_bytes: int
+    draft_kv_bytes: int
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Engine:
+    """Owns the llama.cpp objects of one loaded pair. Not thread-safe except ``cancel``."""
+
+    def __init__(self, backend: Backend | None = None) -> None:
+        self.backend = backend or Backend()
+        self._target: LoadedModel | None = None
+        self._draft_model: LoadedModel | None = None
+        self._decoder: SpeculativeDecoder | None = None
+        self._plain: SpeculativeDecoder | None = None
+        self._formatter: ChatFormatter | None = None
+        self._cancel = threading.Event()
+        self._generating = threading.Lock()
+        self.spec: PairSpec | None = None
+        self.info: LoadedPair | None = None
+
+    # -- loading --------------------------------------------------------------------------------------------
+    def load(self, spec: PairSpec) -> LoadedPair:
+        """Load ``spec`` (unloading any previous pair first, so memory is freed before the new load)."""
+        self.unload()
+        notes: list[str] = []
+        target = LoadedModel(self.backend, spec.target, spec.target_settings)
+        try:
+            context = ModelContext(target, spec.context)
+        except BaseException:
+            target.close()
+            raise
+        drafter: DraftSource = NoDraft()
+        draft_model: LoadedModel | None = None
+        try:
+            if spec.draft:
+                draft_model = LoadedModel(self.backend, spec.draft, spec.draft_settings)
+                check_facts(target.vocab_facts(), draft_model.vocab_facts()).raise_if_incompatible()
+                drafter = ModelDraft(ModelContext(draft_model, dataclasses.replace(spec.context)))
+            elif spec.lookup:
+                drafter = PromptLookupDraft(spec.lookup_settings)
+        except BaseException:
+            context.close()
+            target.close()
+            if draft_model is not None:
+                draft_model.close()
+            raise
+        if target.is_recurrent and drafter.kind != "none":
+            notes.append("this model's memory cannot be rolled back (recurrent/hybrid): running without a draft")
+            drafter.close()
+            drafter = NoDraft()
+        self._target, self._draft_model = target, draft_model
+        self._decoder = SpeculativeDecoder(target, context, drafter)
+        self._plain = SpeculativeDecoder(target, context, NoDraft())
+        self._plain.cached = self._decoder.cached  # one context, one cache mirror
+        vocab_texts = {target.token_text(i) for i in range(min(target.n_vocab, 200_000))}
+        self._formatter = ChatFormatter(
+            target.chat_template(),
+            bos_token=target.token_text(target.bos_id) if target.bos_id >= 0 else "",
+            eos_token=target.token_text(target.eos_id) if target.eos_id >= 0 else "",
+            has_chatml_tokens="<|im_start|>" in vocab_texts,
+        )
+        self.spec = spec
+        n_ctx = context.n_ctx
+        self.info = LoadedPair(
+            target=target.facts,
+            draft=draft_model.facts if draft_model else None,
+            draft_mode=drafter.kind,
+            n_ctx=n_ctx,
+            backend=self.backend.info.name,
+            gpu_offload=self.backend.info.gpu_offload,
+            chat_template=self._formatter.source,
+            target_kv_bytes=target.kv_bytes_per_token() * n_ctx,
+            draft_kv_bytes=draft_model.kv_bytes_per_token() * n_ctx if draft_model else 0,
+            notes=tuple(notes),
+        )
+        return self.info
+
+    def unload(self) -> None:
+        """Free both models and contexts (GPU memory included)."""
+        if self._decoder is not None:
+            self._decoder.drafter.close()
+            self._decoder.context.close()
+        for model in (self._draft_model, self._target):
+            if model is not None:
+                model.close()
+        self._target = self._draft_model = None
+        self._decoder = self._plain = None
+        self._formatter = None
+        self.info = None
+        self.spec = None
+
+    close = unload
+
+    # -- text -----------------------------------------------------------------------------------------------
+    @property
+    def target(self) -> LoadedModel:
+        if self._target is None:
+            raise EngineError("no model is loaded")
+        return self._target
+
+    def _decoder_or_raise(self) -> SpeculativeDecoder:
+        if self._decoder is None:
+            raise EngineError("no model is loaded")
+        return self._decoder
+
+    def tokenize_prompt(self, text: str) -> list[int]:
+        """Raw text, tokenised with the model's BOS rule (``--prompt``)."""
+        return self.target.tokenize(text, add_special=True, parse_special=False)
+
+    def tokenize_chat(self, messages: Sequence[ChatMessage], *, reserve: int = 0) -> list[int]:
+        """A conversation through the chat template; oldest turns are dropped to leave ``reserve`` tokens."""
+        formatter = self._formatter
+        if formatter is None:
+            raise EngineError("no model is loaded")
+        target = self.target
+
+        def tokens_of(msgs: Sequence[ChatMessage]) -> list[int]:
+            return target.tokenize(formatter.render(msgs), add_special=False, parse_special=True)
+
+        n_ctx = self._decoder_or_raise().context.n_ctx
+        budget = max(1, n_ctx - max(0, min(reserve, n_ctx // 2)))
+        fitted = fit_conversation(messages, lambda m: len(tokens_of(m)), budget)
+        return tokens_of(fitted)
+
+    # -- generation -----------------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt_tokens: Sequence[int],
+        *,
+        max_tokens: int = 512,
+        sampling: SamplingParams = SamplingParams(),
+        draft: DraftParams = DraftParams(),
+        stop: Sequence[str] = (),
+        plain: bool = False,
+    ) -> Iterator[StepEvent | DoneEvent]:
+        """Stream one reply. ``plain=True`` ignores the drafter (the baseline). One generation at a time."""
+        decoder = self._decoder_or_raise()
+        if plain and self._plain is not None:
+            self._plain.baseline_tps = decoder.baseline_tps
+            decoder = self._plain
+        request = GenerationRequest(list(prompt_tokens), max_tokens, sampling, draft, tuple(stop))
+        if not self._generating.acquire(blocking=False):
+            raise EngineError("a generation is already running")
+        self._cancel.clear()
+        try:
+            yield from decoder.generate(request, self._cancel)
+        finally:
+            self._generating.release()
+
+    def run(self, request: TextRequest) -> Iterator[StepEvent | DoneEvent]:
+        """Tokenise ``request`` (chat template or raw prompt) and stream the reply."""
+        if request.messages is not None:
+            reserve = min(request.max_tokens, 256)
+            tokens = self.tokenize_chat(request.messages, reserve=reserve)
+        else:
+            assert request.prompt is not None
+            tokens = self.tokenize_prompt(request.prompt)
+        return self.generate(
+            tokens,
+            max_tokens=request.max_tokens,
+            sampling=request.sampling,
+            draft=request.draft,
+            stop=request.stop,
+            plain=request.plain,
+        )
+
+    def cancel(self) -> None:
+        """Stop the running generation within one step (or abort prompt evaluation). Thread-safe."""
+        self._cancel.set()
+        if self._decoder is not None:
+            self._decoder.context.request_abort()
+
+    def calibrate(self, n_tokens: int = 48) -> float:
+        """Measure plain-decoding tokens/s for this pair: the baseline of the live speed-up."""
+        prompt = self.tokenize_prompt(CALIBRATION_PROMPT)
+        done: DoneEvent | None = None
+        for event in self.generate(prompt, max_tokens=n_tokens, plain=True):
+            if isinstance(event, DoneEvent):
+                done = event
+        assert done is not None
+        tps = done.stats.decode_tps or 0.0
+        decoder = self._decoder_or_raise()
+        decoder.baseline_tps = tps if tps > 0 else None
+        return tps
+
+    @property
+    def baseline_tps(self) -> float | None:
+        return self._decoder.baseline_tps if self._decoder else None
+

@@ -1,0 +1,272 @@
+"""The speculative decoding loop: draft, verify in one target batch, keep the longest correct run.
+
+One step, with ``committed`` = prompt + every token emitted so far and its last token not yet evaluated:
+
+1. choose k (fixed, or ``AutoDraftLength``), let the drafter propose up to k tokens d1..dk;
+2. evaluate [last committed, d1..dk] in ONE target batch with logits for every position;
+3. temperature 0: accept the longest prefix of d equal to the target's argmax, then add the target's own next
+   token — so the output is token-for-token what target-only greedy decoding gives;
+   temperature > 0: speculative sampling (``sampling.accept_draft_token`` / ``residual``), exact in distribution;
+4. roll the target's KV cache back to exactly the committed tokens (the drafter re-syncs itself next step).
+
+Invariant: ``self.cached`` lists exactly the tokens in the target's KV cache, in position order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from outrider.engine.autodraft import AutoDraftLength
+from outrider.engine.backend import LoadedModel, ModelContext
+from outrider.engine.drafters import EMPTY_DRAFT, Draft, DraftSource, common_prefix_length
+from outrider.engine.errors import ContextOverflowError, DecodeError
+from outrider.engine.sampling import (
+    SamplingParams,
+    accept_draft_token,
+    distribution,
+    greedy_token,
+    residual,
+    sample,
+)
+from outrider.engine.stats import GenerationStats
+from outrider.engine.text import IncrementalDetokenizer, StopStringFilter
+
+STOP_EOG = "stop"  # end-of-generation token or a stop string
+STOP_LENGTH = "length"  # max tokens reached or the context is full
+STOP_CANCELLED = "cancelled"
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftParams:
+    """Drafting settings. ``k=None`` is automatic; ``draft_min`` drops drafts shorter than it;
+    ``p_min`` stops drafting when the draft's probability of its own choice falls below it."""
+
+    k: int | None = None
+    k_max: int = 16
+    draft_min: int = 0
+    p_min: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.k is not None and not 0 <= self.k <= 64:
+            raise ValueError(f"draft length k must be between 0 and 64, got {self.k}")
+        if not 1 <= self.k_max <= 64:
+            raise ValueError(f"maximum draft length must be between 1 and 64, got {self.k_max}")
+        if self.draft_min < 0:
+            raise ValueError(f"draft-min must be >= 0, got {self.draft_min}")
+        if not 0.0 <= self.p_min <= 1.0:
+            raise ValueError(f"draft-p-min must be in [0, 1], got {self.p_min}")
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationRequest:
+    prompt_tokens: Sequence[int]
+    max_tokens: int = 512
+    sampling: SamplingParams = SamplingParams()
+    draft: DraftParams = DraftParams()
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepEvent:
+    """Tokens emitted by one step with their provenance (True = accepted draft token) and the safe text."""
+
+    tokens: list[int]
+    drafted: list[bool]
+    text: str
+    k: int
+    stats: GenerationStats
+
+
+@dataclasses.dataclass(frozen=True)
+class DoneEvent:
+    stop_reason: str
+    stats: GenerationStats
+    text: str
+
+
+class DraftLengthPolicy(Protocol):
+    def choose(self) -> int: ...
+
+    def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None: ...
+
+
+class FixedDraftLength:
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def choose(self) -> int:
+        return self.k
+
+    def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
+        pass
+
+
+class SpeculativeDecoder:
+    """Runs generations for one target context and one drafter, reusing both caches across turns."""
+
+    def __init__(self, model: LoadedModel, context: ModelContext, drafter: DraftSource) -> None:
+        self.model = model
+        self.context = context
+        self.drafter = drafter
+        self.cached: list[int] = []
+        self.baseline_tps: float | None = None
+        self.can_roll_back = not model.is_recurrent
+
+    def reset(self) -> None:
+        self.context.clear()
+        self.cached.clear()
+
+    def _prefill(self, prompt: Sequence[int]) -> int:
+        """Evaluate all but the last prompt token, keeping the longest cached prefix. Returns tokens reused."""
+        keep = min(common_prefix_length(self.cached, prompt), len(prompt) - 1)
+        if not self.can_roll_back and keep < len(self.cached):
+            keep = 0
+            self.reset()
+        self.context.truncate(keep)
+        del self.cached[keep:]
+        new = list(prompt[keep:-1])
+        if new:
+            self.context.decode(new, logits="none", abortable=True)
+            self.cached.extend(new)
+        return keep
+
+    def generate(
+        self, request: GenerationRequest, cancel: threading.Event | None = None
+    ) -> Iterator[StepEvent | DoneEvent]:
+        """Yield a StepEvent per speculative step and a final DoneEvent. Cancel is honoured within a step."""
+        t_request = time.perf_counter()
+        prompt = list(request.prompt_tokens)
+        n_ctx = self.context.n_ctx
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if len(prompt) >= n_ctx:
+            raise ContextOverflowError(len(prompt), n_ctx)
+        stats = GenerationStats(
+            prompt_tokens=len(prompt), baseline_tps=self.baseline_tps, draft_mode=self.drafter.kind
+        )
+        try:
+            stats.prompt_tokens_reused = self._prefill(prompt)
+            self.drafter.prefill(prompt)
+        except DecodeError as exc:
+            if exc.status == 2:  # aborted by cancel during prompt evaluation
+                stats.prompt_s = time.perf_counter() - t_request
+                yield DoneEvent(STOP_CANCELLED, stats, "")
+                return
+            raise
+        stats.prompt_s = time.perf_counter() - t_request
+
+        params = request.draft
+        policy: DraftLengthPolicy
+        if self.drafter.kind == "none" or params.k == 0:
+            policy = FixedDraftLength(0)
+        elif params.k is None:
+            policy = AutoDraftLength(k_max=params.k_max)
+        else:
+            policy = FixedDraftLength(params.k)
+        rng = np.random.default_rng(request.sampling.seed)
+        detok = IncrementalDetokenizer()
+        stops = StopStringFilter(request.stop)
+        committed = prompt
+        texts: list[str] = []
+        stop_reason: str | None = None
+        t_decode = time.perf_counter()
+
+        while stop_reason is None:
+            if cancel is not None and cancel.is_set():
+                stop_reason = STOP_CANCELLED
+                break
+            if len(committed) >= n_ctx:
+                stop_reason = STOP_LENGTH
+                break
+            remaining = request.max_tokens - stats.generated
+            k = max(0, min(policy.choose(), remaining - 1, n_ctx - len(committed)))
+
+            t0 = time.perf_counter()
+            draft = EMPTY_DRAFT
+            if k > 0:
+                draft = self.drafter.propose(committed, k, request.sampling, rng, params.p_min)
+                if len(draft.tokens) > k:
+                    draft = Draft(draft.tokens[:k], draft.dists[:k] if draft.dists else None)
+                if len(draft.tokens) < max(params.draft_min, 1):
+                    draft = EMPTY_DRAFT
+            t1 = time.perf_counter()
+            batch = [committed[-1], *draft.tokens]
+            self.context.decode(batch, logits="all")
+            self.cached.extend(batch)
+            n_accepted, new_token = self._verify(draft, request.sampling, rng)
+            t2 = time.perf_counter()
+            keep = len(committed) + n_accepted
+            self.context.truncate(keep)
+            del self.cached[keep:]
+
+            emitted = [*draft.tokens[:n_accepted], new_token]
+            tokens: list[int] = []
+            flags: list[bool] = []
+            pieces: list[str] = []
+            for i, token in enumerate(emitted):
+                if self.model.is_eog(token):
+                    stop_reason = STOP_EOG
+                    break
+                committed.append(token)
+                tokens.append(token)
+                flags.append(i < n_accepted)
+                pieces.append(stops.feed(detok.feed(self.model.piece(token))))
+                if stops.matched is not None:
+                    stop_reason = STOP_EOG
+                    break
+                if stats.generated + len(tokens) >= request.max_tokens:
+                    stop_reason = STOP_LENGTH
+                    break
+
+            stats.passes += 1
+            stats.k_sum += k
+            stats.drafted += len(draft.tokens)
+            stats.accepted += n_accepted
+            stats.generated += len(tokens)
+            stats.draft_s += t1 - t0
+            stats.verify_s += t2 - t1
+            policy.observe(
+                batch=len(batch), verify_s=t2 - t1, drafted=len(draft.tokens), accepted=n_accepted,
+                draft_s=t1 - t0,
+            )
+            now = time.perf_counter()
+            if stats.ttft_s is None and tokens:
+                stats.ttft_s = now - t_request
+            stats.decode_s = now - t_decode
+            text = "".join(pieces)
+            texts.append(text)
+            yield StepEvent(tokens, flags, text, k, stats)
+
+        tail = stops.feed(detok.flush()) + stops.flush()
+        if tail:
+            texts.append(tail)
+            yield StepEvent([], [], tail, 0, stats)
+        stats.decode_s = time.perf_counter() - t_decode
+        yield DoneEvent(stop_reason, stats, "".join(texts))
+
+    def _verify(self, draft: Draft, sampling: SamplingParams, rng: np.random.Generator) -> tuple[int, int]:
+        """Compare the draft with the target's logits (outputs 0..len(draft)); return (accepted, next token)."""
+        ctx = self.context
+        if sampling.greedy:
+            for i, token in enumerate(draft.tokens):
+                choice = greedy_token(ctx.logits_row(i))
+                if choice != token:
+                    return i, choice
+            return len(draft.tokens), greedy_token(ctx.logits_row(len(draft.tokens)))
+        assert draft.dists is not None or not draft.tokens
+        for i, token in enumerate(draft.tokens):
+            p = distribution(ctx.logits_row(i), sampling)
+            q = draft.dists[i]  # type: ignore[index]
+            if not accept_draft_token(token, p, q, rng):
+                return i, sample(residual(p, q), rng)
+        return len(draft.tokens), sample(distribution(ctx.logits_row(len(draft.tokens)), sampling), rng)
