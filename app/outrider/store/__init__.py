@@ -1,0 +1,67 @@
+"""Crash-safe chat history (SQLite, no Qt). See ``docs/history.md`` for the schema and the guarantees."""
+
+from __future__ import annotations
+
+from outrider.store.atomic import atomic_write_bytes, atomic_write_text
+from outrider.store.checkpoint import ReplyCheckpointer, ReplyWriter
+from outrider.store.errors import (
+    ConversationNotFoundError,
+    CorruptionNotice,
+    ImportFormatError,
+    MessageNotFoundError,
+    MigrationError,
+    RecordUnreadableError,
+    ReplyNotStreamingError,
+    SchemaTooNewError,
+    StoreError,
+    StoreLockedError,
+)
+from outrider.store.history import DB_FILENAME, ExportFormat, HistoryStore, connect, connection_settings
+from outrider.store.models import (
+    UNREADABLE_LABEL,
+    Conversation,
+    ConversationSummary,
+    ImportResult,
+    Message,
+    MessageStatus,
+    ReplyStats,
+    ReplyStatsRow,
+    Role,
+    SearchHit,
+    UnreadableRecord,
+)
+from outrider.store.schema import CURRENT_VERSION
+
+__all__ = [
+    "CURRENT_VERSION",
+    "DB_FILENAME",
+    "UNREADABLE_LABEL",
+    "Conversation",
+    "ConversationNotFoundError",
+    "ConversationSummary",
+    "CorruptionNotice",
+    "ExportFormat",
+    "HistoryStore",
+    "ImportFormatError",
+    "ImportResult",
+    "Message",
+    "MessageNotFoundError",
+    "MessageStatus",
+    "MigrationError",
+    "RecordUnreadableError",
+    "ReplyCheckpointer",
+    "ReplyNotStreamingError",
+    "ReplyStats",
+    "ReplyStatsRow",
+    "ReplyWriter",
+    "Role",
+    "SchemaTooNewError",
+    "SearchHit",
+    "StoreError",
+    "StoreLockedError",
+    "UnreadableRecord",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "connect",
+    "connection_settings",
+]

@@ -1,0 +1,208 @@
+"""Export formats: Markdown for people, JSON for round trips (``HistoryStore.import_json`` reads it back)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from outrider.store.errors import ImportFormatError
+from outrider.store.models import Conversation, Message, MessageStatus, ReplyStats, Role, UnreadableRecord
+
+FORMAT_NAME = "outrider-history"
+FORMAT_VERSION = 1
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
+
+
+def message_to_dict(message: Message) -> dict[str, Any]:
+    return {
+        "role": str(message.role),
+        "text": message.text,
+        "status": str(message.status),
+        "created_at": message.created_at,
+        "stats": message.stats.to_dict() if message.stats is not None else None,
+    }
+
+
+def conversation_to_dict(conversation: Conversation) -> dict[str, Any]:
+    summary = conversation.summary
+    return {
+        "uuid": summary.uuid,
+        "title": summary.title,
+        "created_at": summary.created_at,
+        "updated_at": summary.updated_at,
+        "pair_id": summary.pair_id,
+        "settings": summary.settings,
+        "messages": [message_to_dict(m) for m in conversation.messages if isinstance(m, Message)],
+        "unreadable_message_ids": [m.id for m in conversation.messages if isinstance(m, UnreadableRecord)],
+    }
+
+
+def to_json_document(conversations: Iterable[Conversation], exported_at: float | None = None) -> str:
+    doc = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "exported_at": time.time() if exported_at is None else exported_at,
+        "conversations": [conversation_to_dict(c) for c in conversations],
+    }
+    return json.dumps(doc, ensure_ascii=False, indent=2) + "\n"
+
+
+def stats_line(stats: ReplyStats) -> str:
+    parts: list[str] = []
+    if stats.pair_id:
+        parts.append(f"pair {stats.pair_id}")
+    if stats.draft_mode:
+        parts.append(f"draft {stats.draft_mode}")
+    if stats.k is not None:
+        parts.append(f"k={stats.k}")
+    if stats.temperature is not None:
+        parts.append(f"temperature {stats.temperature:g}")
+    if stats.generated is not None:
+        parts.append(f"{stats.generated} tokens")
+    if stats.drafted is not None and stats.accepted is not None:
+        parts.append(f"{stats.accepted}/{stats.drafted} drafted accepted")
+    if stats.acceptance_rate is not None:
+        parts.append(f"acceptance {stats.acceptance_rate:.0%}")
+    if stats.tokens_per_s is not None:
+        parts.append(f"{stats.tokens_per_s:.1f} tok/s")
+    if stats.speedup is not None:
+        parts.append(f"speed-up {stats.speedup:.2f}x")
+    if stats.stop_reason:
+        parts.append(f"stopped: {stats.stop_reason}")
+    return " · ".join(parts)
+
+
+def conversation_to_markdown(conversation: Conversation) -> str:
+    summary = conversation.summary
+    lines = [f"# {summary.title}", ""]
+    meta = [f"created {_iso(summary.created_at)}", f"updated {_iso(summary.updated_at)}"]
+    if summary.pair_id:
+        meta.append(f"pair {summary.pair_id}")
+    lines += ["_" + ", ".join(meta) + "_", ""]
+    for message in conversation.messages:
+        if isinstance(message, UnreadableRecord):
+            lines += [f"## (message {message.id} {message.label})", ""]
+            continue
+        heading = message.role.value.capitalize()
+        if message.status is not MessageStatus.COMPLETE:
+            heading += f" ({message.status.value})"
+        lines += [f"## {heading}", "", message.text, ""]
+        if message.stats is not None:
+            line = stats_line(message.stats)
+            if line:
+                lines += [f"> {line}", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def to_markdown_document(conversations: Iterable[Conversation]) -> str:
+    return "\n---\n\n".join(conversation_to_markdown(c) for c in conversations)
+
+
+@dataclass(frozen=True)
+class ImportedMessage:
+    role: Role
+    text: str
+    status: MessageStatus
+    created_at: float
+    stats: ReplyStats | None
+
+
+@dataclass(frozen=True)
+class ImportedConversation:
+    uuid: str
+    title: str
+    created_at: float
+    updated_at: float
+    pair_id: str | None
+    settings: dict[str, Any]
+    messages: list[ImportedMessage]
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ImportFormatError(f"{where} must be a number")
+    return float(value)
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ImportFormatError(f"{where} must be a string")
+    return value
+
+
+def parse_json_document(text: str) -> list[ImportedConversation]:
+    """Validate a whole export before anything is written (import is all or nothing)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
+        raise ImportFormatError('not an Outrider history export (missing "format": "outrider-history")')
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ImportFormatError(f"unsupported export format version {doc.get('format_version')!r}")
+    raw_conversations = doc.get("conversations")
+    if not isinstance(raw_conversations, list):
+        raise ImportFormatError('"conversations" must be a list')
+    result: list[ImportedConversation] = []
+    for i, raw in enumerate(raw_conversations):
+        where = f"conversations[{i}]"
+        if not isinstance(raw, dict):
+            raise ImportFormatError(f"{where} must be an object")
+        settings = raw.get("settings", {})
+        if not isinstance(settings, dict):
+            raise ImportFormatError(f"{where}.settings must be an object")
+        pair_id = raw.get("pair_id")
+        if pair_id is not None:
+            pair_id = _string(pair_id, f"{where}.pair_id")
+        raw_messages = raw.get("messages")
+        if not isinstance(raw_messages, list):
+            raise ImportFormatError(f"{where}.messages must be a list")
+        messages: list[ImportedMessage] = []
+        for j, rm in enumerate(raw_messages):
+            mwhere = f"{where}.messages[{j}]"
+            if not isinstance(rm, dict):
+                raise ImportFormatError(f"{mwhere} must be an object")
+            try:
+                role = Role(str(rm.get("role")))
+                status = MessageStatus(str(rm.get("status")))
+            except ValueError:
+                raise ImportFormatError(f"{mwhere} has an unknown role or status") from None
+            if status is MessageStatus.STREAMING:  # an export taken mid-reply
+                status = MessageStatus.INTERRUPTED
+            raw_stats = rm.get("stats")
+            try:
+                stats = ReplyStats.from_dict(raw_stats) if raw_stats is not None else None
+            except (TypeError, ValueError) as exc:
+                raise ImportFormatError(f"{mwhere}.stats: {exc}") from None
+            messages.append(
+                ImportedMessage(
+                    role=role,
+                    text=_string(rm.get("text"), f"{mwhere}.text"),
+                    status=status,
+                    created_at=_number(rm.get("created_at"), f"{mwhere}.created_at"),
+                    stats=stats,
+                )
+            )
+        uuid = _string(raw.get("uuid"), f"{where}.uuid")
+        if not uuid:
+            raise ImportFormatError(f"{where}.uuid must not be empty")
+        result.append(
+            ImportedConversation(
+                uuid=uuid,
+                title=_string(raw.get("title"), f"{where}.title"),
+                created_at=_number(raw.get("created_at"), f"{where}.created_at"),
+                updated_at=_number(raw.get("updated_at"), f"{where}.updated_at"),
+                pair_id=pair_id,
+                settings=settings,
+                messages=messages,
+            )
+        )
+    return result

@@ -1,0 +1,168 @@
+"""Plain typed records the history store hands out (no Qt; the UI wraps them in item models)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+
+class Role(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+class MessageStatus(StrEnum):
+    """``streaming`` only while a reply is being generated; after a crash it becomes ``interrupted``."""
+
+    COMPLETE = "complete"
+    STREAMING = "streaming"
+    INTERRUPTED = "interrupted"
+    ERROR = "error"
+
+
+UNREADABLE_LABEL = "could not be read"
+
+
+@dataclass(frozen=True)
+class ReplyStats:
+    """Per-reply statistics, stored with each assistant message so pairs and settings can be compared later.
+
+    Every field is optional: a reply stopped early may have no throughput, and ``speedup`` exists only
+    when a baseline was measured. Unknown keys found in stored JSON are kept in ``extra``.
+    """
+
+    pair_id: str | None = None
+    draft_mode: str | None = None
+    k: int | None = None
+    temperature: float | None = None
+    generated: int | None = None
+    drafted: int | None = None
+    accepted: int | None = None
+    acceptance_rate: float | None = None
+    tokens_per_s: float | None = None
+    speedup: float | None = None
+    stop_reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        extra = data.pop("extra")
+        data = {key: value for key, value in data.items() if value is not None}
+        data.update(extra)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ReplyStats:
+        """Validate and build; raises ``ValueError``/``TypeError`` for a malformed record."""
+        if not isinstance(data, dict):
+            raise TypeError("stats must be a JSON object")
+        known = {f.name for f in fields(cls)} - {"extra"}
+        kwargs: dict[str, Any] = {}
+        for name in known:
+            value = data.get(name)
+            if value is None:
+                continue
+            if name in ("pair_id", "draft_mode", "stop_reason"):
+                if not isinstance(value, str):
+                    raise TypeError(f"stats.{name} must be a string")
+            elif name in ("k", "generated", "drafted", "accepted"):
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise TypeError(f"stats.{name} must be an integer")
+            else:
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise TypeError(f"stats.{name} must be a number")
+                value = float(value)
+                if not math.isfinite(value):
+                    raise ValueError(f"stats.{name} must be finite")
+            kwargs[name] = value
+        extra = {key: value for key, value in data.items() if key not in known}
+        return cls(**kwargs, extra=extra)
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    conversation_id: int
+    role: Role
+    text: str
+    status: MessageStatus
+    created_at: float
+    updated_at: float
+    stats: ReplyStats | None
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    """One row of the conversation list."""
+
+    id: int
+    uuid: str
+    title: str
+    created_at: float
+    updated_at: float
+    pair_id: str | None
+    settings: dict[str, Any]
+    message_count: int
+    deleted_at: float | None = None
+
+
+@dataclass(frozen=True)
+class UnreadableRecord:
+    """A record that exists but could not be decoded. Shown as "could not be read"; see ``export_raw``.
+
+    Attributes:
+        kind: ``conversation`` or ``message``.
+        id: the record's id.
+        conversation_id: the conversation it belongs to (its own id for a conversation).
+        reason: what was wrong, for logs and the details view.
+    """
+
+    kind: str
+    id: int
+    conversation_id: int
+    reason: str
+    label: str = UNREADABLE_LABEL
+
+
+@dataclass(frozen=True)
+class Conversation:
+    summary: ConversationSummary
+    messages: list[Message | UnreadableRecord]
+
+    @property
+    def id(self) -> int:
+        return self.summary.id
+
+    @property
+    def title(self) -> str:
+        return self.summary.title
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    conversation_id: int
+    conversation_title: str
+    message_id: int
+    role: Role
+    snippet: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class ReplyStatsRow:
+    """A stored reply's statistics, for comparing pairs and settings over time."""
+
+    message_id: int
+    conversation_id: int
+    created_at: float
+    status: MessageStatus
+    stats: ReplyStats
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    imported: list[int]
+    skipped: int
