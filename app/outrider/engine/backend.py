@@ -122,10 +122,17 @@ def _backend_info() -> BackendInfo:
 
 @dataclasses.dataclass(frozen=True)
 class ModelSettings:
-    """How to load one model. ``gpu_layers=-1`` offloads every layer (ignored by a CPU-only build)."""
+    """How to load one model. ``gpu_layers=-1`` offloads every layer (ignored by a CPU-only build).
+
+    ``cpu_extra_buffers`` enables llama.cpp's CPU weight repacking / AMX buffers. Off by default — WORKAROUND:
+    in the llama.cpp of llama-cpp-python 0.3.36, ggml_backend_amx_mul_mat segfaults at the first decode of a
+    Q4_1 model (SmolLM2-135M-Instruct) on CPUs with AMX (seen here, on a Xeon with AMX, in llama-cpp-python's
+    own high-level API too).
+    """
 
     gpu_layers: int = -1
     use_mmap: bool = True
+    cpu_extra_buffers: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +173,7 @@ class LoadedModel:
         params = ll.llama_model_default_params()
         params.n_gpu_layers = settings.gpu_layers if settings.gpu_layers >= 0 else 999
         params.use_mmap = settings.use_mmap
+        params.use_extra_bufts = settings.cpu_extra_buffers
         model = ll.llama_model_load_from_file(os.fsencode(self.path), params)
         if not model:
             lines = backend.log.since(mark)

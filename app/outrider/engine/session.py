@@ -222,13 +222,14 @@ class Engine:
         draft: DraftParams = DraftParams(),
         stop: Sequence[str] = (),
         plain: bool = False,
+        ignore_eos: bool = False,
     ) -> Iterator[StepEvent | DoneEvent]:
         """Stream one reply. ``plain=True`` ignores the drafter (the baseline). One generation at a time."""
         decoder = self._decoder_or_raise()
         if plain and self._plain is not None:
             self._plain.baseline_tps = decoder.baseline_tps
             decoder = self._plain
-        request = GenerationRequest(list(prompt_tokens), max_tokens, sampling, draft, tuple(stop))
+        request = GenerationRequest(list(prompt_tokens), max_tokens, sampling, draft, tuple(stop), ignore_eos)
         if not self._generating.acquire(blocking=False):
             raise EngineError("a generation is already running")
         self._cancel.clear()

