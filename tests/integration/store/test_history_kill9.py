@@ -7,6 +7,8 @@ its next start) and checks that everything reported is there, intact, exactly on
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import random
@@ -46,10 +48,8 @@ def _kill_after(proc: subprocess.Popen[str], rng: random.Random, wait_ready: boo
         first = proc.stdout.readline()
         if first:
             lines.append(first.strip())
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=rng.uniform(0.0, max_delay))
-    except subprocess.TimeoutExpired:
-        pass
     os.kill(proc.pid, signal.SIGKILL)
     out, err = proc.communicate(timeout=10)
     assert proc.returncode == -signal.SIGKILL, f"child ended on its own: {proc.returncode}\n{err}"
@@ -142,9 +142,7 @@ def test_kill9_while_streaming_keeps_every_committed_message(tmp_path: Path) -> 
         assert len(texts) == len(set(texts)), "duplicate user messages"
         for conversation in conversations:
             roles = [getattr(m, "role", None) for m in conversation.messages]
-            assert all(
-                not (a is Role.ASSISTANT and b is Role.ASSISTANT) for a, b in zip(roles, roles[1:], strict=False)
-            )
+            assert all(not (a is Role.ASSISTANT and b is Role.ASSISTANT) for a, b in itertools.pairwise(roles))
         assert not any(getattr(m, "status", None) is MessageStatus.STREAMING for m in messages.values())
     assert len(reported.users) >= STREAM_KILLS // 2, "the child hardly ever got to write; the test proves little"
     assert interrupted_seen > 0, "no kill landed mid-reply; the test proves little"
