@@ -233,9 +233,11 @@ class Catalogue:
         return {p.family for p in self.pairs}
 
 
-_MODEL_REQUIRED = {"source": str, "file": str, "size": int, "licence": str, "gated": bool, "family": str,
+_MODEL_REQUIRED: dict[str, type] = {
+    "source": str, "file": str, "size": int, "licence": str, "gated": bool, "family": str,
                    "n_layer": int, "n_head_kv": int, "head_dim": int}
-_PAIR_REQUIRED = {"id": str, "name": str, "family": str, "tags": list, "target": str, "draft": str,
+_PAIR_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "id": str, "name": str, "family": str, "tags": list, "target": str, "draft": str,
                   "draft_max": (int, str), "draft_min": int, "p_min": (int, float)}
 
 

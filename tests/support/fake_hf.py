@@ -1,0 +1,228 @@
+"""A fake Hugging Face Hub on 127.0.0.1 for download tests (point ``HF_ENDPOINT`` at ``server.endpoint``).
+
+Serves what huggingface_hub's client uses: HEAD/GET ``/{repo}/resolve/{revision}/{file}`` answering like the Hub
+for LFS files (302 to a CDN path with ``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag`` (the sha256) and
+``X-Linked-Size``), and ``/cdn/{sha256}`` serving the bytes with ``Range`` → 206. Faults are injected per test
+through ``server.faults``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import http.server
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@dataclasses.dataclass
+class Faults:
+    drop_at: list[int] = dataclasses.field(default_factory=list)  # per GET: close after this absolute offset
+    ignore_range: bool = False  # answer 200 with the whole body to Range requests
+    range_416_once: bool = False  # answer the first Range request with 416
+    corrupt: bool = False  # flip one byte (same length)
+    repo_status: dict[str, tuple[int, str]] = dataclasses.field(default_factory=dict)  # repo -> (code, X-Error-Code)
+    stall_at: int | None = None  # stop sending at this offset and hang
+    stall_seconds: float = 5.0
+    chunk_delay: float = 0.0  # seconds between 64 KiB chunks (slow server)
+    get_status: list[int] = dataclasses.field(default_factory=list)  # per GET on /cdn: answer this status first
+
+
+@dataclasses.dataclass
+class FakeFile:
+    data: bytes
+    commit: str = COMMIT
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+class FakeHub:
+    def __init__(self) -> None:
+        self.files: dict[tuple[str, str], FakeFile] = {}
+        self.faults = Faults()
+        self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        hub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                hub._handle(self, head=True)
+
+            def do_GET(self) -> None:
+                hub._handle(self, head=False)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def add(self, repo: str, file: str, data: bytes, commit: str = COMMIT) -> FakeFile:
+        f = FakeFile(data, commit)
+        self.files[(repo, file)] = f
+        return f
+
+    def start(self) -> FakeHub:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def gets(self) -> list[tuple[str, str, str | None]]:
+        with self._lock:
+            return [r for r in self.requests if r[0] == "GET" and r[1].startswith("/cdn/")]
+
+    # -- handling ---------------------------------------------------------------------------------------------
+    def _error(self, h: http.server.BaseHTTPRequestHandler, code: int, error_code: str = "") -> None:
+        body = b'{"error": "fake"}'
+        h.send_response(code)
+        if error_code:
+            h.send_header("X-Error-Code", error_code)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(body)
+
+    def _handle(self, h: http.server.BaseHTTPRequestHandler, *, head: bool) -> None:
+        with self._lock:
+            self.requests.append((h.command, h.path, h.headers.get("Range")))
+        m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", h.path)
+        if m:
+            repo, rev, file = m.groups()
+            if repo in self.faults.repo_status:
+                code, err = self.faults.repo_status[repo]
+                return self._error(h, code, err)
+            if not any(r == repo for r, _ in self.files):
+                return self._error(h, 401, "RepoNotFound")
+            f = self.files.get((repo, file))
+            if f is None:
+                return self._error(h, 404, "EntryNotFound")
+            if rev not in ("main", f.commit):
+                return self._error(h, 404, "RevisionNotFound")
+            h.send_response(302)
+            h.send_header("Location", f"{self.endpoint}/cdn/{f.sha256}")
+            self._meta_headers(h, f)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return None
+        m = re.match(r"^/cdn/([0-9a-f]{64})$", h.path)
+        if not m:
+            return self._error(h, 404, "")
+        f = next((x for x in self.files.values() if x.sha256 == m.group(1)), None)
+        if f is None:
+            return self._error(h, 404, "")
+        if not head and self.faults.get_status:
+            with self._lock:
+                code = self.faults.get_status.pop(0)
+            return self._error(h, code, "")
+        return self._serve(h, f, head)
+
+    def _meta_headers(self, h: http.server.BaseHTTPRequestHandler, f: FakeFile) -> None:
+        h.send_header("X-Repo-Commit", f.commit)
+        h.send_header("ETag", f'"{hashlib.sha1(f.data).hexdigest()}"')
+        h.send_header("X-Linked-Etag", f'"{f.sha256}"')
+        h.send_header("X-Linked-Size", str(len(f.data)))
+
+    def _serve(self, h: http.server.BaseHTTPRequestHandler, f: FakeFile, head: bool) -> None:
+        data = f.data
+        if self.faults.corrupt:
+            data = data[:-1] + bytes([data[-1] ^ 0xFF])
+        size = len(data)
+        rng = h.headers.get("Range")
+        start = 0
+        if rng and not self.faults.ignore_range:
+            mm = re.match(r"bytes=(\d+)-", rng)
+            start = int(mm.group(1)) if mm else 0
+            if self.faults.range_416_once or start >= size:
+                self.faults.range_416_once = False
+                h.send_response(416)
+                h.send_header("Content-Range", f"bytes */{size}")
+                h.send_header("Content-Length", "0")
+                h.end_headers()
+                return
+            h.send_response(206)
+            h.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+        else:
+            h.send_response(200)
+        h.send_header("Content-Length", str(size - start))
+        h.send_header("Accept-Ranges", "bytes")
+        self._meta_headers(h, f)
+        h.end_headers()
+        if head:
+            return
+        stop_at = size
+        with self._lock:
+            drop = self.faults.drop_at.pop(0) if self.faults.drop_at else None
+        if drop is not None and drop > start:
+            stop_at = min(drop, size)
+        stall = self.faults.stall_at
+        if stall is not None and start <= stall < stop_at:
+            stop_at = stall
+        pos = start
+        try:
+            while pos < stop_at:
+                n = min(64 * 1024, stop_at - pos)
+                h.wfile.write(data[pos:pos + n])
+                pos += n
+                if self.faults.chunk_delay:
+                    h.wfile.flush()
+                    if self._stop.wait(self.faults.chunk_delay):
+                        break
+            h.wfile.flush()
+            if stall is not None and pos == stall and pos < size:
+                self._stop.wait(self.faults.stall_seconds)
+            if pos < size:
+                h.close_connection = True
+                with_sock: socket.socket = h.connection
+                try:
+                    with_sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        except (BrokenPipeError, ConnectionResetError):
+            h.close_connection = True
+
+
+@contextmanager
+def fake_hub() -> Iterator[FakeHub]:
+    hub = FakeHub().start()
+    try:
+        yield hub
+    finally:
+        hub.stop()
+
+
+def payload(n: int, seed: int = 0) -> bytes:
+    """Deterministic pseudo-random bytes (not compressible, so sizes are real)."""
+    out = bytearray()
+    counter = 0
+    while len(out) < n:
+        out += hashlib.sha256(f"{seed}-{counter}".encode()).digest()
+        counter += 1
+    return bytes(out[:n])
+
+
+def wait_for(predicate: object, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(predicate) and predicate():
+            return True
+        time.sleep(0.02)
+    return False
