@@ -1,0 +1,253 @@
+"""``outrider models …``: list, download, verify, scan, check, fetch.
+
+Exit statuses: 0 success (for download/fetch: only when the file is verified), 1 runtime failure, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, print_json
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("models", help="the catalogue of pairs and the models on disk")
+    sub = p.add_subparsers(dest="models_command", parser_class=type(p))
+    p.set_defaults(func=lambda args: _usage(p))
+
+    s = sub.add_parser("list", help="catalogue pairs with installed/missing state")
+    s.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    s.set_defaults(func=cmd_list)
+
+    s = sub.add_parser("download", help="download and verify both files of a pair (resumable)")
+    s.add_argument("pair_id")
+    s.add_argument("--json", action="store_true", help="JSON progress lines")
+    s.set_defaults(func=cmd_download)
+
+    s = sub.add_parser("verify", help="re-hash installed files against the catalogue's sha256")
+    s.add_argument("pair_id", nargs="?")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("scan", help="GGUF files already on disk and which pairs they complete")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--folder", action="append", default=[], help="also scan this folder (repeatable)")
+    s.set_defaults(func=cmd_scan)
+
+    s = sub.add_parser("check", help="header-only compatibility of a target and a draft GGUF")
+    s.add_argument("target")
+    s.add_argument("draft")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--ctx", type=int, default=4096, help="context for the memory estimate")
+    s.set_defaults(func=cmd_check)
+
+    s = sub.add_parser("fetch", help="one file from the Hub into the model store (resumable, verified)")
+    s.add_argument("repo")
+    s.add_argument("file")
+    s.add_argument("--revision", default="main")
+    s.add_argument("--sha256")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_fetch)
+
+
+def _usage(p: argparse.ArgumentParser) -> int:
+    p.print_help(sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def _catalogue() -> Any:
+    from outrider.catalogue import CatalogueError, load_catalogue
+
+    try:
+        return load_catalogue()
+    except CatalogueError as exc:
+        raise CliError(str(exc), EXIT_BAD_INPUT) from exc
+
+
+def _pair(cat: Any, pair_id: str) -> Any:
+    try:
+        return cat.get(pair_id)
+    except KeyError as exc:
+        raise CliError(str(exc.args[0]), EXIT_BAD_INPUT) from exc
+
+
+def _states(cat: Any, store: Any, extra: list[Path] | None = None) -> dict[str, Any]:
+    from outrider.catalogue import DiscoveryScanner
+
+    found = DiscoveryScanner(store, extra_folders=extra).match_catalogue(cat)
+    return {p.id: store.pair_state(p, found) for p in cat}
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from outrider.catalogue import ModelStore, ensure_offline_hub
+
+    ensure_offline_hub()
+    cat = _catalogue()
+    store = ModelStore()
+    states = _states(cat, store)
+    if args.json:
+        pairs = []
+        for p in cat:
+            d = p.to_json()
+            d["state"] = states[p.id].to_json()
+            d["installed"] = states[p.id].installed
+            pairs.append(d)
+        print_json({"catalogue": str(cat.path), "store": str(store.root), "pairs": pairs})
+        return 0
+    for p in cat:
+        st = states[p.id]
+        state = "installed" if st.installed else ("on disk (unverified)" if st.complete else "missing")
+        mem = p.memory()
+        print(f"{p.id:28} {state:22} {_gb(p.size):>10} download  {_gb(mem.total):>10} memory @{mem.n_ctx}  "
+              f"{p.licence}{'  [gated]' if p.gated else ''}")
+    return 0
+
+
+def _progress_printer(as_json: bool) -> Any:
+    from outrider.catalogue import DownloadEvent
+
+    def on_event(ev: DownloadEvent) -> None:
+        if as_json:
+            print_json(ev.to_json())
+        elif ev.type in ("progress", "joined"):
+            eta = f", {ev.eta:.0f} s left" if ev.eta is not None else ""
+            pct = 100 * ev.bytes_done / ev.total if ev.total else 0
+            sys.stderr.write(f"\r{ev.file}: {pct:5.1f}% ({_gb(ev.bytes_done)} of {_gb(ev.total)}, "
+                             f"{ev.speed / 1e6:.1f} MB/s{eta})")
+            sys.stderr.flush()
+        elif ev.type in ("verifying", "done", "start"):
+            sys.stderr.write(f"\r{ev.file}: {ev.type} {ev.message}\n")
+    return on_event
+
+
+def _run_download(handle: Any, timeout: float | None = None) -> Any:
+    from outrider.catalogue import DownloadError
+
+    try:
+        return handle.wait(timeout)
+    except KeyboardInterrupt:
+        handle.cancel()
+        raise
+    except DownloadError as exc:
+        raise CliError(exc.message, EXIT_RUNTIME) from exc
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from outrider.catalogue import DownloadError, DownloadManager, DownloadOptions, ModelStore
+
+    cat = _catalogue()
+    pair = _pair(cat, args.pair_id)
+    store = ModelStore()
+    manager = DownloadManager(store, DownloadOptions(endpoint=os.environ.get("HF_ENDPOINT") or None))
+    try:
+        dl = manager.download_pair(pair, _progress_printer(args.json))
+    except DownloadError as exc:
+        raise CliError(exc.message, EXIT_RUNTIME) from exc
+    paths = _run_download(dl)
+    if args.json:
+        print_json({"type": "installed", "pair": pair.id, "paths": [str(p) for p in paths]})
+    else:
+        for p in paths:
+            print(p)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from outrider.catalogue import ModelStore, ensure_offline_hub
+
+    ensure_offline_hub()
+    cat = _catalogue()
+    store = ModelStore()
+    pairs = [_pair(cat, args.pair_id)] if args.pair_id else list(cat)
+    states = _states(cat, store)
+    failed = False
+    done: set[str] = set()
+    for pair in pairs:
+        for fs in states[pair.id].files:
+            if fs.model.key in done:
+                continue
+            done.add(fs.model.key)
+            if fs.path is None:
+                result = "missing"
+                failed = failed or bool(args.pair_id)
+            else:
+                t0 = time.monotonic()
+                ok = store.verify_model(fs.model, fs.path).verified
+                result = "ok" if ok else "MISMATCH — downloaded file is corrupted, download again"
+                failed = failed or not ok
+                _ = t0
+            if args.json:
+                print_json({"key": fs.model.key, "file": fs.model.file, "path": str(fs.path) if fs.path else None,
+                            "result": result.split(" ")[0].lower()})
+            else:
+                print(f"{fs.model.key:40} {result}  {fs.path or ''}")
+    return EXIT_RUNTIME if failed else 0
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    from outrider.catalogue import DiscoveryScanner, ModelStore, ensure_offline_hub
+
+    ensure_offline_hub()
+    cat = _catalogue()
+    store = ModelStore()
+    extra = store.user_folders() + [Path(f) for f in args.folder]
+    scanner = DiscoveryScanner(store, extra_folders=extra)
+    found = scanner.scan()
+    matched = scanner.match_catalogue(cat, found)
+    states = {p.id: store.pair_state(p, matched) for p in cat}
+    complete = [pid for pid, st in states.items() if st.complete]
+    if args.json:
+        print_json({"files": [f.to_json() for f in found],
+                    "matches": {k: v.to_json() for k, v in matched.items()},
+                    "complete_pairs": complete,
+                    "installed_pairs": [pid for pid, st in states.items() if st.installed]})
+        return 0
+    for f in found:
+        print(f"{f.source:9} {_gb(f.size):>10}  {f.path}")
+    print(f"{len(found)} GGUF file(s); complete pairs: {', '.join(complete) or 'none'}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from outrider.catalogue import check_local_pair
+    from outrider.engine.gguf_header import GGUFHeaderError
+
+    try:
+        report = check_local_pair(args.target, args.draft, args.ctx)
+    except GGUFHeaderError as exc:
+        raise CliError(f"{exc} ({exc.kind})", EXIT_BAD_INPUT) from exc
+    if args.json:
+        print_json(report.to_json())
+    elif report.compatibility.ok:
+        print(f"compatible: the draft can speculate for the target; needs about {_gb(report.memory.total)} "
+              f"at {report.memory.n_ctx} tokens of context")
+    else:
+        print(f"not compatible ({report.compatibility.rule}): {report.compatibility.reason}")
+    return 0 if report.compatibility.ok else EXIT_RUNTIME
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from outrider.catalogue import DownloadManager, DownloadOptions, FileRequest, ModelStore
+    from outrider.catalogue.schema import SHA256_RE
+
+    if args.sha256 and not SHA256_RE.match(args.sha256.lower()):
+        raise CliError("--sha256 must be 64 hex digits", EXIT_BAD_INPUT)
+    if args.repo.count("/") != 1:
+        raise CliError("REPO must be owner/name", EXIT_BAD_INPUT)
+    store = ModelStore()
+    manager = DownloadManager(store, DownloadOptions(endpoint=os.environ.get("HF_ENDPOINT") or None))
+    req = FileRequest(args.repo, args.file, args.revision, None, args.sha256.lower() if args.sha256 else None)
+    path = _run_download(manager.download_file(req, _progress_printer(args.json)))
+    if args.json:
+        print_json({"type": "installed", "path": str(path)})
+    print(path)
+    return 0
