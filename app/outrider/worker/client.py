@@ -1,0 +1,615 @@
+"""EngineClient: runs the engine in its own process and talks to it (thread-safe; used by the CLI and the GUI).
+
+    with EngineClient() as client:                 # start() ... stop()
+        info = client.load(PairSpec(target, draft))  # LoadedInfo
+        with client.generate(TextRequest(prompt="Hello", max_tokens=64)) as gen:
+            for event in gen:                        # StepEvent ... DoneEvent
+                ...
+
+Failures are exceptions: ``EngineRequestError`` (bad model file, incompatible pair, context overflow, bad
+settings: the engine process is still alive and usable) and ``EngineCrashed`` (the process died: signal, abort,
+OOM kill, or a load that never finished; ``partial_text`` keeps what was streamed). After a crash the next
+``load`` starts a fresh process. This module never imports llama_cpp.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import outrider
+from outrider import paths
+from outrider.worker.protocol import (
+    MAX_REQUEST_BYTES,
+    PROTOCOL_VERSION,
+    DoneEvent,
+    FramedPipe,
+    LoadedInfo,
+    LoadProgress,
+    ProtocolError,
+    StepEvent,
+    decode,
+    done_from_wire,
+    encode,
+    loaded_from_wire,
+    request_to_wire,
+    spec_to_wire,
+    steps_from_wire,
+)
+from outrider.worker.registry import UnsafeModels
+
+Event = StepEvent | DoneEvent
+DEFAULT_START_TIMEOUT = 60.0
+DEFAULT_LOAD_TIMEOUT = 600.0
+CRASH_LOGS_KEPT = 5
+
+
+class WorkerError(Exception):
+    """Base class of the client's errors."""
+
+
+class EngineRequestError(WorkerError):
+    """The engine refused a request; the process is alive. ``kind`` is stable (see docs/process.md)."""
+
+    def __init__(self, kind: str, message: str, log_tail: tuple[str, ...] = (),
+                 details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.log_tail = log_tail
+        self.details: dict[str, Any] = details or {}
+
+
+class EngineCrashed(WorkerError):
+    """The engine process died (or was stopped because it hung). ``str()`` is the one-line message."""
+
+    def __init__(self, cause: str, phase: str, model: str | None = None, *, exitcode: int | None = None,
+                 log_tail: tuple[str, ...] = (), log_path: str | None = None, partial_text: str = "") -> None:
+        self.cause = cause  # "SIGSEGV", "SIGKILL", "exit status 1", ...
+        self.phase = phase  # "loading", "generating", "calibrating", "unloading", "starting", "idle"
+        self.model = model
+        self.exitcode = exitcode
+        self.log_tail = log_tail
+        self.log_path = log_path
+        self.partial_text = partial_text
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = {"loading": f" while loading {Path(self.model).name}" if self.model else " while loading",
+                 "generating": " while generating", "calibrating": " while calibrating",
+                 "unloading": " while unloading", "starting": " while starting"}.get(self.phase, "")
+        return f"engine crashed ({self.cause}){where}"
+
+    def with_partial(self, text: str) -> EngineCrashed:
+        return EngineCrashed(self.cause, self.phase, self.model, exitcode=self.exitcode, log_tail=self.log_tail,
+                             log_path=self.log_path, partial_text=text)
+
+
+class EngineStuck(EngineCrashed):
+    """A request took longer than its timeout; the engine process was killed."""
+
+    def __init__(self, phase: str, model: str | None, seconds: float, **kwargs: Any) -> None:
+        self.seconds = seconds
+        super().__init__("timed out", phase, model, **kwargs)
+
+    def _message(self) -> str:
+        what = f"loading {Path(self.model).name}" if self.phase == "loading" and self.model else self.phase
+        return f"engine stopped: {what} did not finish within {self.seconds:g} s"
+
+
+class EngineNotRunning(WorkerError):
+    """A request other than ``load`` was made while no engine process is running."""
+
+
+class _Dead:
+    """Inbox sentinel: the process is gone."""
+
+    def __init__(self, error: EngineCrashed | None) -> None:
+        self.error = error
+
+
+def _signal_name(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "unknown"
+    if exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit status {exitcode}"
+
+
+def _read_tail(path: str | None, n_lines: int = 30) -> tuple[str, ...]:
+    if not path:
+        return ()
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 65536))
+            data = f.read()
+    except OSError:
+        return ()
+    lines = [ln for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return tuple(lines[-n_lines:])
+
+
+class Generation(Iterator[Event]):
+    """One streaming reply: iterate for StepEvent ... DoneEvent. Close (or exhaust) it to free the engine.
+
+    ``text`` is the reply so far. On a crash, ``EngineCrashed.partial_text`` holds it and ``interrupted`` is set.
+    """
+
+    def __init__(self, client: EngineClient, rid: int) -> None:
+        self._client = client
+        self.id = rid
+        self._pending: collections.deque[Event] = collections.deque()
+        self._parts: list[str] = []
+        self.done: DoneEvent | None = None
+        self.interrupted = False
+        self._finished = False
+
+    @property
+    def text(self) -> str:
+        return self.done.text if self.done is not None else "".join(self._parts)
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def __iter__(self) -> Generation:
+        return self
+
+    def __next__(self) -> Event:
+        if self._pending:
+            return self._pending.popleft()
+        if self._finished:
+            raise StopIteration
+        while True:
+            try:
+                msg = self._client._next_message(self.id, None)
+            except EngineCrashed as exc:
+                self._finish()
+                self.interrupted = True
+                raise exc.with_partial("".join(self._parts)) from None
+            except BaseException:
+                self._finish()
+                raise
+            kind = msg["type"]
+            if kind == "steps":
+                try:
+                    steps = steps_from_wire(msg)
+                except ProtocolError as exc:
+                    self._finish()
+                    self.interrupted = True
+                    raise self._client._protocol_violation(str(exc)).with_partial("".join(self._parts)) from None
+                self._parts.extend(s.text for s in steps)
+                self._pending.extend(steps)
+                if self._pending:
+                    return self._pending.popleft()
+            elif kind == "done":
+                self.done = done_from_wire(msg)
+                self._finish()
+                return self.done
+            elif kind == "error":
+                self._finish()
+                raise _request_error(msg)
+
+    def _finish(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self._client._release(self.id)
+
+    def cancel(self) -> None:
+        """Ask the engine to stop this reply (within one speculative step); a DoneEvent('cancelled') follows."""
+        if not self._finished:
+            self._client._send_quiet({"type": "cancel", "target": self.id})
+
+    def close(self) -> None:
+        """Cancel if still running and wait for the end, discarding events (errors and crashes included)."""
+        if self._finished:
+            return
+        self.cancel()
+        with contextlib.suppress(WorkerError):
+            for _ in self:
+                pass
+
+    def __enter__(self) -> Generation:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _request_error(msg: dict[str, Any]) -> EngineRequestError:
+    tail = msg.get("log_tail") or []
+    details = msg.get("details")
+    return EngineRequestError(
+        str(msg.get("kind", "engine")), str(msg.get("message", "engine error")),
+        tuple(str(x) for x in tail) if isinstance(tail, list) else (),
+        details if isinstance(details, dict) else {},
+    )
+
+
+class EngineClient:
+    """Starts, talks to and stops one engine process. All methods are thread-safe.
+
+    Requests are serialised: ``load``/``calibrate``/``unload``/``generate`` wait for the previous request (a
+    Generation holds the engine until it is exhausted or closed; call ``cancel()`` first to switch models
+    mid-reply). ``cancel`` and ``stop`` never wait.
+    """
+
+    def __init__(self, *, log_dir: Path | None = None, unsafe_models: UnsafeModels | None = None,
+                 start_timeout: float = DEFAULT_START_TIMEOUT) -> None:
+        self._log_dir = log_dir
+        self.unsafe_models = unsafe_models if unsafe_models is not None else UnsafeModels()
+        self.start_timeout = start_timeout
+        self._state = threading.RLock()
+        self._send_lock = threading.Lock()
+        self._busy = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pipe: FramedPipe | None = None
+        self._reader: threading.Thread | None = None
+        self._inbox: queue.Queue[dict[str, Any] | _Dead] = queue.Queue()
+        self._next_id = 0
+        self._current: int | None = None
+        self._phase = "idle"
+        self._loading_path: str | None = None
+        self._stopping = False
+        self.log_path: str | None = None
+        self.loaded: LoadedInfo | None = None
+        self.backend: dict[str, Any] = {}
+        self.pid: int | None = None
+        self.last_exitcode: int | None = None
+        self.last_crash: EngineCrashed | None = None
+
+    # -- lifetime -------------------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        with self._state:
+            return self._proc is not None and self._proc.poll() is None and not self._stopping
+
+    def start(self) -> None:
+        """Start the engine process (no-op if running) and wait for its hello."""
+        with self._state:
+            if self._proc is not None:
+                if self._proc.poll() is None:
+                    return
+                self._reap()
+            log_dir = self._log_dir or paths.log_dir()
+            log_dir.mkdir(parents=True, exist_ok=True)
+            _prune_logs(log_dir)
+            fd, log_path = tempfile.mkstemp(prefix="engine-", suffix=".log", dir=log_dir)
+            os.close(fd)
+            self._inbox = queue.Queue()
+            self._stopping = False
+            self._phase = "starting"
+            self.loaded = None
+            self.log_path = log_path
+            with open(log_path, "ab") as log:  # startup errors land in the log too
+                proc = subprocess.Popen(
+                    [*worker_command(), "--log", log_path],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                    env=_child_env(), close_fds=True, bufsize=0,
+                )
+            assert proc.stdin is not None and proc.stdout is not None
+            pipe = FramedPipe(proc.stdout.fileno(), proc.stdin.fileno())
+            self._proc, self._pipe, self.pid = proc, pipe, proc.pid
+            self._reader = threading.Thread(target=self._read_loop, args=(proc, pipe, self._inbox),
+                                            name="engine-reader", daemon=True)
+            self._reader.start()
+            try:
+                hello = self._next_message(None, self.start_timeout)
+            except EngineStuck:
+                raise
+            if hello.get("type") != "hello" or hello.get("version") != PROTOCOL_VERSION:
+                self._kill()
+                raise WorkerError(f"engine process speaks protocol {hello.get('version')!r}, "
+                                  f"expected {PROTOCOL_VERSION}")
+            backend = hello.get("backend")
+            self.backend = backend if isinstance(backend, dict) else {}
+            self._phase = "idle"
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """Shut the engine down (models freed, exit 0 expected); kill it if it does not exit in ``timeout``.
+
+        Returns the exit code (None if no process was running). Never waits for a request to finish: a running
+        generation is cancelled.
+        """
+        with self._state:
+            proc = self._proc
+            if proc is None:
+                return None
+            self._stopping = True
+            self._send_quiet({"type": "shutdown"})
+            try:
+                code: int | None = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                try:
+                    code = proc.wait(2.0)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    code = proc.wait()
+            self._reap()
+            if code == 0 and self.log_path:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.log_path)
+            return code
+
+    shutdown = stop
+
+    def _kill(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5.0)
+
+    def _reap(self) -> None:
+        """Forget a finished process (joined, so no zombie), its pipe and its reader thread."""
+        proc, reader = self._proc, self._reader
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            self.last_exitcode = proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(2.0)
+        self._proc = self._pipe = self._reader = None
+        self.pid = None
+        self.loaded = None
+
+    def __enter__(self) -> EngineClient:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- the reader thread ----------------------------------------------------------------------------------
+    def _read_loop(self, proc: subprocess.Popen[bytes], pipe: FramedPipe,
+                   inbox: queue.Queue[dict[str, Any] | _Dead]) -> None:
+        error: EngineCrashed | None = None
+        try:
+            while True:
+                data = pipe.recv()
+                msg = decode(data)
+                if msg["type"] == "load_progress":
+                    self._loading_path = str(msg.get("path"))
+                if msg["type"] == "bye":
+                    continue
+                inbox.put(msg)
+        except (EOFError, OSError, ProtocolError) as exc:
+            if not self._stopping:  # read without the state lock: stop() holds it while joining this thread
+                if isinstance(exc, ProtocolError | OSError) and proc.poll() is None:
+                    proc.kill()  # a pipe that breaks the protocol (or overflows) means the engine is not healthy
+                try:
+                    exitcode: int | None = proc.wait(1.0)
+                except subprocess.TimeoutExpired:  # closed its pipe but lives on: not usable any more
+                    proc.kill()
+                    exitcode = proc.wait()
+                error = self._crash_error(exitcode)
+                if isinstance(exc, ProtocolError):
+                    error = EngineCrashed(f"protocol error: {exc}", error.phase, error.model,
+                                          exitcode=error.exitcode, log_tail=error.log_tail, log_path=self.log_path)
+        inbox.put(_Dead(error))
+
+    def _crash_error(self, exitcode: int | None) -> EngineCrashed:
+        phase = self._phase
+        model = self._loading_path if phase == "loading" else None
+        error = EngineCrashed(_signal_name(exitcode), phase, model, exitcode=exitcode,
+                              log_tail=_read_tail(self.log_path), log_path=self.log_path)
+        self.last_crash = error
+        if phase == "loading" and model:
+            with contextlib.suppress(OSError):
+                self.unsafe_models.mark(model, str(error))
+        return error
+
+    def _protocol_violation(self, why: str) -> EngineCrashed:
+        self._kill()
+        return EngineCrashed(f"protocol error: {why}", self._phase, self._loading_path,
+                             log_tail=_read_tail(self.log_path), log_path=self.log_path)
+
+    # -- plumbing -------------------------------------------------------------------------------------------
+    def _send(self, message: dict[str, Any]) -> None:
+        data = encode(message)
+        if len(data) > MAX_REQUEST_BYTES:
+            raise EngineRequestError("input_too_long", f"request is {len(data):,} bytes; the limit is "
+                                     f"{MAX_REQUEST_BYTES:,}")
+        pipe = self._pipe
+        if pipe is None:
+            raise EngineNotRunning("the engine is not running")
+        with self._send_lock:
+            try:
+                pipe.send(data)
+            except (OSError, ValueError) as exc:
+                raise EngineNotRunning(f"the engine is not running: {exc}") from exc
+
+    def _send_quiet(self, message: dict[str, Any]) -> None:
+        with contextlib.suppress(WorkerError):
+            self._send(message)
+
+    def _next_message(self, rid: int | None, timeout: float | None) -> dict[str, Any]:
+        """The next message for request ``rid`` (stale ones skipped); raises EngineCrashed if the process died."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                item = self._inbox.get(timeout=remaining)
+            except queue.Empty:
+                phase, model = self._phase, self._loading_path
+                self._kill()
+                raise EngineStuck(phase, model if phase == "loading" else None, timeout or 0.0,
+                                  log_tail=_read_tail(self.log_path), log_path=self.log_path) from None
+            if isinstance(item, _Dead):
+                self._inbox.put(item)  # every later waiter sees it too
+                if item.error is None or self._stopping:
+                    raise EngineNotRunning("the engine was stopped")
+                raise item.error
+            if rid is None or item.get("id") == rid:
+                return item
+
+    def _begin(self, phase: str, timeout: float | None) -> int:
+        if not self._busy.acquire(timeout=-1 if timeout is None else timeout):
+            raise WorkerError("the engine is busy with another request")
+        with self._state:
+            if self._proc is None or self._proc.poll() is not None or self._stopping:
+                self._busy.release()
+                raise EngineNotRunning("the engine is not running; load a model first")
+            self._next_id += 1
+            self._current = self._next_id
+            self._phase = phase
+            return self._next_id
+
+    def _release(self, rid: int) -> None:
+        with self._state:
+            if self._current == rid:
+                self._current = None
+                self._phase = "idle"
+                self._busy.release()
+
+    # -- requests -------------------------------------------------------------------------------------------
+    def load(self, spec: Any, *, timeout: float | None = DEFAULT_LOAD_TIMEOUT, refuse_unsafe: bool = False,
+             on_progress: Callable[[LoadProgress], None] | None = None) -> LoadedInfo:
+        """Load a pair (``PairSpec`` of this package or of ``outrider.engine``); starts the process if needed.
+
+        ``refuse_unsafe`` (for automatic loads) refuses a model that crashed the engine before. A load that
+        takes longer than ``timeout`` seconds kills the process (EngineStuck). ``on_progress(LoadProgress)``
+        is called before each model file is handed to llama.cpp.
+        """
+        wire = spec_to_wire(spec)
+        if refuse_unsafe:
+            for path in (wire.get("target"), wire.get("draft")):
+                reason = self.unsafe_models.reason(path) if path else None
+                if reason:
+                    raise EngineRequestError("unsafe_model", f"{Path(path).name} is not loaded automatically: "
+                                             f"it crashed the engine before ({reason})", details={"path": path})
+        if not self.running:
+            self.start()
+        rid = self._begin("loading", timeout)
+        self._loading_path = str(wire.get("target"))
+        try:
+            self._send({"type": "load", "id": rid, "spec": wire})
+            while True:
+                msg = self._next_message(rid, timeout)
+                if msg["type"] == "load_progress":
+                    if on_progress is not None:
+                        on_progress(LoadProgress(str(msg.get("stage")), str(msg.get("path"))))
+                elif msg["type"] == "loaded":
+                    info = loaded_from_wire(msg.get("info"))
+                    self.loaded = info
+                    for path in (wire.get("target"), wire.get("draft")):
+                        if path:
+                            with contextlib.suppress(OSError):
+                                self.unsafe_models.clear(path)
+                    return info
+                elif msg["type"] == "error":
+                    self.loaded = None
+                    raise _request_error(msg)
+        finally:
+            self._release(rid)
+
+    def generate(self, request: Any) -> Generation:
+        """Start a reply (``TextRequest`` of this package or of ``outrider.engine``); iterate the result."""
+        wire = request_to_wire(request)
+        rid = self._begin("generating", None)
+        try:
+            self._send({"type": "generate", "id": rid, "request": wire})
+        except BaseException:
+            self._release(rid)
+            raise
+        return Generation(self, rid)
+
+    def cancel(self) -> None:
+        """Cancel the running generation, if any (thread-safe, returns at once)."""
+        with self._state:
+            rid = self._current if self._phase in ("generating", "calibrating") else None
+        if rid is not None:
+            self._send_quiet({"type": "cancel", "target": rid})
+
+    def calibrate(self, n_tokens: int = 48, *, timeout: float | None = None) -> float:
+        """Measure plain-decoding tokens/s of the loaded pair (the baseline of the live speed-up)."""
+        return float(self._simple("calibrating", {"type": "calibrate", "n_tokens": n_tokens}, timeout) or 0.0)
+
+    def unload(self, *, timeout: float | None = 60.0) -> None:
+        """Free the loaded models (GPU memory included); the process stays up."""
+        if not self.running:
+            return
+        self._simple("unloading", {"type": "unload"}, timeout)
+        self.loaded = None
+
+    def bench(self, n_tokens: int, tokens_per_step: int = 1) -> Generation:
+        """Synthetic steps at full speed, to measure the protocol alone."""
+        rid = self._begin("generating", None)
+        self._send({"type": "bench", "id": rid, "n_tokens": n_tokens, "tokens_per_step": tokens_per_step})
+        return Generation(self, rid)
+
+    def _simple(self, phase: str, message: dict[str, Any], timeout: float | None) -> Any:
+        rid = self._begin(phase, timeout)
+        try:
+            self._send({**message, "id": rid})
+            msg = self._next_message(rid, timeout)
+            if msg["type"] == "error":
+                raise _request_error(msg)
+            return msg.get("value")
+        finally:
+            self._release(rid)
+
+
+def _prune_logs(log_dir: Path) -> None:
+    """Keep the newest few engine logs (crash logs are kept; clean exits delete theirs); only day-old ones go."""
+    with contextlib.suppress(OSError):
+        logs = sorted(log_dir.glob("engine-*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
+        day_ago = time.time() - 86400
+        for old in logs[CRASH_LOGS_KEPT:]:
+            if old.stat().st_mtime > day_ago:
+                continue
+            with contextlib.suppress(OSError):
+                old.unlink()
+
+
+def worker_command() -> list[str]:
+    """The command line that starts an engine process (``OUTRIDER_WORKER_CMD`` is not consulted: no injection)."""
+    if getattr(sys, "frozen", False):  # a packaged app: its entry point must call run_worker_if_requested()
+        return [sys.executable, WORKER_FLAG]
+    return [sys.executable, "-X", "utf8", "-m", "outrider.worker.server"]
+
+
+WORKER_FLAG = "--outrider-engine-process"
+
+
+def run_worker_if_requested(argv: list[str] | None = None) -> None:
+    """For frozen builds: call first thing in the app's entry point; runs the engine and exits if asked to."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == [WORKER_FLAG]:
+        from outrider.worker.server import child_main
+
+        child_main(args[1:])
+
+
+def _child_env() -> dict[str, str]:
+    """The app's environment, with this ``outrider`` package importable first (editable or not)."""
+    env = dict(os.environ)
+    root = str(Path(outrider.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env.setdefault("PYTHONFAULTHANDLER", "1")
+    env.setdefault("GGML_NO_BACKTRACE", "1")  # ggml would spend seconds attaching gdb before aborting
+    return env

@@ -1,0 +1,93 @@
+"""Models that crashed the engine while loading: remembered so the app does not auto-load them next start.
+
+A small JSON file, ``unsafe_models.json`` under ``outrider.paths.data_dir()``. Entries are keyed by the real path
+and remember the file's size and modification time: a re-downloaded (changed) file is no longer considered
+unsafe. Writes are atomic (temporary file + ``os.replace``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from outrider import paths
+
+FILE_NAME = "unsafe_models.json"
+
+
+def _key(model_path: str | os.PathLike[str]) -> str:
+    return os.path.realpath(os.fspath(model_path))
+
+
+def _identity(model_path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(model_path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+class UnsafeModels:
+    """The registry. Thread-safe within a process; last writer wins between processes."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        return self._path if self._path is not None else paths.data_dir() / FILE_NAME
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _write(self, data: dict[str, Any]) -> None:
+        target = self.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, target)
+
+    def mark(self, model_path: str | os.PathLike[str], reason: str) -> None:
+        """Remember ``model_path`` as unsafe (``reason``: the one-line crash message)."""
+        key = _key(model_path)
+        ident = _identity(key)
+        with self._lock:
+            data = self._read()
+            data[key] = {"reason": reason, "when": time.time(), "size": ident[0] if ident else None,
+                         "mtime_ns": ident[1] if ident else None}
+            self._write(data)
+
+    def reason(self, model_path: str | os.PathLike[str]) -> str | None:
+        """Why ``model_path`` is unsafe, or None (also None when the file changed since it crashed)."""
+        key = _key(model_path)
+        with self._lock:
+            entry = self._read().get(key)
+        if not isinstance(entry, dict):
+            return None
+        ident = _identity(key)
+        if ident is not None and entry.get("size") is not None and (entry["size"], entry["mtime_ns"]) != ident:
+            return None
+        return str(entry.get("reason", "it crashed the engine"))
+
+    def is_unsafe(self, model_path: str | os.PathLike[str]) -> bool:
+        return self.reason(model_path) is not None
+
+    def clear(self, model_path: str | os.PathLike[str]) -> None:
+        key = _key(model_path)
+        with self._lock:
+            data = self._read()
+            if data.pop(key, None) is not None:
+                self._write(data)
+
+    def entries(self) -> dict[str, Any]:
+        with self._lock:
+            return self._read()
