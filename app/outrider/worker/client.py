@@ -498,8 +498,8 @@ class EngineClient:
         wire = spec_to_wire(spec)
         if refuse_unsafe:
             for path in (wire.get("target"), wire.get("draft")):
-                reason = self.unsafe_models.reason(path) if path else None
-                if reason:
+                reason = self.unsafe_models.reason(str(path)) if path else None
+                if path and reason:
                     raise EngineRequestError("unsafe_model", f"{Path(path).name} is not loaded automatically: "
                                              f"it crashed the engine before ({reason})", details={"path": path})
         if not self.running:

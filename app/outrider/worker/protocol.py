@@ -1,8 +1,9 @@
 """The engine-process protocol: typed dataclasses <-> JSON messages over a pipe.
 
 One message is one JSON object (ASCII-escaped, so lone surrogates survive) framed by a 4-byte length
-(``FramedPipe``) on the engine process's stdin (requests) and its original stdout (events). JSON, not pickle, in both directions: the engine process parses untrusted model
-files, and a compromised engine must not be able to run code in the app by sending a crafted pickle.
+(``FramedPipe``) on the engine process's stdin (requests) and its original stdout (events). JSON, not pickle,
+in both directions: the engine process parses untrusted model files, and a compromised engine must not be
+able to run code in the app by sending a crafted pickle.
 
 Requests (app -> engine), each with an ``id``:
     load(spec), generate(request), cancel(target id), calibrate(n_tokens), unload, shutdown, bench(n_tokens).

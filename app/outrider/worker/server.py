@@ -15,6 +15,7 @@ imports this module to name the process entry point without loading llama.cpp it
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import faulthandler
@@ -88,10 +89,8 @@ def _watch_parent(parent: int) -> None:
 
 
 def _log(line: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.write(2, (line + "\n").encode("utf-8", "replace"))
-    except OSError:
-        pass
 
 
 class _Server:
@@ -127,7 +126,7 @@ class _Server:
                 break
             try:
                 self._handle(kind, rid, msg)
-            except BaseException as exc:  # noqa: BLE001 - every failure becomes an error event
+            except BaseException as exc:  # every failure becomes an error event
                 self.emit(_error_message(rid, exc), wait=True)
             finally:
                 with self.lock:
@@ -194,11 +193,10 @@ class _Server:
     def _announce_loads(self) -> None:
         """Make the engine tell the app which file it is about to hand to llama.cpp (to name it after a crash)."""
         import outrider.engine.session as session
-
-        base = session.LoadedModel
+        from outrider.engine.backend import LoadedModel as base
         server = self
 
-        class AnnouncedModel(base):  # type: ignore[valid-type,misc]
+        class AnnouncedModel(base):
             def __init__(self, backend: Any, path: Any, settings: Any) -> None:
                 stage = "target" if server.load_stage == 0 else "draft"
                 server.load_stage += 1
@@ -207,7 +205,7 @@ class _Server:
                              "path": str(path)}, wait=True)
                 super().__init__(backend, path, settings)
 
-        session.LoadedModel = AnnouncedModel  # type: ignore[misc]
+        vars(session)["LoadedModel"] = AnnouncedModel
 
     def _handle(self, kind: Any, rid: Any, msg: dict[str, Any]) -> None:
         engine = self.engine
