@@ -297,6 +297,7 @@ class _Transfer:
     def _transfer(self, url: str, page: str, dest: Path, size: int, expected_sha: str | None,
                   git_sha1: str | None, commit: str) -> Path:
         import httpx2
+        from huggingface_hub.errors import HfHubHTTPError
         from huggingface_hub.utils._headers import build_hf_headers
         from huggingface_hub.utils._http import get_session, hf_raise_for_status
 
@@ -376,6 +377,11 @@ class _Transfer:
                         out.flush()
                         if offset < size:
                             raise _Retry("connection closed early")
+                except HfHubHTTPError as exc:
+                    mapped = _map_hub_error(exc, url, page, True)
+                    if not isinstance(mapped, ServerError):
+                        raise mapped from exc
+                    failures = self._retry_or_fail(failures, exc, page, mapped)
                 except OSError as exc:
                     if _is_disk_full(exc):
                         raise
@@ -383,16 +389,6 @@ class _Transfer:
                 except (_Retry, httpx2.TransportError) as exc:
                     out.flush()
                     failures = self._retry_or_fail(failures, exc, page)
-                except Exception as exc:
-                    from huggingface_hub import errors as hf_errors
-
-                    if not isinstance(exc, hf_errors.HfHubHTTPError):
-                        raise
-                    mapped = _map_hub_error(exc, url, page, True)
-                    if isinstance(mapped, ServerError):
-                        failures = self._retry_or_fail(failures, exc, page, mapped)
-                    else:
-                        raise mapped from exc
             out.flush()
             os.fsync(out.fileno())
         except OSError as exc:
