@@ -605,7 +605,10 @@ class HistoryStore:
         raise ReplyNotStreamingError(message_id, str(row[0]))
 
     def recover_interrupted(self) -> list[int]:
-        """Mark replies left ``streaming`` by a crash as ``interrupted`` (text = last checkpoint)."""
+        """Mark replies left ``streaming`` by a crash as ``interrupted`` (text = last checkpoint).
+
+        ``open`` already does this; calling it while this process is streaming a reply would interrupt that too.
+        """
         with self._write() as conn:
             rows = conn.execute(
                 "UPDATE messages SET status = 'interrupted', updated_at = ? WHERE status = 'streaming' RETURNING id",
