@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -192,10 +192,8 @@ class FakeHub:
             if pos < size:
                 h.close_connection = True
                 with_sock: socket.socket = h.connection
-                try:
+                with suppress(OSError):
                     with_sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
         except (BrokenPipeError, ConnectionResetError):
             h.close_connection = True
 

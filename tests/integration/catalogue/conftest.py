@@ -5,9 +5,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.fake_hf import FakeHub, fake_hub
 
 from outrider.catalogue import DownloadManager, DownloadOptions, ModelStore
-from tests.support.fake_hf import FakeHub, fake_hub
 
 
 @pytest.fixture

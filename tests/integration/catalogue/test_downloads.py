@@ -4,7 +4,10 @@ disk full (RELIABILITY.md 1-6, 8)."""
 from __future__ import annotations
 
 import time
+
 import pytest
+from tests.integration.catalogue.conftest import make_manager
+from tests.support.fake_hf import FakeHub, payload, wait_for
 
 from outrider.catalogue import (
     CancelledError,
@@ -19,8 +22,6 @@ from outrider.catalogue import (
     NotFoundError,
     ServerError,
 )
-from tests.integration.catalogue.conftest import make_manager
-from tests.support.fake_hf import FakeHub, payload, wait_for
 
 REPO = "org/tiny-GGUF"
 SIZE = 1_500_000
@@ -71,7 +72,7 @@ def test_416_inside_file_restarts_and_416_at_end_completes(hub: FakeHub, store: 
     dest.parent.mkdir(parents=True, exist_ok=True)
     store.part_path(dest).write_bytes(data2)
     (store.part_path(dest).with_name(dest.name + ".part.json")).write_text(
-        '{"repo": "%s", "file": "b.gguf", "size": 200000, "sha256": "%s", "git_sha1": null}' % (REPO, req2.sha256))
+        f'{{"repo": "{REPO}", "file": "b.gguf", "size": 200000, "sha256": "{req2.sha256}", "git_sha1": null}}')
     assert make_manager(store, hub).download_file(req2).wait(30).read_bytes() == data2
 
 
