@@ -84,6 +84,7 @@ class EngineCrashed(WorkerError):
         self.log_tail = log_tail
         self.log_path = log_path
         self.partial_text = partial_text
+        self.detail = _key_line(log_tail)  # the most telling log line (GGML_ASSERT, fatal error, ...) or ""
         super().__init__(self._message())
 
     def _message(self) -> str:
@@ -95,6 +96,14 @@ class EngineCrashed(WorkerError):
     def with_partial(self, text: str) -> EngineCrashed:
         return EngineCrashed(self.cause, self.phase, self.model, exitcode=self.exitcode, log_tail=self.log_tail,
                              log_path=self.log_path, partial_text=text)
+
+
+def _key_line(lines: tuple[str, ...]) -> str:
+    for marker in ("GGML_ASSERT", "GGML_ABORT", "Fatal Python error", "terminate called", "error", "failed"):
+        for line in reversed(lines):
+            if marker.lower() in line.lower():
+                return line.strip()
+    return ""
 
 
 class EngineStuck(EngineCrashed):
@@ -131,7 +140,7 @@ def _signal_name(exitcode: int | None) -> str:
     return f"exit status {exitcode}"
 
 
-def _read_tail(path: str | None, n_lines: int = 30) -> tuple[str, ...]:
+def _read_tail(path: str | None, n_lines: int = 60) -> tuple[str, ...]:
     if not path:
         return ()
     try:
