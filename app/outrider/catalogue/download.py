@@ -632,6 +632,13 @@ class PairDownload:
                     continue
                 if self._cancelled:
                     raise CancelledError("download cancelled; the partial file is kept for a later resume")
+                state = self._manager.store.file_state(model)
+                if state.path is not None and state.verified and state.how == "store":
+                    self.paths.append(state.path)  # installed and verified: no process, no network
+                    if self._on_event is not None:
+                        self._on_event(DownloadEvent("done", model.file, model.size, model.size,
+                                                     path=str(state.path), message="already installed"))
+                    continue
                 self._current = self._manager.download_file(FileRequest.from_model(model), self._on_event)
                 self.paths.append(self._current.wait())
         except DownloadError as exc:
