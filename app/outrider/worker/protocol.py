@@ -37,6 +37,7 @@ Role = Literal["system", "user", "assistant"]
 class ModelSettings:
     gpu_layers: int = -1
     use_mmap: bool = True
+    cpu_extra_buffers: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,254 @@
+"""Crash, kill -9, cancel, pair switching, shutdown, parent death, isolation from llama_cpp."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from support.tiny_gguf import Family
+from worker_helpers import CTX, N_CTX, family_spec, generate_text, good_spec
+
+from outrider.worker.client import EngineClient, EngineCrashed, EngineNotRunning, Generation
+from outrider.worker.protocol import DoneEvent, PairSpec, StepEvent, TextRequest
+
+LONG = TextRequest(prompt="the of and", max_tokens=N_CTX - 16)
+
+
+def _pid_gone(pid: int, within: float, *, zombie_ok: bool = False) -> bool:
+    """The process has exited; a zombie counts only with ``zombie_ok`` (an orphan waits for init to reap it)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # a zombie still answers kill(0): check its state
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    return zombie_ok
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_generate_streams_steps_then_done(client: EngineClient, tiny_family: Family) -> None:
+    info = client.load(family_spec(tiny_family))
+    assert info.draft_mode == "model" and info.n_ctx == N_CTX
+    assert info.target.n_layer == 4 and info.draft is not None and info.draft.n_layer == 1
+    assert info.target.architecture == "llama" and info.backend
+    events = list(client.generate(TextRequest(prompt="the of and", max_tokens=32)))
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.stop_reason in ("stop", "length")
+    assert "".join(s.text for s in steps) == done.text
+    assert sum(len(s.tokens) for s in steps) == done.stats.generated
+    assert all(len(s.tokens) == len(s.drafted) for s in steps)
+    assert done.stats.drafted > 0 and done.stats.decode_tps
+
+
+def test_calibrate_and_unload(client: EngineClient, tiny_family: Family) -> None:
+    client.load(family_spec(tiny_family))
+    tps = client.calibrate(16)
+    assert tps > 0
+    with client.generate(TextRequest(prompt="hello", max_tokens=8)) as gen:
+        done = [e for e in gen if isinstance(e, DoneEvent)][0]
+    assert done.stats.baseline_tps == pytest.approx(tps)
+    client.unload()
+    assert client.loaded is None
+    from outrider.worker.client import EngineRequestError
+
+    with pytest.raises(EngineRequestError, match="no model is loaded"):
+        generate_text(client)
+
+
+def test_kill_9_mid_generation_reports_promptly_with_partial_text(
+    client: EngineClient, tiny_family: Family
+) -> None:
+    client.load(family_spec(tiny_family))
+    pid = client.pid
+    assert pid is not None
+    gen = client.generate(LONG)
+    first = next(gen)
+    assert isinstance(first, StepEvent)
+    os.kill(pid, signal.SIGKILL)
+    t_kill = time.monotonic()
+    with pytest.raises(EngineCrashed) as info:
+        for _ in gen:
+            pass
+    assert time.monotonic() - t_kill < 1.0
+    crash = info.value
+    assert str(crash) == "engine crashed (SIGKILL) while generating"
+    assert crash.partial_text.startswith(first.text) and crash.partial_text == gen.text
+    assert gen.interrupted
+    assert _pid_gone(pid, 1.0), "the killed engine was reaped (no zombie)"
+    client.load(family_spec(tiny_family))  # a new process, at once
+    assert client.pid != pid
+    generate_text(client)
+
+
+def test_cancel_mid_generation(client: EngineClient, tiny_family: Family) -> None:
+    client.load(family_spec(tiny_family))
+    gen = client.generate(LONG)
+    assert isinstance(next(gen), StepEvent)
+    client.cancel()
+    events = list(gen)
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.stop_reason == "cancelled"
+    assert done.stats.generated < LONG.max_tokens
+    generate_text(client)  # the engine is free again
+
+
+def test_cancel_from_another_thread_and_close(client: EngineClient, tiny_family: Family) -> None:
+    client.load(family_spec(tiny_family))
+    gen = client.generate(LONG)
+    timer = threading.Timer(0.01, gen.cancel)
+    timer.start()
+    events = list(gen)
+    timer.join()
+    assert isinstance(events[-1], DoneEvent)
+    # an abandoned generation closed early frees the engine for the next request
+    with client.generate(LONG) as gen2:
+        next(gen2)
+    assert gen2.finished
+    generate_text(client)
+
+
+def test_requests_are_serialised(client: EngineClient, tiny_family: Family) -> None:
+    client.load(family_spec(tiny_family))
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda: results.append(generate_text(client, max_tokens=16)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(results) == 4 and len(set(results)) == 1  # greedy, same prompt: same reply each time
+
+
+def test_switch_pairs_twice(client: EngineClient, tiny_family: Family) -> None:
+    pid = client.pid
+    a = client.load(family_spec(tiny_family))
+    text_a = generate_text(client, max_tokens=16)
+    b = client.load(PairSpec(str(tiny_family.target), lookup=True, context=CTX))
+    text_b = generate_text(client, max_tokens=16)
+    c = client.load(family_spec(tiny_family, "unrelated"))
+    text_c = generate_text(client, max_tokens=16)
+    assert (a.draft_mode, b.draft_mode, c.draft_mode) == ("model", "lookup", "model")
+    assert c.draft is not None and c.draft.path.endswith("unrelated.gguf")
+    assert text_a == text_b == text_c, "greedy output does not depend on the drafter"
+    assert client.pid == pid
+
+
+def test_switch_model_mid_generation(client: EngineClient, tiny_family: Family, good_model: Path) -> None:
+    client.load(family_spec(tiny_family))
+    gen = client.generate(LONG)
+    next(gen)
+    client.cancel()
+    done: list[Generation] = []
+    t = threading.Thread(target=lambda: (list(gen), done.append(gen)))
+    t.start()
+    info = client.load(good_spec(good_model))  # waits for the cancelled reply to end
+    t.join(10)
+    assert done and info.target.path == str(good_model)
+
+
+def test_shutdown_with_model_loaded(tiny_family: Family) -> None:
+    c = EngineClient()
+    c.load(family_spec(tiny_family))
+    pid, log_path = c.pid, c.log_path
+    assert pid is not None and log_path is not None
+    assert c.stop() == 0
+    assert _pid_gone(pid, 1.0)
+    assert not os.path.exists(log_path), "a clean exit leaves no log behind"
+    with pytest.raises(EngineNotRunning):
+        c.calibrate()
+
+
+def test_shutdown_mid_generation(tiny_family: Family) -> None:
+    c = EngineClient()
+    c.load(family_spec(tiny_family))
+    gen = c.generate(LONG)
+    next(gen)
+    assert c.stop() == 0
+    with pytest.raises(EngineNotRunning):  # or the cancelled reply ended first
+        for event in gen:
+            if isinstance(event, DoneEvent):
+                raise EngineNotRunning("done")
+
+
+def test_engine_dies_with_its_parent(tiny_family: Family, tmp_path: Path) -> None:
+    """kill -9 the app: its engine process notices the closed pipe and exits (no orphan)."""
+    script = textwrap.dedent(f"""
+        import sys, time
+        from outrider.worker.client import EngineClient
+        from outrider.worker.protocol import PairSpec, ContextSettings, TextRequest
+        c = EngineClient()
+        c.load(PairSpec({str(tiny_family.target)!r}, context=ContextSettings(n_ctx=256)))
+        gen = c.generate(TextRequest(prompt="the", max_tokens=200))
+        print(c.pid, flush=True)
+        time.sleep(60)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "OUTRIDER_HOME": str(tmp_path)})
+    assert parent.stdout is not None
+    child_pid = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    assert _pid_gone(child_pid, 2.0, zombie_ok=True), "the engine outlived the app"
+
+
+def test_client_never_imports_llama_cpp(tiny_family: Family, tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import sys
+        import outrider.worker.client as client_module
+        assert "llama_cpp" not in sys.modules, "import"
+        from outrider.worker.protocol import PairSpec, ContextSettings, TextRequest
+        with client_module.EngineClient() as c:
+            c.load(PairSpec({str(tiny_family.target)!r}, context=ContextSettings(n_ctx=256)))
+            list(c.generate(TextRequest(prompt="the", max_tokens=4)))
+        assert "llama_cpp" not in sys.modules, "use"
+        assert not any(m.startswith(("outrider.engine.backend", "outrider.engine.session")) for m in sys.modules)
+        print("clean")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "OUTRIDER_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "clean"
+
+
+def test_engine_request_types_mirror_the_engine() -> None:
+    """The protocol's dataclasses keep the engine's field names (engine objects can be passed as they are)."""
+    import dataclasses
+
+    from outrider.engine import backend, chat, drafters, sampling, session, speculative
+    from outrider.engine.stats import GenerationStats
+    from outrider.worker import protocol
+
+    pairs = [(protocol.PairSpec, session.PairSpec), (protocol.TextRequest, session.TextRequest),
+             (protocol.ModelSettings, backend.ModelSettings), (protocol.ContextSettings, backend.ContextSettings),
+             (protocol.LookupSettings, drafters.LookupSettings), (protocol.ChatMessage, chat.ChatMessage),
+             (protocol.SamplingParams, sampling.SamplingParams), (protocol.DraftParams, speculative.DraftParams),
+             (protocol.ModelInfo, backend.ModelFacts)]
+    for mine, theirs in pairs:
+        assert [f.name for f in dataclasses.fields(mine)] == [f.name for f in dataclasses.fields(theirs)], mine
+    assert set(GenerationStats().to_dict()) == {f.name for f in dataclasses.fields(protocol.Stats)}
+    loaded = {f.name for f in dataclasses.fields(protocol.LoadedInfo)} - {"raw"}
+    assert loaded == {f.name for f in dataclasses.fields(session.LoadedPair)}
+
+
+def test_engine_dataclasses_are_accepted(client: EngineClient, tiny_family: Family) -> None:
+    from outrider.engine import backend, session
+
+    spec = session.PairSpec(str(tiny_family.target), draft=str(tiny_family.draft),
+                            context=backend.ContextSettings(n_ctx=N_CTX))
+    assert client.load(spec).draft_mode == "model"
+    with client.generate(session.TextRequest(prompt="the", max_tokens=4)) as gen:
+        assert isinstance(list(gen)[-1], DoneEvent)
