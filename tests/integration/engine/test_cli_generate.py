@@ -1,0 +1,88 @@
+"""The `outrider generate` / `outrider bench` command-line contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.tiny_gguf import Family
+
+
+def outrider(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONIOENCODING="utf-8")
+    return subprocess.run([sys.executable, "-m", "outrider.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)
+
+
+def test_json_stream_contract(tiny_family: Family) -> None:
+    r = outrider("generate", "--target", str(tiny_family.target), "--draft", str(tiny_family.draft), "--prompt",
+                 "the model", "--max-tokens", "20", "--json", "--draft-max", "3", "--ctx", "256", "--in-process")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    steps, done = lines[:-1], lines[-1]
+    assert all(s["event"] == "step" and len(s["tokens"]) == len(s["drafted"]) for s in steps)
+    assert done["event"] == "done" and done["stop_reason"] == "length"
+    for key in ("generated", "drafted", "accepted", "acceptance_rate", "tokens_per_pass", "decode_tps",
+                "prompt_tps", "ttft_s", "k_mean"):
+        assert key in done["stats"], key
+    assert done["stats"]["generated"] == sum(len(s["tokens"]) for s in steps) == 20
+    assert sum(sum(s["drafted"]) for s in steps) == done["stats"]["accepted"]
+
+
+def test_chat_streams_text_and_summary(smollm_path: Path) -> None:
+    r = outrider("generate", "--target", str(smollm_path), "--lookup", "--chat", "Say hello.", "--system",
+                 "Be brief.", "--max-tokens", "12", "--in-process")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+    assert "acceptance" in r.stderr and "tok/s" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--target", "/nonexistent.gguf", "--prompt", "x"], "file not found"),
+        (["--prompt", "x", "--max-tokens", "0"], "must be at least 1"),
+        (["--prompt", "x", "--draft-max", "lots"], "expected a number or 'auto'"),
+        (["--prompt", "x", "--temperature", "-2"], "temperature must be >= 0"),
+        (["--prompt", "x", "--top-p", "7"], "top-p"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(tiny_family: Family, args: list[str], message: str) -> None:
+    full = ["generate", *args] if "--target" in args else ["generate", "--target", str(tiny_family.target), *args]
+    r = outrider(*full, "--in-process")
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_not_a_gguf_and_incompatible_pair(tmp_path: Path, tiny_family: Family) -> None:
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"<html>not a model</html>")
+    r = outrider("generate", "--target", str(junk), "--prompt", "x", "--in-process")
+    assert r.returncode == 2 and "not a GGUF file" in r.stderr and "Traceback" not in r.stderr
+    r = outrider("generate", "--target", str(tiny_family.target), "--draft", str(tiny_family.incompatible),
+                 "--prompt", "x", "--in-process")
+    assert r.returncode == 2 and "more than 128 apart" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_reports_measured_and_predicted_speedup(tiny_family: Family, tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps(["the model", "hello world"]))
+    r = outrider("bench", "--target", str(tiny_family.target), "--draft", str(tiny_family.draft), "--prompts",
+                 str(prompts), "--max-tokens", "24", "--runs", "1", "--ctx", "256", "--json", "--in-process")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["event"] for row in rows] == ["prompt", "prompt", "summary"]
+    for row in rows[:2]:
+        assert row["plain_tps"] > 0 and row["spec_tps"] > 0
+        assert row["speedup"] == pytest.approx(row["spec_tps"] / row["plain_tps"])
+        assert row["predicted_speedup"] > 0 and row["measured_over_predicted"] > 0
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = outrider("bench", "--target", str(tiny_family.target), "--lookup", "--prompts", str(bad), "--in-process")
+    assert r.returncode == 2 and "not valid JSON" in r.stderr
