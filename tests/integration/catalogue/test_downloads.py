@@ -149,8 +149,8 @@ def test_cancel_is_fast_then_resumes_after_restart(hub: FakeHub, store: ModelSto
 
 
 def test_two_concurrent_downloads_of_one_file(hub: FakeHub, store: ModelStore) -> None:
-    data, req = _add(hub, size=2_000_000)
-    hub.faults.chunk_delay = 0.02
+    data, req = _add(hub, size=3_000_000)
+    hub.faults.chunk_delay = 0.05
     m = make_manager(store, hub)
     first = m.download_file(req)
     assert m.download_file(req) is first  # same process: joined
@@ -160,7 +160,7 @@ def test_two_concurrent_downloads_of_one_file(hub: FakeHub, store: ModelStore) -
     second = other.download_file(req, events.append)
     p1, p2 = first.wait(60), second.wait(60)
     assert p1 == p2 and p1.read_bytes() == data
-    assert any(e.type == "joined" for e in events)
+    assert any(e.type == "joined" for e in events), [e.type for e in events]
     assert len([g for g in hub.gets() if g[2] is None]) == 1  # the bytes were fetched once
 
 
