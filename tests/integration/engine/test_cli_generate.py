@@ -15,28 +15,69 @@ from support.tiny_gguf import Family
 
 def outrider(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONIOENCODING="utf-8")
-    return subprocess.run([sys.executable, "-m", "outrider.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "outrider.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 def test_json_stream_contract(tiny_family: Family) -> None:
-    r = outrider("generate", "--target", str(tiny_family.target), "--draft", str(tiny_family.draft), "--prompt",
-                 "the model", "--max-tokens", "20", "--json", "--draft-max", "3", "--ctx", "256", "--in-process")
+    r = outrider(
+        "generate",
+        "--target",
+        str(tiny_family.target),
+        "--draft",
+        str(tiny_family.draft),
+        "--prompt",
+        "the model",
+        "--max-tokens",
+        "20",
+        "--json",
+        "--draft-max",
+        "3",
+        "--ctx",
+        "256",
+        "--in-process",
+    )
     assert r.returncode == 0, r.stderr
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     steps, done = lines[:-1], lines[-1]
     assert all(s["event"] == "step" and len(s["tokens"]) == len(s["drafted"]) for s in steps)
     assert done["event"] == "done" and done["stop_reason"] == "length"
-    for key in ("generated", "drafted", "accepted", "acceptance_rate", "tokens_per_pass", "decode_tps",
-                "prompt_tps", "ttft_s", "k_mean"):
+    for key in (
+        "generated",
+        "drafted",
+        "accepted",
+        "acceptance_rate",
+        "tokens_per_pass",
+        "decode_tps",
+        "prompt_tps",
+        "ttft_s",
+        "k_mean",
+    ):
         assert key in done["stats"], key
     assert done["stats"]["generated"] == sum(len(s["tokens"]) for s in steps) == 20
     assert sum(sum(s["drafted"]) for s in steps) == done["stats"]["accepted"]
 
 
 def test_chat_streams_text_and_summary(smollm_path: Path) -> None:
-    r = outrider("generate", "--target", str(smollm_path), "--lookup", "--chat", "Say hello.", "--system",
-                 "Be brief.", "--max-tokens", "12", "--in-process")
+    r = outrider(
+        "generate",
+        "--target",
+        str(smollm_path),
+        "--lookup",
+        "--chat",
+        "Say hello.",
+        "--system",
+        "Be brief.",
+        "--max-tokens",
+        "12",
+        "--in-process",
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip()
     assert "acceptance" in r.stderr and "tok/s" in r.stderr
@@ -65,16 +106,39 @@ def test_not_a_gguf_and_incompatible_pair(tmp_path: Path, tiny_family: Family) -
     junk.write_bytes(b"<html>not a model</html>")
     r = outrider("generate", "--target", str(junk), "--prompt", "x", "--in-process")
     assert r.returncode == 2 and "not a GGUF file" in r.stderr and "Traceback" not in r.stderr
-    r = outrider("generate", "--target", str(tiny_family.target), "--draft", str(tiny_family.incompatible),
-                 "--prompt", "x", "--in-process")
+    r = outrider(
+        "generate",
+        "--target",
+        str(tiny_family.target),
+        "--draft",
+        str(tiny_family.incompatible),
+        "--prompt",
+        "x",
+        "--in-process",
+    )
     assert r.returncode == 2 and "more than 128 apart" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_bench_reports_measured_and_predicted_speedup(tiny_family: Family, tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps(["the model", "hello world"]))
-    r = outrider("bench", "--target", str(tiny_family.target), "--draft", str(tiny_family.draft), "--prompts",
-                 str(prompts), "--max-tokens", "24", "--runs", "1", "--ctx", "256", "--json", "--in-process")
+    r = outrider(
+        "bench",
+        "--target",
+        str(tiny_family.target),
+        "--draft",
+        str(tiny_family.draft),
+        "--prompts",
+        str(prompts),
+        "--max-tokens",
+        "24",
+        "--runs",
+        "1",
+        "--ctx",
+        "256",
+        "--json",
+        "--in-process",
+    )
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert [row["event"] for row in rows] == ["prompt", "prompt", "summary"]

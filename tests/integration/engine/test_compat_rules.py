@@ -13,8 +13,9 @@ from outrider.engine.errors import IncompatiblePairError
 from outrider.engine.session import Engine, PairSpec
 from support.tiny_gguf import TinyShape, build_vocab, random_weights, write_gguf
 
-BASE = VocabFacts(vocab_type=1, add_bos=True, bos_id=1, add_eos=False, eos_id=2,
-                  token_texts=[f"t{i}" for i in range(1000)])
+BASE = VocabFacts(
+    vocab_type=1, add_bos=True, bos_id=1, add_eos=False, eos_id=2, token_texts=[f"t{i}" for i in range(1000)]
+)
 
 
 @pytest.mark.parametrize(
@@ -24,8 +25,11 @@ BASE = VocabFacts(vocab_type=1, add_bos=True, bos_id=1, add_eos=False, eos_id=2,
         ({"add_bos": False}, "add_bos", "draft adds BOS: no, target adds BOS: yes"),
         ({"bos_id": 7}, "bos_id", "draft BOS id is 7, target 1"),
         ({"add_eos": True}, "add_eos", "draft adds EOS: yes, target adds EOS: no"),
-        ({"token_texts": [f"t{i}" for i in range(1200)]}, "vocab_size",
-         "draft vocabulary has 1200 tokens, target 1000 (more than 128 apart)"),
+        (
+            {"token_texts": [f"t{i}" for i in range(1200)]},
+            "vocab_size",
+            "draft vocabulary has 1200 tokens, target 1000 (more than 128 apart)",
+        ),
         ({"token_texts": [f"t{i}" if i != 42 else "x" for i in range(1000)]}, "token_text", "token 42 differs"),
     ],
 )
@@ -70,9 +74,13 @@ def test_loading_an_incompatible_pair_names_the_rule(tmp_path: Path) -> None:
     target = _model(tmp_path, "target")
     engine = Engine(Backend())
     with pytest.raises(IncompatiblePairError, match="more than 128 apart"):
-        engine.load(PairSpec(target=str(target), draft=str(_model(tmp_path, "big", extra=300)),
-                             context=ContextSettings(n_ctx=128)))
-    info = engine.load(PairSpec(target=str(target), draft=str(_model(tmp_path, "same")),
-                                context=ContextSettings(n_ctx=128)))
+        engine.load(
+            PairSpec(
+                target=str(target), draft=str(_model(tmp_path, "big", extra=300)), context=ContextSettings(n_ctx=128)
+            )
+        )
+    info = engine.load(
+        PairSpec(target=str(target), draft=str(_model(tmp_path, "same")), context=ContextSettings(n_ctx=128))
+    )
     assert info.draft_mode == "model"
     engine.unload()

@@ -21,13 +21,39 @@ from outrider.engine.speculative import DoneEvent, DraftParams
 from support.tiny_gguf import Family
 
 PROMPTS = [
-    "the", "hello world", "def return class", "the model is fast", "a b c d e f", "for i in range",
-    "what is the speed of", "token token token token", "they said that", "import data result",
-    "user assistant system", "1 2 3 4 5 6 7 8", "print(value)", "there can be one", "who would do that",
-    "if else while", "fast slow fast slow", "list dict str int", "the draft and the target", "{[()]}",
-    "name: file line", "she was at the", "we are not", "text code text code text", "self.value = data",
-    "hello", "world world", "time will tell", "all were there", "from the file", "up about out more",
-    "#!/usr/bin/env", "x = y + z * 2",
+    "the",
+    "hello world",
+    "def return class",
+    "the model is fast",
+    "a b c d e f",
+    "for i in range",
+    "what is the speed of",
+    "token token token token",
+    "they said that",
+    "import data result",
+    "user assistant system",
+    "1 2 3 4 5 6 7 8",
+    "print(value)",
+    "there can be one",
+    "who would do that",
+    "if else while",
+    "fast slow fast slow",
+    "list dict str int",
+    "the draft and the target",
+    "{[()]}",
+    "name: file line",
+    "she was at the",
+    "we are not",
+    "text code text code text",
+    "self.value = data",
+    "hello",
+    "world world",
+    "time will tell",
+    "all were there",
+    "from the file",
+    "up about out more",
+    "#!/usr/bin/env",
+    "x = y + z * 2",
 ]
 K_VALUES: list[int | None] = [1, 2, 4, 8, None]
 TIE_GAP = 1e-3  # logits closer than this are a tie that batch size may flip
@@ -58,12 +84,20 @@ def assert_same_or_tie(backend: Backend, target: Path, prompt: list[int], plain:
 
 
 @pytest.fixture(scope="module", params=["family", "unrelated", "self", "lookup"])
-def drafter_engine(request: pytest.FixtureRequest, backend: Backend, tiny_family: Family) -> Iterator[tuple[str, Engine]]:
+def drafter_engine(
+    request: pytest.FixtureRequest, backend: Backend, tiny_family: Family
+) -> Iterator[tuple[str, Engine]]:
     kind = request.param
     draft = {"family": tiny_family.draft, "unrelated": tiny_family.unrelated, "self": tiny_family.target}.get(kind)
     engine = Engine(backend)
-    engine.load(PairSpec(target=str(tiny_family.target), draft=str(draft) if draft else None, lookup=kind == "lookup",
-                         context=ContextSettings(n_ctx=512, threads=2)))
+    engine.load(
+        PairSpec(
+            target=str(tiny_family.target),
+            draft=str(draft) if draft else None,
+            lookup=kind == "lookup",
+            context=ContextSettings(n_ctx=512, threads=2),
+        )
+    )
     yield kind, engine
     engine.unload()
 
@@ -91,8 +125,9 @@ def test_greedy_identity(drafter_engine: tuple[str, Engine], backend: Backend, t
 
 def test_provenance_and_counts_agree(backend: Backend, tiny_family: Family) -> None:
     engine = Engine(backend)
-    engine.load(PairSpec(target=str(tiny_family.target), draft=str(tiny_family.draft),
-                         context=ContextSettings(n_ctx=512)))
+    engine.load(
+        PairSpec(target=str(tiny_family.target), draft=str(tiny_family.draft), context=ContextSettings(n_ctx=512))
+    )
     try:
         flags: list[bool] = []
         done = None
@@ -112,8 +147,17 @@ def test_provenance_and_counts_agree(backend: Backend, tiny_family: Family) -> N
         assert s.tokens_per_pass == pytest.approx(s.generated / s.passes)
         assert s.draft_s + s.verify_s <= s.decode_s + 1e-6
         d = s.to_dict()
-        for key in ("generated", "drafted", "accepted", "acceptance_rate", "tokens_per_pass", "decode_tps",
-                    "prompt_tps", "ttft_s", "k_mean"):
+        for key in (
+            "generated",
+            "drafted",
+            "accepted",
+            "acceptance_rate",
+            "tokens_per_pass",
+            "decode_tps",
+            "prompt_tps",
+            "ttft_s",
+            "k_mean",
+        ):
             assert d[key] is not None, key
     finally:
         engine.unload()
@@ -125,8 +169,11 @@ def test_speedup_uses_calibrated_baseline(backend: Backend, tiny_family: Family)
     try:
         baseline = engine.calibrate(16)
         assert baseline > 0
-        done = [e for e in engine.generate(engine.tokenize_prompt("a b a b a b a b"), max_tokens=16)
-                if isinstance(e, DoneEvent)][0]
+        done = next(
+            e
+            for e in engine.generate(engine.tokenize_prompt("a b a b a b a b"), max_tokens=16)
+            if isinstance(e, DoneEvent)
+        )
         assert done.stats.baseline_tps == baseline
         assert done.stats.speedup == pytest.approx(done.stats.decode_tps / baseline)
     finally:
@@ -135,18 +182,28 @@ def test_speedup_uses_calibrated_baseline(backend: Backend, tiny_family: Family)
 
 def test_fixed_k_respected(backend: Backend, tiny_family: Family) -> None:
     engine = Engine(backend)
-    engine.load(PairSpec(target=str(tiny_family.target), draft=str(tiny_family.target),
-                         context=ContextSettings(n_ctx=512)))
+    engine.load(
+        PairSpec(target=str(tiny_family.target), draft=str(tiny_family.target), context=ContextSettings(n_ctx=512))
+    )
     try:
-        ks = [e.k for e in engine.generate(engine.tokenize_prompt("the"), max_tokens=40, draft=DraftParams(k=3))
-              if not isinstance(e, DoneEvent)]
+        ks = [
+            e.k
+            for e in engine.generate(engine.tokenize_prompt("the"), max_tokens=40, draft=DraftParams(k=3))
+            if not isinstance(e, DoneEvent)
+        ]
         assert set(ks[:-1]) == {3}
         # p_min = 1 stops every draft immediately: plain decoding with k still reported
-        done = [e for e in engine.generate(engine.tokenize_prompt("the"), max_tokens=20,
-                                           draft=DraftParams(k=3, p_min=1.0)) if isinstance(e, DoneEvent)][0]
+        done = next(
+            e
+            for e in engine.generate(engine.tokenize_prompt("the"), max_tokens=20, draft=DraftParams(k=3, p_min=1.0))
+            if isinstance(e, DoneEvent)
+        )
         assert done.stats.drafted == 0
-        done = [e for e in engine.generate(engine.tokenize_prompt("the"), max_tokens=20,
-                                           draft=DraftParams(k=2, draft_min=3)) if isinstance(e, DoneEvent)][0]
+        done = next(
+            e
+            for e in engine.generate(engine.tokenize_prompt("the"), max_tokens=20, draft=DraftParams(k=2, draft_min=3))
+            if isinstance(e, DoneEvent)
+        )
         assert done.stats.drafted == 0
     finally:
         engine.unload()

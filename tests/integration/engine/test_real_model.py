@@ -14,9 +14,11 @@ from outrider.engine.errors import ContextOverflowError
 from outrider.engine.session import Engine, PairSpec, TextRequest
 from outrider.engine.speculative import DoneEvent, DraftParams, StepEvent
 
-QUOTE = ("Alice was beginning to get very tired of sitting by her sister on the bank, and of having nothing to do: "
-         "once or twice she had peeped into the book her sister was reading, but it had no pictures or "
-         "conversations in it.")
+QUOTE = (
+    "Alice was beginning to get very tired of sitting by her sister on the bank, and of having nothing to do: "
+    "once or twice she had peeped into the book her sister was reading, but it had no pictures or "
+    "conversations in it."
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +47,9 @@ def test_chat_template_is_the_models_own(smol: Engine) -> None:
 
 
 def test_lookup_accepts_a_lot_when_quoting(smol: Engine) -> None:
-    request = TextRequest(messages=(ChatMessage("user", f"Repeat this text exactly:\n\n{QUOTE}"),),
-                          max_tokens=80, draft=DraftParams(k=6))
+    request = TextRequest(
+        messages=(ChatMessage("user", f"Repeat this text exactly:\n\n{QUOTE}"),), max_tokens=80, draft=DraftParams(k=6)
+    )
     text, done, _ = _run(smol, request)
     assert "Alice was beginning" in text
     assert done.stats.acceptance_rate is not None and done.stats.acceptance_rate > 0.5
@@ -102,7 +105,7 @@ def test_utf8_is_never_broken(smol: Engine) -> None:
 
 def test_hostile_text_is_cleaned_not_fatal(smol: Engine) -> None:
     hostile = "a\x00b \ud800 lone surrogate ‮RTL‬ 👩‍👩‍👧"
-    text, done, _ = _run(smol, TextRequest(messages=(ChatMessage("user", hostile),), max_tokens=5))
+    _text, done, _ = _run(smol, TextRequest(messages=(ChatMessage("user", hostile),), max_tokens=5))
     assert done.stats.generated >= 1
 
 
@@ -124,8 +127,7 @@ def test_long_conversation_is_trimmed_keeping_system_and_latest(smol: Engine) ->
 
 
 def test_cancel_stops_within_one_step(smol: Engine) -> None:
-    events = smol.run(TextRequest(messages=(ChatMessage("user", "Write a long essay about the sea."),),
-                                  max_tokens=500))
+    events = smol.run(TextRequest(messages=(ChatMessage("user", "Write a long essay about the sea."),), max_tokens=500))
     first = next(events)
     assert isinstance(first, StepEvent)
     threading.Thread(target=smol.cancel).start()

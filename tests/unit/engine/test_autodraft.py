@@ -14,14 +14,15 @@ def test_expected_tokens_formula() -> None:
     assert expected_tokens_per_pass(0.5, 0) == 1
 
 
-def _feed(policy: AutoDraftLength, *, acceptance: float, c1: float, slope: float, c_draft: float, steps: int) -> list[int]:
+def _feed(
+    policy: AutoDraftLength, *, acceptance: float, c1: float, slope: float, c_draft: float, steps: int
+) -> list[int]:
     chosen = []
     for _ in range(steps):
         k = policy.choose()
         chosen.append(k)
-        accepted = int(round(acceptance * k))
-        policy.observe(batch=k + 1, verify_s=c1 * (1 + slope * k), drafted=k, accepted=accepted,
-                       draft_s=c_draft * k)
+        accepted = round(acceptance * k)
+        policy.observe(batch=k + 1, verify_s=c1 * (1 + slope * k), drafted=k, accepted=accepted, draft_s=c_draft * k)
     return chosen
 
 
