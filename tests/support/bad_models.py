@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
 from support.tiny_gguf import TinyShape, build_vocab, random_weights, write_gguf
 
 SMALL = TinyShape(n_layer=1, n_embd=64, n_head=2, n_ff=128, n_ctx_train=512)

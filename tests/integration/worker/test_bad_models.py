@@ -6,12 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
-from support import bad_models
-from support.tiny_gguf import Family
 from worker_helpers import assert_good_load_works, family_spec, generate_text, good_spec
 
 from outrider.worker.client import EngineClient, EngineCrashed, EngineRequestError
 from outrider.worker.registry import UnsafeModels
+from support import bad_models
+from support.tiny_gguf import Family
 
 # name -> (error kind, words the message must contain)
 EXPECTED: dict[str, tuple[str, str]] = {

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from support.tiny_gguf import Family
 from worker_helpers import CTX, N_CTX, family_spec, generate_text, good_spec
 
 from outrider.worker.client import EngineClient, EngineCrashed, EngineNotRunning, Generation
 from outrider.worker.protocol import DoneEvent, PairSpec, StepEvent, TextRequest
+from support.tiny_gguf import Family
 
 LONG = TextRequest(prompt="the of and", max_tokens=N_CTX - 16)
 
@@ -59,7 +59,7 @@ def test_calibrate_and_unload(client: EngineClient, tiny_family: Family) -> None
     tps = client.calibrate(16)
     assert tps > 0
     with client.generate(TextRequest(prompt="hello", max_tokens=8)) as gen:
-        done = [e for e in gen if isinstance(e, DoneEvent)][0]
+        done = next(e for e in gen if isinstance(e, DoneEvent))
     assert done.stats.baseline_tps == pytest.approx(tps)
     client.unload()
     assert client.loaded is None

@@ -1,0 +1,105 @@
+"""Very long and hostile input through the engine process."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from worker_helpers import N_CTX, family_spec
+
+from outrider.worker.client import EngineClient, EngineRequestError
+from outrider.worker.protocol import ChatMessage, DoneEvent, StepEvent, TextRequest, clean_text
+from support.tiny_gguf import Family
+
+HOSTILE = {
+    "lone_surrogates": "abc \ud800 def \udfff ghi \udc00\ud800",
+    "surrogate_pair": "clipboard \ud83d\ude00 smile",
+    "nul_bytes": "before\x00after\x00\x00",
+    "rtl": "\u202eabc\u202c שלום עולם مرحبا \u200f",
+    "zwj_emoji": "family 👨\u200d👩\u200d👧\u200d👦 flag 🏳️\u200d🌈 skin 👍🏽",
+    "controls": "".join(chr(c) for c in range(1, 32)) + "\x7f\u2028\u2029\ufeff\ufffe",
+}
+
+
+@pytest.fixture()
+def loaded(client: EngineClient, tiny_family: Family) -> EngineClient:
+    client.load(family_spec(tiny_family))
+    return client
+
+
+def _run(client: EngineClient, request: TextRequest) -> tuple[list[StepEvent], DoneEvent]:
+    with client.generate(request) as gen:
+        events = list(gen)
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    return [e for e in events if isinstance(e, StepEvent)], done
+
+
+def test_prompt_longer_than_context_is_refused_before_decoding(loaded: EngineClient) -> None:
+    pid = loaded.pid
+    prompt = " ".join(["the of and to"] * 200)  # ~800 tokens, context 512
+    gen = loaded.generate(TextRequest(prompt=prompt, max_tokens=8))
+    with pytest.raises(EngineRequestError) as info:
+        next(gen)  # the error is the very first event: nothing was decoded
+    assert info.value.kind == "context_overflow"
+    assert re.fullmatch(rf"message is \d+ tokens; this model's context is {N_CTX}", str(info.value))
+    assert info.value.details["n_ctx"] == N_CTX and info.value.details["n_tokens"] > N_CTX
+    assert loaded.pid == pid
+    _run(loaded, TextRequest(prompt="the of", max_tokens=4))
+
+
+def test_single_chat_message_larger_than_context(loaded: EngineClient) -> None:
+    big = " ".join(["hello world model"] * 300)
+    with pytest.raises(EngineRequestError, match=r"^message is \d+ tokens; this model's context is \d+$") as info:
+        _run(loaded, TextRequest(messages=(ChatMessage("user", big),), max_tokens=8))
+    assert info.value.kind == "context_overflow"
+
+
+def test_long_conversation_is_trimmed_not_refused(loaded: EngineClient) -> None:
+    turns: list[ChatMessage] = [ChatMessage("system", "you are a fast model")]
+    for i in range(30):
+        turns.append(ChatMessage("user", f"question {i}: what is the speed of the draft model and the target"))
+        turns.append(ChatMessage("assistant", "the draft is fast and the target is slow " * 3))
+    turns.append(ChatMessage("user", "and now?"))
+    _, done = _run(loaded, TextRequest(messages=tuple(turns), max_tokens=16))
+    assert done.stop_reason in ("stop", "length")
+    assert done.stats.prompt_tokens < N_CTX
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_text_never_crashes(name: str, loaded: EngineClient) -> None:
+    pid = loaded.pid
+    text = HOSTILE[name]
+    _run(loaded, TextRequest(prompt=text, max_tokens=8))
+    _run(loaded, TextRequest(messages=(ChatMessage("system", text), ChatMessage("user", text)), max_tokens=8,
+                             stop=(text,)))
+    assert loaded.pid == pid
+
+
+def test_five_megabyte_paste_is_refused_by_length(loaded: EngineClient) -> None:
+    pid = loaded.pid
+    paste = ("lorem ipsum \ud800 שלום 👨\u200d👩\u200d👧 \x00 " * 200_000)[: 5 * 1024 * 1024]
+    for request in (TextRequest(prompt=paste, max_tokens=8),
+                    TextRequest(messages=(ChatMessage("user", paste),), max_tokens=8)):
+        with pytest.raises(EngineRequestError) as info:
+            _run(loaded, request)
+        assert info.value.kind == "input_too_long"
+        assert "characters" in str(info.value) and f"context of {N_CTX} tokens" in str(info.value)
+    # a huge history with a short last message is trimmed instead
+    history = tuple(ChatMessage("user" if i % 2 == 0 else "assistant", paste[:100_000]) for i in range(50))
+    _, done = _run(loaded, TextRequest(messages=(*history, ChatMessage("user", "hi")), max_tokens=4))
+    assert done.stats.prompt_tokens < N_CTX
+    assert loaded.pid == pid
+
+
+def test_streamed_text_is_valid_unicode(loaded: EngineClient) -> None:
+    steps, done = _run(loaded, TextRequest(prompt="👨\u200d👩 שלום", max_tokens=24))
+    for step in steps:
+        step.text.encode("utf-8")  # no lone surrogates or broken characters reach the app
+    assert "".join(s.text for s in steps) == done.text
+
+
+def test_clean_text() -> None:
+    assert clean_text("a\ud83d\ude00b") == "a😀b"  # a UTF-16 pair from a clipboard is joined
+    assert clean_text("a\ud800b\x00c") == "a\ufffdbc"
+    assert clean_text("plain") == "plain"

@@ -1,0 +1,105 @@
+"""The wire protocol, step batching and the unsafe-model registry."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from outrider.worker.client import EngineClient, EngineCrashed, _key_line
+from outrider.worker.protocol import (
+    DoneEvent,
+    FramedPipe,
+    ProtocolError,
+    StepEvent,
+    decode,
+    encode,
+    loaded_from_wire,
+    steps_from_wire,
+)
+from outrider.worker.registry import UnsafeModels
+
+
+def test_bench_stream_is_complete_and_batched(client: EngineClient) -> None:
+    n = 20_000
+    t0 = time.perf_counter()
+    messages = 0
+    last_stats = None
+    tokens: list[int] = []
+    with client.bench(n) as gen:
+        for event in gen:
+            if isinstance(event, StepEvent):
+                tokens.extend(event.tokens)
+                if event.stats is not last_stats:
+                    messages += 1
+                    last_stats = event.stats
+    elapsed = time.perf_counter() - t0
+    assert isinstance(event, DoneEvent) and event.stats.generated == n
+    assert tokens == [i % 1000 + 3 for i in range(n)]
+    assert gen.text == " tok" * n
+    assert messages < n / 4, "steps travel in batches"
+    assert n / elapsed > 2_000  # loose here; tests/benchmarks/bench_protocol.py measures it properly
+
+
+def test_framed_pipe_roundtrip_and_limits() -> None:
+    r, w = os.pipe()
+    try:
+        pipe = FramedPipe(r, w, max_bytes=1000)
+        message = {"type": "steps", "text": "a\ud800b 👨\u200d👩", "n": [1, 2]}
+        pipe.send(encode(message))
+        assert decode(pipe.recv()) == message
+        pipe.send(b"x" * 1001)
+        with pytest.raises(ProtocolError):
+            pipe.recv()
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.parametrize("data", [b"", b"[1,2]", b"{}", b'{"type": 3}', b"\xff\xfe", b"{" * 10])
+def test_decode_rejects_garbage(data: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        decode(data)
+
+
+def test_event_parsers_reject_wrong_shapes() -> None:
+    with pytest.raises(ProtocolError):
+        steps_from_wire({"type": "steps", "steps": "nope", "stats": {}})
+    with pytest.raises(ProtocolError):
+        steps_from_wire({"type": "steps", "steps": [[1, 2]], "stats": {}})
+    with pytest.raises(ProtocolError):
+        loaded_from_wire([1, 2])
+    # unknown fields from a newer engine are ignored
+    steps = steps_from_wire({"steps": [[[5], [False], "x", 0]], "stats": {"generated": 1, "future": 2}})
+    assert steps[0].stats.generated == 1
+
+
+def test_crash_message_and_key_line() -> None:
+    tail = ("llama_model_loader: loaded meta data", "/src/llama-vocab.cpp:2106: GGML_ASSERT(x) failed",
+            "Fatal Python error: Aborted")
+    crash = EngineCrashed("SIGABRT", "loading", "/models/a/model.gguf", log_tail=tail)
+    assert str(crash) == "engine crashed (SIGABRT) while loading model.gguf"
+    assert crash.detail.endswith("GGML_ASSERT(x) failed")
+    partial = EngineCrashed("SIGSEGV", "generating").with_partial("abc")
+    assert str(partial) == "engine crashed (SIGSEGV) while generating" and partial.partial_text == "abc"
+    assert _key_line(()) == ""
+
+
+def test_unsafe_registry(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF....")
+    reg = UnsafeModels(tmp_path / "reg" / "unsafe.json")
+    assert not reg.is_unsafe(model)
+    reg.mark(model, "engine crashed (SIGABRT) while loading m.gguf")
+    reason = UnsafeModels(tmp_path / "reg" / "unsafe.json").reason(model)
+    assert reason == "engine crashed (SIGABRT) while loading m.gguf"
+    assert reg.is_unsafe(tmp_path / "." / "m.gguf")  # keyed by the real path
+    model.write_bytes(b"GGUF.... a new download")
+    assert not reg.is_unsafe(model), "a changed file is judged afresh"
+    reg.mark(model, "again")
+    reg.clear(model)
+    assert not reg.is_unsafe(model) and reg.entries() == {}
+    (tmp_path / "reg" / "unsafe.json").write_text("{not json")
+    assert not reg.is_unsafe(model)  # a damaged registry is treated as empty
