@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "outrider.commands.generate",
     "outrider.commands.models",
     "outrider.commands.chats",
+    "outrider.commands.ask",
 )
 
 

@@ -124,7 +124,8 @@ def _pair_spec(args: argparse.Namespace) -> Any:
 
 
 def _text_request(args: argparse.Namespace, *, prompt: str | None = None, chat: str | None = None,
-                  plain: bool = False) -> Any:
+                  history: Sequence[Any] | None = None, plain: bool = False) -> Any:
+    """A TextRequest from the command's options: raw ``prompt``, one ``chat`` message, or a whole ``history``."""
     from outrider.engine.chat import ChatMessage
     from outrider.engine.sampling import SamplingParams
     from outrider.engine.session import TextRequest
@@ -133,7 +134,7 @@ def _text_request(args: argparse.Namespace, *, prompt: str | None = None, chat: 
     try:
         sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
         draft = DraftParams(k=args.draft_max, draft_min=args.draft_min, p_min=args.draft_p_min)
-        messages = None
+        messages = tuple(history) if history is not None else None
         if chat is not None:
             system = getattr(args, "system", None)
             msgs = [ChatMessage("system", system)] if system else []
@@ -151,7 +152,7 @@ def open_engine(args: argparse.Namespace) -> Any:
     spec = _pair_spec(args)
     if not args.in_process:
         try:
-            from outrider.worker.client import open_cli_engine  # type: ignore[import-not-found,unused-ignore]
+            from outrider.worker.client import open_cli_engine  # type: ignore[import-not-found,attr-defined,unused-ignore]
         except ImportError:
             pass
         else:
