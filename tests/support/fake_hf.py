@@ -94,7 +94,9 @@ class FakeHub:
     def _error(self, h: http.server.BaseHTTPRequestHandler, code: int, error_code: str = "") -> None:
         body = b'{"error": "fake"}'
         h.send_response(code)
-        if error_code:
+        if error_code == "InvalidCredentials":
+            h.send_header("X-Error-Message", "Invalid credentials in Authorization header")
+        elif error_code:
             h.send_header("X-Error-Code", error_code)
         h.send_header("Content-Type", "application/json")
         h.send_header("Content-Length", str(len(body)))

@@ -578,7 +578,8 @@ class DownloadHandle:
                 self.error = CancelledError("download cancelled; the partial file is kept for a later resume")
             else:
                 self.error = InternalError(f"the download process ended unexpectedly "
-                                           f"(exit {self._proc.returncode})")
+                                           f"(exit {self._proc.returncode}); the partial file is kept")
+                self.error.resumable = True
             self._dispatch(DownloadEvent("error", self.request.file, error=self.error.to_json(),
                                          message=self.error.message))
         self._done.set()

@@ -3,6 +3,8 @@ disk full (RELIABILITY.md 1-6, 8)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -13,6 +15,7 @@ from outrider.catalogue import (
     CancelledError,
     CorruptedError,
     DiskFullError,
+    DownloadError,
     DownloadEvent,
     FileRequest,
     GatedError,
@@ -21,6 +24,7 @@ from outrider.catalogue import (
     NetworkError,
     NotFoundError,
     ServerError,
+    UnauthorizedError,
 )
 
 REPO = "org/tiny-GGUF"
@@ -100,6 +104,9 @@ def test_gated_not_found_and_server_errors(hub: FakeHub, store: ModelStore,
     with pytest.raises(GatedError, match="not approved") as e2:
         make_manager(store, hub).download_file(req, events.append).wait(30)
     assert "hf_secret_token_value" not in str(e2.value) and "hf_secret" not in repr([e.to_json() for e in events])
+    hub.faults.repo_status[REPO] = (401, "InvalidCredentials")
+    with pytest.raises(UnauthorizedError, match="token was rejected"):
+        make_manager(store, hub).download_file(req).wait(30)
     monkeypatch.delenv("HF_TOKEN")
     hub.faults.repo_status.clear()
     with pytest.raises(NotFoundError):
@@ -210,3 +217,20 @@ def test_part_of_another_file_is_discarded(hub: FakeHub, store: ModelStore) -> N
     (dest.with_name(dest.name + ".part.json")).write_text('{"size": 5}')
     assert make_manager(store, hub).download_file(req).wait(30).read_bytes() == data
     assert _ranges(hub)[0] is None
+
+
+def test_sigkill_of_the_download_process_keeps_part_and_resumes(hub: FakeHub, store: ModelStore) -> None:
+    data, req = _add(hub, size=3_000_000)
+    hub.faults.chunk_delay = 0.05
+    events: list[DownloadEvent] = []
+    h = make_manager(store, hub).download_file(req, events.append)
+    assert wait_for(lambda: any(e.type == "progress" and e.bytes_done > 500_000 for e in events), 20)
+    assert h.pid is not None
+    os.kill(h.pid, signal.SIGKILL)
+    with pytest.raises(DownloadError):
+        h.wait(10)
+    dest = store.path_for(REPO, req.file, req.revision)
+    assert not dest.exists() and store.part_path(dest).stat().st_size > 0
+    hub.faults.chunk_delay = 0.0
+    assert make_manager(store, hub).download_file(req).wait(30).read_bytes() == data
+    assert (_ranges(hub)[-1] or "").startswith("bytes=")
