@@ -83,9 +83,9 @@ class Result:
 def run_native(binary: Path, target: Path, draft: Path, k: int, tokens: int, threads: int, cuda: bool) -> Result:
     ngl = "99" if cuda else "0"
     cmd = [str(binary), "-m", str(target), "-md", str(draft), "-p", PROMPT, "-n", str(tokens),
-           "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-t", str(threads), "-td",
-           str(threads), "-c", "2048", "--temp", "0", "--top-k", "1", "-ngl", ngl, "-ngld", ngl, "--seed", "1",
-           "--ignore-eos"]
+           "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
+           "--spec-draft-p-min", "0", "-t", str(threads), "-td", str(threads), "-c", "2048", "--temp", "0",
+           "--top-k", "1", "-ngl", ngl, "-ngld", ngl, "--seed", "1", "--ignore-eos"]
     env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
     out = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env, check=False)
     log = out.stdout + out.stderr
