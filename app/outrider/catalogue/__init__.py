@@ -46,7 +46,7 @@ from outrider.catalogue.schema import (
     Pair,
     load_catalogue,
 )
-from outrider.catalogue.store import FileState, ModelStore, PairState
+from outrider.catalogue.store import FileState, ModelStore, PairState, startup_pair
 
 __all__ = [
     "PROMPT_LOOKUP", "BusyError", "CancelledError", "Catalogue", "CatalogueError", "CorruptedError",
@@ -54,5 +54,5 @@ __all__ = [
     "DownloadOptions", "DraftSettings", "FileRequest", "FileState", "FoundFile", "GatedError",
     "LocalPairReport", "MemoryEstimate", "MismatchError", "ModelFile", "ModelStore", "NetworkError",
     "NotFoundError", "OfflineError", "Pair", "PairDownload", "PairState", "ServerError", "UnauthorizedError",
-    "UnverifiableError", "check_local_pair", "ensure_offline_hub", "load_catalogue",
+    "UnverifiableError", "check_local_pair", "ensure_offline_hub", "load_catalogue", "startup_pair",
 ]

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from outrider.catalogue.schema import ModelFile, Pair
+from outrider.catalogue.schema import Catalogue, ModelFile, Pair
 from outrider.paths import models_dir
 
 RECORD_SUFFIX = ".outrider.json"
@@ -249,3 +249,19 @@ class ModelStore:
     def remove_folder(self, folder: Path) -> None:
         folder = Path(folder).expanduser().resolve()
         write_json_atomic(self.folders_file, [str(f) for f in self.user_folders() if f != folder])
+
+
+def startup_pair(catalogue: Catalogue, store: ModelStore,
+                 discovered: dict[str, FileState] | None = None) -> PairState | None:
+    """What the app opens with: the first installed (verified) catalogue pair, else the offline demo pair."""
+    demo = catalogue.demo
+    for pair in catalogue:
+        if demo is not None and pair.id == demo.id:
+            continue
+        state = store.pair_state(pair, discovered)
+        if state.installed:
+            return state
+    if demo is None:
+        return None
+    state = store.pair_state(demo)
+    return state if state.installed else None

@@ -105,3 +105,23 @@ def test_add_my_own_pair(tiny_family: Family) -> None:
     assert ok.memory.target_kv == 8 * 4 * 128 * 1024 * 2
     bad = check_local_pair(tiny_family.target, tiny_family.incompatible)
     assert not bad.compatibility.ok and bad.compatibility.reason
+
+
+def test_startup_pair_is_demo_until_a_pair_is_installed(tmp_path: Path, home: Path, tiny_family: Family) -> None:
+    from outrider.catalogue import startup_pair
+
+    cat = load_catalogue(tiny_catalogue(tmp_path / "c.toml", tiny_family.target, tiny_family.draft))
+    store = ModelStore()
+    first = startup_pair(cat, store)
+    if cat.demo is not None and store.pair_state(cat.demo).installed:
+        assert first is not None and first.pair.id == "smollm2-135m-lookup"
+    for key in ("tiny-target", "tiny-draft"):
+        m = cat.models[key]
+        dest = store.path_for_model(m)
+        assert dest is not None
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tiny_family.target if key == "tiny-target" else tiny_family.draft, dest)
+        assert store.verify_model(m).verified
+    chosen = startup_pair(cat, store)
+    assert chosen is not None and chosen.pair.id == "tiny-pair"
+    assert chosen.target_path == store.path_for_model(cat.models["tiny-target"])
