@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import os
 import queue
 import signal
@@ -497,14 +498,29 @@ class EngineClient:
 
     # -- requests -------------------------------------------------------------------------------------------
     def load(self, spec: Any, *, timeout: float | None = DEFAULT_LOAD_TIMEOUT, refuse_unsafe: bool = False,
+             draft_fallback: bool = False,
              on_progress: Callable[[LoadProgress], None] | None = None) -> LoadedInfo:
         """Load a pair (``PairSpec`` of this package or of ``outrider.engine``); starts the process if needed.
 
         ``refuse_unsafe`` (for automatic loads) refuses a model that crashed the engine before. A load that
-        takes longer than ``timeout`` seconds kills the process (EngineStuck). ``on_progress(LoadProgress)``
-        is called before each model file is handed to llama.cpp.
+        takes longer than ``timeout`` seconds kills the process (EngineStuck). ``draft_fallback`` loads the
+        target alone when the draft is not compatible (the reason is the first of ``LoadedInfo.notes``).
+        ``on_progress(LoadProgress)`` is called before each model file is handed to llama.cpp.
         """
-        wire = spec_to_wire(spec)
+        try:
+            return self._load(spec_to_wire(spec), timeout, refuse_unsafe, on_progress)
+        except EngineRequestError as exc:
+            if not draft_fallback or exc.kind != "incompatible_pair":
+                raise
+            wire = {**spec_to_wire(spec), "draft": None, "lookup": False}
+            info = self._load(wire, timeout, refuse_unsafe, on_progress)
+            note = f"draft model not compatible — running without draft ({exc.message})"
+            info = dataclasses.replace(info, notes=(note, *info.notes))
+            self.loaded = info
+            return info
+
+    def _load(self, wire: dict[str, Any], timeout: float | None, refuse_unsafe: bool,
+              on_progress: Callable[[LoadProgress], None] | None) -> LoadedInfo:
         if refuse_unsafe:
             for path in (wire.get("target"), wire.get("draft")):
                 reason = self.unsafe_models.reason(str(path)) if path else None

@@ -102,6 +102,10 @@ def test_incompatible_draft(tiny_family: Family, client: EngineClient, good_mode
     assert "draft vocabulary" in str(info.value)
     client.load(family_spec(tiny_family))  # the compatible draft of the same family is accepted
     generate_text(client)
+    info = client.load(family_spec(tiny_family, "incompatible"), draft_fallback=True)  # chat goes on, no draft
+    assert info.draft is None and info.draft_mode == "none"
+    assert info.notes[0].startswith("draft model not compatible — running without draft")
+    generate_text(client)
 
 
 def test_duplicated_token_aborts_at_load(
