@@ -1,0 +1,315 @@
+"""Qt adapter over ``outrider.worker.client.EngineClient``: blocking engine calls on one worker thread, signals out.
+
+The engine client is blocking (a load takes seconds, a generation is an iterator that blocks between steps), so
+every request runs on this bridge's own ``QThread``, one at a time, in the order asked (STYLE.md §4: one
+dedicated inference thread). The GUI thread only calls the public methods, which return at once, and receives
+results as signals. ``cancel()`` is the exception: ``EngineClient.cancel`` is thread-safe and returns at once, so
+it is called directly and cuts a running reply short within one step.
+
+Steps are coalesced (STYLE.md §6): the worker puts each ``StepEvent`` in a buffer and emits a wake-up only when
+the buffer goes from empty to non-empty; the GUI thread drains the whole buffer in one slot and emits
+``step_received`` once with a :class:`StepBatch`. A slow reply therefore arrives step by step with no added
+latency, and a fast one in batches sized by how busy the GUI thread is — never one repaint per token.
+
+Errors travel on their own signals, typed at the source (STYLE.md §7), never through the token stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+
+from outrider.worker.client import EngineClient, EngineCrashed, EngineRequestError, WorkerError
+from outrider.worker.protocol import DoneEvent, LoadedInfo, LoadProgress, StepEvent
+
+__all__ = ["EngineCrashed", "EngineRequestError", "QtEngineBridge", "StepBatch", "WorkerError"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepBatch:
+    """Steps that arrived since the GUI last looked, oldest first.
+
+    Attributes:
+        steps: the ``StepEvent``s (each with tokens, provenance flags, text and k).
+        text: the concatenated text of the steps.
+        stats: the statistics snapshot of the newest step (the engine's running totals for this reply).
+    """
+
+    steps: tuple[StepEvent, ...]
+
+    @property
+    def text(self) -> str:
+        return "".join(s.text for s in self.steps)
+
+    @property
+    def stats(self) -> Any:
+        return self.steps[-1].stats
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(s.tokens) for s in self.steps)
+
+
+class _EngineWorker(QObject):
+    """Lives on the bridge's thread; its slots run the blocking client calls. Never touches a widget.
+
+    Signals:
+        steps_ready: the step buffer went from empty to non-empty (the bridge drains it on the GUI thread).
+        loaded, load_failed, load_progress, finished, crashed, calibrated, failed, busy_changed: see the bridge.
+    """
+
+    steps_ready = Signal()
+    loaded = Signal(object)
+    load_failed = Signal(object)
+    load_progress = Signal(object)
+    finished = Signal(object)
+    crashed = Signal(object)
+    calibrated = Signal(float)
+    failed = Signal(object)
+    busy_changed = Signal(int)
+    unloaded = Signal()
+
+    def __init__(self, client: EngineClient) -> None:
+        super().__init__()
+        self.client = client
+        self._lock = threading.Lock()
+        self._buffer: list[StepEvent] = []
+        self.closing = False
+
+    def take_steps(self) -> list[StepEvent]:
+        with self._lock:
+            steps, self._buffer = self._buffer, []
+        return steps
+
+    def _push(self, step: StepEvent) -> None:
+        with self._lock:
+            wake = not self._buffer
+            self._buffer.append(step)
+        if wake:
+            self.steps_ready.emit()
+
+    @Slot(object, float)
+    def do_load(self, spec: Any, timeout: float) -> None:
+        if self.closing:
+            return
+        self.busy_changed.emit(1)
+        try:
+            info = self.client.load(spec, timeout=timeout, draft_fallback=False,
+                                    on_progress=self.load_progress.emit)
+        except Exception as exc:  # every failure must reach the GUI as a signal
+            if not self.closing:
+                self.load_failed.emit(exc)
+        else:
+            self.loaded.emit(info)
+        finally:
+            self.busy_changed.emit(0)
+
+    @Slot(object)
+    def do_generate(self, request: Any) -> None:
+        if self.closing:
+            return
+        self.busy_changed.emit(1)
+        try:
+            with self.client.generate(request) as generation:
+                for event in generation:
+                    if isinstance(event, StepEvent):
+                        self._push(event)
+                    elif isinstance(event, DoneEvent):
+                        self.finished.emit(event)
+        except EngineCrashed as exc:
+            if not self.closing:
+                self.crashed.emit(exc)
+        except Exception as exc:
+            if not self.closing:
+                self.failed.emit(exc)
+        finally:
+            self.busy_changed.emit(0)
+
+    @Slot(int)
+    def do_calibrate(self, n_tokens: int) -> None:
+        if self.closing:
+            return
+        self.busy_changed.emit(1)
+        try:
+            value = self.client.calibrate(n_tokens)
+        except EngineCrashed as exc:
+            if not self.closing:
+                self.crashed.emit(exc)
+        except Exception as exc:
+            if not self.closing:
+                self.failed.emit(exc)
+        else:
+            self.calibrated.emit(float(value))
+        finally:
+            self.busy_changed.emit(0)
+
+    @Slot()
+    def do_unload(self) -> None:
+        if self.closing:
+            return
+        try:
+            self.client.unload()
+        except EngineCrashed as exc:
+            self.crashed.emit(exc)
+        except Exception as exc:
+            self.failed.emit(exc)
+        else:
+            self.unloaded.emit()
+
+
+class QtEngineBridge(QObject):
+    """The GUI's handle on the engine process.
+
+    All methods return at once; requests run one at a time on the bridge's thread, in call order.
+
+    Signals:
+        loaded(LoadedInfo): a pair is loaded and ready.
+        load_failed(Exception): a load failed; ``EngineRequestError`` (``kind``, ``message``: bad file,
+            ``incompatible_pair``, …; the engine is alive) or ``EngineCrashed`` (it died while loading).
+        load_progress(LoadProgress): llama.cpp started reading a model file.
+        step_received(StepBatch): streamed steps of the running reply (coalesced, see the module docstring).
+        generation_finished(DoneEvent): the reply ended (``stop_reason`` stop / length / cancelled).
+        crashed(EngineCrashed): the engine process died while generating or calibrating; ``partial_text``
+            holds what was streamed. The next ``load`` starts a fresh process.
+        calibrated(float): plain-decoding tokens/s of the loaded pair (the speed-up baseline).
+        error(Exception): any other failure of a request (``EngineRequestError``: context overflow, …).
+        busy_changed(bool): a request started (True) or ended (False).
+        unloaded(): the models were freed.
+
+    Attributes:
+        client: the ``EngineClient`` (for its read-only facts: ``pid``, ``backend``, ``loaded``, ``log_path``).
+    """
+
+    loaded = Signal(object)
+    load_failed = Signal(object)
+    load_progress = Signal(object)
+    step_received = Signal(object)
+    generation_finished = Signal(object)
+    crashed = Signal(object)
+    calibrated = Signal(float)
+    error = Signal(object)
+    busy_changed = Signal(bool)
+    unloaded = Signal()
+
+    _load_requested = Signal(object, float)
+    _generate_requested = Signal(object)
+    _calibrate_requested = Signal(int)
+    _unload_requested = Signal()
+
+    def __init__(self, client: EngineClient | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.client = client if client is not None else EngineClient()
+        self._thread = QThread()
+        self._thread.setObjectName("outrider-engine")
+        self._worker = _EngineWorker(self.client)
+        self._worker.moveToThread(self._thread)
+        self._busy = False
+        self._shut_down = False
+
+        self._load_requested.connect(self._worker.do_load)
+        self._generate_requested.connect(self._worker.do_generate)
+        self._calibrate_requested.connect(self._worker.do_calibrate)
+        self._unload_requested.connect(self._worker.do_unload)
+
+        self._worker.steps_ready.connect(self._on_worker_steps_ready)
+        self._worker.finished.connect(self._on_worker_finished)
+        self._worker.loaded.connect(self.loaded)
+        self._worker.load_failed.connect(self.load_failed)
+        self._worker.load_progress.connect(self.load_progress)
+        self._worker.crashed.connect(self._on_worker_crashed)
+        self._worker.calibrated.connect(self.calibrated)
+        self._worker.failed.connect(self._on_worker_failed)
+        self._worker.busy_changed.connect(self._on_worker_busy_changed)
+        self._worker.unloaded.connect(self.unloaded)
+        self._thread.start()
+
+    # -- requests ---------------------------------------------------------------------------------------------
+    def load(self, spec: Any, timeout: float = 600.0) -> None:
+        """Load a ``PairSpec`` (starts the engine process if needed)."""
+        self._load_requested.emit(spec, float(timeout))
+
+    def generate(self, request: Any) -> None:
+        """Start a reply to a ``TextRequest``; steps arrive on ``step_received``."""
+        self._generate_requested.emit(request)
+
+    def cancel(self) -> None:
+        """Stop the running reply (or calibration) at the next step; ``generation_finished`` follows."""
+        self.client.cancel()
+
+    def calibrate(self, n_tokens: int = 48) -> None:
+        """Measure plain decoding of the loaded pair; the result comes on ``calibrated``."""
+        self._calibrate_requested.emit(int(n_tokens))
+
+    def unload(self) -> None:
+        self._unload_requested.emit()
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    @property
+    def pid(self) -> int | None:
+        return self.client.pid
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop the engine process and the thread (flag → cancel → stop → quit → wait). Idempotent."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self._worker.closing = True
+        self.client.cancel()
+        self.client.stop(timeout)
+        self._thread.quit()
+        self._thread.wait()
+        # WORKAROUND: queued signals still posted to this object would otherwise be destroyed during interpreter
+        # finalisation, which aborts PySide6 6.12 ("bool_dealloc … refcount error"); drop them while Python lives.
+        QCoreApplication.removePostedEvents(self)
+
+    # -- worker signals (GUI thread) --------------------------------------------------------------------------
+    @Slot()
+    def _on_worker_steps_ready(self) -> None:
+        steps = self._worker.take_steps()
+        if steps:
+            self.step_received.emit(StepBatch(tuple(steps)))
+
+    @Slot(object)
+    def _on_worker_finished(self, done: DoneEvent) -> None:
+        self._on_worker_steps_ready()  # steps still buffered come before the end
+        self.generation_finished.emit(done)
+
+    @Slot(object)
+    def _on_worker_crashed(self, exc: EngineCrashed) -> None:
+        self._on_worker_steps_ready()
+        self.crashed.emit(exc)
+
+    @Slot(object)
+    def _on_worker_failed(self, exc: Exception) -> None:
+        self._on_worker_steps_ready()
+        self.error.emit(exc)
+
+    @Slot(int)
+    def _on_worker_busy_changed(self, value: int) -> None:
+        busy = bool(value)
+        if busy != self._busy:
+            self._busy = busy
+            self.busy_changed.emit(busy)
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for the user, from a typed engine error (the mapping lives at the Qt boundary)."""
+    if isinstance(exc, EngineRequestError):
+        if exc.kind == "incompatible_pair":
+            return f"These two models cannot be paired: {exc.message}"
+        if exc.kind == "context_overflow":
+            return f"The conversation no longer fits in the context: {exc.message}"
+        return exc.message
+    if isinstance(exc, EngineCrashed):
+        detail = f" — {exc.detail}" if exc.detail else ""
+        return f"{exc}{detail}"
+    return str(exc) or type(exc).__name__
+
+
+__all__ += ["LoadProgress", "LoadedInfo", "describe_error"]
