@@ -1,0 +1,483 @@
+"""Downloads inside the picker: progress bars, speed, ETA, pause / resume / cancel.
+
+Each file downloads in its own child process (``outrider.catalogue.DownloadManager``); its events arrive on
+reader threads. Those threads only append to a queue; a ``QTimer`` on the GUI thread drains it four times a
+second (never one repaint per event) and updates ``DownloadsModel`` with ``dataChanged`` for the changed rows.
+Stopping a child waits for it to exit, so pause and cancel run on the ``TaskRunner`` pool, never in a slot.
+
+Pause and cancel both stop the child; pause keeps the ``.part`` file (resume continues with ``Range``), cancel
+removes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import queue
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import shiboken6
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import (
+    QApplication,
+    QHBoxLayout,
+    QHeaderView,
+    QPushButton,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionProgressBar,
+    QStyleOptionViewItem,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from outrider.catalogue import DownloadError, DownloadEvent, Pair, PairDownload
+from outrider.ui.catalogue_model import CatalogueService, TaskRunner, format_bytes, format_duration
+
+Index = QModelIndex | QPersistentModelIndex
+_ROOT = QModelIndex()
+DRAIN_INTERVAL_MS = 250
+
+
+class DownloadState(enum.Enum):
+    """Lifecycle of one pair's download. ``value`` is the text shown."""
+
+    STARTING = "starting"
+    RUNNING = "downloading"
+    VERIFYING = "verifying"
+    PAUSING = "pausing…"
+    PAUSED = "paused"
+    CANCELLING = "cancelling…"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    DONE = "done"
+
+
+ACTIVE = frozenset({DownloadState.STARTING, DownloadState.RUNNING, DownloadState.VERIFYING})
+STOPPING = frozenset({DownloadState.PAUSING, DownloadState.CANCELLING})
+
+
+@dataclasses.dataclass(frozen=True)
+class DownloadItem:
+    """One pair's download as shown: bytes over both files, the file now in flight, speed, ETA and state."""
+
+    pair: Pair
+    state: DownloadState = DownloadState.STARTING
+    file: str = ""
+    bytes_done: int = 0
+    speed: float = 0.0
+    eta: float | None = None
+    message: str = ""
+    error_kind: str = ""
+    resumable: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.pair.size
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.bytes_done / self.total) if self.total else 0.0
+
+    @property
+    def can_pause(self) -> bool:
+        return self.state in ACTIVE
+
+    @property
+    def can_resume(self) -> bool:
+        return self.state in (DownloadState.PAUSED, DownloadState.CANCELLED) or (
+            self.state is DownloadState.FAILED and self.resumable)
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.state in ACTIVE or self.state in (DownloadState.PAUSED, DownloadState.FAILED)
+
+
+class DownloadRole(enum.IntEnum):
+    PairId = Qt.ItemDataRole.UserRole + 1
+    Item = enum.auto()  # the DownloadItem
+    Progress = enum.auto()  # float 0..1
+    State = enum.auto()  # DownloadState
+
+
+class DownloadColumn(enum.IntEnum):
+    Pair = 0
+    Progress = 1
+    Speed = 2
+    Eta = 3
+    State = 4
+
+
+class DownloadsModel(QAbstractTableModel):
+    """Downloads of this session, newest last; a thin adapter over ``DownloadItem`` snapshots."""
+
+    HEADERS = ("Pair", "Progress", "Speed", "Time left", "State")
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._items: list[DownloadItem] = []
+
+    def upsert(self, item: DownloadItem) -> None:
+        row = self.row_of(item.pair.id)
+        if row is None:
+            self.beginInsertRows(_ROOT, len(self._items), len(self._items))
+            self._items.append(item)
+            self.endInsertRows()
+            return
+        if self._items[row] == item:
+            return
+        self._items[row] = item
+        self.dataChanged.emit(self.index(row, 0), self.index(row, len(self.HEADERS) - 1))
+
+    def remove(self, pair_id: str) -> None:
+        row = self.row_of(pair_id)
+        if row is not None:
+            self.beginRemoveRows(_ROOT, row, row)
+            del self._items[row]
+            self.endRemoveRows()
+
+    def row_of(self, pair_id: str) -> int | None:
+        for i, it in enumerate(self._items):
+            if it.pair.id == pair_id:
+                return i
+        return None
+
+    def item(self, pair_id: str) -> DownloadItem | None:
+        row = self.row_of(pair_id)
+        return None if row is None else self._items[row]
+
+    @property
+    def items(self) -> tuple[DownloadItem, ...]:
+        return tuple(self._items)
+
+    def rowCount(self, parent: Index = _ROOT) -> int:
+        return 0 if parent.isValid() else len(self._items)
+
+    def columnCount(self, parent: Index = _ROOT) -> int:
+        return 0 if parent.isValid() else len(self.HEADERS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation,
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole \
+                and 0 <= section < len(self.HEADERS):
+            return self.HEADERS[section]
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or index.row() >= len(self._items) or index.column() >= len(self.HEADERS):
+            return None
+        it = self._items[index.row()]
+        col = DownloadColumn(index.column())
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._display(it, col)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return it.message or f"{it.pair.name}: {it.state.value}"
+        if role == DownloadRole.PairId:
+            return it.pair.id
+        if role == DownloadRole.Item:
+            return it
+        if role == DownloadRole.Progress:
+            return it.fraction
+        if role == DownloadRole.State:
+            return it.state
+        return None
+
+    @staticmethod
+    def _display(it: DownloadItem, col: DownloadColumn) -> str:
+        if col is DownloadColumn.Pair:
+            return str(it.pair.name)
+        if col is DownloadColumn.Progress:
+            return f"{format_bytes(it.bytes_done)} / {format_bytes(it.total)} ({it.fraction:.0%})"
+        running = it.state is DownloadState.RUNNING
+        if col is DownloadColumn.Speed:
+            return f"{format_bytes(int(it.speed))}/s" if running and it.speed > 0 else "—"
+        if col is DownloadColumn.Eta:
+            return format_duration(it.eta) if running else "—"
+        if it.state is DownloadState.FAILED:
+            return f"failed: {it.message}"
+        return str(it.state.value)
+
+
+class ProgressBarDelegate(QStyledItemDelegate):
+    """Paints ``DownloadRole.Progress`` as a native progress bar (theme-aware, no custom colours)."""
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: Index) -> None:
+        fraction = index.data(DownloadRole.Progress)
+        if not isinstance(fraction, float):
+            super().paint(painter, option, index)
+            return
+        bar = QStyleOptionProgressBar()
+        bar.rect = option.rect.adjusted(2, 2, -2, -2)
+        bar.minimum = 0
+        bar.maximum = 1000
+        bar.progress = int(fraction * 1000)
+        bar.text = str(index.data(Qt.ItemDataRole.DisplayRole))
+        bar.textVisible = True
+        bar.state = option.state
+        style = option.widget.style() if option.widget is not None else QApplication.style()
+        style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter)
+
+
+class QtDownloadManager(QObject):
+    """Starts, pauses, resumes and cancels pair downloads; turns child-process events into model updates.
+
+    Signals:
+        download_changed(str): a pair's ``DownloadItem`` changed (at most every ``DRAIN_INTERVAL_MS``).
+        download_finished(str): both files of the pair are installed and verified.
+        download_failed(str, object): the pair id and the typed ``DownloadError`` (message for the user).
+        download_paused(str): the child stopped; the partial file is kept.
+        download_cancelled(str): the child stopped and the partial file was removed.
+    """
+
+    download_changed = Signal(str)
+    download_finished = Signal(str)
+    download_failed = Signal(str, object)
+    download_paused = Signal(str)
+    download_cancelled = Signal(str)
+
+    def __init__(self, service: CatalogueService, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.service = service
+        self.model = DownloadsModel(self)
+        self._runner = TaskRunner(self, max_workers=2, name="outrider-downloads")
+        self._running: dict[str, PairDownload] = {}
+        self._file_bytes: dict[str, dict[str, int]] = {}
+        self._events: queue.SimpleQueue[tuple[str, DownloadEvent]] = queue.SimpleQueue()
+        self._timer = QTimer(self)
+        self._timer.setInterval(DRAIN_INTERVAL_MS)
+        self._timer.timeout.connect(self._on_timer_timeout)
+
+    # -- commands -------------------------------------------------------------------------------------------
+    def start(self, pair: Pair) -> None:
+        """Start (or resume) ``pair``. A preflight failure (disk space) is reported through ``download_failed``."""
+        current = self.model.item(pair.id)
+        if pair.id in self._running or (current is not None and current.state in STOPPING):
+            return
+        self._file_bytes[pair.id] = {}
+        kept = current.bytes_done if current is not None and current.state is DownloadState.PAUSED else 0
+        self._set(DownloadItem(pair, DownloadState.STARTING, bytes_done=kept,
+                               message="resuming" if kept else "starting"))
+        try:
+            self._running[pair.id] = self.service.downloads.download_pair(pair, self._queue_for(pair.id))
+        except DownloadError as exc:
+            self._fail(pair.id, exc)
+            return
+        self._timer.start()
+
+    def _queue_for(self, pair_id: str) -> Callable[[DownloadEvent], None]:
+        """The callback for a child's reader thread: only a queue put, never a Qt call."""
+
+        def put(ev: DownloadEvent) -> None:
+            self._events.put((pair_id, ev))
+
+        return put
+
+    def resume(self, pair_id: str) -> None:
+        item = self.model.item(pair_id)
+        if item is not None and item.can_resume:
+            self.start(item.pair)
+
+    def pause(self, pair_id: str) -> None:
+        self._stop(pair_id, DownloadState.PAUSING)
+
+    def cancel(self, pair_id: str) -> None:
+        item = self.model.item(pair_id)
+        if item is None:
+            return
+        if pair_id not in self._running:  # paused or failed: only the partial file is left
+            if item.can_cancel:
+                self._set(dataclasses.replace(item, state=DownloadState.CANCELLING))
+                self._runner.submit(lambda: self.service.discard_partial(item.pair),
+                                    lambda _r: self._on_stopped(pair_id, DownloadState.CANCELLED))
+            return
+        self._stop(pair_id, DownloadState.CANCELLING)
+
+    def shutdown(self) -> None:
+        """Stop every child (partial files kept) and wait for the stop tasks: the owner is closing."""
+        self._timer.stop()
+        running, self._running = dict(self._running), {}
+        for dl in running.values():
+            dl.cancel()
+        self._runner.shutdown()
+
+    @property
+    def active(self) -> frozenset[str]:
+        """Pair ids whose download is running or stopping."""
+        return frozenset(it.pair.id for it in self.model.items if it.state in ACTIVE | STOPPING)
+
+    # -- internals ------------------------------------------------------------------------------------------
+    def _stop(self, pair_id: str, how: DownloadState) -> None:
+        dl = self._running.get(pair_id)
+        item = self.model.item(pair_id)
+        if dl is None or item is None or item.state in STOPPING:
+            return
+        self._set(dataclasses.replace(item, state=how, speed=0.0, eta=None))
+        final = DownloadState.PAUSED if how is DownloadState.PAUSING else DownloadState.CANCELLED
+
+        def stop() -> None:
+            dl.cancel()  # terminates the child and waits for it: not on the GUI thread
+            if final is DownloadState.CANCELLED:
+                self.service.discard_partial(dl.pair)
+
+        self._runner.submit(stop, lambda _r: self._on_stopped(pair_id, final),
+                            lambda exc: self._fail(pair_id, exc))
+
+    def _on_stopped(self, pair_id: str, final: DownloadState) -> None:
+        self._running.pop(pair_id, None)
+        self._drain()  # events the child sent before it stopped
+        item = self.model.item(pair_id)
+        if item is None:
+            return
+        msg = ("paused; the partial file is kept and resuming continues from it" if final is DownloadState.PAUSED
+               else "cancelled; the partial file was removed")
+        self._set(dataclasses.replace(item, state=final, speed=0.0, eta=None, message=msg, resumable=True,
+                                      bytes_done=item.bytes_done if final is DownloadState.PAUSED else 0))
+        if final is DownloadState.PAUSED:
+            self.download_paused.emit(pair_id)
+        else:
+            self.download_cancelled.emit(pair_id)
+
+    def _set(self, item: DownloadItem) -> None:
+        self.model.upsert(item)
+        self.download_changed.emit(item.pair.id)
+
+    def _fail(self, pair_id: str, exc: BaseException) -> None:
+        self._running.pop(pair_id, None)
+        item = self.model.item(pair_id)
+        if item is not None:
+            kind = exc.kind if isinstance(exc, DownloadError) else "internal"
+            self._set(dataclasses.replace(item, state=DownloadState.FAILED, speed=0.0, eta=None,
+                                          message=str(exc), error_kind=kind,
+                                          resumable=isinstance(exc, DownloadError) and exc.resumable))
+        self.download_failed.emit(pair_id, exc)
+
+    def _on_timer_timeout(self) -> None:
+        self._drain()
+        for pair_id, dl in list(self._running.items()):
+            item = self.model.item(pair_id)
+            if item is None or item.state in STOPPING:
+                continue
+            try:
+                dl.wait(0)
+            except TimeoutError:
+                continue
+            except DownloadError as exc:
+                self._fail(pair_id, exc)
+                continue
+            self._running.pop(pair_id, None)
+            self._set(dataclasses.replace(item, state=DownloadState.DONE, bytes_done=item.total, speed=0.0,
+                                          eta=None, message="installed and verified"))
+            self.download_finished.emit(pair_id)
+        if not self._running:
+            self._timer.stop()
+
+    def _drain(self) -> None:
+        changed: dict[str, DownloadItem] = {}
+        while True:
+            try:
+                pair_id, ev = self._events.get_nowait()
+            except queue.Empty:
+                break
+            item = changed.get(pair_id) or self.model.item(pair_id)
+            if item is None or item.state not in ACTIVE:
+                continue  # a late event from a child being stopped
+            changed[pair_id] = self._apply(item, ev)
+        for item in changed.values():
+            self._set(item)
+
+    def _apply(self, item: DownloadItem, ev: DownloadEvent) -> DownloadItem:
+        files = self._file_bytes.setdefault(item.pair.id, {})
+        if ev.type == "error":
+            return item  # the PairDownload reports the typed error; handled in _on_timer_timeout
+        files[ev.file] = ev.total if ev.type == "done" else ev.bytes_done
+        done = sum(files.values())
+        state = {"verifying": DownloadState.VERIFYING, "done": DownloadState.RUNNING}.get(ev.type,
+                                                                                          DownloadState.RUNNING)
+        remaining = item.total - done
+        eta = ev.eta
+        if ev.speed > 0:
+            eta = remaining / ev.speed  # over both files, not just the one in flight
+        message = ev.message or (f"{ev.file}: {format_bytes(ev.bytes_done)} of {format_bytes(ev.total)}"
+                                 if ev.total else ev.file)
+        return dataclasses.replace(item, state=state, file=ev.file, bytes_done=done, speed=ev.speed, eta=eta,
+                                   message=message)
+
+
+class DownloadsView(QWidget):
+    """The table of downloads with Pause / Resume / Cancel for the selected row (keyboard reachable)."""
+
+    def __init__(self, manager: QtDownloadManager, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.manager = manager
+        self.table = QTableView(self)
+        self.table.setObjectName("downloadsTable")
+        self.table.setModel(manager.model)
+        self.table.setItemDelegateForColumn(DownloadColumn.Progress, ProgressBarDelegate(self.table))
+        self.table.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QTableView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(DownloadColumn.Progress, QHeaderView.ResizeMode.Stretch)
+        self.table.setToolTip("Downloads run in their own processes; a paused download resumes where it stopped")
+        self.pause_button = QPushButton("&Pause", self)
+        self.pause_button.setToolTip("Stop the download and keep the partial file, to resume later")
+        self.resume_button = QPushButton("Res&ume", self)
+        self.resume_button.setToolTip("Continue from the partial file (HTTP Range)")
+        self.cancel_button = QPushButton("Cance&l download", self)
+        self.cancel_button.setToolTip("Stop the download and delete the partial file")
+        buttons = QHBoxLayout()
+        for b in (self.pause_button, self.resume_button, self.cancel_button):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.table)
+        layout.addLayout(buttons)
+        self.pause_button.clicked.connect(self._on_pause_button_clicked)
+        self.resume_button.clicked.connect(self._on_resume_button_clicked)
+        self.cancel_button.clicked.connect(self._on_cancel_button_clicked)
+        self.table.selectionModel().selectionChanged.connect(self._update_buttons)
+        manager.download_changed.connect(self._on_manager_download_changed)
+        self._update_buttons()
+
+    def select(self, pair_id: str) -> None:
+        row = self.manager.model.row_of(pair_id)
+        if row is not None:
+            self.table.selectRow(row)
+
+    def selected_item(self) -> DownloadItem | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        item = rows[0].data(DownloadRole.Item)
+        return item if isinstance(item, DownloadItem) else None
+
+    def _selected_ids(self) -> Sequence[str]:
+        item = self.selected_item()
+        return [] if item is None else [item.pair.id]
+
+    def _on_pause_button_clicked(self) -> None:
+        for pid in self._selected_ids():
+            self.manager.pause(pid)
+
+    def _on_resume_button_clicked(self) -> None:
+        for pid in self._selected_ids():
+            self.manager.resume(pid)
+
+    def _on_cancel_button_clicked(self) -> None:
+        for pid in self._selected_ids():
+            self.manager.cancel(pid)
+
+    def _on_manager_download_changed(self, pair_id: str) -> None:
+        if not shiboken6.isValid(self):
+            return
+        if self.selected_item() is None:
+            self.select(pair_id)
+        self._update_buttons()
+
+    def _update_buttons(self, *_args: object) -> None:
+        item = self.selected_item()
+        self.pause_button.setEnabled(item is not None and item.can_pause)
+        self.resume_button.setEnabled(item is not None and item.can_resume)
+        self.cancel_button.setEnabled(item is not None and item.can_cancel)
