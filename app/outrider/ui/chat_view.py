@@ -1,0 +1,440 @@
+"""The chat: one QTextBrowser document for the conversation, a composer, and the reply controls.
+
+Streaming is O(1) per batch: tokens are inserted with a ``QTextCursor`` at the end of the document. Only the
+message being streamed is ever re-rendered (its Markdown, at most a few times a second by a timer, and once at
+the end); earlier messages are rendered when a conversation opens or the theme / provenance view changes.
+
+With provenance on, each token's background shows where it came from (accepted draft token vs target token,
+docs/metrics.md "Provenance"); the message is then shown as streamed text instead of rendered Markdown, so that
+every coloured character is exactly a token's text. The wire protocol sends one text per step, not per token, so
+a step that mixes both kinds is split by the share of its tokens (the accepted draft tokens come first in a
+step, the target's own token last); a step that carries ``pieces`` is split exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, QUrl, Signal, Slot
+from PySide6.QtGui import QColor, QGuiApplication, QKeyEvent, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from outrider.ui.live_stats import TOOLTIPS
+from outrider.ui.markdown import code_blocks, render_markdown
+from outrider.ui.theme import LIGHT, ThemeColours
+
+MARKDOWN_INTERVAL_MS = 300  # re-render the streaming message's Markdown at most ~3 times a second
+
+
+@dataclasses.dataclass
+class MessageItem:
+    """One message as the view shows it. ``runs`` (text, is_draft) exist for replies streamed in this session."""
+
+    role: str
+    text: str
+    status: str = "complete"
+    message_id: int | None = None
+    runs: list[tuple[str, bool]] | None = None
+
+    def add_run(self, text: str, drafted: bool) -> None:
+        if self.runs is None:
+            self.runs = []
+        if self.runs and self.runs[-1][1] == drafted:
+            self.runs[-1] = (self.runs[-1][0] + text, drafted)
+        else:
+            self.runs.append((text, drafted))
+
+
+def step_runs(step: Any) -> list[tuple[str, bool]]:
+    """Split one step's text into (text, accepted-draft?) runs (see the module docstring)."""
+    pieces = getattr(step, "pieces", None)
+    flags = list(step.drafted)
+    if pieces is not None and len(pieces) >= len(flags):
+        return [(p, d) for p, d in zip(pieces, [*flags, *[False] * (len(pieces) - len(flags))], strict=True) if p]
+    text = step.text
+    if not text or not flags:
+        return [(text, False)] if text else []
+    n_draft = sum(1 for f in flags if f)
+    if n_draft == 0:
+        return [(text, False)]
+    if n_draft == len(flags):
+        return [(text, True)]
+    cut = round(len(text) * n_draft / len(flags))
+    return [(r, d) for r, d in ((text[:cut], True), (text[cut:], False)) if r]
+
+
+class Composer(QPlainTextEdit):
+    """The message box: Enter sends, Shift+Enter starts a new line.
+
+    Signals:
+        submitted(): Enter was pressed (the text is not cleared here).
+    """
+
+    submitted = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("composer")
+        self.setPlaceholderText("Message (Enter sends, Shift+Enter new line, Esc stops)")
+        self.setTabChangesFocus(True)
+        self.setMaximumHeight(120)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
+                event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class ChatView(QWidget):
+    """Conversation document, composer and reply controls. Holds no engine or store: it asks by signals.
+
+    Signals:
+        send_requested(str): send a new message.
+        edit_resend_requested(int, str): replace the user message with this id and everything after it.
+        stop_requested(): stop the reply being streamed.
+        regenerate_requested(): produce the last reply again.
+        provenance_toggled(bool): the provenance view was switched.
+    """
+
+    send_requested = Signal(str)
+    edit_resend_requested = Signal(int, str)
+    stop_requested = Signal()
+    regenerate_requested = Signal()
+    provenance_toggled = Signal(bool)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.colours: ThemeColours = LIGHT
+        self.messages: list[MessageItem] = []
+        self._provenance = True
+        self._streaming: MessageItem | None = None
+        self._body_start = 0
+        self._editing_id: int | None = None
+        self._dirty_markdown = False
+
+        self.browser = QTextBrowser(self)
+        self.browser.setObjectName("chatView")
+        self.browser.setOpenLinks(False)
+        self.browser.setOpenExternalLinks(False)
+        self.browser.anchorClicked.connect(self._on_browser_anchor_clicked)
+        self.browser.setAccessibleName("Conversation")
+        self.browser.document().setDocumentMargin(12)
+
+        self.composer = Composer(self)
+        self.composer.setAccessibleName("Message")
+        self.composer.submitted.connect(self._on_composer_submitted)
+        self.composer.installEventFilter(self)
+
+        self.send_button = QPushButton("Send", self)
+        self.send_button.setToolTip("Send the message (Enter)")
+        self.send_button.clicked.connect(self._on_composer_submitted)
+        self.stop_button = QPushButton("Stop", self)
+        self.stop_button.setToolTip("Stop the reply (Esc); the text so far is kept")
+        self.stop_button.clicked.connect(self.stop_requested)
+        self.regenerate_button = QPushButton("Regenerate", self)
+        self.regenerate_button.setToolTip("Produce the last reply again")
+        self.regenerate_button.clicked.connect(self.regenerate_requested)
+        self.provenance_box = QCheckBox("Show provenance", self)
+        self.provenance_box.setToolTip(TOOLTIPS["provenance"])
+        self.provenance_box.setChecked(True)
+        self.provenance_box.toggled.connect(self._on_provenance_box_toggled)
+        self.legend_draft = QLabel("accepted draft token", self)
+        self.legend_target = QLabel("target token", self)
+        for label in (self.legend_draft, self.legend_target):
+            label.setToolTip(TOOLTIPS["provenance"])
+        self.edit_label = QLabel("", self)
+        self.edit_label.hide()
+
+        controls = QHBoxLayout()
+        controls.addWidget(self.provenance_box)
+        controls.addWidget(self.legend_draft)
+        controls.addWidget(self.legend_target)
+        controls.addStretch(1)
+        controls.addWidget(self.regenerate_button)
+        controls.addWidget(self.stop_button)
+        controls.addWidget(self.send_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.browser, 1)
+        layout.addWidget(self.edit_label)
+        layout.addWidget(self.composer)
+        layout.addLayout(controls)
+        self.setTabOrder(self.composer, self.send_button)
+        self.setTabOrder(self.send_button, self.stop_button)
+        self.setTabOrder(self.stop_button, self.regenerate_button)
+        self.setTabOrder(self.regenerate_button, self.provenance_box)
+        self.setTabOrder(self.provenance_box, self.browser)
+
+        self._markdown_timer = QTimer(self)
+        self._markdown_timer.setInterval(MARKDOWN_INTERVAL_MS)
+        self._markdown_timer.timeout.connect(self._on_markdown_timer_timeout)
+        self.set_busy(False)
+        self._update_legend()
+
+    # -- state ------------------------------------------------------------------------------------------------
+    @property
+    def provenance(self) -> bool:
+        return self._provenance
+
+    @property
+    def streaming(self) -> bool:
+        return self._streaming is not None
+
+    def set_colours(self, colours: ThemeColours) -> None:
+        self.colours = colours
+        self._update_legend()
+        self.render_all()
+
+    def set_provenance(self, on: bool) -> None:
+        if self.provenance_box.isChecked() != on:
+            self.provenance_box.setChecked(on)  # re-enters through the toggled slot
+            return
+        if on != self._provenance:
+            self._provenance = on
+            self.render_all()
+
+    def set_busy(self, busy: bool) -> None:
+        """Engine busy with a reply: Stop on, Send and Regenerate off."""
+        self.stop_button.setEnabled(busy)
+        self.send_button.setEnabled(not busy)
+        self.regenerate_button.setEnabled(not busy and any(m.role == "assistant" for m in self.messages))
+
+    def _update_legend(self) -> None:
+        c = self.colours
+        self.legend_draft.setStyleSheet(f"background:{c.draft_bg}; color:{c.text}; padding:1px 4px;")
+        self.legend_target.setStyleSheet(f"background:{c.target_bg}; color:{c.text}; padding:1px 4px;")
+        self.legend_draft.setVisible(self._provenance)
+        self.legend_target.setVisible(self._provenance)
+
+    # -- whole document ---------------------------------------------------------------------------------------
+    def set_messages(self, messages: Sequence[MessageItem]) -> None:
+        self.messages = list(messages)
+        self._streaming = None
+        self._markdown_timer.stop()
+        self.render_all()
+        self.set_busy(False)
+
+    def render_all(self) -> None:
+        self._update_legend()
+        doc = self.browser.document()
+        doc.clear()
+        doc.setDefaultStyleSheet(f"a {{ color: {self.colours.link}; }}")
+        cursor = QTextCursor(doc)
+        for index, item in enumerate(self.messages):
+            self._insert_header(cursor, index, item)
+            start = cursor.position()
+            self._insert_body(cursor, index, item)
+            if item is self._streaming:
+                self._body_start = start
+        self.browser.moveCursor(QTextCursor.MoveOperation.End)
+        self.browser.ensureCursorVisible()
+
+    def _plain_format(self) -> QTextCharFormat:
+        fmt = QTextCharFormat()
+        fmt.setForeground(QColor(self.colours.text))
+        return fmt
+
+    def _run_format(self, drafted: bool) -> QTextCharFormat:
+        fmt = self._plain_format()
+        if self._provenance:
+            fmt.setBackground(QColor(self.colours.draft_bg if drafted else self.colours.target_bg))
+            fmt.setProperty(QTextCharFormat.Property.UserProperty, "draft" if drafted else "target")
+        return fmt
+
+    def _insert_header(self, cursor: QTextCursor, index: int, item: MessageItem) -> None:
+        if index > 0 or not cursor.atStart():
+            cursor.insertBlock()
+        who = {"user": "You", "assistant": "Outrider", "system": "System"}.get(item.role, item.role)
+        links = [f'<a href="copy:{index}">Copy</a>']
+        if item.role == "user" and item.message_id is not None:
+            links.append(f'<a href="edit:{index}">Edit &amp; resend</a>')
+        status = ""
+        if item.status == "interrupted":
+            status = f' <span style="color:{self.colours.warning};">— interrupted</span>'
+        elif item.status == "error":
+            status = f' <span style="color:{self.colours.warning};">— failed</span>'
+        elif item.status == "streaming":
+            status = f' <span style="color:{self.colours.muted};">— writing…</span>'
+        cursor.insertHtml(f'<p style="margin-top:10px;"><b>{who}</b>{status} '
+                          f'<span style="color:{self.colours.muted};">· {" · ".join(links)}</span></p>')
+        cursor.insertBlock()
+        cursor.setCharFormat(self._plain_format())
+
+    def _insert_body(self, cursor: QTextCursor, index: int, item: MessageItem) -> None:
+        if item.role == "assistant" and self._provenance and item.runs is not None:
+            for text, drafted in item.runs:
+                cursor.insertText(text, self._run_format(drafted))
+        elif item.role == "assistant" and item is not self._streaming:
+            cursor.insertHtml(render_markdown(item.text, index, self.colours) or "&nbsp;")
+        else:
+            cursor.insertText(item.text, self._plain_format())
+        cursor.setCharFormat(self._plain_format())
+
+    # -- streaming --------------------------------------------------------------------------------------------
+    def add_user_message(self, text: str, message_id: int | None = None) -> None:
+        item = MessageItem("user", text, message_id=message_id)
+        self.messages.append(item)
+        cursor = QTextCursor(self.browser.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        self._insert_header(cursor, len(self.messages) - 1, item)
+        self._insert_body(cursor, len(self.messages) - 1, item)
+        self._scroll_to_end()
+
+    def set_last_user_id(self, message_id: int) -> None:
+        for item in reversed(self.messages):
+            if item.role == "user":
+                item.message_id = message_id
+                return
+
+    def begin_reply(self) -> None:
+        item = MessageItem("assistant", "", status="streaming", runs=[])
+        self.messages.append(item)
+        self._streaming = item
+        cursor = QTextCursor(self.browser.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        self._insert_header(cursor, len(self.messages) - 1, item)
+        self._body_start = cursor.position()
+        self._dirty_markdown = False
+        self._markdown_timer.start()
+        self.set_busy(True)
+
+    def append_steps(self, steps: Sequence[Any]) -> None:
+        """Append a batch of streamed steps at the end of the document (no re-render)."""
+        item = self._streaming
+        if item is None:
+            return
+        bar = self.browser.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        cursor = QTextCursor(self.browser.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        for step in steps:
+            for text, drafted in step_runs(step):
+                item.text += text
+                item.add_run(text, drafted)
+                cursor.insertText(text, self._run_format(drafted))
+        self._dirty_markdown = True
+        if at_bottom:
+            bar.setValue(bar.maximum())
+
+    def end_reply(self, status: str, text: str | None = None, message_id: int | None = None) -> None:
+        item = self._streaming
+        if item is None:
+            return
+        self._markdown_timer.stop()
+        if text is not None and text != item.text:
+            item.text = text  # the engine's final text is the reference (stop strings trimmed, …)
+            if item.runs is not None and "".join(r for r, _ in item.runs) != text:
+                item.runs = None
+        item.status = status
+        item.message_id = message_id
+        self._streaming = None
+        self._rerender_last()
+        self.set_busy(False)
+
+    def _rerender_last(self) -> None:
+        """Replace the last message (header and body) in place: the only re-render during a conversation."""
+        if not self.messages:
+            return
+        index = len(self.messages) - 1
+        doc = self.browser.document()
+        cursor = QTextCursor(doc)
+        # The last message starts at its header: find the block before the body start.
+        header_block = doc.findBlock(self._body_start).previous()
+        cursor.setPosition(header_block.position() if header_block.isValid() else 0)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        if index > 0:
+            cursor.deletePreviousChar()  # the block separator; _insert_header adds it back
+        self._insert_header(cursor, index, self.messages[index])
+        self._body_start = cursor.position()
+        self._insert_body(cursor, index, self.messages[index])
+        self._scroll_to_end()
+
+    @Slot()
+    def _on_markdown_timer_timeout(self) -> None:
+        item = self._streaming
+        if item is None or not self._dirty_markdown or self._provenance:
+            return  # provenance view shows the streamed tokens themselves
+        self._dirty_markdown = False
+        cursor = QTextCursor(self.browser.document())
+        cursor.setPosition(self._body_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        cursor.insertHtml(render_markdown(item.text, len(self.messages) - 1, self.colours) or "&nbsp;")
+        cursor.setCharFormat(self._plain_format())
+        self._scroll_to_end()
+
+    def _scroll_to_end(self) -> None:
+        bar = self.browser.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    # -- user actions -----------------------------------------------------------------------------------------
+    def composer_text(self) -> str:
+        return self.composer.toPlainText()
+
+    @Slot()
+    def _on_composer_submitted(self) -> None:
+        text = self.composer.toPlainText().strip()
+        if not text or self.streaming:
+            return
+        self.composer.clear()
+        editing, self._editing_id = self._editing_id, None
+        self.edit_label.hide()
+        if editing is not None:
+            self.edit_resend_requested.emit(editing, text)
+        else:
+            self.send_requested.emit(text)
+
+    @Slot(bool)
+    def _on_provenance_box_toggled(self, on: bool) -> None:
+        if on != self._provenance:
+            self._provenance = on
+            self.render_all()
+        self.provenance_toggled.emit(on)
+
+    @Slot(QUrl)
+    def _on_browser_anchor_clicked(self, url: QUrl) -> None:
+        kind, _, rest = url.toString().partition(":")
+        try:
+            numbers = [int(x) for x in rest.split(":")]
+            item = self.messages[numbers[0]]
+        except (ValueError, IndexError):
+            return
+        if kind == "copy":
+            QGuiApplication.clipboard().setText(item.text)
+        elif kind == "copy-code" and len(numbers) == 2:
+            blocks = code_blocks(item.text)
+            if numbers[1] < len(blocks):
+                QGuiApplication.clipboard().setText(blocks[numbers[1]].code)
+        elif kind == "edit" and item.message_id is not None and not self.streaming:
+            self.start_edit(item)
+
+    def start_edit(self, item: MessageItem) -> None:
+        self._editing_id = item.message_id
+        self.composer.setPlainText(item.text)
+        self.edit_label.setText("Editing an earlier message: sending replaces it and everything after it "
+                                "(Esc cancels)")
+        self.edit_label.show()
+        self.composer.setFocus()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if (watched is self.composer and event.type() == QEvent.Type.KeyPress and isinstance(event, QKeyEvent)
+                and event.key() == Qt.Key.Key_Escape and self._editing_id is not None and not self.streaming):
+            self._editing_id = None
+            self.edit_label.hide()
+            self.composer.clear()
+            return True
+        return super().eventFilter(watched, event)

@@ -1,0 +1,185 @@
+"""Live statistics of the streaming reply and of the conversation (plain Python, no Qt: testable alone).
+
+The engine sends its running totals (``Stats``, see docs/metrics.md) with every batch of steps; ``ReplyMeter``
+keeps the newest snapshot, a short window of snapshots for the *current* decode speed, and the series the
+charts draw. The GUI reads it on a fixed tick (about 4 Hz), never per token.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+NOW_WINDOW_S = 1.0  # "tok/s now" = tokens decoded over the last second of engine decode time
+SLOWER_MARGIN = 0.95  # speed-up below this (with enough tokens) counts as "speculation is slower than plain"
+SLOWER_MIN_TOKENS = 32
+
+# Tooltips: the definitions of docs/metrics.md, word for word where possible.
+TOOLTIPS: dict[str, str] = {
+    "decode_now": "Decode tokens/s over the last second: tokens emitted / decode time (prompt evaluation "
+                  "excluded).",
+    "decode_tps": "decode_tps — generated / decode time (first step to last; prompt evaluation excluded), for "
+                  "the whole reply.",
+    "acceptance_rate": "acceptance_rate — accepted / drafted: the share of drafted tokens the target accepted "
+                       "(none before anything was drafted).",
+    "tokens_per_pass": "tokens_per_pass — generated / passes: how many tokens each read of the target's weights "
+                       "bought.",
+    "k": "Current draft length k chosen for the last step (0 = a plain step); k_mean is the mean draft length "
+         "chosen per step.",
+    "speedup": "speedup — decode_tps / baseline_tps: measured, never predicted. The baseline is plain-decoding "
+               "tokens/s measured for this pair by calibrate.",
+    "baseline_tps": "baseline_tps — plain-decoding tokens/s measured for this pair by calibrate.",
+    "ttft_s": "ttft_s — time from the request to the first emitted token.",
+    "prompt_tps": "prompt_tps — evaluated (not reused) prompt tokens / prompt evaluation time.",
+    "time_share": "draft_s, verify_s, other_s — decode time spent drafting, in target passes, and in everything "
+                  "else.",
+    "generated": "generated — tokens emitted in the reply (accepted draft tokens + target tokens).",
+    "provenance": "Accepted draft token: the drafter proposed it and the target agreed. Target token: the token "
+                  "the target chose itself after a rejection, or its bonus token after a fully accepted draft.",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What the panel shows, computed once per tick."""
+
+    generated: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    decode_now: float | None = None
+    decode_tps: float | None = None
+    acceptance_rate: float | None = None
+    tokens_per_pass: float | None = None
+    k: int | None = None
+    k_mean: float | None = None
+    speedup: float | None = None
+    baseline_tps: float | None = None
+    ttft_s: float | None = None
+    prompt_tps: float | None = None
+    draft_share: float | None = None
+    verify_share: float | None = None
+    other_share: float | None = None
+    draft_mode: str = "none"
+    streaming: bool = False
+
+    @property
+    def slower_than_plain(self) -> bool:
+        return (self.speedup is not None and self.speedup < SLOWER_MARGIN and self.generated >= SLOWER_MIN_TOKENS
+                and self.draft_mode not in ("none", "off") and self.drafted > 0)
+
+
+def _get(stats: Any, name: str, default: Any = None) -> Any:
+    return getattr(stats, name, default) if stats is not None else default
+
+
+class ReplyMeter:
+    """Accumulates the engine's snapshots for one reply at a time, and per-reply results for the conversation.
+
+    Attributes:
+        baseline_tps: plain-decoding tokens/s from the last calibrate (None until measured).
+        reply_series: (seconds since the reply started, tok/s now, acceptance so far) per tick.
+        conversation_series: (reply number, decode_tps, acceptance_rate) per finished reply.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.baseline_tps: float | None = None
+        self._stats: Any = None
+        self._k: int | None = None
+        self._window: collections.deque[tuple[float, int]] = collections.deque()  # (decode_s, generated)
+        self._started = 0.0
+        self.streaming = False
+        self.reply_series: list[tuple[float, float, float | None]] = []
+        self.conversation_series: list[tuple[int, float, float | None]] = []
+        self._dirty = False
+
+    # -- feeding ----------------------------------------------------------------------------------------------
+    def begin_reply(self) -> None:
+        self._stats = None
+        self._k = None
+        self._window.clear()
+        self._started = self._clock()
+        self.streaming = True
+        self.reply_series = []
+        self._dirty = True
+
+    def add(self, stats: Any, k: int | None) -> None:
+        """The engine's running totals after a batch of steps, and the last step's k."""
+        self._stats = stats
+        self._k = k
+        decode_s = float(_get(stats, "decode_s", 0.0) or 0.0)
+        self._window.append((decode_s, int(_get(stats, "generated", 0) or 0)))
+        while len(self._window) > 2 and decode_s - self._window[0][0] > NOW_WINDOW_S:
+            self._window.popleft()
+        self._dirty = True
+
+    def finish_reply(self, stats: Any | None) -> None:
+        if stats is not None:
+            self._stats = stats
+        self.streaming = False
+        snap = self.snapshot()
+        if snap.decode_tps:
+            self.conversation_series.append((len(self.conversation_series) + 1, snap.decode_tps,
+                                             snap.acceptance_rate))
+        self._dirty = True
+
+    def reset_conversation(self) -> None:
+        self.conversation_series = []
+        self.reply_series = []
+        self._stats = None
+        self.streaming = False
+        self._dirty = True
+
+    def set_baseline(self, tps: float | None) -> None:
+        self.baseline_tps = tps if tps and tps > 0 else None
+        self._dirty = True
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def take_dirty(self) -> bool:
+        dirty, self._dirty = self._dirty, False
+        return dirty
+
+    def tick(self) -> Snapshot:
+        """The snapshot for this tick; while streaming also appends a point to ``reply_series``."""
+        snap = self.snapshot()
+        if self.streaming and snap.decode_now is not None:
+            self.reply_series.append((self._clock() - self._started, snap.decode_now, snap.acceptance_rate))
+        return snap
+
+    def snapshot(self) -> Snapshot:
+        s = self._stats
+        if s is None:
+            return Snapshot(baseline_tps=self.baseline_tps, streaming=self.streaming)
+        now: float | None = None
+        if len(self._window) >= 2:
+            (d0, g0), (d1, g1) = self._window[0], self._window[-1]
+            if d1 - d0 > 1e-6:
+                now = (g1 - g0) / (d1 - d0)
+        decode_tps = _get(s, "decode_tps")
+        if now is None:
+            now = decode_tps
+        baseline = self.baseline_tps or _get(s, "baseline_tps")
+        speedup = decode_tps / baseline if decode_tps and baseline else None
+        decode_s = float(_get(s, "decode_s", 0.0) or 0.0)
+
+        def share(name: str) -> float | None:
+            return float(_get(s, name, 0.0) or 0.0) / decode_s if decode_s > 0 else None
+
+        return Snapshot(
+            generated=int(_get(s, "generated", 0) or 0), drafted=int(_get(s, "drafted", 0) or 0),
+            accepted=int(_get(s, "accepted", 0) or 0), decode_now=now, decode_tps=decode_tps,
+            acceptance_rate=_get(s, "acceptance_rate"), tokens_per_pass=_get(s, "tokens_per_pass"), k=self._k,
+            k_mean=_get(s, "k_mean"), speedup=speedup, baseline_tps=baseline, ttft_s=_get(s, "ttft_s"),
+            prompt_tps=_get(s, "prompt_tps"), draft_share=share("draft_s"), verify_share=share("verify_s"),
+            other_share=share("other_s"), draft_mode=str(_get(s, "draft_mode", "none")), streaming=self.streaming,
+        )
+
+
+def fmt(value: float | int | None, spec: str, suffix: str = "") -> str:
+    """A number for a label, or an en dash when there is none yet."""
+    if value is None:
+        return "–"
+    return f"{value:{spec}}{suffix}"

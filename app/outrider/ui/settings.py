@@ -1,0 +1,169 @@
+"""Typed, persisted settings: one JSON file under ``outrider.paths.data_dir()``, written atomically.
+
+``AppSettings`` is plain data (a frozen dataclass, validated on load: a bad or unknown value falls back to its
+default, never crashes the app). ``QtSettings`` is the facade the GUI holds: ``set(**changes)`` writes the file
+and emits ``changed`` only for keys whose value really changed (STYLE.md §10). The path is injectable for tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from outrider import paths
+from outrider.store import atomic_write_text
+from outrider.worker.protocol import (
+    ContextSettings,
+    DraftParams,
+    ModelSettings,
+    PairSpec,
+    SamplingParams,
+)
+
+SETTINGS_FILENAME = "settings.json"
+DRAFT_MODES = ("auto", "fixed", "off", "lookup")
+DRAFT_MODE_LABELS = {"auto": "Auto k (cost model)", "fixed": "Fixed k", "off": "Off (plain decoding)",
+                     "lookup": "Prompt lookup (n-gram)"}
+THEMES = ("light", "dark")
+
+
+@dataclasses.dataclass(frozen=True)
+class AppSettings:
+    """Everything the settings dialog edits. ``draft_mode``: auto / fixed (k = ``draft_k``) / off / lookup."""
+
+    target_gpu_layers: int = -1
+    draft_gpu_layers: int = -1
+    context_size: int = 4096
+    threads: int = 0
+    draft_mode: str = "auto"
+    draft_k: int = 4
+    draft_min: int = 0
+    p_min: float = 0.0
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int = -1  # -1: random
+    system_prompt: str = ""
+    max_tokens: int = 1024
+    theme: str = "light"
+    show_provenance: bool = True
+    pair_id: str = ""
+
+    def validated(self) -> AppSettings:
+        """A copy with every out-of-range value replaced by its default."""
+        d = AppSettings()
+        fixes: dict[str, Any] = {}
+        checks = {
+            "target_gpu_layers": self.target_gpu_layers >= -1, "draft_gpu_layers": self.draft_gpu_layers >= -1,
+            "context_size": 256 <= self.context_size <= 1 << 20, "threads": 0 <= self.threads <= 1024,
+            "draft_mode": self.draft_mode in DRAFT_MODES, "draft_k": 1 <= self.draft_k <= 64,
+            "draft_min": 0 <= self.draft_min <= 64, "p_min": 0.0 <= self.p_min <= 1.0,
+            "temperature": 0.0 <= self.temperature <= 5.0, "top_k": 0 <= self.top_k <= 100_000,
+            "top_p": 0.0 <= self.top_p <= 1.0, "min_p": 0.0 <= self.min_p <= 1.0, "seed": self.seed >= -1,
+            "max_tokens": 1 <= self.max_tokens <= 1 << 20, "theme": self.theme in THEMES,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                fixes[name] = getattr(d, name)
+        return dataclasses.replace(self, **fixes) if fixes else self
+
+    @classmethod
+    def from_json(cls, data: Any) -> AppSettings:
+        if not isinstance(data, dict):
+            return cls()
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in data:
+                continue
+            value, default = data[f.name], getattr(cls(), f.name)
+            if isinstance(default, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(default, int):
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif isinstance(default, float):
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+                value = float(value) if ok else value
+            else:
+                ok = isinstance(value, str)
+            if ok:
+                kwargs[f.name] = value
+        return cls(**kwargs).validated()
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # -- what the engine receives ---------------------------------------------------------------------------
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
+                              seed=None if self.seed < 0 else self.seed)
+
+    def draft_params(self) -> DraftParams:
+        k: int | None = None
+        if self.draft_mode == "fixed":
+            k = self.draft_k
+        elif self.draft_mode == "off":
+            k = 0
+        return DraftParams(k=k, draft_min=self.draft_min, p_min=self.p_min)
+
+    def pair_spec(self, target: str, draft: str | None, lookup: bool) -> PairSpec:
+        """The load request: ``lookup`` mode forces prompt lookup; otherwise the pair's own drafter."""
+        if self.draft_mode == "lookup":
+            draft, lookup = None, True
+        return PairSpec(target=target, draft=draft, lookup=lookup and draft is None,
+                        target_settings=ModelSettings(gpu_layers=self.target_gpu_layers),
+                        draft_settings=ModelSettings(gpu_layers=self.draft_gpu_layers),
+                        context=ContextSettings(n_ctx=self.context_size, threads=self.threads))
+
+
+class QtSettings(QObject):
+    """The settings the GUI reads and writes.
+
+    Signals:
+        changed(list[str]): the names of the settings whose values changed (never emitted for a no-op set).
+        save_failed(str): the file could not be written (the in-memory value still changed).
+
+    Attributes:
+        path: the JSON file.
+    """
+
+    changed = Signal(list)
+    save_failed = Signal(str)
+
+    def __init__(self, path: Path | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.path = path if path is not None else paths.data_dir() / SETTINGS_FILENAME
+        self._value = self._read()
+
+    def _read(self) -> AppSettings:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return AppSettings()
+        return AppSettings.from_json(data)
+
+    @property
+    def value(self) -> AppSettings:
+        return self._value
+
+    def set(self, **changes: Any) -> list[str]:
+        """Change some settings; returns (and emits) the names that really changed."""
+        new = dataclasses.replace(self._value, **changes).validated()
+        names = [f.name for f in dataclasses.fields(AppSettings) if getattr(new, f.name) != getattr(self._value,
+                                                                                                     f.name)]
+        if not names:
+            return []
+        self._value = new
+        try:
+            atomic_write_text(self.path, json.dumps(new.to_json(), indent=2, sort_keys=True) + "\n")
+        except OSError as exc:
+            self.save_failed.emit(f"settings could not be saved to {self.path}: {exc}")
+        self.changed.emit(names)
+        return names
+
+    def replace(self, value: AppSettings) -> list[str]:
+        return self.set(**value.to_json())

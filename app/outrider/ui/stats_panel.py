@@ -1,0 +1,216 @@
+"""The live statistics panel beside the chat: numbers, two charts, the "slower than plain" warning.
+
+It redraws on its own timer (``REFRESH_MS``, about 4 Hz) from a ``ReplyMeter`` and only when something
+changed — never per token (STYLE.md §6). Every label carries the definition from docs/metrics.md as tooltip.
+"""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtCore import QTimer, Signal, Slot
+from PySide6.QtWidgets import (
+    QFormLayout,
+    QFrame,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from outrider.ui.live_stats import TOOLTIPS, ReplyMeter, Snapshot, fmt
+from outrider.ui.theme import LIGHT, ThemeColours
+
+REFRESH_MS = 250
+
+ROWS = (
+    ("decode_now", "Decode now"),
+    ("decode_tps", "Reply average"),
+    ("acceptance_rate", "Acceptance"),
+    ("tokens_per_pass", "Tokens / target pass"),
+    ("k", "Current k"),
+    ("baseline_tps", "Plain baseline"),
+    ("ttft_s", "Time to first token"),
+    ("prompt_tps", "Prompt speed"),
+    ("time_share", "Draft / verify / other"),
+    ("generated", "Generated"),
+)
+
+
+class StatsPanel(QWidget):
+    """Numbers and charts of the reply being streamed and of the conversation.
+
+    Signals:
+        draft_off_requested(): the warning's "Draft off" button.
+        draft_auto_requested(): the warning's "Auto k" button.
+        remeasure_requested(): measure the plain-decoding baseline again.
+
+    Attributes:
+        meter: the ``ReplyMeter`` it reads.
+        snapshot: the last snapshot shown.
+    """
+
+    draft_off_requested = Signal()
+    draft_auto_requested = Signal()
+    remeasure_requested = Signal()
+
+    def __init__(self, meter: ReplyMeter, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.meter = meter
+        self.snapshot = Snapshot()
+        self.colours: ThemeColours = LIGHT
+        self.setMinimumWidth(300)
+
+        self.speedup_label = QLabel("–", self)
+        self.speedup_label.setObjectName("speedupValue")
+        self.speedup_label.setToolTip(TOOLTIPS["speedup"])
+        self.speedup_label.setAccessibleName("Measured speed-up")
+        caption = QLabel("measured speed-up vs plain", self)
+        caption.setToolTip(TOOLTIPS["speedup"])
+        self.remeasure_button = QPushButton("Re-measure baseline", self)
+        self.remeasure_button.setToolTip("Run calibrate again: " + TOOLTIPS["baseline_tps"])
+        self.remeasure_button.clicked.connect(self.remeasure_requested)
+
+        self.values: dict[str, QLabel] = {}
+        form = QFormLayout()
+        for key, title in ROWS:
+            name = QLabel(title, self)
+            value = QLabel("–", self)
+            value.setObjectName("statValue")
+            for w in (name, value):
+                w.setToolTip(TOOLTIPS[key])
+            value.setAccessibleName(title)
+            self.values[key] = value
+            form.addRow(name, value)
+
+        self.warning = QFrame(self)
+        self.warning.setObjectName("slowerWarning")
+        wl = QVBoxLayout(self.warning)
+        self.warning_label = QLabel("", self.warning)
+        self.warning_label.setWordWrap(True)
+        self.draft_off_button = QPushButton("Draft off", self.warning)
+        self.draft_off_button.setToolTip("Decode plainly with the target alone (draft mode: off)")
+        self.draft_off_button.clicked.connect(self.draft_off_requested)
+        self.draft_auto_button = QPushButton("Auto k", self.warning)
+        self.draft_auto_button.setToolTip("Let the cost model choose k per step, including k = 0 (draft mode: auto)")
+        self.draft_auto_button.clicked.connect(self.draft_auto_requested)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.draft_off_button)
+        buttons.addWidget(self.draft_auto_button)
+        wl.addWidget(self.warning_label)
+        wl.addLayout(buttons)
+        self.warning.hide()
+
+        pg.setConfigOptions(antialias=True)
+        self.reply_plot = pg.PlotWidget(self)
+        self.reply_plot.setToolTip("This reply: decode tokens/s now (line) and acceptance so far (dashed, right "
+                                   "axis, 0–1), against seconds since the request")
+        self.conv_plot = pg.PlotWidget(self)
+        self.conv_plot.setToolTip("This conversation: each reply's average decode tokens/s (line) and "
+                                  "acceptance rate (dashed, right axis)")
+        self._tps_curves = []
+        self._acc_curves = []
+        for plot, title in ((self.reply_plot, "This reply"), (self.conv_plot, "Conversation")):
+            plot.setMinimumHeight(120)
+            plot.setMouseEnabled(x=False, y=False)
+            plot.hideButtons()
+            plot.setTitle(title)
+            plot.setLabel("left", "tok/s")
+            self._tps_curves.append(plot.plot([], []))
+            acc_view = pg.ViewBox()
+            acc_view.setYRange(0, 1)
+            acc_view.setMouseEnabled(x=False, y=False)
+            plot.scene().addItem(acc_view)
+            plot.getAxis("right").linkToView(acc_view)
+            acc_view.setXLink(plot)
+            plot.showAxis("right")
+            plot.setLabel("right", "acceptance")
+            curve = pg.PlotDataItem([], [])
+            acc_view.addItem(curve)
+            self._acc_curves.append((acc_view, curve))
+            plot.getViewBox().sigResized.connect(
+                lambda vb=plot.getViewBox(), av=acc_view: av.setGeometry(vb.sceneBoundingRect()))
+
+        head = QVBoxLayout()
+        head.addWidget(self.speedup_label)
+        head.addWidget(caption)
+        head.addWidget(self.remeasure_button)
+        box = QGroupBox("Live statistics", self)
+        bl = QVBoxLayout(box)
+        bl.addLayout(head)
+        bl.addWidget(self.warning)
+        bl.addLayout(form)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(box)
+        layout.addWidget(self.reply_plot, 1)
+        layout.addWidget(self.conv_plot, 1)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(REFRESH_MS)
+        self.timer.timeout.connect(self._on_timer_timeout)
+        self.timer.start()
+        self.set_colours(LIGHT)
+
+    def set_colours(self, colours: ThemeColours) -> None:
+        self.colours = colours
+        for plot in (self.reply_plot, self.conv_plot):
+            plot.setBackground(colours.background)
+            for axis in ("left", "bottom", "right"):
+                plot.getAxis(axis).setTextPen(colours.text)
+                plot.getAxis(axis).setPen(colours.muted)
+            plot.setTitle(plot.plotItem.titleLabel.text, color=colours.text)
+        for curve in self._tps_curves:
+            curve.setPen(pg.mkPen(colours.chart_tps, width=2))
+        for _, curve in self._acc_curves:
+            curve.setPen(pg.mkPen(colours.chart_accept, width=2, style=pg.QtCore.Qt.PenStyle.DashLine))
+        self.meter._dirty = True
+        self.refresh()
+
+    @Slot()
+    def _on_timer_timeout(self) -> None:
+        if self.meter.streaming or self.meter.take_dirty():
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Redraw from the meter (called by the timer; tests may call it directly)."""
+        s = self.meter.tick()
+        self.snapshot = s
+        v = self.values
+        v["decode_now"].setText(fmt(s.decode_now, ".1f", " tok/s"))
+        v["decode_tps"].setText(fmt(s.decode_tps, ".1f", " tok/s"))
+        v["acceptance_rate"].setText(fmt(None if s.acceptance_rate is None else s.acceptance_rate * 100, ".0f",
+                                         f" %  ({s.accepted}/{s.drafted})"))
+        v["tokens_per_pass"].setText(fmt(s.tokens_per_pass, ".2f"))
+        v["k"].setText("–" if s.k is None else f"{s.k}  (mean {fmt(s.k_mean, '.1f')})")
+        v["baseline_tps"].setText(fmt(s.baseline_tps, ".1f", " tok/s"))
+        v["ttft_s"].setText(fmt(None if s.ttft_s is None else s.ttft_s * 1000, ".0f", " ms"))
+        v["prompt_tps"].setText(fmt(s.prompt_tps, ".0f", " tok/s"))
+        if s.draft_share is None:
+            v["time_share"].setText("–")
+        else:
+            v["time_share"].setText(f"{s.draft_share:.0%} / {s.verify_share or 0:.0%} / {s.other_share or 0:.0%}")
+        v["generated"].setText(str(s.generated))
+        self.speedup_label.setText(fmt(s.speedup, ".2f", "×"))
+        if s.slower_than_plain:
+            self.warning_label.setText(
+                f"Speculation is slower than plain decoding for this pair and prompt ({s.speedup:.2f}×, "
+                f"acceptance {fmt(None if s.acceptance_rate is None else s.acceptance_rate * 100, '.0f', ' %')}).")
+            self.warning.show()
+        elif s.streaming or s.generated == 0:
+            pass  # keep the last verdict until a reply says otherwise
+        else:
+            self.warning.hide()
+        self._draw()
+
+    def _draw(self) -> None:
+        series = self.meter.reply_series
+        xs = [p[0] for p in series]
+        self._tps_curves[0].setData(xs, [p[1] for p in series])
+        acc = [(p[0], p[2]) for p in series if p[2] is not None]
+        self._acc_curves[0][1].setData([a[0] for a in acc], [a[1] for a in acc])
+        conv = self.meter.conversation_series
+        self._tps_curves[1].setData([p[0] for p in conv], [p[1] for p in conv], symbol="o", symbolSize=6)
+        cacc = [(p[0], p[2]) for p in conv if p[2] is not None]
+        self._acc_curves[1][1].setData([a[0] for a in cacc], [a[1] for a in cacc])

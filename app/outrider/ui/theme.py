@@ -1,0 +1,82 @@
+"""Light and dark themes: a QPalette, a QSS file (``resources/<name>.qss``) and the document colours.
+
+Resources are read with ``importlib.resources`` so they work from a wheel, a zip or a frozen build.
+Provenance colours are chosen per theme for contrast with the text colour on both backgrounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+
+from PySide6.QtGui import QColor, QIcon, QPalette, QPixmap
+from PySide6.QtWidgets import QApplication
+
+RESOURCES = "outrider.ui.resources"
+
+
+@dataclasses.dataclass(frozen=True)
+class ThemeColours:
+    """Colours the chat document and charts use (hex strings)."""
+
+    name: str
+    text: str
+    muted: str
+    background: str
+    draft_bg: str  # accepted draft tokens
+    target_bg: str  # target tokens
+    code_bg: str
+    link: str
+    pygments_style: str
+    chart_tps: str
+    chart_accept: str
+    warning: str
+
+
+LIGHT = ThemeColours("light", "#1f1f1f", "#5f6368", "#ffffff", "#c6efce", "#fde9c8", "#f3f4f6", "#1a56c4",
+                     "friendly", "#1a73e8", "#188038", "#b06000")
+DARK = ThemeColours("dark", "#e3e3e3", "#9aa0a6", "#1e1f22", "#1f5130", "#5a4317", "#2b2d31", "#8ab4f8",
+                    "monokai", "#8ab4f8", "#81c995", "#fdd663")
+THEMES = {"light": LIGHT, "dark": DARK}
+
+
+def colours(name: str) -> ThemeColours:
+    return THEMES.get(name, LIGHT)
+
+
+def read_resource(name: str) -> str:
+    return importlib.resources.files(RESOURCES).joinpath(name).read_text(encoding="utf-8")
+
+
+def app_icon() -> QIcon:
+    data = importlib.resources.files(RESOURCES).joinpath("outrider.svg").read_bytes()
+    pixmap = QPixmap()
+    pixmap.loadFromData(data, "SVG")
+    return QIcon(pixmap)
+
+
+def _palette(c: ThemeColours) -> QPalette:
+    pal = QPalette()
+    if c.name == "dark":
+        window, base, button = QColor("#26272b"), QColor(c.background), QColor("#303136")
+    else:
+        window, base, button = QColor("#f5f5f7"), QColor(c.background), QColor("#ececef")
+    text = QColor(c.text)
+    for role, colour in ((QPalette.ColorRole.Window, window), (QPalette.ColorRole.Base, base),
+                         (QPalette.ColorRole.AlternateBase, button), (QPalette.ColorRole.Button, button),
+                         (QPalette.ColorRole.WindowText, text), (QPalette.ColorRole.Text, text),
+                         (QPalette.ColorRole.ButtonText, text), (QPalette.ColorRole.ToolTipBase, base),
+                         (QPalette.ColorRole.ToolTipText, text), (QPalette.ColorRole.Link, QColor(c.link)),
+                         (QPalette.ColorRole.PlaceholderText, QColor(c.muted))):
+        pal.setColor(role, colour)
+    pal.setColor(QPalette.ColorRole.Highlight, QColor(c.link))
+    pal.setColor(QPalette.ColorRole.HighlightedText, QColor(c.background))
+    return pal
+
+
+def apply_theme(app: QApplication, name: str) -> ThemeColours:
+    c = colours(name)
+    app.setStyle("Fusion")
+    app.setPalette(_palette(c))
+    app.setStyleSheet(read_resource(f"{c.name}.qss"))
+    return c
