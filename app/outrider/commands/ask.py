@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from outrider.commands.base import EXIT_RUNTIME, CliError, print_json
-from outrider.commands.generate import _add_model_options, _text_request, format_summary, open_engine
+from outrider.commands.generate import _add_model_options, _text_request, format_summary, is_done, open_engine
 
 
 def register(sub: Any) -> None:
@@ -41,8 +41,6 @@ def _history_messages(conversation: Any) -> list[Any]:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from outrider.engine.errors import EngineError
-    from outrider.engine.speculative import DoneEvent
     from outrider.store import (
         ConversationNotFoundError,
         HistoryStore,
@@ -79,7 +77,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         text = ""
         try:
             for event in engine.run(request):
-                if isinstance(event, DoneEvent):
+                if is_done(event):
                     s = event.stats
                     stats = ReplyStats(
                         pair_id=None, draft_mode=s.draft_mode, k=args.draft_max,
@@ -104,11 +102,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 else:
                     sys.stdout.write(event.text)
                     sys.stdout.flush()
-        except (EngineError, KeyboardInterrupt, CliError) as exc:
-            checkpointer.finish(text, MessageStatus.INTERRUPTED)
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            raise CliError(str(exc), getattr(exc, "exit_code", EXIT_RUNTIME)) from None
+        except (KeyboardInterrupt, CliError):
+            checkpointer.finish(text, MessageStatus.INTERRUPTED)  # the partial reply is kept, marked interrupted
+            raise
         finally:
             engine.close()
     return 0

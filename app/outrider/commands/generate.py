@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -10,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, print_json
+from outrider.commands.base import EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, CliError, print_json
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
 
@@ -147,26 +148,74 @@ def _text_request(args: argparse.Namespace, *, prompt: str | None = None, chat: 
         raise CliError(str(exc)) from None
 
 
-def open_engine(args: argparse.Namespace) -> Any:
-    """Load the pair in-process (``--in-process``) or in the engine worker process."""
-    spec = _pair_spec(args)
-    if not args.in_process:
-        try:
-            from outrider.worker.client import open_cli_engine  # type: ignore[import-not-found,attr-defined,unused-ignore]
-        except ImportError:
-            pass
-        else:
-            return open_cli_engine(spec)
-    from outrider.engine.errors import EngineError
-    from outrider.engine.session import Engine
+def is_done(event: Any) -> bool:
+    """The final event of a reply (in-process ``DoneEvent`` or the worker protocol's)."""
+    return hasattr(event, "stop_reason")
 
-    engine = Engine()
-    try:
-        engine.load(spec)
-    except EngineError as exc:
-        engine.close()
-        raise CliError(str(exc)) from None
-    return engine
+
+class WorkerEngine:
+    """The engine in its own process (the default): a crash becomes exit status 3 with one line."""
+
+    def __init__(self, spec: Any) -> None:
+        from outrider.worker.client import EngineClient
+
+        self._client = EngineClient()
+        with self._errors():
+            self._client.load(spec)
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        from outrider.worker.client import EngineCrashed, EngineRequestError, WorkerError
+
+        try:
+            yield
+        except EngineRequestError as exc:
+            raise CliError(str(exc), EXIT_BAD_INPUT) from None
+        except EngineCrashed as exc:
+            raise CliError(str(exc), EXIT_ENGINE_CRASHED) from None
+        except WorkerError as exc:
+            raise CliError(str(exc), EXIT_ENGINE_CRASHED) from None
+
+    def run(self, request: Any) -> Iterator[Any]:
+        with self._errors(), self._client.generate(request) as generation:
+            yield from generation
+
+    def close(self) -> None:
+        self._client.stop()
+
+
+class InProcessEngine:
+    """The engine in this process (``--in-process``, for debugging): engine errors become exit status 2."""
+
+    def __init__(self, spec: Any) -> None:
+        from outrider.engine.errors import EngineError
+        from outrider.engine.session import Engine
+
+        self._engine = Engine()
+        try:
+            self._engine.load(spec)
+        except EngineError as exc:
+            self._engine.close()
+            raise CliError(str(exc)) from None
+
+    def run(self, request: Any) -> Iterator[Any]:
+        from outrider.engine.errors import EngineError
+
+        try:
+            yield from self._engine.run(request)
+        except EngineError as exc:
+            raise CliError(str(exc)) from None
+
+    def close(self) -> None:
+        self._engine.close()
+
+
+def open_engine(args: argparse.Namespace) -> EngineLike:
+    """Load the pair in the engine process, or in this process with ``--in-process``."""
+    spec = _pair_spec(args)
+    if args.in_process:
+        return InProcessEngine(spec)
+    return WorkerEngine(spec)
 
 
 # -- generate ---------------------------------------------------------------------------------------------------
@@ -179,30 +228,25 @@ def cmd_generate(args: argparse.Namespace) -> int:
         engine.close()
 
 
-def _stream(engine: Any, request: Any, *, as_json: bool) -> int:
-    from outrider.engine.errors import EngineError
-    from outrider.engine.speculative import DoneEvent
-
+def _stream(engine: EngineLike, request: Any, *, as_json: bool) -> int:
     colour = sys.stdout.isatty() and not as_json
-    try:
-        for event in engine.run(request):
-            if isinstance(event, DoneEvent):
-                if as_json:
-                    print_json({"event": "done", "stop_reason": event.stop_reason, "stats": event.stats.to_dict()})
-                else:
-                    sys.stdout.write("\n")
-                    sys.stdout.flush()
-                    sys.stderr.write(format_summary(event.stats.to_dict(), event.stop_reason) + "\n")
-                continue
+    for event in engine.run(request):
+        if is_done(event):
             if as_json:
-                print_json({"event": "step", "tokens": event.tokens, "text": event.text, "drafted": event.drafted,
-                            "k": event.k})
+                print_json({"event": "done", "stop_reason": event.stop_reason, "stats": event.stats.to_dict()})
             else:
-                for piece, drafted in zip(event.pieces, [*event.drafted, False], strict=False):
-                    sys.stdout.write(f"{GREEN}{piece}{RESET}" if colour and drafted and piece else piece)
+                sys.stdout.write("\n")
                 sys.stdout.flush()
-    except EngineError as exc:
-        raise CliError(str(exc)) from None
+                sys.stderr.write(format_summary(event.stats.to_dict(), event.stop_reason) + "\n")
+            continue
+        if as_json:
+            print_json({"event": "step", "tokens": event.tokens, "text": event.text, "drafted": event.drafted,
+                        "k": event.k})
+        else:
+            pieces = event.pieces or [event.text]
+            for piece, drafted in zip(pieces, [*event.drafted, False], strict=False):
+                sys.stdout.write(f"{GREEN}{piece}{RESET}" if colour and drafted and piece else piece)
+            sys.stdout.flush()
     return 0
 
 
@@ -274,9 +318,6 @@ def _expected_fractional(fn: Any, a: float, k: float) -> float:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from outrider.engine.errors import EngineError
-    from outrider.engine.speculative import DoneEvent
-
     if not args.draft and not args.lookup:
         raise CliError("bench needs --draft D or --lookup")
     prompts = load_prompts(args.prompts)
@@ -289,13 +330,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 for mode in ("plain", "spec"):
                     request = _text_request(args, chat=prompt, plain=mode == "plain")
                     for event in engine.run(request):
-                        if isinstance(event, DoneEvent):
+                        if is_done(event):
                             runs[mode].append(event.stats.to_dict())
             rows.append(_bench_row(label, prompt, runs))
             if not args.json:
                 sys.stderr.write(f"  {label}: {rows[-1]['speedup']:.2f}×\n")
-    except EngineError as exc:
-        raise CliError(str(exc), EXIT_RUNTIME) from None
     finally:
         engine.close()
     if args.json:

@@ -305,12 +305,20 @@ class LoadedModel:
         self.close()
 
 
+MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: llama.cpp aborts (GGML_ASSERT) on more
+
+
 def _precheck(path: Path) -> Any:
     """Reject files llama.cpp would reject (or crash on) with a specific message, before loading."""
     try:
-        return read_header(path, keep_arrays=False)
+        header = read_header(path, keep_arrays=False)
     except GGUFHeaderError as exc:
         raise ModelLoadError(exc.kind, str(path), str(exc)) from exc
+    n_layer = header.arch_value("block_count")
+    if isinstance(n_layer, int) and not 0 < n_layer <= MAX_LAYERS:
+        raise ModelLoadError("bad_metadata", str(path),
+                             f"{path.name} declares {n_layer} layers (llama.cpp supports 1 to {MAX_LAYERS})")
+    return header
 
 
 def _explain_load_failure(path: str, architecture: str, lines: Sequence[str]) -> ModelLoadError:
@@ -324,7 +332,11 @@ def _explain_load_failure(path: str, architecture: str, lines: Sequence[str]) ->
         return ModelLoadError(
             "out_of_memory", path, "not enough memory to load the model — try fewer GPU layers", tail
         )
-    detail = next((ln.strip() for ln in reversed(lines) if "error" in ln.lower() or "failed" in ln.lower()), "")
+    # The specific reason ("error loading model: … invalid n_rot") sits above the generic "failed to load model".
+    detail = next((ln.split("error loading model:")[-1].strip() for ln in reversed(lines)
+                   if "error loading model:" in ln), "")
+    if not detail:
+        detail = next((ln.strip() for ln in reversed(lines) if "error" in ln.lower() or "failed" in ln.lower()), "")
     message = f"llama.cpp could not load {Path(path).name}" + (f": {detail}" if detail else "")
     return ModelLoadError("load_failed", path, message, tail)
 

@@ -184,6 +184,7 @@ class StepEvent:
     text: str
     k: int
     stats: Stats
+    pieces: list[str] = dataclasses.field(default_factory=list)  # per-token text (provenance colouring)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,16 +287,19 @@ def loaded_from_wire(data: Any) -> LoadedInfo:
 
 
 def steps_from_wire(message: Mapping[str, Any]) -> list[StepEvent]:
-    """A ``steps`` message to StepEvents. Each step is ``[tokens, drafted, text, k]``."""
+    """A ``steps`` message to StepEvents. Each step is ``[tokens, drafted, text, k, pieces]``."""
     stats = stats_from_wire(message.get("stats", {}))
     steps = message.get("steps")
     if not isinstance(steps, list):
         raise ProtocolError("'steps' must be a list")
     out = []
     for step in steps:
-        if not isinstance(step, list) or len(step) != 4 or not isinstance(step[2], str):
-            raise ProtocolError("a step is [tokens, drafted, text, k]")
-        out.append(StepEvent(step[0], step[1], step[2], int(step[3]), stats))
+        if not isinstance(step, list) or len(step) not in (4, 5) or not isinstance(step[2], str):
+            raise ProtocolError("a step is [tokens, drafted, text, k, pieces]")
+        pieces = step[4] if len(step) == 5 else [step[2]]
+        if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
+            raise ProtocolError("step pieces must be a list of strings")
+        out.append(StepEvent(step[0], step[1], step[2], int(step[3]), stats, pieces))
     return out
 
 

@@ -262,7 +262,7 @@ class _Server:
                 self.emit({"type": "done", "id": rid, "stop_reason": event.stop_reason,
                            "stats": event.stats.to_dict(), "text": event.text}, wait=True)
             else:
-                self.out.put(("step", rid, [event.tokens, event.drafted, event.text, event.k],
+                self.out.put(("step", rid, [event.tokens, event.drafted, event.text, event.k, event.pieces],
                               copy.copy(event.stats)))
 
     def _bench(self, rid: Any, n_tokens: int, per_step: int) -> None:
@@ -281,7 +281,8 @@ class _Server:
             stats.generated += n
             stats.passes += 1
             stats.decode_s = time.perf_counter() - t0
-            self.out.put(("step", rid, [tokens, [j < n - 1 for j in range(n)], text, n - 1], copy.copy(stats)))
+            wire_step = [tokens, [j < n - 1 for j in range(n)], text, n - 1, [" tok"] * n]
+            self.out.put(("step", rid, wire_step, copy.copy(stats)))
         self.emit({"type": "done", "id": rid, "stop_reason": "length", "stats": stats.to_dict(),
                    "text": "".join(texts)}, wait=True)
 

@@ -13,8 +13,10 @@ import pytest
 from support.tiny_gguf import Family
 
 
-def outrider(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def outrider(*args: str, timeout: float = 180, env_home: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONIOENCODING="utf-8")
+    if env_home is not None:
+        env["OUTRIDER_HOME"] = str(env_home)
     return subprocess.run(
         [sys.executable, "-m", "outrider.cli", *args],
         capture_output=True,
@@ -150,3 +152,26 @@ def test_bench_reports_measured_and_predicted_speedup(tiny_family: Family, tmp_p
     bad.write_text("{not json")
     r = outrider("bench", "--target", str(tiny_family.target), "--lookup", "--prompts", str(bad), "--in-process")
     assert r.returncode == 2 and "not valid JSON" in r.stderr
+
+
+def test_through_the_engine_process_by_default(tiny_family: Family, tmp_path: Path) -> None:
+    r = outrider("generate", "--target", str(tiny_family.target), "--draft", str(tiny_family.draft), "--prompt",
+                 "the model", "--max-tokens", "12", "--json", "--ctx", "256")
+    assert r.returncode == 0, r.stderr
+    done = json.loads(r.stdout.splitlines()[-1])
+    assert done["event"] == "done" and done["stats"]["generated"] == 12
+
+
+def test_engine_crash_exits_3_with_one_line(tmp_path: Path) -> None:
+    import numpy as np
+
+    from support.tiny_gguf import TinyShape, build_vocab, random_weights, write_gguf
+
+    shape = TinyShape(n_layer=1, n_embd=64, n_head=2, n_ff=128)
+    vocab = build_vocab()
+    weights = random_weights(shape, len(vocab[0]), 1)
+    weights["output.weight"] = weights["output.weight"].astype(np.float64)  # segfaults at the first decode
+    model = write_gguf(tmp_path / "f64.gguf", weights, shape, vocab, check_dtypes=False)
+    r = outrider("generate", "--target", str(model), "--prompt", "hello", env_home=tmp_path)
+    assert r.returncode == 3
+    assert r.stderr.strip().splitlines()[-1] == "outrider: error: engine crashed (SIGSEGV) while generating"
