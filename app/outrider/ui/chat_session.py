@@ -1,0 +1,406 @@
+"""The chat controller: one conversation, one engine, one store; no widgets.
+
+It turns user intents (send, edit-and-resend, regenerate, stop, load a pair) into engine requests and store
+writes, in the order docs/history.md requires: the user's message is committed before generation starts, the
+streamed reply is checkpointed at least once a second by a timer, and the reply is finished with its
+statistics — or marked ``interrupted`` with the text so far when the engine crashes or the user stops it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
+
+from outrider.store import (
+    ConversationNotFoundError,
+    HistoryStore,
+    Message,
+    MessageStatus,
+    ReplyCheckpointer,
+    ReplyStats,
+    Role,
+)
+from outrider.ui.chat_view import MessageItem
+from outrider.ui.engine_bridge import QtEngineBridge, StepBatch, describe_error
+from outrider.ui.live_stats import ReplyMeter
+from outrider.ui.settings import QtSettings
+from outrider.ui.store_bridge import QtStoreBridge
+from outrider.worker.protocol import ChatMessage, DoneEvent, LoadedInfo, TextRequest
+
+CHECKPOINT_MS = 1000
+TITLE_CHARS = 60
+
+
+@dataclasses.dataclass(frozen=True)
+class PairChoice:
+    """What to load: files, drafter, and a catalogue id when it came from the catalogue."""
+
+    target: Path
+    draft: Path | None
+    lookup: bool
+    pair_id: str = ""
+    name: str = ""
+    demo: bool = False
+
+
+def pair_choice_of(obj: Any, *, demo_id: str | None = None) -> PairChoice:
+    """Accept what the pair picker sends: a ``PairState``, a ``LocalPairReport`` or a ``PairChoice``."""
+    if isinstance(obj, PairChoice):
+        return obj
+    pair = getattr(obj, "pair", None)
+    target = getattr(obj, "target_path", None)
+    if pair is not None and target is not None:  # catalogue.PairState
+        draft = getattr(obj, "draft_path", None)
+        return PairChoice(Path(target), Path(draft) if draft else None, pair.draft is None, pair.id, pair.name,
+                          demo=pair.id == demo_id)
+    if isinstance(getattr(obj, "target", None), Path | str):  # pair_picker.PairChoice or a LocalPairReport
+        draft = getattr(obj, "draft", None)
+        lookup = bool(getattr(obj, "lookup", False)) or draft is None
+        pair_id = getattr(obj, "pair_id", None) or ""
+        name = getattr(obj, "name", "") or Path(obj.target).name
+        return PairChoice(Path(obj.target), Path(draft) if draft else None, lookup, pair_id, name,
+                          demo=bool(pair_id) and pair_id == demo_id)
+    raise TypeError(f"not a pair choice: {type(obj).__name__}")
+
+
+def history_messages(messages: list[Any]) -> tuple[ChatMessage, ...]:
+    """The conversation as the engine sees it (unreadable, empty, failed or streaming replies left out)."""
+    out = []
+    for m in messages:
+        if not isinstance(m, Message) or not m.text:
+            continue
+        if m.role is Role.ASSISTANT and m.status not in (MessageStatus.COMPLETE, MessageStatus.INTERRUPTED):
+            continue
+        out.append(ChatMessage(m.role.value, m.text))
+    return tuple(out)
+
+
+def items_of(messages: list[Any]) -> list[MessageItem]:
+    items = []
+    for m in messages:
+        if isinstance(m, Message):
+            items.append(MessageItem(m.role.value, m.text, m.status.value, m.id))
+        else:
+            items.append(MessageItem("system", f"(message {m.id} {m.label})"))
+    return items
+
+
+class ChatSession(QObject):
+    """Signals:
+        conversation_opened(object, list): conversation id (or None for a new one) and its ``MessageItem``s.
+        user_message_added(str): show the user's message now (before it is committed).
+        reply_started(): a reply began streaming.
+        steps_received(StepBatch): streamed steps (forwarded from the engine bridge).
+        reply_ended(str, str, object): status (complete / interrupted / error), final text, message id.
+        engine_changed(object): new engine state (``LoadedInfo`` or None), ``engine_status`` has the details.
+        notice(str): a one-line message for the user (errors included).
+        crashed(str): the engine died; the text is the reason.
+        load_failed(str): a pair could not be loaded; the text is the reason.
+        baseline_changed(float): the plain-decoding baseline was measured.
+        busy_changed(bool): a reply is being produced.
+
+    Attributes:
+        conversation_id: the open conversation (None until the first message of a new one is committed).
+        loaded: the ``LoadedInfo`` of the loaded pair (None when none).
+        choice: the ``PairChoice`` loaded or being loaded.
+        last_done: the ``DoneEvent`` of the last finished reply.
+    """
+
+    conversation_opened = Signal(object, list)
+    user_message_added = Signal(str)
+    reply_started = Signal()
+    steps_received = Signal(object)
+    reply_ended = Signal(str, str, object)
+    engine_changed = Signal(object)
+    notice = Signal(str)
+    crashed = Signal(str)
+    load_failed = Signal(str)
+    baseline_changed = Signal(float)
+    busy_changed = Signal(bool)
+
+    def __init__(self, bridge: QtEngineBridge, store: QtStoreBridge, settings: QtSettings, meter: ReplyMeter,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.store = store
+        self.settings = settings
+        self.meter = meter
+        self.conversation_id: int | None = None
+        self.loaded: LoadedInfo | None = None
+        self.choice: PairChoice | None = None
+        self.loading = False
+        self.last_done: DoneEvent | None = None
+        self.max_tokens_override: int | None = None
+        self._streaming = False
+        self._generating = False
+        self._stop_requested = False
+        self._text = ""
+        self._reply_id: int | None = None
+        self._checkpointer: ReplyCheckpointer | None = None
+        self._request: TextRequest | None = None
+        self._timer = QTimer(self)
+        self._timer.setInterval(CHECKPOINT_MS)
+        self._timer.timeout.connect(self._on_checkpoint_timer_timeout)
+
+        bridge.loaded.connect(self._on_bridge_loaded)
+        bridge.load_failed.connect(self._on_bridge_load_failed)
+        bridge.step_received.connect(self._on_bridge_step_received)
+        bridge.generation_finished.connect(self._on_bridge_generation_finished)
+        bridge.crashed.connect(self._on_bridge_crashed)
+        bridge.error.connect(self._on_bridge_error)
+        bridge.calibrated.connect(self._on_bridge_calibrated)
+        store.error.connect(lambda exc: self.notice.emit(f"History: {exc}"))
+
+    # -- state --------------------------------------------------------------------------------------------------
+    @property
+    def streaming(self) -> bool:
+        return self._streaming
+
+    @property
+    def ready(self) -> bool:
+        return self.loaded is not None and not self.loading
+
+    def engine_status(self) -> dict[str, Any]:
+        info = self.loaded
+        backend = self.bridge.client.backend or {}
+        status: dict[str, Any] = {"backend": backend.get("name") or (info.backend if info else "–"),
+                                  "gpu_offload": bool(backend.get("gpu_offload")), "state": "not loaded"}
+        if self.loading:
+            status["state"] = "loading…"
+        if info is not None:
+            mem = info.target.size_bytes + (info.draft.size_bytes if info.draft else 0)
+            mem += info.target_kv_bytes + info.draft_kv_bytes
+            status.update(state="ready", target=Path(info.target.path).name,
+                          draft=Path(info.draft.path).name if info.draft else None, draft_mode=info.draft_mode,
+                          memory_bytes=mem, n_ctx=info.n_ctx, notes=list(info.notes),
+                          gpu_layers=(info.target.gpu_layers_offloaded,
+                                      info.draft.gpu_layers_offloaded if info.draft else 0))
+        return status
+
+    # -- engine -------------------------------------------------------------------------------------------------
+    def load_pair(self, choice: PairChoice) -> None:
+        if self._streaming:
+            self.bridge.cancel()
+        self.choice = choice
+        self.loading = True
+        self.loaded = None
+        self.meter.set_baseline(None)
+        s = self.settings.value
+        spec = s.pair_spec(str(choice.target), str(choice.draft) if choice.draft else None, choice.lookup)
+        self.engine_changed.emit(None)
+        self.bridge.load(spec)
+
+    def reload(self) -> None:
+        if self.choice is not None:
+            self.load_pair(self.choice)
+
+    def remeasure(self) -> None:
+        if self.ready and not self._streaming:
+            self.bridge.calibrate()
+
+    @Slot(object)
+    def _on_bridge_loaded(self, info: LoadedInfo) -> None:
+        self.loading = False
+        self.loaded = info
+        self.engine_changed.emit(info)
+        for note in info.notes:
+            self.notice.emit(note)
+        self.bridge.calibrate()  # the baseline of the live speed-up
+
+    @Slot(object)
+    def _on_bridge_load_failed(self, exc: Exception) -> None:
+        self.loading = False
+        self.loaded = None
+        self.engine_changed.emit(None)
+        self.load_failed.emit(describe_error(exc))
+
+    @Slot(float)
+    def _on_bridge_calibrated(self, tps: float) -> None:
+        self.meter.set_baseline(tps)
+        self.baseline_changed.emit(tps)
+
+    # -- conversation -------------------------------------------------------------------------------------------
+    def open_conversation(self, conversation_id: int | None) -> None:
+        if self._streaming:
+            self.notice.emit("Stop the reply before switching conversations.")
+            return
+        self.meter.reset_conversation()
+        if conversation_id is None:
+            self.conversation_id = None
+            self.conversation_opened.emit(None, [])
+            return
+        try:
+            conv = self.store.conversation(conversation_id)
+        except ConversationNotFoundError:
+            self.notice.emit("That conversation no longer exists.")
+            return
+        self.conversation_id = conversation_id
+        for m in conv.messages:
+            if isinstance(m, Message) and m.stats is not None and m.stats.tokens_per_s:
+                self.meter.conversation_series.append((len(self.meter.conversation_series) + 1,
+                                                       m.stats.tokens_per_s, m.stats.acceptance_rate))
+        self.conversation_opened.emit(conversation_id, items_of(conv.messages))
+
+    def send(self, text: str) -> bool:
+        text = text.strip()
+        if not self._can_start(text):
+            return False
+        self.user_message_added.emit(text)
+        self._start(text, None)
+        return True
+
+    def edit_resend(self, message_id: int, text: str) -> bool:
+        text = text.strip()
+        if not self._can_start(text) or self.conversation_id is None:
+            return False
+        conv = self.store.conversation(self.conversation_id)
+        kept: list[Any] = []
+        for m in conv.messages:
+            if m.id == message_id and isinstance(m, Message):
+                kept.append(dataclasses.replace(m, text=text))
+                break
+            kept.append(m)
+        self.conversation_opened.emit(self.conversation_id, items_of(kept))
+        self._start(text, message_id)
+        return True
+
+    def regenerate(self) -> bool:
+        if self.conversation_id is None:
+            return False
+        conv = self.store.conversation(self.conversation_id)
+        users = [m for m in conv.messages if isinstance(m, Message) and m.role is Role.USER]
+        if not users:
+            return False
+        return self.edit_resend(users[-1].id, users[-1].text)
+
+    def stop(self) -> None:
+        if not self._streaming:
+            return
+        self._stop_requested = True
+        if self._generating:
+            self.bridge.cancel()
+
+    def _can_start(self, text: str) -> bool:
+        if not text:
+            return False
+        if self._streaming:
+            self.notice.emit("A reply is still being written (Esc stops it).")
+            return False
+        if not self.ready:
+            self.notice.emit("No model is loaded yet." if not self.loading else "The model is still loading…")
+            return False
+        return True
+
+    def _start(self, text: str, edit_id: int | None) -> None:
+        self._streaming = True
+        self._generating = False
+        self._stop_requested = False
+        self._text = ""
+        self._reply_id = None
+        self._checkpointer = None
+        self.last_done = None
+        self.meter.begin_reply()
+        self.reply_started.emit()
+        self.busy_changed.emit(True)
+        s = self.settings.value
+        cid = self.conversation_id
+
+        def work(store: HistoryStore) -> tuple[int, int, tuple[ChatMessage, ...], int]:
+            conversation_id = cid
+            if conversation_id is None:
+                conversation_id = store.create_conversation(text[:TITLE_CHARS].splitlines()[0] or "New chat",
+                                                            pair_id=self.choice.pair_id if self.choice else None)
+                if s.system_prompt.strip():
+                    store.add_message(conversation_id, Role.SYSTEM, s.system_prompt.strip())
+            if edit_id is not None:
+                store.edit_message(edit_id, text, drop_following=True)
+                user_id = edit_id
+            else:
+                user_id = store.add_user_message(conversation_id, text)  # committed before generation starts
+            history = history_messages(store.get_conversation(conversation_id).messages)
+            reply_id = store.begin_reply(conversation_id)
+            return conversation_id, user_id, history, reply_id
+
+        self.store.submit(work, self._on_store_reply_begun, notify=True)
+
+    def _on_store_reply_begun(self, result: tuple[int, int, tuple[ChatMessage, ...], int]) -> None:
+        conversation_id, _user_id, history, reply_id = result
+        self.conversation_id = conversation_id
+        self._reply_id = reply_id
+        self._checkpointer = ReplyCheckpointer(self.store.store, reply_id)
+        if self._stop_requested:
+            self._end(MessageStatus.INTERRUPTED, None, "")
+            return
+        s = self.settings.value
+        request = TextRequest(messages=history, max_tokens=self.max_tokens_override or s.max_tokens,
+                              sampling=s.sampling(), draft=s.draft_params())
+        self._request = request
+        self._generating = True
+        self._timer.start()
+        self.bridge.generate(request)
+
+    @Slot(object)
+    def _on_bridge_step_received(self, batch: StepBatch) -> None:
+        if not self._streaming:
+            return
+        self._text += batch.text
+        self.meter.add(batch.stats, batch.steps[-1].k)
+        self.steps_received.emit(batch)
+
+    @Slot()
+    def _on_checkpoint_timer_timeout(self) -> None:
+        if self._checkpointer is not None and self._streaming:
+            self.store.checkpoint(self._checkpointer, self._text)
+
+    @Slot(object)
+    def _on_bridge_generation_finished(self, done: DoneEvent) -> None:
+        if not self._streaming:
+            return
+        self.last_done = done
+        status = MessageStatus.INTERRUPTED if done.stop_reason == "cancelled" else MessageStatus.COMPLETE
+        self._end(status, done, done.text)
+
+    @Slot(object)
+    def _on_bridge_crashed(self, exc: Exception) -> None:
+        self.loaded = None
+        self.engine_changed.emit(None)
+        if self._streaming:
+            partial = getattr(exc, "partial_text", "") or self._text
+            self._end(MessageStatus.INTERRUPTED, None, partial if len(partial) >= len(self._text) else self._text)
+        self.crashed.emit(describe_error(exc))
+
+    @Slot(object)
+    def _on_bridge_error(self, exc: Exception) -> None:
+        if self._streaming:
+            self._end(MessageStatus.ERROR if not self._text else MessageStatus.INTERRUPTED, None, self._text)
+        self.notice.emit(describe_error(exc))
+
+    def _end(self, status: MessageStatus, done: DoneEvent | None, text: str) -> None:
+        self._timer.stop()
+        self._streaming = False
+        self._generating = False
+        stats: ReplyStats | None = None
+        if done is not None:
+            st = done.stats
+            s = self.settings.value
+            stats = ReplyStats(
+                pair_id=self.choice.pair_id if self.choice and self.choice.pair_id else None,
+                draft_mode=st.draft_mode, k=s.draft_k if s.draft_mode == "fixed" else None,
+                temperature=s.temperature, generated=st.generated, drafted=st.drafted, accepted=st.accepted,
+                acceptance_rate=st.acceptance_rate, tokens_per_s=st.decode_tps,
+                speedup=(st.decode_tps / self.meter.baseline_tps
+                         if st.decode_tps and self.meter.baseline_tps else st.speedup),
+                stop_reason=done.stop_reason,
+            )
+            self.meter.finish_reply(st)
+        else:
+            self.meter.finish_reply(None)
+        reply_id = self._reply_id
+        if self._checkpointer is not None:
+            self.store.finish(self._checkpointer, text, status, stats)
+        self._checkpointer = None
+        self.reply_ended.emit(str(status), text, reply_id)
+        self.busy_changed.emit(False)

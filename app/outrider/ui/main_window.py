@@ -1,0 +1,340 @@
+"""The main window: conversations | chat | live statistics, engine status always visible in the status bar.
+
+It composes the views and wires them to the ``ChatSession`` controller; it holds no chat logic itself.
+The pair picker and the benchmark dialog come from their own modules and are optional at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from PySide6.QtCore import Qt, Slot
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QApplication,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from outrider.ui.chat_session import ChatSession, PairChoice, pair_choice_of
+from outrider.ui.chat_view import ChatView
+from outrider.ui.conversation_list import ConversationListModel, ConversationListView, ConversationRow
+from outrider.ui.engine_bridge import QtEngineBridge
+from outrider.ui.live_stats import ReplyMeter
+from outrider.ui.settings import QtSettings
+from outrider.ui.settings_dialog import RELOAD_KEYS, SettingsDialog
+from outrider.ui.stats_panel import StatsPanel
+from outrider.ui.store_bridge import QtStoreBridge
+from outrider.ui.theme import app_icon, apply_theme
+
+ACTION_NEW_CHAT = "new_chat"
+ACTION_CHOOSE_PAIR = "choose_pair"
+ACTION_BENCHMARK = "benchmark"
+ACTION_SETTINGS = "settings"
+ACTION_DARK = "dark_theme"
+ACTION_QUIT = "quit"
+
+
+def _optional(module: str, name: str) -> Any:
+    """A class from a module another developer owns, or None while it does not exist yet."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ModuleNotFoundError, AttributeError):
+        return None
+
+
+def _banner(name: str, parent: QWidget) -> tuple[QFrame, QLabel, QHBoxLayout]:
+    frame = QFrame(parent)
+    frame.setObjectName(name)
+    layout = QHBoxLayout(frame)
+    label = QLabel("", frame)
+    label.setWordWrap(True)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    layout.addWidget(label, 1)
+    frame.hide()
+    return frame, label, layout
+
+
+class MainWindow(QMainWindow):
+    """Attributes:
+        session: the ``ChatSession`` controller.
+        chat, stats, conversations: the three panes.
+        actions: the window's actions by id (``ACTION_*``).
+    """
+
+    def __init__(self, bridge: QtEngineBridge, store: QtStoreBridge, settings: QtSettings,
+                 catalogue_service: Any = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Outrider")
+        self.setWindowIcon(app_icon())
+        self.resize(1280, 800)
+        self.bridge = bridge
+        self.store = store
+        self.settings = settings
+        self.catalogue_service = catalogue_service
+        self.meter = ReplyMeter()
+        self.session = ChatSession(bridge, store, settings, self.meter, self)
+
+        self.list_model = ConversationListModel(self)
+        self.conversations = ConversationListView(self.list_model, self)
+        self.chat = ChatView(self)
+        self.stats = StatsPanel(self.meter, self)
+
+        self.crash_banner, self.crash_label, crash_layout = _banner("crashBanner", self)
+        self.reload_button = QPushButton("Reload", self.crash_banner)
+        self.reload_button.setToolTip("Start the engine again with the same pair; the conversation is kept")
+        self.reload_button.clicked.connect(self._on_reload_clicked)
+        crash_layout.addWidget(self.reload_button)
+        self.invite_banner, self.invite_label, invite_layout = _banner("inviteBanner", self)
+        self.invite_button = QPushButton("Choose a pair…", self.invite_banner)
+        self.invite_button.clicked.connect(self._on_choose_pair)
+        invite_layout.addWidget(self.invite_button)
+        self.notice_label = QLabel("", self)
+        self.notice_label.setWordWrap(True)
+        self.notice_label.hide()
+
+        center = QWidget(self)
+        cl = QVBoxLayout(center)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.addWidget(self.crash_banner)
+        cl.addWidget(self.invite_banner)
+        cl.addWidget(self.notice_label)
+        cl.addWidget(self.chat, 1)
+        splitter = QSplitter(self)
+        splitter.addWidget(self.conversations)
+        splitter.addWidget(center)
+        splitter.addWidget(self.stats)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([230, 700, 340])
+        self.setCentralWidget(splitter)
+
+        self.engine_label = QLabel("Engine: starting…", self)
+        self.engine_label.setToolTip("Backend and device, models loaded, memory for weights + KV cache")
+        self.statusBar().addPermanentWidget(self.engine_label, 1)
+
+        self.actions_by_id: dict[str, QAction] = {}
+        self._build_menus()
+        self.setTabOrder(self.conversations.search, self.chat.composer)
+        esc = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
+        esc.activated.connect(self.session.stop)
+
+        self._wire()
+        self.apply_settings_theme()
+        self.refresh_conversations()
+        self.chat.set_provenance(settings.value.show_provenance)
+        self.chat.composer.setFocus()
+
+    # -- construction -----------------------------------------------------------------------------------------
+    def _action(self, ident: str, text: str, slot: Any,
+                shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None) -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        action.triggered.connect(slot)
+        self.actions_by_id[ident] = action
+        return action
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        file = bar.addMenu("&File")
+        file.addAction(self._action(ACTION_NEW_CHAT, "&New chat", self._on_new_chat, QKeySequence.StandardKey.New))
+        file.addAction(self._action(ACTION_QUIT, "&Quit", self.close, QKeySequence.StandardKey.Quit))
+        models = bar.addMenu("&Models")
+        models.addAction(self._action(ACTION_CHOOSE_PAIR, "&Choose pair…", self._on_choose_pair, "Ctrl+P"))
+        models.addAction(self._action(ACTION_BENCHMARK, "&Benchmark this pair…", self._on_benchmark, "Ctrl+B"))
+        models.addAction(self._action(ACTION_SETTINGS, "&Settings…", self._on_settings, "Ctrl+,"))
+        view = bar.addMenu("&View")
+        dark = self._action(ACTION_DARK, "&Dark theme", self._on_dark_toggled, "Ctrl+Shift+D")
+        dark.setCheckable(True)
+        dark.setChecked(self.settings.value.theme == "dark")
+        view.addAction(dark)
+        self.actions_by_id[ACTION_CHOOSE_PAIR].setEnabled(_optional("outrider.ui.pair_picker", "PairPickerDialog")
+                                                         is not None and self.catalogue_service is not None)
+        self.actions_by_id[ACTION_BENCHMARK].setEnabled(
+            _optional("outrider.ui.benchmark_dialog", "BenchmarkDialog") is not None)
+
+    def _wire(self) -> None:
+        s, c = self.session, self.chat
+        c.send_requested.connect(self._on_chat_send_requested)
+        c.edit_resend_requested.connect(s.edit_resend)
+        c.stop_requested.connect(s.stop)
+        c.regenerate_requested.connect(s.regenerate)
+        c.provenance_toggled.connect(lambda on: self.settings.set(show_provenance=on))
+        s.conversation_opened.connect(self._on_session_conversation_opened)
+        s.user_message_added.connect(c.add_user_message)
+        s.reply_started.connect(c.begin_reply)
+        s.steps_received.connect(lambda batch: c.append_steps(batch.steps))
+        s.reply_ended.connect(self._on_session_reply_ended)
+        s.engine_changed.connect(self._on_session_engine_changed)
+        s.baseline_changed.connect(lambda _: self._on_session_engine_changed(s.loaded))
+        s.notice.connect(self.show_notice)
+        s.crashed.connect(self._on_session_crashed)
+        s.load_failed.connect(self._on_session_load_failed)
+        s.busy_changed.connect(c.set_busy)
+        self.stats.draft_off_requested.connect(lambda: self.settings.set(draft_mode="off"))
+        self.stats.draft_auto_requested.connect(lambda: self.settings.set(draft_mode="auto"))
+        self.stats.remeasure_requested.connect(s.remeasure)
+        self.settings.changed.connect(self._on_settings_changed)
+        self.settings.save_failed.connect(self.show_notice)
+        self.store.conversations_changed.connect(self.refresh_conversations)
+        v = self.conversations
+        v.conversation_selected.connect(s.open_conversation)
+        v.new_requested.connect(self._on_new_chat)
+        v.rename_requested.connect(self.store.rename)
+        v.delete_requested.connect(self._on_conversation_deleted)
+        v.restore_requested.connect(self.store.restore)
+        v.search_changed.connect(lambda _: self.refresh_conversations())
+
+    # -- engine -----------------------------------------------------------------------------------------------
+    def load_pair(self, choice: PairChoice) -> None:
+        self.crash_banner.hide()
+        demo = choice.demo
+        self.invite_label.setText(
+            "You are chatting with the offline demo pair (SmolLM2-135M + prompt lookup). For real speed-ups, "
+            "choose a verified target + draft pair from the catalogue.")
+        self.invite_banner.setVisible(demo)
+        self.session.load_pair(choice)
+
+    @Slot(object)
+    def _on_session_engine_changed(self, info: Any) -> None:
+        st = self.session.engine_status()
+        backend = st["backend"] + (" (GPU offload)" if st.get("gpu_offload") else "")
+        if info is None:
+            self.engine_label.setText(f"Engine: {backend} · {st['state']}")
+            return
+        draft = st.get("draft") or ("prompt lookup" if st.get("draft_mode") == "lookup" else "no draft")
+        mem = st.get("memory_bytes", 0) / 2**20
+        layers = st.get("gpu_layers", (0, 0))
+        baseline = self.meter.baseline_tps
+        self.engine_label.setText(
+            f"Engine: {backend} · target {st.get('target')} · draft {draft} · {mem:,.0f} MiB "
+            f"(weights + KV, ctx {st.get('n_ctx')}) · GPU layers {layers[0]}/{layers[1]} · "
+            + (f"plain {baseline:.1f} tok/s" if baseline else "measuring baseline…"))
+
+    @Slot(str)
+    def _on_session_crashed(self, reason: str) -> None:
+        self.crash_label.setText(f"The engine stopped: {reason}. Your conversation is safe; the reply so far was "
+                                 f"kept as interrupted.")
+        self.reload_button.setText("Reload")
+        self.reload_button.setVisible(True)
+        self.crash_banner.show()
+
+    @Slot(str)
+    def _on_session_load_failed(self, reason: str) -> None:
+        self.crash_label.setText(f"Could not load the pair: {reason}")
+        self.reload_button.setText("Retry")
+        self.crash_banner.show()
+
+    @Slot()
+    def _on_reload_clicked(self) -> None:
+        self.crash_banner.hide()
+        self.session.reload()
+
+    # -- conversations ----------------------------------------------------------------------------------------
+    def refresh_conversations(self) -> None:
+        query = self.conversations.search.text().strip()
+        if query:
+            rows = ConversationListModel.rows_from_hits(self.store.search(query))
+        else:
+            rows = [ConversationRow.of(c) for c in self.store.conversations()]
+        self.list_model.set_rows(rows)
+        self.conversations.select(self.session.conversation_id)
+
+    @Slot(object, list)
+    def _on_session_conversation_opened(self, conversation_id: int | None, items: list[Any]) -> None:
+        self.chat.set_messages(items)
+        self.conversations.select(conversation_id)
+
+    @Slot(str, str, object)
+    def _on_session_reply_ended(self, status: str, text: str, message_id: Any) -> None:
+        self.chat.end_reply(status, text, message_id)
+
+    @Slot(str)
+    def _on_chat_send_requested(self, text: str) -> None:
+        if not self.session.send(text):
+            self.chat.composer.setPlainText(text)
+
+    @Slot(int)
+    def _on_conversation_deleted(self, conversation_id: int) -> None:
+        self.store.delete(conversation_id)
+        if conversation_id == self.session.conversation_id:
+            self.session.open_conversation(None)
+
+    @Slot()
+    def _on_new_chat(self) -> None:
+        self.session.open_conversation(None)
+        self.chat.composer.setFocus()
+
+    # -- dialogs and settings ---------------------------------------------------------------------------------
+    def show_notice(self, text: str) -> None:
+        self.notice_label.setText(text)
+        self.notice_label.setVisible(bool(text))
+        self.statusBar().showMessage(text, 8000)
+
+    @Slot()
+    def _on_choose_pair(self) -> None:
+        dialog_cls = _optional("outrider.ui.pair_picker", "PairPickerDialog")
+        if dialog_cls is None or self.catalogue_service is None:
+            self.show_notice("The pair picker is not available yet; use `outrider models` in a terminal.")
+            return
+        dialog = dialog_cls(self.catalogue_service, self)
+        demo = self.catalogue_service.catalogue.demo
+        dialog.pair_chosen.connect(
+            lambda obj: self.load_pair(pair_choice_of(obj, demo_id=demo.id if demo else None)))
+        dialog.open()
+
+    @Slot()
+    def _on_benchmark(self) -> None:
+        dialog_cls = _optional("outrider.ui.benchmark_dialog", "BenchmarkDialog")
+        if dialog_cls is None:
+            self.show_notice("The benchmark dialog is not available yet; use `outrider bench` in a terminal.")
+            return
+        if not self.session.ready or self.session.streaming:
+            self.show_notice("Load a pair and let the reply finish before benchmarking.")
+            return
+        prompts = [m.text for m in self.chat.messages if m.role == "user"][-5:]
+        name = self.session.choice.name if self.session.choice else ""
+        dialog = dialog_cls(self.bridge, prompts, self, pair_name=name, draft=self.settings.value.draft_params())
+        dialog.open()
+
+    @Slot()
+    def _on_settings(self) -> None:
+        dialog = SettingsDialog(self.settings.value, self)
+        if dialog.exec():
+            self.settings.replace(dialog.result_settings())
+
+    @Slot(bool)
+    def _on_dark_toggled(self, on: bool) -> None:
+        self.settings.set(theme="dark" if on else "light")
+
+    @Slot(list)
+    def _on_settings_changed(self, names: list[str]) -> None:
+        if "theme" in names:
+            self.apply_settings_theme()
+        if "draft_mode" in names and self.session.choice is not None and (
+                "lookup" in (self.settings.value.draft_mode,) or self.session.choice.lookup):
+            self.session.reload()  # prompt lookup vs model draft is chosen at load time
+        elif any(n in RELOAD_KEYS for n in names) and self.session.choice is not None:
+            self.session.reload()
+        if "draft_mode" in names:
+            self.show_notice(f"Draft mode: {self.settings.value.draft_mode} (applies from the next reply)")
+
+    def apply_settings_theme(self) -> None:
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            colours = apply_theme(app, self.settings.value.theme)
+            self.chat.set_colours(colours)
+            self.stats.set_colours(colours)
+            self.actions_by_id[ACTION_DARK].setChecked(colours.name == "dark")
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # Qt override
+        self.session.stop()
+        self.stats.timer.stop()
+        super().closeEvent(event)
