@@ -37,7 +37,7 @@ Role = Literal["system", "user", "assistant"]
 class ModelSettings:
     gpu_layers: int = -1
     use_mmap: bool = True
-    cpu_extra_buffers: bool = False
+    cpu_extra_buffers: bool | None = None  # None: auto (see outrider.engine.backend.ModelSettings)
 
 
 @dataclasses.dataclass(frozen=True)
