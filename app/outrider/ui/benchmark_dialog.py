@@ -440,6 +440,7 @@ class BenchmarkDialog(QDialog):
         self.table.setModel(self.results)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.verticalHeader().hide()
+        self.table.setTabKeyNavigation(False)  # Tab leaves the table; arrows move inside
         self.table.horizontalHeader().setSectionResizeMode(ResultColumn.Prompt, QHeaderView.ResizeMode.Stretch)
         self.chart = self._build_chart()
 

@@ -607,12 +607,25 @@ class CatalogueFilterProxy(QSortFilterProxyModel):
         self.setDynamicSortFilter(True)
 
     def set_statuses(self, statuses: frozenset[PairStatus] | None) -> None:
+        self._begin_filter_change()
         self._statuses = statuses
-        self.invalidateFilter()
+        self._end_filter_change()
 
     def set_text(self, text: str) -> None:
+        self._begin_filter_change()
         self._text = text.strip().lower()
-        self.invalidateFilter()
+        self._end_filter_change()
+
+    # Qt 6.9 added begin/endFilterChange and deprecated invalidateFilter; pyproject allows PySide6 >= 6.7.
+    def _begin_filter_change(self) -> None:
+        if hasattr(self, "beginFilterChange"):
+            self.beginFilterChange()
+
+    def _end_filter_change(self) -> None:
+        if hasattr(self, "endFilterChange"):
+            self.endFilterChange()
+        else:
+            self.invalidateFilter()
 
     def filterAcceptsRow(self, source_row: int, source_parent: Index) -> bool:
         model = self.sourceModel()

@@ -419,6 +419,7 @@ class DownloadsView(QWidget):
         self.table.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QTableView.SelectionMode.SingleSelection)
         self.table.verticalHeader().hide()
+        self.table.setTabKeyNavigation(False)  # Tab leaves the table; arrows move inside
         self.table.horizontalHeader().setSectionResizeMode(DownloadColumn.Progress, QHeaderView.ResizeMode.Stretch)
         self.table.setToolTip("Downloads run in their own processes; a paused download resumes where it stopped")
         self.pause_button = QPushButton("&Pause", self)

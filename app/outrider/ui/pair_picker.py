@@ -203,6 +203,7 @@ class PairPickerDialog(QDialog):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().hide()
+        self.table.setTabKeyNavigation(False)  # Tab leaves the table; arrows move inside
         self.table.horizontalHeader().setSectionResizeMode(CatalogueColumn.Pair, QHeaderView.ResizeMode.Stretch)
         self.details = QLabel("Select a pair to see its files, memory and where its speed-up was published.", page)
         self.details.setWordWrap(True)
@@ -324,6 +325,7 @@ class PairPickerDialog(QDialog):
         self.found_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.found_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.found_table.verticalHeader().hide()
+        self.found_table.setTabKeyNavigation(False)  # Tab leaves the table; arrows move inside
         self.found_table.horizontalHeader().setStretchLastSection(True)
         self.as_target_button = QPushButton("Use as &target", page)
         self.as_target_button.setToolTip("Put this file in 'Add my own pair' as the target")

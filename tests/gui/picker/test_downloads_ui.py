@@ -1,0 +1,131 @@
+"""Download progress inside the picker against the fake Hub: progress, speed, done, pause/resume, cancel, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pytestqt.qtbot import QtBot
+
+from outrider.ui.catalogue_model import CatalogueService, PairStatus
+from outrider.ui.downloads_view import DownloadColumn, DownloadRole, DownloadState
+from outrider.ui.pair_picker import PairPickerDialog
+from support.fake_hf import FakeHub
+
+ServiceFactory = Callable[..., CatalogueService]
+PickerFactory = Callable[[CatalogueService], PairPickerDialog]
+PAIR = "remote-pair"
+
+
+def state(dlg: PairPickerDialog) -> DownloadState | None:
+    item = dlg.downloads.model.item(PAIR)
+    return None if item is None else item.state
+
+
+def part_files(service: CatalogueService) -> list[str]:
+    return sorted(p.name for p in service.store.root.rglob("*.part"))
+
+
+def test_download_shows_progress_then_installs(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
+                                               hub: FakeHub) -> None:
+    hub.faults.chunk_delay = 0.03  # about a second in all, so progress is seen
+    dlg = open_picker(make_service(hub.endpoint))
+    assert dlg.select_pair(PAIR) and dlg.download_button.isEnabled()
+    dlg.download_button.click()
+    model = dlg.downloads.model
+    row = 0
+
+    def speed_shown() -> bool:
+        return state(dlg) is DownloadState.RUNNING and str(model.index(row, DownloadColumn.Speed).data()).endswith("/s")
+
+    qtbot.waitUntil(speed_shown, timeout=10_000)
+    assert model.row_of(PAIR) == row and model.items[0].bytes_done > 0
+    assert "min" in str(model.index(row, DownloadColumn.Eta).data()) or " s" in str(
+        model.index(row, DownloadColumn.Eta).data())
+    assert "%" in str(model.index(row, DownloadColumn.Progress).data())
+    assert 0.0 < float(model.index(row, 0).data(DownloadRole.Progress)) < 1.0
+    # the catalogue row follows the download
+    r = dlg.catalogue_model.pair_row(PAIR)
+    assert r is not None and r.status is PairStatus.DOWNLOADING and r.status_text.startswith("downloading ")
+    assert dlg.downloads_view.pause_button.isEnabled() and dlg.downloads_view.cancel_button.isEnabled()
+    with qtbot.waitSignals([dlg.downloads.download_finished, dlg.scan_finished], order="strict", timeout=20_000):
+        pass
+    assert state(dlg) is DownloadState.DONE
+    assert model.index(row, DownloadColumn.State).data() == "done"
+    r = dlg.catalogue_model.pair_row(PAIR)
+    assert r is not None and r.status is PairStatus.INSTALLED
+    assert not part_files(dlg.service)
+
+
+def test_pause_then_resume_continues_with_range(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
+                                                hub: FakeHub) -> None:
+    hub.faults.chunk_delay = 0.05
+    service = make_service(hub.endpoint)
+    dlg = open_picker(service)
+    dlg.download_pair(PAIR)
+    qtbot.waitUntil(lambda: state(dlg) is DownloadState.RUNNING
+                    and dlg.downloads.model.items[0].bytes_done > 200_000, timeout=10_000)
+    view = dlg.downloads_view
+    assert view.selected_item() is not None
+    with qtbot.waitSignals([dlg.downloads.download_paused, dlg.scan_finished], order="strict", timeout=10_000):
+        view.pause_button.click()
+    assert state(dlg) is DownloadState.PAUSED
+    item = dlg.downloads.model.item(PAIR)
+    assert item is not None and item.bytes_done > 0 and "partial file is kept" in item.message
+    assert part_files(service), "pause must keep the partial file"
+    r = dlg.catalogue_model.pair_row(PAIR)
+    assert r is not None and r.status is PairStatus.PAUSED and r.progress is not None and r.progress > 0
+    assert view.resume_button.isEnabled() and not view.pause_button.isEnabled()
+    n_gets = len(hub.gets())
+    hub.faults.chunk_delay = 0.0
+    with qtbot.waitSignal(dlg.downloads.download_finished, timeout=20_000):
+        view.resume_button.click()
+    resumed = [rng for _m, _p, rng in hub.gets()[n_gets:]]
+    assert resumed and resumed[0] is not None and resumed[0] != "bytes=0-", resumed
+    with qtbot.waitSignal(dlg.scan_finished, timeout=10_000):
+        pass
+    r = dlg.catalogue_model.pair_row(PAIR)
+    assert r is not None and r.status is PairStatus.INSTALLED
+
+
+def test_cancel_removes_partial_file(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
+                                     hub: FakeHub) -> None:
+    hub.faults.chunk_delay = 0.05
+    service = make_service(hub.endpoint)
+    dlg = open_picker(service)
+    dlg.download_pair(PAIR)
+    qtbot.waitUntil(lambda: state(dlg) is DownloadState.RUNNING
+                    and dlg.downloads.model.items[0].bytes_done > 100_000, timeout=10_000)
+    with qtbot.waitSignals([dlg.downloads.download_cancelled, dlg.scan_finished], order="strict", timeout=10_000):
+        dlg.downloads_view.cancel_button.click()
+    assert state(dlg) is DownloadState.CANCELLED
+    assert not part_files(service)
+    r = dlg.catalogue_model.pair_row(PAIR)
+    assert r is not None and r.status is PairStatus.DOWNLOADABLE
+
+
+def test_corrupted_download_is_reported(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
+                                        hub: FakeHub) -> None:
+    hub.faults.corrupt = True
+    dlg = open_picker(make_service(hub.endpoint))
+    with qtbot.waitSignal(dlg.downloads.download_failed, timeout=20_000) as blocker:
+        dlg.download_pair(PAIR)
+    assert blocker.args[0] == PAIR and getattr(blocker.args[1], "kind", "") == "corrupted"
+    row = dlg.downloads.model.row_of(PAIR)
+    assert row is not None
+    text = str(dlg.downloads.model.index(row, DownloadColumn.State).data())
+    assert text.startswith("failed: downloaded file is corrupted")
+    with qtbot.waitSignal(dlg.scan_finished, timeout=10_000):
+        pass
+    r = dlg.catalogue_model.pair_row(PAIR)
+    assert r is not None and r.status is PairStatus.DOWNLOADABLE
+
+
+def test_closing_the_picker_pauses_its_downloads(qtbot: QtBot, open_picker: PickerFactory,
+                                                 make_service: ServiceFactory, hub: FakeHub) -> None:
+    hub.faults.chunk_delay = 0.05
+    service = make_service(hub.endpoint)
+    dlg = open_picker(service)
+    dlg.download_pair(PAIR)
+    qtbot.waitUntil(lambda: state(dlg) is DownloadState.RUNNING, timeout=10_000)
+    dlg.reject()  # waits for the child to stop; the partial file stays for a later resume
+    assert part_files(service)
