@@ -2,10 +2,11 @@
 
 WORKAROUND for PySide6 6.12.0 (CPython 3.11 and older): ``SignalInstance.emit()`` returns ``True`` without
 taking a new reference, so every ``emit`` from Python (ours, pyqtgraph's, pytest-qt's) drops one reference to
-``True``. After about a thousand emits the count reaches zero and the interpreter aborts with "Fatal Python
+``True``; likewise every binding that returns nothing (``QTimer.setInterval``, ``processEvents``, …) drops one
+reference to ``None``. After about a thousand emits the count reaches zero and the interpreter aborts with "Fatal Python
 error: bool_dealloc: deallocating True or False". On Python 3.12+ ``True`` is immortal and nothing happens.
-We detect the leak with a probe emit and, if present, give ``True`` and ``False`` a reserve of 2**40 references
-(one write; ``True`` is never freed anyway), which outlasts any session. Remove when PySide6 fixes ``emit``.
+We detect the leaks with probe calls and, if present, give ``True``, ``False`` and ``None`` a reserve of 2**40
+references (one write; they are never freed anyway), which outlasts any session. Remove when PySide6 is fixed.
 """
 
 from __future__ import annotations
@@ -32,14 +33,23 @@ def emit_leaks_true() -> bool:
     return sys.getrefcount(True) < before - 4
 
 
+def void_call_leaks_none() -> bool:
+    """Whether a binding returning nothing drops a reference to ``None`` in this PySide6 build."""
+    probe = _Probe()
+    before = sys.getrefcount(None)
+    for _ in range(8):
+        probe.setObjectName("probe")
+    return sys.getrefcount(None) < before - 4
+
+
 def apply_workarounds() -> bool:
     """Apply the work-around if needed (idempotent). Returns whether the reserve was added."""
     global _applied
     if _applied or sys.version_info >= (3, 12) or sys.implementation.name != "cpython":
         return False
-    if not emit_leaks_true():
+    if not (emit_leaks_true() or void_call_leaks_none()):
         return False
-    for value in (True, False):
+    for value in (True, False, None):
         ctypes.c_ssize_t.from_address(id(value)).value += _RESERVE
     _applied = True
     return True

@@ -1,0 +1,150 @@
+# ruff: noqa: B023, RUF012  (benchmark harness: closures read per-iteration state on purpose)
+"""Event-loop stall while a reply streams at full speed into the real main window (goal: p99 < 16 ms).
+
+The engine is replaced by a client that yields synthetic steps as fast as the worker thread can (one token per
+step, provenance alternating), so the GUI path is measured alone: bridge coalescing, document appends, the
+Markdown timer, the 4 Hz statistics panel and charts, the checkpoint timer and store writes. A 1 ms probe timer
+records how late each tick fires. Usage: python tests/benchmarks/bench_gui_stall.py [--tokens N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("OUTRIDER_HOME", tempfile.mkdtemp(prefix="outrider-bench-"))
+
+from PySide6.QtCore import QElapsedTimer, QTimer
+from PySide6.QtWidgets import QApplication
+
+import outrider.ui  # noqa: F401 (applies the Qt work-arounds)
+from outrider.store import HistoryStore
+from outrider.ui.engine_bridge import QtEngineBridge
+from outrider.ui.main_window import MainWindow
+from outrider.ui.settings import QtSettings
+from outrider.ui.store_bridge import QtStoreBridge
+from outrider.worker.protocol import DoneEvent, LoadedInfo, ModelInfo, Stats, StepEvent
+
+RATE_CHUNK = 4
+WORDS = "the quick brown fox jumps over the lazy dog and then `code` **bold** text\n".split(" ")
+
+
+class _Gen:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __enter__(self) -> _Gen:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __iter__(self) -> Iterator[Any]:
+        t0 = time.perf_counter()
+        text = ""
+        for i in range(self.n):
+            piece = WORDS[i % len(WORDS)] + " "
+            text += piece
+            dt = time.perf_counter() - t0
+            st = Stats(generated=i + 1, drafted=i, accepted=i // 2, passes=i // 2 + 1, decode_s=dt,
+                       decode_tps=(i + 1) / dt if dt else None, acceptance_rate=0.5, tokens_per_pass=2.0,
+                       draft_mode="model", draft_s=dt * 0.2, verify_s=dt * 0.7, other_s=dt * 0.1)
+            yield StepEvent([i], [i % 2 == 0], piece, 4, st, [piece])
+            if i % RATE_CHUNK == 0:
+                time.sleep(0.001)  # ~RATE_CHUNK tokens per ms at most: faster than any real decode, GIL shared
+        yield DoneEvent("length", st, text)
+
+
+class FastClient:
+    """Stands in for EngineClient: no process, steps at full speed."""
+
+    backend = {"name": "synthetic"}
+    pid = None
+    log_path = None
+    loaded = None
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def load(self, spec: Any, **_: Any) -> LoadedInfo:
+        return LoadedInfo(ModelInfo(path="synthetic.gguf"), None, "model", 4096, "synthetic", False, "model", 0, 0,
+                          ())
+
+    def generate(self, request: Any) -> _Gen:
+        return _Gen(self.n)
+
+    def calibrate(self, n_tokens: int = 48) -> float:
+        return 1000.0
+
+    def cancel(self) -> None: ...
+    def stop(self, timeout: float = 10.0) -> None: ...
+    def unload(self) -> None: ...
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=20000)
+    args = parser.parse_args()
+    app = QApplication(sys.argv[:1])
+    store = QtStoreBridge(HistoryStore.open())
+    bridge = QtEngineBridge(FastClient(args.tokens))  # type: ignore[arg-type]
+    win = MainWindow(bridge, store, QtSettings())
+    win.resize(1280, 800)
+    win.show()
+    from pathlib import Path
+
+    from outrider.ui.chat_session import PairChoice
+
+    results: dict[str, Any] = {}
+    for provenance in (True, False):
+        win.chat.set_provenance(provenance)
+        win.session.open_conversation(None)
+        gaps: list[float] = []
+        clock = QElapsedTimer()
+        probe = QTimer()
+        probe.setInterval(1)
+        last = [0]
+
+        def tick() -> None:
+            now = clock.elapsed()
+            gaps.append(now - last[0])
+            last[0] = now
+
+        probe.timeout.connect(tick)
+        loop_done = {"v": False}
+        win.session.reply_ended.connect(lambda *a: loop_done.__setitem__("v", True))
+        if not win.session.ready:
+            win.load_pair(PairChoice(Path("synthetic.gguf"), None, False, "", "synthetic"))
+            while not win.session.ready:
+                app.processEvents()  # benchmark harness only
+        t0 = time.perf_counter()
+        clock.start()
+        probe.start()
+        win.session.send("stream as fast as you can")
+        while not loop_done["v"]:
+            app.processEvents()
+        probe.stop()
+        elapsed = time.perf_counter() - t0
+        gaps.sort()
+        p = lambda q: gaps[min(len(gaps) - 1, int(q * len(gaps)))]  # noqa: E731
+        results["provenance" if provenance else "markdown"] = (len(gaps), p(0.5), p(0.99), gaps[-1],
+                                                              args.tokens / elapsed)
+    print(f"{'view':<11} {'ticks':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'tok/s':>9}")
+    for name, (n, p50, p99, mx, tps) in results.items():
+        print(f"{name:<11} {n:>6} {p50:>7.1f} {p99:>7.1f} {mx:>7.1f} {tps:>9.0f}")
+    ok = all(r[2] < 16 for r in results.values())
+    print("goal p99 < 16 ms:", "met" if ok else "NOT met")
+    win.close()
+    bridge.shutdown()
+    store.close()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
