@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -40,9 +41,20 @@ class ChatMessage:
     content: str
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def clean_text(text: str) -> str:
     """Make user text safe for the tokenizer: lone surrogates become U+FFFD, NUL bytes are dropped."""
-    return text.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "")
+    return _SURROGATE.sub("\ufffd", text).replace("\x00", "")
+
+
+class _StrictSandbox(ImmutableSandboxedEnvironment):
+    """A sandbox that *raises* on unsafe attribute access instead of rendering it as undefined, so a hostile
+    template (``lipsum.__globals__``…) is reported as unsafe rather than silently half-rendered."""
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+        raise jinja2.exceptions.SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} is unsafe")
 
 
 def _raise_exception(message: str) -> None:
@@ -65,7 +77,7 @@ class ChatFormatter:
             self.source, template = "chatml", CHATML_TEMPLATE
         else:
             self.source, template = "plain", PLAIN_TEMPLATE
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined)
+        env = _StrictSandbox(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined)
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
         try:

@@ -21,7 +21,7 @@ from outrider.engine.backend import (
 from outrider.engine.chat import ChatFormatter, ChatMessage, fit_conversation
 from outrider.engine.compat import check_facts
 from outrider.engine.drafters import DraftSource, LookupSettings, ModelDraft, NoDraft, PromptLookupDraft
-from outrider.engine.errors import EngineError
+from outrider.engine.errors import EngineError, TemplateError
 from outrider.engine.sampling import SamplingParams
 from outrider.engine.speculative import (
     DoneEvent,
@@ -142,13 +142,7 @@ class Engine:
         self._decoder = SpeculativeDecoder(target, context, drafter)
         self._plain = SpeculativeDecoder(target, context, NoDraft())
         self._plain.cached = self._decoder.cached  # one context, one cache mirror
-        vocab_texts = {target.token_text(i) for i in range(min(target.n_vocab, 200_000))}
-        self._formatter = ChatFormatter(
-            target.chat_template(),
-            bos_token=target.token_text(target.bos_id) if target.bos_id >= 0 else "",
-            eos_token=target.token_text(target.eos_id) if target.eos_id >= 0 else "",
-            has_chatml_tokens="<|im_start|>" in vocab_texts,
-        )
+        self._formatter = _chat_formatter(target, notes)
         self.spec = spec
         n_ctx = context.n_ctx
         self.info = LoadedPair(
@@ -278,3 +272,20 @@ class Engine:
     def baseline_tps(self) -> float | None:
         return self._decoder.baseline_tps if self._decoder else None
 
+
+
+def _chat_formatter(target: LoadedModel, notes: list[str]) -> ChatFormatter:
+    """The model's own template when it renders a sample conversation safely, else a built-in one (noted)."""
+    chatml_marker = target.tokenize("<|im_start|>", add_special=False, parse_special=True)
+    bos = target.token_text(target.bos_id) if target.bos_id >= 0 else ""
+    eos = target.token_text(target.eos_id) if target.eos_id >= 0 else ""
+    chatml = len(chatml_marker) == 1 and target.token_text(chatml_marker[0]) == "<|im_start|>"
+    template = target.chat_template()
+    if template:
+        try:
+            formatter = ChatFormatter(template, bos_token=bos, eos_token=eos, has_chatml_tokens=chatml)
+            formatter.render([ChatMessage("system", "s"), ChatMessage("user", "u")])
+            return formatter
+        except TemplateError as exc:
+            notes.append(f"{exc} — using the built-in template")
+    return ChatFormatter(None, bos_token=bos, eos_token=eos, has_chatml_tokens=chatml)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from outrider.engine.backend import Backend, ContextSettings
+from outrider.engine.chat import ChatMessage
 from outrider.engine.compat import VocabFacts, check_facts, check_files
 from outrider.engine.errors import IncompatiblePairError
 from outrider.engine.session import Engine, PairSpec
@@ -84,3 +85,18 @@ def test_loading_an_incompatible_pair_names_the_rule(tmp_path: Path) -> None:
     )
     assert info.draft_mode == "model"
     engine.unload()
+
+
+def test_unsafe_model_template_falls_back_with_a_note(tmp_path: Path) -> None:
+    marker = tmp_path / "PWNED"
+    evil = "{{ lipsum.__globals__['os'].popen('touch " + str(marker) + "').read() }}"
+    model = _model(tmp_path, "evil", chat_template=evil)
+    engine = Engine(Backend())
+    info = engine.load(PairSpec(target=str(model), context=ContextSettings(n_ctx=128)))
+    try:
+        assert info.chat_template == "plain"
+        assert any("unsafe" in note and "built-in template" in note for note in info.notes)
+        engine.tokenize_chat([ChatMessage("user", "hi")])
+        assert not marker.exists()
+    finally:
+        engine.unload()
