@@ -240,7 +240,7 @@ class SpeculativeDecoder:
             stats.passes += 1
             stats.k_sum += k
             stats.drafted += len(draft.tokens)
-            stats.accepted += n_accepted
+            stats.accepted += sum(flags)  # emitted accepted draft tokens: always equals the provenance count
             stats.generated += len(tokens)
             stats.draft_s += t1 - t0
             stats.verify_s += t2 - t1

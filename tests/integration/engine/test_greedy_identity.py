@@ -214,3 +214,23 @@ def test_dataclass_params_validate() -> None:
         DraftParams(k=-1)
     with pytest.raises(ValueError, match="p-min"):
         dataclasses.replace(DraftParams(), p_min=3.0)
+
+
+def test_counts_stay_consistent_when_the_last_step_is_cut(backend: Backend, tiny_family: Family) -> None:
+    engine = Engine(backend)
+    engine.load(
+        PairSpec(target=str(tiny_family.target), draft=str(tiny_family.target), context=ContextSettings(n_ctx=512))
+    )
+    try:
+        flags: list[bool] = []
+        done = None
+        for event in engine.generate(engine.tokenize_prompt("the"), max_tokens=13, draft=DraftParams(k=8)):
+            if isinstance(event, DoneEvent):
+                done = event
+            else:
+                flags.extend(event.drafted)
+        assert done is not None and done.stop_reason == "length"
+        assert done.stats.generated == len(flags) == 13
+        assert done.stats.accepted == sum(flags) <= done.stats.generated
+    finally:
+        engine.unload()
