@@ -47,6 +47,9 @@ def test_download_shows_progress_then_installs(qtbot: QtBot, open_picker: Picker
     r = dlg.catalogue_model.pair_row(PAIR)
     assert r is not None and r.status is PairStatus.DOWNLOADING and r.status_text.startswith("downloading ")
     assert dlg.downloads_view.pause_button.isEnabled() and dlg.downloads_view.cancel_button.isEnabled()
+    dlg.tabs.setCurrentWidget(dlg.downloads_view)
+    dlg.resize(900, 500)
+    assert not dlg.grab().isNull()  # paints the progress-bar delegate
     with qtbot.waitSignals([dlg.downloads.download_finished, dlg.scan_finished], order="strict", timeout=20_000):
         pass
     assert state(dlg) is DownloadState.DONE
@@ -58,7 +61,7 @@ def test_download_shows_progress_then_installs(qtbot: QtBot, open_picker: Picker
 
 def test_pause_then_resume_continues_with_range(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
                                                 hub: FakeHub) -> None:
-    hub.faults.chunk_delay = 0.05
+    hub.faults.chunk_delay = 0.1  # a few seconds in all: time to act mid-download
     service = make_service(hub.endpoint)
     dlg = open_picker(service)
     dlg.download_pair(PAIR)
@@ -89,7 +92,7 @@ def test_pause_then_resume_continues_with_range(qtbot: QtBot, open_picker: Picke
 
 def test_cancel_removes_partial_file(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
                                      hub: FakeHub) -> None:
-    hub.faults.chunk_delay = 0.05
+    hub.faults.chunk_delay = 0.1  # a few seconds in all: time to act mid-download
     service = make_service(hub.endpoint)
     dlg = open_picker(service)
     dlg.download_pair(PAIR)
@@ -122,7 +125,7 @@ def test_corrupted_download_is_reported(qtbot: QtBot, open_picker: PickerFactory
 
 def test_closing_the_picker_pauses_its_downloads(qtbot: QtBot, open_picker: PickerFactory,
                                                  make_service: ServiceFactory, hub: FakeHub) -> None:
-    hub.faults.chunk_delay = 0.05
+    hub.faults.chunk_delay = 0.1  # a few seconds in all: time to act mid-download
     service = make_service(hub.endpoint)
     dlg = open_picker(service)
     dlg.download_pair(PAIR)
