@@ -137,7 +137,7 @@ class ChatSession(QObject):
         self._streaming = False
         self._generating = False
         self._stop_requested = False
-        self._text = ""
+        self._parts: list[str] = []  # the streamed text, joined lazily (appending stays O(1))
         self._reply_id: int | None = None
         self._checkpointer: ReplyCheckpointer | None = None
         self._request: TextRequest | None = None
@@ -298,7 +298,7 @@ class ChatSession(QObject):
         self._streaming = True
         self._generating = False
         self._stop_requested = False
-        self._text = ""
+        self._parts = []
         self._reply_id = None
         self._checkpointer = None
         self.last_done = None
@@ -342,18 +342,24 @@ class ChatSession(QObject):
         self._timer.start()
         self.bridge.generate(request)
 
+    def _joined(self) -> str:
+        """The reply's text so far (the parts are joined once and kept joined)."""
+        text = "".join(self._parts)
+        self._parts = [text] if text else []
+        return text
+
     @Slot(object)
     def _on_bridge_step_received(self, batch: StepBatch) -> None:
         if not self._streaming:
             return
-        self._text += batch.text
+        self._parts.extend(s.text for s in batch.steps)
         self.meter.add(batch.stats, batch.steps[-1].k)
         self.steps_received.emit(batch)
 
     @Slot()
     def _on_checkpoint_timer_timeout(self) -> None:
         if self._checkpointer is not None and self._streaming:
-            self.store.checkpoint(self._checkpointer, self._text)
+            self.store.checkpoint(self._checkpointer, self._joined())
 
     @Slot(object)
     def _on_bridge_generation_finished(self, done: DoneEvent) -> None:
@@ -368,14 +374,16 @@ class ChatSession(QObject):
         self.loaded = None
         self.engine_changed.emit(None)
         if self._streaming:
-            partial = getattr(exc, "partial_text", "") or self._text
-            self._end(MessageStatus.INTERRUPTED, None, partial if len(partial) >= len(self._text) else self._text)
+            text = self._joined()
+            partial = getattr(exc, "partial_text", "") or text
+            self._end(MessageStatus.INTERRUPTED, None, partial if len(partial) >= len(text) else text)
         self.crashed.emit(describe_error(exc))
 
     @Slot(object)
     def _on_bridge_error(self, exc: Exception) -> None:
         if self._streaming:
-            self._end(MessageStatus.ERROR if not self._text else MessageStatus.INTERRUPTED, None, self._text)
+            text = self._joined()
+            self._end(MessageStatus.ERROR if not text else MessageStatus.INTERRUPTED, None, text)
         self.notice.emit(describe_error(exc))
 
     def _end(self, status: MessageStatus, done: DoneEvent | None, text: str) -> None:

@@ -13,6 +13,7 @@ step, the target's own token last); a step that carries ``pieces`` is split exac
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -31,29 +32,62 @@ from PySide6.QtWidgets import (
 )
 
 from outrider.ui.live_stats import TOOLTIPS
-from outrider.ui.markdown import code_blocks, render_markdown
+from outrider.ui.markdown import code_blocks, render_markdown, stable_prefix
 from outrider.ui.theme import LIGHT, ThemeColours
 
-MARKDOWN_INTERVAL_MS = 300  # re-render the streaming message's Markdown at most ~3 times a second
+MARKDOWN_INTERVAL_MS = 350  # re-render the streaming message's Markdown tail at most ~3 times a second
+APPEND_CHARS_PER_TURN = 2048  # a drain inserts at most this much text per event-loop turn; the rest waits a turn
+MARKDOWN_TAIL_CHARS = 3000  # a streaming paragraph longer than this is frozen at a line break (see stable_prefix)
 
 
 @dataclasses.dataclass
 class MessageItem:
-    """One message as the view shows it. ``runs`` (text, is_draft) exist for replies streamed in this session."""
+    """One message as the view shows it. ``runs`` (text, is_draft) exist for replies streamed in this session.
+
+    Streamed pieces are kept aside by ``add_run`` (O(1)) and joined into ``text`` and ``runs`` by ``flush``,
+    which the view calls a few times a second and before it reads them.
+    """
 
     role: str
     text: str
     status: str = "complete"
     message_id: int | None = None
     runs: list[tuple[str, bool]] | None = None
+    pending: list[tuple[str, bool]] = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     def add_run(self, text: str, drafted: bool) -> None:
-        if self.runs is None:
-            self.runs = []
-        if self.runs and self.runs[-1][1] == drafted:
-            self.runs[-1] = (self.runs[-1][0] + text, drafted)
-        else:
-            self.runs.append((text, drafted))
+        self.pending.append((text, drafted))
+
+    def flush(self) -> MessageItem:
+        """Join the pending pieces into ``text`` and ``runs`` (consecutive pieces of one provenance merged)."""
+        if not self.pending:
+            return self
+        pending, self.pending = self.pending, []
+        self.text += "".join(t for t, _ in pending)
+        runs = self.runs if self.runs is not None else []
+        for text, drafted in merge_runs(pending):
+            if runs and runs[-1][1] == drafted:
+                runs[-1] = (runs[-1][0] + text, drafted)
+            else:
+                runs.append((text, drafted))
+        self.runs = runs
+        return self
+
+
+def merge_runs(runs: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """Consecutive runs of the same provenance as one run each (one document insertion instead of many)."""
+    out: list[tuple[str, bool]] = []
+    parts: list[str] = []
+    current: bool | None = None
+    for text, drafted in runs:
+        if drafted is not current and parts:
+            out.append(("".join(parts), bool(current)))
+            parts = []
+        current = drafted
+        parts.append(text)
+    if parts:
+        out.append(("".join(parts), bool(current)))
+    return out
 
 
 def step_runs(step: Any) -> list[tuple[str, bool]]:
@@ -124,6 +158,11 @@ class ChatView(QWidget):
         self._body_start = 0
         self._editing_id: int | None = None
         self._dirty_markdown = False
+        self._queue: collections.deque[tuple[str, bool]] = collections.deque()  # streamed, not yet in the document
+        self._formats: dict[bool | None, QTextCharFormat] = {}  # None: plain; True/False: draft/target token
+        self._md_frozen = 0  # characters of the streaming text rendered as Markdown for good
+        self._md_blocks = 0  # code blocks in that frozen head (numbers the copy links of the tail)
+        self._md_tail_pos = 0  # document position where the re-rendered Markdown tail starts
 
         self.browser = QTextBrowser(self)
         self.browser.setObjectName("chatView")
@@ -132,6 +171,7 @@ class ChatView(QWidget):
         self.browser.anchorClicked.connect(self._on_browser_anchor_clicked)
         self.browser.setAccessibleName("Conversation")
         self.browser.document().setDocumentMargin(12)
+        self.browser.document().setUndoRedoEnabled(False)  # read-only: an undo stack would only cost time and memory
 
         self.composer = Composer(self)
         self.composer.setAccessibleName("Message")
@@ -181,7 +221,12 @@ class ChatView(QWidget):
         self._markdown_timer = QTimer(self)
         self._markdown_timer.setInterval(MARKDOWN_INTERVAL_MS)
         self._markdown_timer.timeout.connect(self._on_markdown_timer_timeout)
+        self._drain_timer = QTimer(self)
+        self._drain_timer.setSingleShot(True)
+        self._drain_timer.setInterval(0)  # the next event-loop turn, after input, paints and other timers
+        self._drain_timer.timeout.connect(self._on_drain_timer_timeout)
         self.set_busy(False)
+        self._rebuild_formats()
         self._update_legend()
 
     # -- state ------------------------------------------------------------------------------------------------
@@ -224,39 +269,53 @@ class ChatView(QWidget):
         self.messages = list(messages)
         self._streaming = None
         self._markdown_timer.stop()
+        self._drain_timer.stop()
+        self._queue.clear()
         self.render_all()
         self.set_busy(False)
 
     def render_all(self) -> None:
+        """Rebuild the whole document (conversation opened, theme or provenance view changed)."""
+        self._rebuild_formats()
         self._update_legend()
+        self._queue.clear()  # the streaming item holds those pieces too: they are rendered from it below
+        self._drain_timer.stop()
         doc = self.browser.document()
         doc.clear()
         doc.setDefaultStyleSheet(f"a {{ color: {self.colours.link}; }}")
         cursor = QTextCursor(doc)
+        cursor.beginEditBlock()
         for index, item in enumerate(self.messages):
+            item.flush()
             self._insert_header(cursor, index, item)
             start = cursor.position()
             self._insert_body(cursor, index, item)
             if item is self._streaming:
                 self._body_start = start
+        cursor.endEditBlock()
+        self._reset_markdown_tail()
         self.browser.moveCursor(QTextCursor.MoveOperation.End)
         self.browser.ensureCursorVisible()
 
+    def _rebuild_formats(self) -> None:
+        """The three character formats of streamed text, built once per theme / view (never per token)."""
+        plain = QTextCharFormat()
+        plain.setForeground(QColor(self.colours.text))
+        self._formats = {None: plain}
+        for drafted in (True, False):
+            fmt = QTextCharFormat(plain)
+            if self._provenance:
+                fmt.setBackground(QColor(self.colours.draft_bg if drafted else self.colours.target_bg))
+                fmt.setProperty(QTextCharFormat.Property.UserProperty, "draft" if drafted else "target")
+            self._formats[drafted] = fmt
+
     def _plain_format(self) -> QTextCharFormat:
-        fmt = QTextCharFormat()
-        fmt.setForeground(QColor(self.colours.text))
-        return fmt
+        return self._formats[None]
 
     def _run_format(self, drafted: bool) -> QTextCharFormat:
-        fmt = self._plain_format()
-        if self._provenance:
-            fmt.setBackground(QColor(self.colours.draft_bg if drafted else self.colours.target_bg))
-            fmt.setProperty(QTextCharFormat.Property.UserProperty, "draft" if drafted else "target")
-        return fmt
+        return self._formats[drafted]
 
-    def _insert_header(self, cursor: QTextCursor, index: int, item: MessageItem) -> None:
-        if index > 0 or not cursor.atStart():
-            cursor.insertBlock()
+    def _header_html(self, index: int, item: MessageItem) -> str:
         who = {"user": "You", "assistant": "Outrider", "system": "System"}.get(item.role, item.role)
         links = [f'<a href="copy:{index}">Copy</a>']
         if item.role == "user" and item.message_id is not None:
@@ -268,8 +327,13 @@ class ChatView(QWidget):
             status = f' <span style="color:{self.colours.warning};">— failed</span>'
         elif item.status == "streaming":
             status = f' <span style="color:{self.colours.muted};">— writing…</span>'
-        cursor.insertHtml(f'<p style="margin-top:10px;"><b>{who}</b>{status} '
-                          f'<span style="color:{self.colours.muted};">· {" · ".join(links)}</span></p>')
+        return (f'<p style="margin-top:10px;"><b>{who}</b>{status} '
+                f'<span style="color:{self.colours.muted};">· {" · ".join(links)}</span></p>')
+
+    def _insert_header(self, cursor: QTextCursor, index: int, item: MessageItem) -> None:
+        if index > 0 or not cursor.atStart():
+            cursor.insertBlock()
+        cursor.insertHtml(self._header_html(index, item))
         cursor.insertBlock()
         cursor.setCharFormat(self._plain_format())
 
@@ -307,42 +371,94 @@ class ChatView(QWidget):
         cursor.movePosition(QTextCursor.MoveOperation.End)
         self._insert_header(cursor, len(self.messages) - 1, item)
         self._body_start = cursor.position()
+        self._queue.clear()
+        self._reset_markdown_tail()
         self._dirty_markdown = False
         self._markdown_timer.start()
         self.set_busy(True)
 
     def append_steps(self, steps: Sequence[Any]) -> None:
-        """Append a batch of streamed steps at the end of the document (no re-render)."""
+        """Queue a batch of streamed steps and append (part of) it at the end of the document (no re-render).
+
+        One drain inserts at most ``APPEND_CHARS_PER_TURN`` characters, consecutive pieces of one provenance as
+        one insertion, inside one edit block (one layout pass); the rest follows on the next event-loop turn.
+        """
         item = self._streaming
         if item is None:
             return
+        for step in steps:
+            for text, drafted in step_runs(step):
+                item.add_run(text, drafted)
+                self._queue.append((text, drafted))
+        self._dirty_markdown = True
+        self._drain(APPEND_CHARS_PER_TURN)
+
+    def _drain(self, budget: int) -> None:
+        queue = self._queue
+        if not queue:
+            return
+        taken: list[tuple[str, bool]] = []
+        while queue and budget > 0:
+            taken.append(queue.popleft())
+            budget -= len(taken[-1][0])
+        runs = merge_runs(taken) if self._provenance else [("".join(t for t, _ in taken), False)]
         bar = self.browser.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = QTextCursor(self.browser.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
-        for step in steps:
-            for text, drafted in step_runs(step):
-                item.text += text
-                item.add_run(text, drafted)
-                cursor.insertText(text, self._run_format(drafted))
-        self._dirty_markdown = True
+        cursor.beginEditBlock()
+        for text, drafted in runs:
+            cursor.insertText(text, self._run_format(drafted))
+        cursor.endEditBlock()
         if at_bottom:
             bar.setValue(bar.maximum())
+        if queue:
+            self._drain_timer.start()
+
+    @Slot()
+    def _on_drain_timer_timeout(self) -> None:
+        self._drain(APPEND_CHARS_PER_TURN)
 
     def end_reply(self, status: str, text: str | None = None, message_id: int | None = None) -> None:
+        """The reply ended: only its header (status) and, in the Markdown view, its unrendered tail are redone.
+
+        The whole message is re-rendered only when the engine's final text differs from what streamed.
+        """
         item = self._streaming
         if item is None:
             return
         self._markdown_timer.stop()
+        self._drain_timer.stop()
+        item.flush()
+        item.status = status
+        item.message_id = message_id
+        index = len(self.messages) - 1
         if text is not None and text != item.text:
             item.text = text  # the engine's final text is the reference (stop strings trimmed, …)
             if item.runs is not None and "".join(r for r, _ in item.runs) != text:
                 item.runs = None
-        item.status = status
-        item.message_id = message_id
-        self._streaming = None
-        self._rerender_last()
+            self._streaming = None
+            self._queue.clear()
+            self._rerender_last()
+        else:
+            if self._provenance:
+                self._drain(len(item.text) + 1)  # the rest of the queue, at once
+            else:
+                self._render_markdown_tail(final=True)
+            self._streaming = None
+            self._replace_header(index, item)
         self.set_busy(False)
+
+    def _replace_header(self, index: int, item: MessageItem) -> None:
+        """Redo the header line of the last message in place (its status changed)."""
+        doc = self.browser.document()
+        block = doc.findBlock(self._body_start).previous()
+        if not block.isValid():
+            return
+        cursor = QTextCursor(block)
+        cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
+        cursor.insertHtml(self._header_html(index, item))
+        self._body_start = cursor.block().next().position()
 
     def _rerender_last(self) -> None:
         """Replace the last message (header and body) in place: the only re-render during a conversation."""
@@ -369,13 +485,55 @@ class ChatView(QWidget):
         if item is None or not self._dirty_markdown or self._provenance:
             return  # provenance view shows the streamed tokens themselves
         self._dirty_markdown = False
+        self._render_markdown_tail(final=False)
+
+    def _reset_markdown_tail(self) -> None:
+        self._md_frozen = 0
+        self._md_blocks = 0
+        self._md_tail_pos = self._body_start
+        self._dirty_markdown = True
+
+    def _render_markdown_tail(self, final: bool) -> None:
+        """Render the streaming message's Markdown, only from its last stable boundary on.
+
+        The head up to the last block boundary outside a code fence (``stable_prefix``) is rendered once and
+        kept ("frozen"); each tick removes and re-renders only the tail after it, so a tick costs the size of
+        the newest paragraph, not of the message. ``final``: the reply ended, render all that is left.
+        """
+        item = self._streaming
+        if item is None:
+            return
+        text = item.flush().text
+        self._queue.clear()  # the re-rendered tail covers every piece streamed so far
+        self._drain_timer.stop()
+        index = len(self.messages) - 1
+        bar = self.browser.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        cut = len(text) if final else stable_prefix(text, self._md_frozen, MARKDOWN_TAIL_CHARS)
         cursor = QTextCursor(self.browser.document())
-        cursor.setPosition(self._body_start)
+        cursor.beginEditBlock()
+        cursor.setPosition(self._md_tail_pos)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
-        cursor.insertHtml(render_markdown(item.text, len(self.messages) - 1, self.colours) or "&nbsp;")
+        if cut > self._md_frozen:
+            head = text[self._md_frozen:cut]
+            html = render_markdown(head, index, self.colours, self._md_blocks)
+            if html:
+                cursor.insertHtml(html)
+                if not final:
+                    cursor.insertBlock()  # keeps the tail out of the head's last block
+                self._md_tail_pos = cursor.position()
+            self._md_frozen = cut
+            self._md_blocks += len(code_blocks(head))
+        tail = text[cut:]
+        if tail:
+            cursor.insertHtml(render_markdown(tail, index, self.colours, self._md_blocks) or "&nbsp;")
+        elif cursor.position() == self._body_start:
+            cursor.insertHtml("&nbsp;")
         cursor.setCharFormat(self._plain_format())
-        self._scroll_to_end()
+        cursor.endEditBlock()
+        if at_bottom:
+            self._scroll_to_end()
 
     def _scroll_to_end(self) -> None:
         bar = self.browser.verticalScrollBar()
@@ -413,6 +571,7 @@ class ChatView(QWidget):
             item = self.messages[numbers[0]]
         except (ValueError, IndexError):
             return
+        item.flush()
         if kind == "copy":
             QGuiApplication.clipboard().setText(item.text)
         elif kind == "copy-code" and len(numbers) == 2:

@@ -71,10 +71,43 @@ def _prose(text: str) -> str:
     return body.group(1) if body else html.escape(text)
 
 
-def render_markdown(text: str, message_index: int, colours: ThemeColours) -> str:
-    """HTML for one message body."""
+def stable_prefix(text: str, start: int = 0, tail_max: int = 0) -> int:
+    """Where a streaming message can be cut so that its head never needs rendering again.
+
+    Scans ``text`` from ``start`` (which must lie outside a code fence) and returns the end of the longest prefix
+    that ends at a block boundary outside any fence: after a blank line or after a closing fence line. Markdown
+    rendered in pieces cut there reads the same as rendered whole (lists split by a blank line restart). With
+    ``tail_max`` > 0, a tail longer than that with no such boundary (one endless paragraph) is cut at its last
+    line break outside a fence, or else at its last space: a soft break then shows as a paragraph break.
+    """
+    fence: str | None = None
+    best = last_break = start
+    pos = start
+    while (nl := text.find("\n", pos)) >= 0:
+        line = text[pos:nl]
+        if fence is None:
+            if line.startswith(("```", "~~~")):
+                fence = line[:3]
+            elif not line.strip():
+                best = nl + 1
+            else:
+                last_break = nl + 1
+        elif line.rstrip(" \t") == fence:
+            fence = None
+            best = nl + 1
+        pos = nl + 1
+    if tail_max > 0 and fence is None and len(text) - best > tail_max:
+        if last_break > best:
+            best = last_break
+        elif (space := text.rfind(" ", best + 1)) > best and not text.startswith(("```", "~~~"), pos):
+            best = space + 1
+    return best
+
+
+def render_markdown(text: str, message_index: int, colours: ThemeColours, first_block: int = 0) -> str:
+    """HTML for one message body (or a piece of one: ``first_block`` numbers its first code block)."""
     pieces: list[str] = []
-    n = 0
+    n = first_block
     for part in split_code(text):
         if isinstance(part, CodeBlock):
             label = html.escape(part.language or "code")
