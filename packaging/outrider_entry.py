@@ -18,6 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import runpy
 import sys
+import warnings
 
 # Modules that may be run with ``-m`` through the bundle binary (helper processes; the CLI itself).
 RUNNABLE_MODULES = frozenset({
@@ -60,6 +61,9 @@ def run_module(module: str, rest: list[str]) -> int:
         sys.stderr.write(f"outrider: -m {module}: not available in the packaged app\n")
         return 2
     sys.argv = [sys.executable, *rest]
+    # `python -m outrider.catalogue.download` warns the same way: the package imports the module it names.
+    warnings.filterwarnings("ignore", message=r".*found in sys\.modules after import of package",
+                            category=RuntimeWarning)
     runpy.run_module(module, run_name="__main__", alter_sys=True)
     return 0
 

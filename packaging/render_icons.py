@@ -46,7 +46,7 @@ def render_png(svg: bytes, size: int) -> bytes:
     painter.end()
     buf = QBuffer()
     buf.open(QIODevice.OpenModeFlag.WriteOnly)
-    if not image.save(buf, "PNG"):
+    if not image.save(buf, "PNG"):  # type: ignore[call-overload]  # PySide6 6.12 stubs say bytes; only str works
         raise RuntimeError(f"could not encode a {size} px PNG")
     return bytes(buf.data().data())
 
