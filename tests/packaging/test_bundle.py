@@ -110,3 +110,43 @@ def test_menu_entry_from_the_bundle(exe: Path, tmp_path: Path) -> None:
     r = subprocess.run(["bash", str(exe.parent / "linux" / "uninstall.sh")], capture_output=True, text=True, env=env,
                        timeout=60, check=False)
     assert r.returncode == 0 and not any(data.rglob(f"{APP_ID}*"))
+
+
+def test_windowed_without_stdout_or_stderr(exe: Path, env: dict[str, str]) -> None:
+    """RELIABILITY 18: a windowed start has no stdout/stderr; output goes to the log and the engine still runs."""
+    _demo(exe)
+    r = subprocess.run([str(exe), "--smoke-test"], stdin=subprocess.DEVNULL, stdout=None, stderr=None, env=env,
+                       timeout=600, check=False, preexec_fn=_close_std_fds)
+    assert r.returncode == 0
+    log = Path(env["OUTRIDER_HOME"]) / "logs" / "outrider-app.log"
+    assert json.loads(log.read_text(encoding="utf-8").splitlines()[0])["ok"] is True
+
+
+def _close_std_fds() -> None:
+    os.close(1)
+    os.close(2)
+
+
+def test_native_crash_of_the_gui_is_reported_on_the_next_start(exe: Path, env: dict[str, str]) -> None:
+    import signal
+    import time
+
+    from outrider.crash import pending_crash_report
+
+    logs = Path(env["OUTRIDER_HOME"]) / "logs"
+    proc = subprocess.Popen([str(exe)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        native = logs / f"faulthandler-{proc.pid}.log"
+        while not native.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert native.exists(), "the app did not install its crash handler"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGSEGV)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode != 0
+    report = pending_crash_report(logs)
+    assert report is not None and "Segmentation fault" in report.read_text(encoding="utf-8")
