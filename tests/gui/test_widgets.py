@@ -55,6 +55,7 @@ def test_provenance_colours_each_token_in_the_document(qtbot: Any, colours: Any)
     view.add_user_message("hi", 1)
     view.begin_reply()
     view.append_steps([_step(["Hello", ",", " world"], [True, True, False]), _step([" again"], [False])])
+    qtbot.waitUntil(lambda: "world again" in view.browser.toPlainText())  # drains are paced to frames
     found: dict[str, set[str]] = {}
     block = view.browser.document().begin()
     while block.isValid():

@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, QUrl, Signal, Slot
+from PySide6.QtCore import QElapsedTimer, QEvent, QObject, Qt, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import QColor, QGuiApplication, QKeyEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -36,6 +36,7 @@ from outrider.ui.markdown import code_blocks, render_markdown, stable_prefix
 from outrider.ui.theme import LIGHT, ThemeColours
 
 MARKDOWN_INTERVAL_MS = 350  # re-render the streaming message's Markdown tail at most ~3 times a second
+FRAME_MS = 16  # streamed text reaches the document at most once per frame (one layout and repaint per frame)
 APPEND_CHARS_PER_TURN = 2048  # a drain inserts at most this much text per event-loop turn; the rest waits a turn
 MARKDOWN_TAIL_CHARS = 3000  # a streaming paragraph longer than this is frozen at a line break (see stable_prefix)
 
@@ -223,8 +224,9 @@ class ChatView(QWidget):
         self._markdown_timer.timeout.connect(self._on_markdown_timer_timeout)
         self._drain_timer = QTimer(self)
         self._drain_timer.setSingleShot(True)
-        self._drain_timer.setInterval(0)  # the next event-loop turn, after input, paints and other timers
         self._drain_timer.timeout.connect(self._on_drain_timer_timeout)
+        self._since_drain = QElapsedTimer()
+        self._since_drain.start()
         self.set_busy(False)
         self._rebuild_formats()
         self._update_legend()
@@ -381,7 +383,8 @@ class ChatView(QWidget):
         """Queue a batch of streamed steps and append (part of) it at the end of the document (no re-render).
 
         One drain inserts at most ``APPEND_CHARS_PER_TURN`` characters, consecutive pieces of one provenance as
-        one insertion, inside one edit block (one layout pass); the rest follows on the next event-loop turn.
+        one insertion, inside one edit block (one layout pass); the rest follows on a later event-loop turn.
+        Drains are paced to one per ``FRAME_MS``: a batch arriving sooner waits for the frame's timer.
         """
         item = self._streaming
         if item is None:
@@ -391,12 +394,19 @@ class ChatView(QWidget):
                 item.add_run(text, drafted)
                 self._queue.append((text, drafted))
         self._dirty_markdown = True
-        self._drain(APPEND_CHARS_PER_TURN)
+        if self._drain_timer.isActive():
+            return
+        wait = FRAME_MS - self._since_drain.elapsed()
+        if wait <= 0:
+            self._drain(APPEND_CHARS_PER_TURN)
+        else:
+            self._drain_timer.start(int(wait))
 
     def _drain(self, budget: int) -> None:
         queue = self._queue
         if not queue:
             return
+        self._since_drain.restart()
         taken: list[tuple[str, bool]] = []
         while queue and budget > 0:
             taken.append(queue.popleft())
@@ -413,7 +423,7 @@ class ChatView(QWidget):
         if at_bottom:
             bar.setValue(bar.maximum())
         if queue:
-            self._drain_timer.start()
+            self._drain_timer.start(0)  # the next event-loop turn: input, paints and other timers go first
 
     @Slot()
     def _on_drain_timer_timeout(self) -> None:

@@ -1,13 +1,17 @@
 """The live statistics panel beside the chat: numbers, two charts, the "slower than plain" warning.
 
 It redraws on its own timer (``REFRESH_MS``, about 4 Hz) from a ``ReplyMeter`` and only when something
-changed — never per token (STYLE.md §6). Every label carries the definition from docs/metrics.md as tooltip.
+changed — never per token (STYLE.md §6); the charts at most once per ``CHART_MS`` while a reply streams, with
+axis ranges that grow in "nice" steps (a repaint whose axes did not change replays their cached drawing).
+Every label carries the definition from docs/metrics.md as tooltip.
 """
 
 from __future__ import annotations
 
+import math
+
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer, Signal, Slot
+from PySide6.QtCore import QElapsedTimer, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QFormLayout,
     QFrame,
@@ -23,6 +27,18 @@ from outrider.ui.live_stats import TOOLTIPS, ReplyMeter, Snapshot, fmt
 from outrider.ui.theme import LIGHT, ThemeColours
 
 REFRESH_MS = 250
+CHART_MS = 1000  # chart redraws while streaming (a pyqtgraph repaint costs milliseconds)
+
+
+def nice_ceil(value: float) -> float:
+    """The smallest of 1, 2, 5 × 10^n that is >= value (axis ranges that change rarely)."""
+    if not value > 0:
+        return 1.0
+    scale = 10.0 ** math.floor(math.log10(value))
+    for m in (1.0, 2.0, 5.0, 10.0):
+        if value <= m * scale * (1 + 1e-9):
+            return m * scale
+    return 10.0 * scale
 
 ROWS = (
     ("decode_now", "Decode now"),
@@ -111,14 +127,19 @@ class StatsPanel(QWidget):
                                   "acceptance rate (dashed, right axis)")
         self._tps_curves = []
         self._acc_curves = []
+        self._ranges: dict[int, tuple[float, float, float, float]] = {}
+        self._since_chart = QElapsedTimer()
+        self._since_chart.start()
         for plot, title in ((self.reply_plot, "This reply"), (self.conv_plot, "Conversation")):
             plot.setMinimumHeight(120)
             plot.setMouseEnabled(x=False, y=False)
+            plot.disableAutoRange()
             plot.hideButtons()
             plot.setTitle(title)
             plot.setLabel("left", "tok/s")
             self._tps_curves.append(plot.plot([], []))
             acc_view = pg.ViewBox()
+            acc_view.disableAutoRange()
             acc_view.setYRange(0, 1)
             acc_view.setMouseEnabled(x=False, y=False)
             plot.scene().addItem(acc_view)
@@ -202,15 +223,28 @@ class StatsPanel(QWidget):
             pass  # keep the last verdict until a reply says otherwise
         else:
             self.warning.hide()
-        self._draw()
+        if not s.streaming or self._since_chart.elapsed() >= CHART_MS:
+            self._draw()
+
+    def _set_ranges(self, which: int, x0: float, x1: float, y1: float) -> None:
+        ranges = (x0, x1, 0.0, y1)
+        if self._ranges.get(which) != ranges:
+            self._ranges[which] = ranges
+            plot = (self.reply_plot, self.conv_plot)[which]
+            plot.setRange(xRange=(x0, x1), yRange=(0.0, y1), padding=0)
 
     def _draw(self) -> None:
+        self._since_chart.restart()
         series = self.meter.reply_series
         xs = [p[0] for p in series]
-        self._tps_curves[0].setData(xs, [p[1] for p in series])
+        ys = [p[1] for p in series]
+        self._set_ranges(0, 0.0, nice_ceil(max(xs, default=1.0)), nice_ceil(max(ys, default=1.0) * 1.05))
+        self._tps_curves[0].setData(xs, ys)
         acc = [(p[0], p[2]) for p in series if p[2] is not None]
         self._acc_curves[0][1].setData([a[0] for a in acc], [a[1] for a in acc])
         conv = self.meter.conversation_series
-        self._tps_curves[1].setData([p[0] for p in conv], [p[1] for p in conv], symbol="o", symbolSize=6)
+        cys = [p[1] for p in conv]
+        self._set_ranges(1, 0.5, max(len(conv), 5) + 0.5, nice_ceil(max(cys, default=1.0) * 1.05))
+        self._tps_curves[1].setData([p[0] for p in conv], cys, symbol="o", symbolSize=6)
         cacc = [(p[0], p[2]) for p in conv if p[2] is not None]
         self._acc_curves[1][1].setData([a[0] for a in cacc], [a[1] for a in cacc])
