@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
 
 
 def _history_messages(conversation: Any) -> list[Any]:
-    from outrider.engine.chat import ChatMessage
+    from outrider.engine.params import ChatMessage
     from outrider.store import Message, MessageStatus
 
     out = []

@@ -101,9 +101,7 @@ def register(sub: Any) -> None:
 
 # -- building requests ----------------------------------------------------------------------------------------
 def _pair_spec(args: argparse.Namespace) -> Any:
-    from outrider.engine.backend import ContextSettings, ModelSettings
-    from outrider.engine.drafters import LookupSettings
-    from outrider.engine.session import PairSpec
+    from outrider.engine.params import ContextSettings, LookupSettings, ModelSettings, PairSpec
 
     for path in (args.target, args.draft):
         if path is not None and not Path(path).exists():
@@ -127,10 +125,7 @@ def _pair_spec(args: argparse.Namespace) -> Any:
 def _text_request(args: argparse.Namespace, *, prompt: str | None = None, chat: str | None = None,
                   history: Sequence[Any] | None = None, plain: bool = False) -> Any:
     """A TextRequest from the command's options: raw ``prompt``, one ``chat`` message, or a whole ``history``."""
-    from outrider.engine.chat import ChatMessage
-    from outrider.engine.sampling import SamplingParams
-    from outrider.engine.session import TextRequest
-    from outrider.engine.speculative import DraftParams
+    from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
 
     try:
         sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)

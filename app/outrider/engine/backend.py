@@ -22,6 +22,7 @@ import numpy.typing as npt
 from outrider.engine.compat import VocabFacts
 from outrider.engine.errors import DecodeError, ModelLoadError
 from outrider.engine.gguf_header import GGUFHeaderError, read_header
+from outrider.engine.params import ContextSettings, ModelSettings
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -120,21 +121,6 @@ def _backend_info() -> BackendInfo:
     return BackendInfo(gpu_offload=gpu, name=name, system_info=system)
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelSettings:
-    """How to load one model. ``gpu_layers=-1`` offloads every layer (ignored by a CPU-only build).
-
-    ``cpu_extra_buffers`` enables llama.cpp's CPU extra buffer types (weight repacking, AMX): they make batched
-    verification much cheaper (3-token pass of an F16 12x1024 model: 26 ms with, 32 ms without, here).
-    ``None`` (auto) enables them except for a model with AMX-quantised tensors on a CPU with AMX — WORKAROUND:
-    in the llama.cpp of llama-cpp-python 0.3.36, ggml_backend_amx_mul_mat segfaults at the first decode of
-    Q4_0, Q4_1 and Q8_0 models (SmolLM2-135M-Instruct Q4_1 included) on such CPUs (seen here, in
-    llama-cpp-python's own high-level API too).
-    """
-
-    gpu_layers: int = -1
-    use_mmap: bool = True
-    cpu_extra_buffers: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,14 +339,6 @@ def _explain_load_failure(path: str, architecture: str, lines: Sequence[str]) ->
     return ModelLoadError("load_failed", path, message, tail)
 
 
-@dataclasses.dataclass(frozen=True)
-class ContextSettings:
-    """A llama.cpp context. ``n_ctx`` in tokens; ``threads`` 0 = llama.cpp's default; flash attention auto."""
-
-    n_ctx: int = 4096
-    n_batch: int = 512
-    threads: int = 0
-    flash_attention: str = "auto"
 
 
 class ModelContext:

@@ -9,18 +9,16 @@ plain "User:/Assistant:" layout otherwise.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import re
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from outrider.engine.errors import ContextOverflowError, TemplateError
-
-Role = Literal["system", "user", "assistant"]
+from outrider.engine.params import ChatMessage
+from outrider.engine.text import clean_text
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"
@@ -35,18 +33,6 @@ PLAIN_TEMPLATE = (
 MAX_RENDERED_CHARS = 50_000_000  # a template that expands beyond this is treated as hostile
 
 
-@dataclasses.dataclass(frozen=True)
-class ChatMessage:
-    role: Role
-    content: str
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def clean_text(text: str) -> str:
-    """Make user text safe for the tokenizer: lone surrogates become U+FFFD, NUL bytes are dropped."""
-    return _SURROGATE.sub("\ufffd", text).replace("\x00", "")
 
 
 class _StrictSandbox(ImmutableSandboxedEnvironment):

@@ -15,8 +15,8 @@ from typing import Protocol
 import numpy as np
 
 from outrider.engine.backend import ModelContext
+from outrider.engine.params import LookupSettings, SamplingParams
 from outrider.engine.sampling import (
-    SamplingParams,
     SparseDist,
     distribution,
     greedy_confidence,
@@ -142,16 +142,6 @@ class ModelDraft:
         self.context.close()
 
 
-@dataclasses.dataclass(frozen=True)
-class LookupSettings:
-    """Prompt lookup: match the last n tokens (``ngram_max`` down to ``ngram_min``) earlier in the text."""
-
-    ngram_min: int = 1
-    ngram_max: int = 3
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.ngram_min <= self.ngram_max:
-            raise ValueError(f"n-gram sizes must satisfy 1 <= min <= max, got {self.ngram_min}..{self.ngram_max}")
 
 
 class PromptLookupDraft:

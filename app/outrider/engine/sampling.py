@@ -18,34 +18,13 @@ import dataclasses
 import numpy as np
 import numpy.typing as npt
 
+from outrider.engine.params import SamplingParams
+
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 ProbArray = npt.NDArray[np.float64]
 
 
-@dataclasses.dataclass(frozen=True)
-class SamplingParams:
-    """Sampling settings. ``temperature == 0`` means greedy; top_k 0, top_p 1 and min_p 0 disable a filter."""
-
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        if not (self.temperature >= 0 and np.isfinite(self.temperature)):
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top-k must be >= 0, got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
-        if not 0 <= self.min_p <= 1:
-            raise ValueError(f"min-p must be in [0, 1], got {self.min_p}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,20 +12,17 @@ from typing import Any
 
 from outrider.engine.backend import (
     Backend,
-    ContextSettings,
     LoadedModel,
     ModelContext,
     ModelFacts,
-    ModelSettings,
 )
-from outrider.engine.chat import ChatFormatter, ChatMessage, fit_conversation
+from outrider.engine.chat import ChatFormatter, fit_conversation
 from outrider.engine.compat import check_facts
-from outrider.engine.drafters import DraftSource, LookupSettings, ModelDraft, NoDraft, PromptLookupDraft
+from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
 from outrider.engine.errors import EngineError, TemplateError
-from outrider.engine.sampling import SamplingParams
+from outrider.engine.params import ChatMessage, DraftParams, PairSpec, SamplingParams, TextRequest
 from outrider.engine.speculative import (
     DoneEvent,
-    DraftParams,
     GenerationRequest,
     SpeculativeDecoder,
     StepEvent,
@@ -34,44 +31,8 @@ from outrider.engine.speculative import (
 CALIBRATION_PROMPT = "The history of computing began with mechanical calculators and"
 
 
-@dataclasses.dataclass(frozen=True)
-class PairSpec:
-    """What to load: a target and optionally a draft model file or prompt lookup."""
-
-    target: str
-    draft: str | None = None
-    lookup: bool = False
-    target_settings: ModelSettings = ModelSettings()
-    draft_settings: ModelSettings = ModelSettings()
-    context: ContextSettings = ContextSettings()
-    lookup_settings: LookupSettings = LookupSettings()
-
-    def __post_init__(self) -> None:
-        if self.draft and self.lookup:
-            raise ValueError("choose a draft model or prompt lookup, not both")
-
-    @property
-    def draft_mode(self) -> str:
-        return "model" if self.draft else ("lookup" if self.lookup else "none")
 
 
-@dataclasses.dataclass(frozen=True)
-class TextRequest:
-    """One reply to produce, from raw ``prompt`` text or from chat ``messages`` (exactly one of them)."""
-
-    prompt: str | None = None
-    messages: tuple[ChatMessage, ...] | None = None
-    max_tokens: int = 512
-    sampling: SamplingParams = SamplingParams()
-    draft: DraftParams = DraftParams()
-    stop: tuple[str, ...] = ()
-    plain: bool = False
-
-    def __post_init__(self) -> None:
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("give either a prompt or chat messages")
-        if self.max_tokens < 1:
-            raise ValueError(f"max tokens must be >= 1, got {self.max_tokens}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,8 +26,8 @@ from outrider.engine.autodraft import AutoDraftLength
 from outrider.engine.backend import LoadedModel, ModelContext
 from outrider.engine.drafters import EMPTY_DRAFT, Draft, DraftSource, common_prefix_length
 from outrider.engine.errors import ContextOverflowError, DecodeError
+from outrider.engine.params import DraftParams, SamplingParams
 from outrider.engine.sampling import (
-    SamplingParams,
     accept_draft_token,
     distribution,
     greedy_token,
@@ -42,25 +42,6 @@ STOP_LENGTH = "length"  # max tokens reached or the context is full
 STOP_CANCELLED = "cancelled"
 
 
-@dataclasses.dataclass(frozen=True)
-class DraftParams:
-    """Drafting settings. ``k=None`` is automatic; ``draft_min`` drops drafts shorter than it;
-    ``p_min`` stops drafting when the draft's probability of its own choice falls below it."""
-
-    k: int | None = None
-    k_max: int = 16
-    draft_min: int = 0
-    p_min: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.k is not None and not 0 <= self.k <= 64:
-            raise ValueError(f"draft length k must be between 0 and 64, got {self.k}")
-        if not 1 <= self.k_max <= 64:
-            raise ValueError(f"maximum draft length must be between 1 and 64, got {self.k_max}")
-        if self.draft_min < 0:
-            raise ValueError(f"draft-min must be >= 0, got {self.draft_min}")
-        if not 0.0 <= self.p_min <= 1.0:
-            raise ValueError(f"draft-p-min must be in [0, 1], got {self.p_min}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,9 +203,11 @@ class SpeculativeDecoder:
             tokens: list[int] = []
             flags: list[bool] = []
             pieces: list[str] = []
+            reached: int | None = None  # positions the output reached when a stop cuts the step short
             for i, token in enumerate(emitted):
                 if self.model.is_eog(token) and not request.ignore_eos:
                     stop_reason = STOP_EOG
+                    reached = i + 1
                     break
                 committed.append(token)
                 tokens.append(token)
@@ -232,15 +215,19 @@ class SpeculativeDecoder:
                 pieces.append(stops.feed(detok.feed(self.model.piece(token))))
                 if stops.matched is not None:
                     stop_reason = STOP_EOG
+                    reached = i + 1
                     break
                 if stats.generated + len(tokens) >= request.max_tokens:
                     stop_reason = STOP_LENGTH
+                    reached = i + 1
                     break
 
             stats.passes += 1
             stats.k_sum += k
-            stats.drafted += len(draft.tokens)
-            stats.accepted += sum(flags)  # emitted accepted draft tokens: always equals the provenance count
+            # When a stop cuts the step, draft positions beyond it were never used and do not count, so the final
+            # step does not bias acceptance, and accepted == the provenance count (plus a drafted end token).
+            stats.drafted += len(draft.tokens) if reached is None else min(len(draft.tokens), reached)
+            stats.accepted += n_accepted if reached is None else min(n_accepted, reached)
             stats.generated += len(tokens)
             stats.draft_s += t1 - t0
             stats.verify_s += t2 - t1

@@ -6,6 +6,15 @@ import codecs
 from collections.abc import Sequence
 
 
+def clean_text(text: str) -> str:
+    """Text safe to tokenise: surrogate pairs (from UTF-16 clipboards) joined, lone surrogates -> U+FFFD, no NUL."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text.replace("\x00", "")
+
+
 class IncrementalDetokenizer:
     """Turns token pieces (bytes) into text without ever showing a multi-byte character broken in two.
 

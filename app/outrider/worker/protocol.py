@@ -11,9 +11,8 @@ Events (engine -> app):
     hello(version, pid, backend), load_progress(stage, path), loaded(info), steps(batch of steps + stats),
     done(stop_reason, stats, text), result(value), error(kind, message, log_tail, details).
 
-This module is pure data: it never imports llama_cpp (the app process must not load it). The request
-dataclasses mirror ``outrider.engine``'s (same names and fields, checked by a test), and every encoder also
-accepts the engine's own dataclasses, so callers may pass either.
+This module is pure data: it never imports llama_cpp (the app process must not load it). Requests use the
+engine's own pure-data types from ``outrider.engine.params``.
 """
 
 from __future__ import annotations
@@ -23,84 +22,24 @@ import json
 import os
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
+
+from outrider.engine.params import ChatMessage as ChatMessage
+from outrider.engine.params import ContextSettings as ContextSettings
+from outrider.engine.params import DraftParams as DraftParams
+from outrider.engine.params import LookupSettings as LookupSettings
+from outrider.engine.params import ModelSettings as ModelSettings
+from outrider.engine.params import PairSpec as PairSpec
+from outrider.engine.params import Role as Role
+from outrider.engine.params import SamplingParams as SamplingParams
+from outrider.engine.params import TextRequest as TextRequest
+from outrider.engine.text import clean_text as clean_text
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a longer message from the engine is a protocol violation
 MAX_REQUEST_BYTES = 48 * 1024 * 1024  # requests above this are refused before being sent
 
-Role = Literal["system", "user", "assistant"]
-
-
-# -- requests: mirrors of the engine's dataclasses ------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class ModelSettings:
-    gpu_layers: int = -1
-    use_mmap: bool = True
-    cpu_extra_buffers: bool | None = None  # None: auto (see outrider.engine.backend.ModelSettings)
-
-
-@dataclasses.dataclass(frozen=True)
-class ContextSettings:
-    n_ctx: int = 4096
-    n_batch: int = 512
-    threads: int = 0
-    flash_attention: str = "auto"
-
-
-@dataclasses.dataclass(frozen=True)
-class LookupSettings:
-    ngram_min: int = 1
-    ngram_max: int = 3
-
-
-@dataclasses.dataclass(frozen=True)
-class PairSpec:
-    """What to load (mirror of ``outrider.engine.session.PairSpec``)."""
-
-    target: str
-    draft: str | None = None
-    lookup: bool = False
-    target_settings: ModelSettings = ModelSettings()
-    draft_settings: ModelSettings = ModelSettings()
-    context: ContextSettings = ContextSettings()
-    lookup_settings: LookupSettings = LookupSettings()
-
-
-@dataclasses.dataclass(frozen=True)
-class ChatMessage:
-    role: Role
-    content: str
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    seed: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class DraftParams:
-    k: int | None = None
-    k_max: int = 16
-    draft_min: int = 0
-    p_min: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class TextRequest:
-    """One reply to produce (mirror of ``outrider.engine.session.TextRequest``)."""
-
-    prompt: str | None = None
-    messages: tuple[ChatMessage, ...] | None = None
-    max_tokens: int = 512
-    sampling: SamplingParams = SamplingParams()
-    draft: DraftParams = DraftParams()
-    stop: tuple[str, ...] = ()
-    plain: bool = False
+# Requests use the engine's own pure-data types (outrider.engine.params never imports llama_cpp).
 
 
 # -- events ---------------------------------------------------------------------------------------------------
@@ -222,15 +161,6 @@ def decode(data: bytes) -> dict[str, Any]:
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         raise ProtocolError("a message must be a JSON object with a 'type'")
     return value
-
-
-def clean_text(text: str) -> str:
-    """Text safe to tokenise: surrogate pairs (from UTF-16 clipboards) joined, lone surrogates -> U+FFFD, no NUL."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text.replace("\x00", "")
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 from outrider.worker.protocol import PROTOCOL_VERSION, FramedPipe, ProtocolError, decode, encode
 
 if TYPE_CHECKING:
-    from outrider.engine.session import Engine, PairSpec, TextRequest
+    from outrider.engine.params import PairSpec, TextRequest
+    from outrider.engine.session import Engine
 
 MIN_INPUT_CHARS = 65_536
 CHARS_PER_TOKEN_LIMIT = 32  # no tokenizer averages more characters per token than this on real text
@@ -315,9 +316,7 @@ def _pack(batch: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
 
 
 def _build_spec(data: Any) -> PairSpec:
-    from outrider.engine.backend import ContextSettings, ModelSettings
-    from outrider.engine.drafters import LookupSettings
-    from outrider.engine.session import PairSpec
+    from outrider.engine.params import ContextSettings, LookupSettings, ModelSettings, PairSpec
 
     try:
         if not isinstance(data, dict):
@@ -337,10 +336,7 @@ def _build_spec(data: Any) -> PairSpec:
 
 
 def _build_request(data: Any) -> TextRequest:
-    from outrider.engine.chat import ChatMessage
-    from outrider.engine.sampling import SamplingParams
-    from outrider.engine.session import TextRequest
-    from outrider.engine.speculative import DraftParams
+    from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
 
     try:
         if not isinstance(data, dict):

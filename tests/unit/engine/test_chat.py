@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from outrider.engine.chat import ChatFormatter, ChatMessage, clean_text, fit_conversation
+from outrider.engine.chat import ChatFormatter, ChatMessage, clean_text, fit_conversation  # re-exported
 from outrider.engine.errors import ContextOverflowError, TemplateError
 
 MSGS = [ChatMessage("system", "S"), ChatMessage("user", "U")]

@@ -1,0 +1,138 @@
+"""The engine's request and settings types: pure data, importable without llama_cpp.
+
+The app process (GUI, CLI client, worker protocol) builds these and sends them to the engine process; the engine
+uses the very same classes. Each validates itself on construction, so bad input is refused at its source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Literal
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatMessage:
+    role: Role
+    content: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSettings:
+    """How to load one model. ``gpu_layers=-1`` offloads every layer (ignored by a CPU-only build).
+
+    ``cpu_extra_buffers`` enables llama.cpp's CPU extra buffer types (weight repacking, AMX): they make batched
+    verification much cheaper (3-token pass of an F16 12x1024 model: 26 ms with, 32 ms without, here).
+    ``None`` (auto) enables them except for a model with AMX-quantised tensors on a CPU with AMX — WORKAROUND:
+    in the llama.cpp of llama-cpp-python 0.3.36, ggml_backend_amx_mul_mat segfaults at the first decode of
+    Q4_0, Q4_1 and Q8_0 models (SmolLM2-135M-Instruct Q4_1 included) on such CPUs (seen here, in
+    llama-cpp-python's own high-level API too).
+    """
+
+    gpu_layers: int = -1
+    use_mmap: bool = True
+    cpu_extra_buffers: bool | None = None
+
+@dataclasses.dataclass(frozen=True)
+class ContextSettings:
+    """A llama.cpp context. ``n_ctx`` in tokens; ``threads`` 0 = llama.cpp's default; flash attention auto."""
+
+    n_ctx: int = 4096
+    n_batch: int = 512
+    threads: int = 0
+    flash_attention: str = "auto"
+
+@dataclasses.dataclass(frozen=True)
+class LookupSettings:
+    """Prompt lookup: match the last n tokens (``ngram_max`` down to ``ngram_min``) earlier in the text."""
+
+    ngram_min: int = 1
+    ngram_max: int = 3
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ValueError(f"n-gram sizes must satisfy 1 <= min <= max, got {self.ngram_min}..{self.ngram_max}")
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """Sampling settings. ``temperature == 0`` means greedy; top_k 0, top_p 1 and min_p 0 disable a filter."""
+
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top-k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min-p must be in [0, 1], got {self.min_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+@dataclasses.dataclass(frozen=True)
+class DraftParams:
+    """Drafting settings. ``k=None`` is automatic; ``draft_min`` drops drafts shorter than it;
+    ``p_min`` stops drafting when the draft's probability of its own choice falls below it."""
+
+    k: int | None = None
+    k_max: int = 16
+    draft_min: int = 0
+    p_min: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.k is not None and not 0 <= self.k <= 64:
+            raise ValueError(f"draft length k must be between 0 and 64, got {self.k}")
+        if not 1 <= self.k_max <= 64:
+            raise ValueError(f"maximum draft length must be between 1 and 64, got {self.k_max}")
+        if self.draft_min < 0:
+            raise ValueError(f"draft-min must be >= 0, got {self.draft_min}")
+        if not 0.0 <= self.p_min <= 1.0:
+            raise ValueError(f"draft-p-min must be in [0, 1], got {self.p_min}")
+
+@dataclasses.dataclass(frozen=True)
+class PairSpec:
+    """What to load: a target and optionally a draft model file or prompt lookup."""
+
+    target: str
+    draft: str | None = None
+    lookup: bool = False
+    target_settings: ModelSettings = ModelSettings()
+    draft_settings: ModelSettings = ModelSettings()
+    context: ContextSettings = ContextSettings()
+    lookup_settings: LookupSettings = LookupSettings()
+
+    def __post_init__(self) -> None:
+        if self.draft and self.lookup:
+            raise ValueError("choose a draft model or prompt lookup, not both")
+
+    @property
+    def draft_mode(self) -> str:
+        return "model" if self.draft else ("lookup" if self.lookup else "none")
+
+@dataclasses.dataclass(frozen=True)
+class TextRequest:
+    """One reply to produce, from raw ``prompt`` text or from chat ``messages`` (exactly one of them)."""
+
+    prompt: str | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    max_tokens: int = 512
+    sampling: SamplingParams = SamplingParams()
+    draft: DraftParams = DraftParams()
+    stop: tuple[str, ...] = ()
+    plain: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give either a prompt or chat messages")
+        if self.max_tokens < 1:
+            raise ValueError(f"max tokens must be >= 1, got {self.max_tokens}")
