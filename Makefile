@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.outrider-installed
 
-.PHONY: run test setup lint bench
+.PHONY: run test setup lint bench bundle smoke-bundle
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,3 +29,11 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(PY) tests/benchmarks/bench_engine.py
+
+# A double-click desktop app in dist/outrider/ (PyInstaller one-folder; see packaging/README.md).
+bundle: $(STAMP)
+	packaging/build.sh
+
+smoke-bundle: bundle
+	packaging/smoke.sh
+	OUTRIDER_BUNDLE=dist/outrider QT_QPA_PLATFORM=offscreen $(PY) -m pytest tests/packaging/test_bundle.py
