@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import QElapsedTimer, QEvent, QObject, Qt, QTimer, QUrl, Signal, Slot
-from PySide6.QtGui import QColor, QGuiApplication, QKeyEvent, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QGuiApplication, QKeyEvent, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
@@ -329,14 +329,20 @@ class ChatView(QWidget):
             status = f' <span style="color:{self.colours.warning};">— failed</span>'
         elif item.status == "streaming":
             status = f' <span style="color:{self.colours.muted};">— writing…</span>'
-        return (f'<p style="margin-top:10px;"><b>{who}</b>{status} '
-                f'<span style="color:{self.colours.muted};">· {" · ".join(links)}</span></p>')
+        return (f'<b>{who}</b>{status} '
+                f'<span style="color:{self.colours.muted};">· {" · ".join(links)}</span>')
 
     def _insert_header(self, cursor: QTextCursor, index: int, item: MessageItem) -> None:
+        """The header line in a block of its own (spacing above it), then an empty block for the body."""
+        header = QTextBlockFormat()
+        header.setTopMargin(12 if index > 0 else 0)
+        header.setBottomMargin(4)
         if index > 0 or not cursor.atStart():
-            cursor.insertBlock()
+            cursor.insertBlock(header, self._plain_format())
+        else:
+            cursor.setBlockFormat(header)
         cursor.insertHtml(self._header_html(index, item))
-        cursor.insertBlock()
+        cursor.insertBlock(QTextBlockFormat(), self._plain_format())  # no margins for the body's lines
         cursor.setCharFormat(self._plain_format())
 
     def _insert_body(self, cursor: QTextCursor, index: int, item: MessageItem) -> None:

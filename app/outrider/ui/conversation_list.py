@@ -136,6 +136,8 @@ class ConversationListView(QWidget):
         self.list.setModel(model)
         self.list.setAccessibleName("Conversations")
         self.list.setUniformItemSizes(False)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)  # long titles end in "…", no sideways scrolling
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.activated.connect(self._on_list_activated)
         self.list.clicked.connect(self._on_list_activated)
         self.new_button = QPushButton("New", self)

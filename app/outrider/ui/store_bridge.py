@@ -45,6 +45,7 @@ class QtStoreBridge(QObject):
         self.store = store
         self._runner = QtTaskRunner("outrider-store", self)
         self._runner.error.connect(self.error)
+        self._closed = False
 
     # -- reads (GUI thread) -----------------------------------------------------------------------------------
     def conversations(self) -> list[ConversationSummary | UnreadableRecord]:
@@ -60,6 +61,8 @@ class QtStoreBridge(QObject):
     def submit(self, fn: Callable[[HistoryStore], Any], on_done: Callable[[Any], None] | None = None,
                *, notify: bool = False) -> None:
         """Run ``fn(store)`` on the store thread; ``on_done(result)`` on the GUI thread."""
+        if self._closed:
+            return  # a late timer (a checkpoint) after close: the store is gone, the reply was finished or lost
         def done(value: Any) -> None:
             if on_done is not None:
                 on_done(value)
@@ -91,5 +94,6 @@ class QtStoreBridge(QObject):
 
     def close(self) -> None:
         """Finish pending writes, then close the store (releases the single-instance lock)."""
+        self._closed = True
         self._runner.close()
         self.store.close()

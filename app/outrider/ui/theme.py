@@ -69,8 +69,9 @@ def _palette(c: ThemeColours) -> QPalette:
                          (QPalette.ColorRole.ToolTipText, text), (QPalette.ColorRole.Link, QColor(c.link)),
                          (QPalette.ColorRole.PlaceholderText, QColor(c.muted))):
         pal.setColor(role, colour)
-    pal.setColor(QPalette.ColorRole.Highlight, QColor(c.link))
-    pal.setColor(QPalette.ColorRole.HighlightedText, QColor(c.background))
+    # Selections: white on a mid blue in both themes (reads whichever text colour a style picks).
+    pal.setColor(QPalette.ColorRole.Highlight, QColor("#35558f" if c.name == "dark" else "#1a56c4"))
+    pal.setColor(QPalette.ColorRole.HighlightedText, QColor("#ffffff"))
     return pal
 
 
