@@ -19,7 +19,9 @@ from outrider.ui.store_bridge import QtStoreBridge
 class _NoEngine:
     """An engine client that is never asked to do anything in these tests."""
 
-    backend: dict[str, Any] = {}
+    def __init__(self) -> None:
+        self.backend: dict[str, Any] = {}
+
     pid = None
     log_path = None
     loaded = None
@@ -108,7 +110,7 @@ def test_delete_then_undo(qtbot: Any, win: MainWindow) -> None:
     with qtbot.waitSignal(win.store.conversations_changed):
         qtbot.mouseClick(win.conversations.undo_button, Qt.MouseButton.LeftButton)
     assert "Quarterly report" in titles(win) and not bar.isVisible()
-    assert [m.text for m in win.store.conversation(cid).messages][0] == "summarise revenue and churn"
+    assert win.store.conversation(cid).messages[0].text == "summarise revenue and churn"
 
 
 def test_delete_the_open_conversation_opens_a_new_one_and_undo_expires(qtbot: Any, win: MainWindow) -> None:
