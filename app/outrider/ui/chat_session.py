@@ -181,7 +181,8 @@ class ChatSession(QObject):
         return status
 
     # -- engine -------------------------------------------------------------------------------------------------
-    def load_pair(self, choice: PairChoice) -> None:
+    def load_pair(self, choice: PairChoice, *, automatic: bool = False) -> None:
+        """Load a pair with the current settings. ``automatic`` (start-up): refuse a model that crashed before."""
         if self._streaming:
             self.bridge.cancel()
         self.choice = choice
@@ -191,7 +192,7 @@ class ChatSession(QObject):
         s = self.settings.value
         spec = s.pair_spec(str(choice.target), str(choice.draft) if choice.draft else None, choice.lookup)
         self.engine_changed.emit(None)
-        self.bridge.load(spec)
+        self.bridge.load(spec, refuse_unsafe=automatic)
 
     def reload(self) -> None:
         if self.choice is not None:

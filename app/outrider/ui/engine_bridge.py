@@ -91,14 +91,15 @@ class _EngineWorker(QObject):
         if wake:
             self.steps_ready.emit()
 
-    @Slot(object, float)
-    def do_load(self, spec: Any, timeout: float) -> None:
+    @Slot(object, float, bool)
+    def do_load(self, spec: Any, timeout: float, refuse_unsafe: bool) -> None:
         if self.closing:
             return
         self.busy_changed.emit(1)
         try:
+            extra = {"refuse_unsafe": True} if refuse_unsafe else {}
             info = self.client.load(spec, timeout=timeout, draft_fallback=False,
-                                    on_progress=self.load_progress.emit)
+                                    on_progress=self.load_progress.emit, **extra)
         except Exception as exc:  # every failure must reach the GUI as a signal
             if not self.closing:
                 self.load_failed.emit(exc)
@@ -194,7 +195,7 @@ class QtEngineBridge(QObject):
     busy_changed = Signal(bool)
     unloaded = Signal()
 
-    _load_requested = Signal(object, float)
+    _load_requested = Signal(object, float, bool)
     _generate_requested = Signal(object)
     _calibrate_requested = Signal(int)
     _unload_requested = Signal()
@@ -227,9 +228,13 @@ class QtEngineBridge(QObject):
         self._thread.start()
 
     # -- requests ---------------------------------------------------------------------------------------------
-    def load(self, spec: Any, timeout: float = 600.0) -> None:
-        """Load a ``PairSpec`` (starts the engine process if needed)."""
-        self._load_requested.emit(spec, float(timeout))
+    def load(self, spec: Any, timeout: float = 600.0, *, refuse_unsafe: bool = False) -> None:
+        """Load a ``PairSpec`` (starts the engine process if needed).
+
+        ``refuse_unsafe`` (automatic loads, at start-up): a model whose load crashed the engine before is not
+        loaded; ``load_failed`` then carries ``EngineRequestError("unsafe_model")`` with the reason.
+        """
+        self._load_requested.emit(spec, float(timeout), bool(refuse_unsafe))
 
     def generate(self, request: Any) -> None:
         """Start a reply to a ``TextRequest``; steps arrive on ``step_received``."""
@@ -303,6 +308,8 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, EngineRequestError):
         if exc.kind == "incompatible_pair":
             return f"These two models cannot be paired: {exc.message}"
+        if exc.kind == "unsafe_model":
+            return f"{exc.message} (choose the pair again to try anyway)"
         if exc.kind == "context_overflow":
             return f"The conversation no longer fits in the context: {exc.message}"
         return exc.message

@@ -6,6 +6,7 @@ The pair picker and the benchmark dialog come from their own modules and are opt
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
@@ -28,7 +29,7 @@ from outrider.ui.chat_view import ChatView
 from outrider.ui.conversation_list import ConversationListModel, ConversationListView, ConversationRow
 from outrider.ui.engine_bridge import QtEngineBridge
 from outrider.ui.live_stats import ReplyMeter
-from outrider.ui.settings import QtSettings
+from outrider.ui.settings import PAIR_RECOMMENDED, AppSettings, QtSettings
 from outrider.ui.settings_dialog import RELOAD_KEYS, SettingsDialog
 from outrider.ui.stats_panel import StatsPanel
 from outrider.ui.store_bridge import QtStoreBridge
@@ -79,6 +80,7 @@ class MainWindow(QMainWindow):
         self.store = store
         self.settings = settings
         self.catalogue_service = catalogue_service
+        self._applying_pair = False
         self.meter = ReplyMeter()
         self.session = ChatSession(bridge, store, settings, self.meter, self)
 
@@ -193,14 +195,41 @@ class MainWindow(QMainWindow):
         v.search_changed.connect(lambda _: self.refresh_conversations())
 
     # -- engine -----------------------------------------------------------------------------------------------
-    def load_pair(self, choice: PairChoice) -> None:
+    def load_pair(self, choice: PairChoice, *, automatic: bool = False) -> None:
+        """Load ``choice``; ``automatic`` (start-up) refuses a model whose load crashed the engine before."""
         self.crash_banner.hide()
         demo = choice.demo
         self.invite_label.setText(
             "You are chatting with the offline demo pair (SmolLM2-135M + prompt lookup). For real speed-ups, "
             "choose a verified target + draft pair from the catalogue.")
         self.invite_banner.setVisible(demo)
-        self.session.load_pair(choice)
+        self.session.load_pair(choice, automatic=automatic)
+
+    def choose_pair(self, picked: Any) -> None:
+        """A pair confirmed in the pair picker: apply its recommended settings, remember it, load it.
+
+        The recommended draft max (fixed k or auto), draft min, p-min and context size replace the current
+        settings except those the user set in the settings dialog (``AppSettings.user_overrides``). The pair
+        is saved in the settings, so the next start loads it.
+        """
+        service = self.catalogue_service
+        demo = getattr(getattr(service, "catalogue", None), "demo", None)
+        choice = pair_choice_of(picked, demo_id=demo.id if demo else None)
+        s = self.settings.value
+        changes: dict[str, Any] = {}
+        rec = getattr(picked, "settings", None)
+        if rec is not None:
+            n_ctx = int(getattr(picked, "n_ctx", 0) or s.context_size)
+            changes = s.recommended(rec.draft_max, int(rec.draft_min), float(rec.p_min), n_ctx)
+        changes.update(pair_id=choice.pair_id, pair_target=str(choice.target),
+                       pair_draft=str(choice.draft) if choice.draft else "", pair_lookup=choice.lookup,
+                       pair_name=choice.name)
+        self._applying_pair = True  # the load below uses the new settings: no reload of the old pair
+        try:
+            self.settings.set(**changes)
+        finally:
+            self._applying_pair = False
+        self.load_pair(choice)
 
     @Slot(object)
     def _on_session_engine_changed(self, info: Any) -> None:
@@ -285,9 +314,7 @@ class MainWindow(QMainWindow):
             self.show_notice("The pair picker is not available yet; use `outrider models` in a terminal.")
             return
         dialog = dialog_cls(self.catalogue_service, self)
-        demo = self.catalogue_service.catalogue.demo
-        dialog.pair_chosen.connect(
-            lambda obj: self.load_pair(pair_choice_of(obj, demo_id=demo.id if demo else None)))
+        dialog.pair_chosen.connect(self.choose_pair)
         dialog.open()
 
     @Slot()
@@ -308,7 +335,14 @@ class MainWindow(QMainWindow):
     def _on_settings(self) -> None:
         dialog = SettingsDialog(self.settings.value, self)
         if dialog.exec():
-            self.settings.replace(dialog.result_settings())
+            self.apply_user_settings(dialog.result_settings())
+
+    def apply_user_settings(self, value: AppSettings) -> list[str]:
+        """Settings from the dialog; the pair-recommended ones the user changed are kept over a pair's advice."""
+        old = self.settings.value
+        changed = {n for n in PAIR_RECOMMENDED if getattr(value, n) != getattr(old, n)}
+        overrides = ",".join(sorted(old.overridden() | changed))
+        return self.settings.replace(dataclasses.replace(value, user_overrides=overrides))
 
     @Slot(bool)
     def _on_dark_toggled(self, on: bool) -> None:
@@ -318,6 +352,8 @@ class MainWindow(QMainWindow):
     def _on_settings_changed(self, names: list[str]) -> None:
         if "theme" in names:
             self.apply_settings_theme()
+        if self._applying_pair:
+            return
         if "draft_mode" in names and self.session.choice is not None and (
                 "lookup" in (self.settings.value.draft_mode,) or self.session.choice.lookup):
             self.session.reload()  # prompt lookup vs model draft is chosen at load time

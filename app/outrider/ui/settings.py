@@ -29,6 +29,9 @@ DRAFT_MODES = ("auto", "fixed", "off", "lookup")
 DRAFT_MODE_LABELS = {"auto": "Auto k (cost model)", "fixed": "Fixed k", "off": "Off (plain decoding)",
                      "lookup": "Prompt lookup (n-gram)"}
 THEMES = ("light", "dark")
+# Settings a chosen pair recommends; the ones the user set in the settings dialog are listed in
+# ``AppSettings.user_overrides`` and then kept when a pair is chosen.
+PAIR_RECOMMENDED = ("draft_mode", "draft_k", "draft_min", "p_min", "context_size")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +56,26 @@ class AppSettings:
     theme: str = "light"
     show_provenance: bool = True
     pair_id: str = ""
+    pair_target: str = ""  # the last chosen pair, loaded at the next start (files as chosen)
+    pair_draft: str = ""
+    pair_lookup: bool = False
+    pair_name: str = ""
+    user_overrides: str = ""  # comma-separated PAIR_RECOMMENDED names the user set in the settings dialog
+
+    def overridden(self) -> set[str]:
+        return {n for n in self.user_overrides.split(",") if n}
+
+    def recommended(self, draft_max: int | str, draft_min: int, p_min: float, n_ctx: int) -> dict[str, Any]:
+        """The changes a pair's recommended settings make, leaving out those the user overrode."""
+        changes: dict[str, Any] = {"draft_min": draft_min, "p_min": p_min, "context_size": n_ctx}
+        if isinstance(draft_max, int) and draft_max > 0:
+            changes.update(draft_mode="fixed", draft_k=draft_max)
+        else:
+            changes["draft_mode"] = "auto"
+        keep = self.overridden()
+        if "draft_mode" in keep or "draft_k" in keep:
+            keep |= {"draft_mode", "draft_k"}
+        return {k: v for k, v in changes.items() if k not in keep}
 
     def validated(self) -> AppSettings:
         """A copy with every out-of-range value replaced by its default."""
