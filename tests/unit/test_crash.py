@@ -179,3 +179,18 @@ def test_missing_std_streams_go_to_a_log(tmp_path: Path, monkeypatch: pytest.Mon
     text = path.read_text(encoding="utf-8")
     assert "hello from a windowed app" in text and "a warning" in text
     sys.stdout.close()
+
+
+def test_the_app_shows_a_crash_of_last_time_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ui.app.crash_notice: the next start names the report, then forgets it (no Qt needed)."""
+    from outrider.ui.app import crash_notice
+
+    monkeypatch.setenv("OUTRIDER_HOME", str(tmp_path))
+    assert crash_notice() is None
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError as exc:
+        report = crash.write_crash_report(type(exc), exc, exc.__traceback__)
+    notice = crash_notice()
+    assert notice is not None and str(report) in notice
+    assert crash_notice() is None

@@ -63,12 +63,25 @@ def _catalogue_service() -> Any:
         return None
 
 
+def crash_notice() -> str | None:
+    """The message about a crash of the app last time (its report's path), once; None when there was none."""
+    from outrider.crash import acknowledge_crash_report, pending_crash_report
+
+    report = pending_crash_report()
+    if report is None:
+        return None
+    acknowledge_crash_report()
+    return f"Outrider closed unexpectedly last time. A crash report was written to {report}"
+
+
 def main(smoke_test: bool = False) -> int:
     """Run the app; returns the process exit status."""
+    from outrider.crash import install_crash_handler
     from outrider.worker.client import run_worker_if_requested
 
     run_worker_if_requested()
     _ensure_platform()
+    install_crash_handler()  # uncaught exceptions and native crashes leave a report in the log directory
     smoke_home: tempfile.TemporaryDirectory[str] | None = None
     if smoke_test and not os.environ.get("OUTRIDER_HOME"):
         smoke_home = tempfile.TemporaryDirectory(prefix="outrider-smoke-")
@@ -112,7 +125,10 @@ def _run(smoke_test: bool) -> int:
     settings = QtSettings()
     bridge = QtEngineBridge()
     window = MainWindow(bridge, store, settings, None if smoke_test else _catalogue_service())
-    if history.notice is not None:
+    crashed_last_time = None if smoke_test else crash_notice()
+    if crashed_last_time is not None:
+        window.show_notice(crashed_last_time)
+    elif history.notice is not None:
         window.show_notice(history.notice.message)
     elif history.recovered_reply_ids:
         window.show_notice(f"{len(history.recovered_reply_ids)} reply(ies) were interrupted last time; their text "
