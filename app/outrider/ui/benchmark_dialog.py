@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pyqtgraph as pg
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt, Signal
+from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, Qt, Signal
 from PySide6.QtGui import QCloseEvent, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 
 from outrider.commands.generate import DEFAULT_BENCH_PROMPTS, _bench_row, _bench_summary
 from outrider.store.atomic import atomic_write_text
+from outrider.ui.table_model import HeaderedTableModel
 from outrider.worker.protocol import ChatMessage, DraftParams, SamplingParams, TextRequest
 
 Index = QModelIndex | QPersistentModelIndex
@@ -255,9 +256,10 @@ _RESULT_COLUMNS: dict[ResultColumn, tuple[str, str, str, str]] = {
 }
 
 
-class BenchmarkResultsModel(QAbstractTableModel):
+class BenchmarkResultsModel(HeaderedTableModel):
     """One row per benchmarked prompt: a thin adapter over the row dicts of ``outrider bench``."""
 
+    headers = tuple((title, tip) for title, _key, _fmt, tip in _RESULT_COLUMNS.values())
     RowRole = Qt.ItemDataRole.UserRole + 1
     ValueRole = Qt.ItemDataRole.UserRole + 2
 
@@ -279,25 +281,11 @@ class BenchmarkResultsModel(QAbstractTableModel):
     def rows(self) -> list[dict[str, Any]]:
         return list(self._rows)
 
-    def rowCount(self, parent: Index = _ROOT) -> int:
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: Index = _ROOT) -> int:
-        return 0 if parent.isValid() else len(ResultColumn)
-
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(ResultColumn):
-            return None
-        title, _key, _fmt, tip = _RESULT_COLUMNS[ResultColumn(section)]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return title
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return tip
-        return None
+    def _row_count(self) -> int:
+        return len(self._rows)
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or index.row() >= len(self._rows) or index.column() >= len(ResultColumn):
+        if not self.is_valid(index):
             return None
         row = self._rows[index.row()]
         col = ResultColumn(index.column())

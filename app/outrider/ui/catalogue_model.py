@@ -28,7 +28,6 @@ from typing import Any, ClassVar
 
 import shiboken6
 from PySide6.QtCore import (
-    QAbstractTableModel,
     QByteArray,
     QModelIndex,
     QObject,
@@ -56,6 +55,7 @@ from outrider.catalogue import (
 from outrider.catalogue.local import kv_bytes_from_header
 from outrider.engine.compat import CompatibilityReport, check_files
 from outrider.engine.gguf_header import GGUFHeaderError, read_header
+from outrider.ui.table_model import HeaderedTableModel
 
 Index = QModelIndex | QPersistentModelIndex
 _ROOT = QModelIndex()
@@ -446,12 +446,14 @@ _STATUS_ORDER = {s: i for i, s in enumerate(PairStatus)}
 _FIT_MARK = {Fit.FITS: "", Fit.TIGHT: " (tight)", Fit.TOO_BIG: " ⚠ too big", Fit.UNKNOWN: ""}
 
 
-class CatalogueModel(QAbstractTableModel):
+class CatalogueModel(HeaderedTableModel):
     """One row per catalogue pair; a thin adapter over ``PairRow`` snapshots.
 
     ``set_rows`` replaces everything (a rescan); ``update_row`` changes one pair and emits ``dataChanged`` for that
     row only (download progress arrives a few times a second).
     """
+
+    headers = tuple(_CATALOGUE_HEADERS[c] for c in CatalogueColumn)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -496,25 +498,11 @@ class CatalogueModel(QAbstractTableModel):
         return self._memory
 
     # -- Qt overrides -----------------------------------------------------------------------------------------
-    def rowCount(self, parent: Index = _ROOT) -> int:
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: Index = _ROOT) -> int:
-        return 0 if parent.isValid() else len(CatalogueColumn)
-
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(CatalogueColumn):
-            return None
-        title, tip = _CATALOGUE_HEADERS[CatalogueColumn(section)]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return title
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return tip
-        return None
+    def _row_count(self) -> int:
+        return len(self._rows)
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or index.row() >= len(self._rows) or index.column() >= len(CatalogueColumn):
+        if not self.is_valid(index):
             return None
         r = self._rows[index.row()]
         col = CatalogueColumn(index.column())
@@ -646,10 +634,10 @@ class FoundRole(enum.IntEnum):
     Size = enum.auto()
 
 
-class FoundFilesModel(QAbstractTableModel):
+class FoundFilesModel(HeaderedTableModel):
     """GGUF files found on disk (Hugging Face cache, LM Studio, Ollama, the user's folders, the store)."""
 
-    HEADERS = ("File", "Found in", "Size", "Path")
+    headers = (("File", ""), ("Found in", ""), ("Size", ""), ("Path", ""))
     SOURCES: ClassVar[dict[str, str]] = {"hf-cache": "Hugging Face cache", "lmstudio": "LM Studio", "ollama": "Ollama",
                "folder": "your folder", "store": "Outrider"}
 
@@ -666,21 +654,11 @@ class FoundFilesModel(QAbstractTableModel):
     def files(self) -> tuple[FoundFile, ...]:
         return tuple(self._files)
 
-    def rowCount(self, parent: Index = _ROOT) -> int:
-        return 0 if parent.isValid() else len(self._files)
-
-    def columnCount(self, parent: Index = _ROOT) -> int:
-        return 0 if parent.isValid() else len(self.HEADERS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole \
-                and 0 <= section < len(self.HEADERS):
-            return self.HEADERS[section]
-        return None
+    def _row_count(self) -> int:
+        return len(self._files)
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or index.row() >= len(self._files) or index.column() >= len(self.HEADERS):
+        if not self.is_valid(index):
             return None
         f = self._files[index.row()]
         if role == Qt.ItemDataRole.DisplayRole:

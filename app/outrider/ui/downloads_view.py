@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import shiboken6
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer, Signal
+from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
     QApplication,
@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 
 from outrider.catalogue import DownloadError, DownloadEvent, Pair, PairDownload
 from outrider.ui.catalogue_model import CatalogueService, TaskRunner, format_bytes, format_duration
+from outrider.ui.table_model import HeaderedTableModel
 
 Index = QModelIndex | QPersistentModelIndex
 _ROOT = QModelIndex()
@@ -111,10 +112,10 @@ class DownloadColumn(enum.IntEnum):
     State = 4
 
 
-class DownloadsModel(QAbstractTableModel):
+class DownloadsModel(HeaderedTableModel):
     """Downloads of this session, newest last; a thin adapter over ``DownloadItem`` snapshots."""
 
-    HEADERS = ("Pair", "Progress", "Speed", "Time left", "State")
+    headers = (("Pair", ""), ("Progress", ""), ("Speed", ""), ("Time left", ""), ("State", ""))
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -130,7 +131,7 @@ class DownloadsModel(QAbstractTableModel):
         if self._items[row] == item:
             return
         self._items[row] = item
-        self.dataChanged.emit(self.index(row, 0), self.index(row, len(self.HEADERS) - 1))
+        self.dataChanged.emit(self.index(row, 0), self.index(row, len(self.headers) - 1))
 
     def remove(self, pair_id: str) -> None:
         row = self.row_of(pair_id)
@@ -153,21 +154,11 @@ class DownloadsModel(QAbstractTableModel):
     def items(self) -> tuple[DownloadItem, ...]:
         return tuple(self._items)
 
-    def rowCount(self, parent: Index = _ROOT) -> int:
-        return 0 if parent.isValid() else len(self._items)
-
-    def columnCount(self, parent: Index = _ROOT) -> int:
-        return 0 if parent.isValid() else len(self.HEADERS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole \
-                and 0 <= section < len(self.HEADERS):
-            return self.HEADERS[section]
-        return None
+    def _row_count(self) -> int:
+        return len(self._items)
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or index.row() >= len(self._items) or index.column() >= len(self.HEADERS):
+        if not self.is_valid(index):
             return None
         it = self._items[index.row()]
         col = DownloadColumn(index.column())
