@@ -16,8 +16,10 @@ Errors travel on their own signals, typed at the source (STYLE.md §7), never th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
@@ -91,73 +93,58 @@ class _EngineWorker(QObject):
         if wake:
             self.steps_ready.emit()
 
+    @contextlib.contextmanager
+    def _job(self, *, busy: bool = True, failure: Any = None) -> Iterator[None]:
+        """Run one request: busy while it runs; every failure reaches the GUI as a signal (``crashed`` when the
+        engine died, else ``failed`` — or ``failure`` for both), never once the bridge is closing."""
+        if busy:
+            self.busy_changed.emit(1)
+        try:
+            yield
+        except EngineCrashed as exc:
+            if not self.closing:
+                (failure or self.crashed).emit(exc)
+        except Exception as exc:
+            if not self.closing:
+                (failure or self.failed).emit(exc)
+        finally:
+            if busy:
+                self.busy_changed.emit(0)
+
     @Slot(object, float, bool)
     def do_load(self, spec: Any, timeout: float, refuse_unsafe: bool) -> None:
         if self.closing:
             return
-        self.busy_changed.emit(1)
-        try:
+        with self._job(failure=self.load_failed):
             extra = {"refuse_unsafe": True} if refuse_unsafe else {}
             info = self.client.load(spec, timeout=timeout, draft_fallback=False,
                                     on_progress=self.load_progress.emit, **extra)
-        except Exception as exc:  # every failure must reach the GUI as a signal
-            if not self.closing:
-                self.load_failed.emit(exc)
-        else:
             self.loaded.emit(info)
-        finally:
-            self.busy_changed.emit(0)
 
     @Slot(object)
     def do_generate(self, request: Any) -> None:
         if self.closing:
             return
-        self.busy_changed.emit(1)
-        try:
-            with self.client.generate(request) as generation:
-                for event in generation:
-                    if isinstance(event, StepEvent):
-                        self._push(event)
-                    elif isinstance(event, DoneEvent):
-                        self.finished.emit(event)
-        except EngineCrashed as exc:
-            if not self.closing:
-                self.crashed.emit(exc)
-        except Exception as exc:
-            if not self.closing:
-                self.failed.emit(exc)
-        finally:
-            self.busy_changed.emit(0)
+        with self._job(), self.client.generate(request) as generation:
+            for event in generation:
+                if isinstance(event, StepEvent):
+                    self._push(event)
+                elif isinstance(event, DoneEvent):
+                    self.finished.emit(event)
 
     @Slot(int)
     def do_calibrate(self, n_tokens: int) -> None:
         if self.closing:
             return
-        self.busy_changed.emit(1)
-        try:
-            value = self.client.calibrate(n_tokens)
-        except EngineCrashed as exc:
-            if not self.closing:
-                self.crashed.emit(exc)
-        except Exception as exc:
-            if not self.closing:
-                self.failed.emit(exc)
-        else:
-            self.calibrated.emit(float(value))
-        finally:
-            self.busy_changed.emit(0)
+        with self._job():
+            self.calibrated.emit(float(self.client.calibrate(n_tokens)))
 
     @Slot()
     def do_unload(self) -> None:
         if self.closing:
             return
-        try:
+        with self._job(busy=False):
             self.client.unload()
-        except EngineCrashed as exc:
-            self.crashed.emit(exc)
-        except Exception as exc:
-            self.failed.emit(exc)
-        else:
             self.unloaded.emit()
 
 
