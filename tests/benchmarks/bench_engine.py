@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib.metadata
 import os
 import platform
@@ -136,12 +137,17 @@ def main() -> int:
                              draft_settings=settings, context=ContextSettings(n_ctx=2048, threads=args.threads)))
         samples: dict[str, list[Result]] = {}
         run_ours(engine, 8, k=None)  # warm-up
-        for _ in range(args.runs):  # interleaved, so drift hits every configuration alike
+        for rep in range(args.runs):  # interleaved, so drift hits every configuration alike
             samples.setdefault("plain", []).append(run_ours(engine, tokens, k=0, plain=True))
             for k in ks:
-                samples.setdefault(f"native k={k}", []).append(
-                    run_native(binary, fam.target, draft, k, tokens, args.threads, args.cuda))
-                samples.setdefault(f"ours k={k}", []).append(run_ours(engine, tokens, k=k))
+                runs = {
+                    "native": functools.partial(run_native, binary, fam.target, draft, k, tokens, args.threads,
+                                                args.cuda),
+                    "ours": functools.partial(run_ours, engine, tokens, k=k),
+                }
+                # Alternate which side runs first, so neither always inherits the other's cache state.
+                for name in ("native", "ours") if rep % 2 == 0 else ("ours", "native"):
+                    samples.setdefault(f"{name} k={k}", []).append(runs[name]())
             samples.setdefault("ours auto", []).append(run_ours(engine, tokens, k=None))
         engine.unload()
         med = {name: statistics.median(r.tps for r in rs) for name, rs in samples.items()}
