@@ -53,8 +53,10 @@ class CostModel:
         self.draft_per_token = _Ewma()
         self._accepted = 0.0
         self._rejections = 0.0
+        self._line_cache: tuple[float, float] | None = None
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
+        self._line_cache = None
         if 1 <= batch < len(self.verify):
             self.verify[batch].add(verify_s)
         if drafted > 0:
@@ -69,23 +71,36 @@ class CostModel:
 
     def verify_cost(self, n: int) -> float | None:
         """Estimated seconds for a target pass over n tokens (None before any measurement)."""
-        measured = [(i, e.value) for i, e in enumerate(self.verify) if e.value is not None]
-        if not measured:
-            return None
         exact = self.verify[n].value if n < len(self.verify) else None
         if exact is not None:
             return exact
+        line = self._verify_line()
+        if line is None:
+            return None
+        intercept, slope = line
+        return max(intercept + slope * n, 1e-9)
+
+    def _verify_line(self) -> tuple[float, float] | None:
+        """(intercept, slope) of verify cost against batch size, fitted to the measured sizes; cached until the
+        next observation (``choose`` asks for every k each step: this keeps the per-step cost at microseconds)."""
+        if self._line_cache is not None:
+            return self._line_cache
+        measured = [(float(i), float(e.value)) for i, e in enumerate(self.verify) if e.value is not None]
+        if not measured:
+            return None
         if len(measured) == 1:
             i0, c0 = measured[0]
             base = c0 / (1 + PRIOR_SLOPE * (i0 - 1))
-            return base * (1 + PRIOR_SLOPE * (n - 1))
-        xs = [float(i) for i, _ in measured]
-        ys = [float(c) for _, c in measured]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        sxx = sum((x - mx) ** 2 for x in xs)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-        slope = max(slope, 0.0)
-        return max(my + slope * (n - mx), 1e-9)
+            line = (base * (1 - PRIOR_SLOPE), base * PRIOR_SLOPE)
+        else:
+            xs = [x for x, _ in measured]
+            ys = [y for _, y in measured]
+            mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+            sxx = sum((x - mx) ** 2 for x in xs)
+            slope = max(sum((x - mx) * (y - my) for x, y in measured) / sxx, 0.0)
+            line = (my - slope * mx, slope)
+        self._line_cache = line
+        return line
 
     def rate(self, k: int) -> float | None:
         """Expected tokens per second with draft length k (None while a needed estimate is missing)."""
@@ -124,7 +139,7 @@ class AutoDraftLength:
     def choose(self) -> int:
         self._step += 1
         m = self.model
-        if m.verify_cost(1) is None or m.verify[1].value is None:
+        if m.verify[1].value is None:
             k = 0 if self._step > 1 else self.k_start  # measure plain decoding once early
         elif m.acceptance is None:
             k = self.k_start

@@ -111,6 +111,9 @@ class SpeculativeDecoder:
         self.cached: list[int] = []
         self.baseline_tps: float | None = None
         self.can_roll_back = not model.is_recurrent
+        # Automatic k keeps what it learned (costs per batch size, acceptance) from reply to reply: the costs
+        # belong to the pair and the machine, and a cold start would re-probe at every turn of a chat.
+        self.auto_policy: AutoDraftLength | None = None
 
     def reset(self) -> None:
         self.context.clear()
@@ -160,7 +163,9 @@ class SpeculativeDecoder:
         if self.drafter.kind == "none" or params.k == 0:
             policy = FixedDraftLength(0)
         elif params.k is None:
-            policy = AutoDraftLength(k_max=params.k_max)
+            if self.auto_policy is None or self.auto_policy.k_max != params.k_max:
+                self.auto_policy = AutoDraftLength(k_max=params.k_max)
+            policy = self.auto_policy
         else:
             policy = FixedDraftLength(params.k)
         rng = np.random.default_rng(request.sampling.seed)

@@ -234,3 +234,25 @@ def test_counts_stay_consistent_when_the_last_step_is_cut(backend: Backend, tiny
         assert done.stats.accepted == sum(flags) <= done.stats.generated
     finally:
         engine.unload()
+
+
+def test_auto_k_keeps_what_it_learned_across_replies(backend: Backend, tiny_family: Family) -> None:
+    engine = Engine(backend)
+    engine.load(
+        PairSpec(target=str(tiny_family.target), draft=str(tiny_family.draft), context=ContextSettings(n_ctx=512))
+    )
+    try:
+        list(engine.generate(engine.tokenize_prompt("the model"), max_tokens=30))
+        decoder = engine._decoder_or_raise()
+        policy = decoder.auto_policy
+        assert policy is not None and policy.model.verify[1].value is not None  # plain cost measured once
+        steps_before = policy._step
+        ks = [
+            e.k
+            for e in engine.generate(engine.tokenize_prompt("hello world"), max_tokens=30)
+            if not isinstance(e, DoneEvent)
+        ]
+        assert decoder.auto_policy is policy  # the second reply starts from what the first one learned
+        assert policy._step > steps_before and ks
+    finally:
+        engine.unload()
