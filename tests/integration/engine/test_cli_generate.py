@@ -163,15 +163,9 @@ def test_through_the_engine_process_by_default(tiny_family: Family, tmp_path: Pa
 
 
 def test_engine_crash_exits_3_with_one_line(tmp_path: Path) -> None:
-    import numpy as np
+    from support.bad_models import f64_output
 
-    from support.tiny_gguf import TinyShape, build_vocab, random_weights, write_gguf
-
-    shape = TinyShape(n_layer=1, n_embd=64, n_head=2, n_ff=128)
-    vocab = build_vocab()
-    weights = random_weights(shape, len(vocab[0]), 1)
-    weights["output.weight"] = weights["output.weight"].astype(np.float64)  # segfaults at the first decode
-    model = write_gguf(tmp_path / "f64.gguf", weights, shape, vocab, check_dtypes=False)
+    model = f64_output(tmp_path)  # segfaults at the first decode
     r = outrider("generate", "--target", str(model), "--prompt", "hello", env_home=tmp_path)
     assert r.returncode == 3
     assert r.stderr.strip().splitlines()[-1] == "outrider: error: engine crashed (SIGSEGV) while generating"

@@ -64,15 +64,9 @@ def test_ask_stores_both_sides_and_continues_a_conversation(tmp_path: Path, smol
 
 
 def test_engine_crash_keeps_the_question_and_marks_the_reply(tmp_path: Path) -> None:
-    import numpy as np
+    from support.bad_models import f64_output
 
-    from support.tiny_gguf import TinyShape, build_vocab, random_weights, write_gguf
-
-    shape = TinyShape(n_layer=1, n_embd=64, n_head=2, n_ff=128)
-    vocab = build_vocab()
-    weights = random_weights(shape, len(vocab[0]), 1)
-    weights["output.weight"] = weights["output.weight"].astype(np.float64)  # segfaults at the first decode
-    model = write_gguf(tmp_path / "f64.gguf", weights, shape, vocab, check_dtypes=False)
+    model = f64_output(tmp_path)  # segfaults at the first decode
     r = ask(tmp_path, "hello there", "--target", str(model), "--max-tokens", "8")
     assert r.returncode == 3
     assert "engine crashed (SIGSEGV) while generating" in r.stderr and "Traceback" not in r.stderr
