@@ -12,9 +12,16 @@ batch sizes are read off a least-squares line through the measured ones (with on
 of 25% of c_verify(1) per extra token until a second size is seen). ``a`` is the maximum-likelihood estimate
 for a geometric run — accepted / (accepted + rejections) — over an exponentially decaying window.
 
-Exploration: when plain decoding is chosen, speculation is probed again with a short draft after an interval
-that doubles after each probe that does not pay (so a pair where speculation never pays loses well under 3%);
-while speculating, plain decoding is re-measured rarely so the comparison stays honest.
+Learning while plain: when plain decoding is chosen, the decoder keeps scoring the drafter on the target's own
+tokens (``observe_shadow``: would the draft's greedy guess have matched?), so acceptance is not frozen at the
+value that made speculation stop. Speculation is also probed again after an interval, with a draft long enough
+to pay if acceptance has come back; a probe that pays resets the interval, one that does not doubles it (so a
+pair where speculation never pays loses well under 3%).
+
+Costs: ``draft_s`` passed to ``observe`` must be the cost of drafting itself: the decoder leaves out a draft
+model's catch-up on tokens emitted by plain steps (after a plain streak it evaluates them all at once, and that
+time divided by one drafted token inflated the per-token draft cost 30-44x). Plain decoding itself is timed by
+the decoder's interleaved plain steps (``stats.PlainRateMeter``), which also feed ``c_verify(1)`` here.
 """
 
 from __future__ import annotations
@@ -23,8 +30,8 @@ import dataclasses
 
 DECAY = 0.9  # weight of the past in the EWMAs (about a 10-step memory)
 PRIOR_SLOPE = 0.25  # extra verify cost per extra token, as a fraction of c_verify(1), until measured
-PROBE_START, PROBE_MAX = 16, 512  # steps between speculation probes while plain decoding is chosen
-REMEASURE_PLAIN_EVERY = 256  # steps between plain-decoding measurements while speculating
+PROBE_START, PROBE_MAX = 16, 256  # plain steps between speculation probes while plain decoding is chosen
+PROBE_ACCEPTANCE = 0.8  # a probe drafts the k that would be best at this acceptance: long enough to pay
 
 
 def expected_tokens_per_pass(a: float, k: int) -> float:
@@ -64,6 +71,12 @@ class CostModel:
             self._accepted = DECAY * self._accepted + accepted
             self._rejections = DECAY * self._rejections + (1 if accepted < drafted else 0)
 
+    def observe_shadow(self, hits: int, trials: int) -> None:
+        """The drafter scored on target tokens while plain: ``hits`` of ``trials`` guesses were right."""
+        if trials > 0:
+            self._accepted = DECAY * self._accepted + hits
+            self._rejections = DECAY * self._rejections + (trials - hits)
+
     @property
     def acceptance(self) -> float | None:
         total = self._accepted + self._rejections
@@ -102,65 +115,71 @@ class CostModel:
         self._line_cache = line
         return line
 
-    def rate(self, k: int) -> float | None:
-        """Expected tokens per second with draft length k (None while a needed estimate is missing)."""
+    def rate(self, k: int, acceptance: float | None = None) -> float | None:
+        """Expected tokens per second with draft length k (None while a needed estimate is missing); with
+        ``acceptance`` given, at that acceptance instead of the measured one."""
         c_v = self.verify_cost(k + 1)
         if c_v is None:
             return None
         if k == 0:
             return 1.0 / c_v
-        a = self.acceptance
+        a = self.acceptance if acceptance is None else acceptance
         c_d = self.draft_per_token.value
         if a is None or c_d is None:
             return None
         return expected_tokens_per_pass(a, k) / (k * c_d + c_v)
 
-    def best_k(self) -> int | None:
-        rates = [(self.rate(k), k) for k in range(self.k_max + 1)]
-        known = [(r, k) for r, k in rates if r is not None]
-        if not known:
+    def best_k(self, acceptance: float | None = None) -> int | None:
+        """argmax over k of ``rate(k)``; None until every rate can be estimated."""
+        rates = [(self.rate(k, acceptance), k) for k in range(self.k_max + 1)]
+        if any(r is None for r, _ in rates):
             return None
-        return max(known)[1]
+        return max((r, k) for r, k in rates if r is not None)[1]
 
 
 class AutoDraftLength:
-    """Chooses k for each step (``choose``) and learns from each step's timings (``observe``)."""
+    """Chooses k for each step (``choose``) and learns from each step's timings (``observe``) and from the
+    drafter's score on plain steps (``observe_shadow``)."""
 
     def __init__(self, k_max: int = 16, k_start: int = 4) -> None:
         self.model = CostModel(k_max)
         self.k_max = k_max
         self.k_start = min(k_start, k_max)
-        self._step = 0
         self._plain_streak = 0
         self._probe_interval = PROBE_START
-        self._last_plain_measure = 0
+        self._probing = False
         self.last_choice = self.k_start
 
     def choose(self) -> int:
-        self._step += 1
         m = self.model
-        if m.verify[1].value is None:
-            k = 0 if self._step > 1 else self.k_start  # measure plain decoding once early
-        elif m.acceptance is None:
+        best = m.best_k()
+        if best is None:  # acceptance or a cost not measured yet: draft, to measure them
             k = self.k_start
+        elif best > 0:
+            k = best
+            self._plain_streak = 0
         else:
-            best = m.best_k()
-            k = self.k_start if best is None else best
-            if k == 0:
-                self._plain_streak += 1
-                if self._plain_streak >= self._probe_interval:
-                    self._plain_streak = 0
-                    self._probe_interval = min(self._probe_interval * 2, PROBE_MAX)
-                    k = 1 if (m.acceptance or 0.0) < 0.5 else 2
-            else:
+            k = 0
+            self._plain_streak += 1
+            if self._plain_streak >= self._probe_interval:
                 self._plain_streak = 0
-                self._probe_interval = PROBE_START
-                if self._step - self._last_plain_measure >= REMEASURE_PLAIN_EVERY:
-                    k = 0
-        if k == 0:
-            self._last_plain_measure = self._step
+                k = max(1, m.best_k(PROBE_ACCEPTANCE) or self.k_start)
+                self._probing = True
         self.last_choice = k
         return k
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
+        if self._probing:
+            self._probing = False
+            plain = self.model.verify_cost(1)
+            paid = plain is not None and (accepted + 1) / max(verify_s + draft_s, 1e-9) > 1.0 / plain
+            self._probe_interval = PROBE_START if paid else min(self._probe_interval * 2, PROBE_MAX)
         self.model.observe(batch=batch, verify_s=verify_s, drafted=drafted, accepted=accepted, draft_s=draft_s)
+
+    def observe_shadow(self, hits: int, trials: int) -> None:
+        self.model.observe_shadow(hits, trials)
+
+    @property
+    def wants_shadow(self) -> bool:
+        """True while plain decoding is chosen: the decoder should keep scoring the drafter."""
+        return self.last_choice == 0

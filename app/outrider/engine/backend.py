@@ -223,11 +223,17 @@ class LoadedModel:
         )
 
     def kv_bytes_per_token(self) -> int:
-        """Bytes of F16 K+V cache per context position (all layers)."""
+        """Bytes of F16 K+V cache per context position (all layers).
+
+        Uses the model's own key and value lengths (``{arch}.attention.key_length`` / ``value_length``) when the
+        file states them: n_embd / n_head is wrong for models whose heads are wider (Qwen3 0.6B: 128, not 64).
+        """
         n_head = max(1, int(ll.llama_model_n_head(self._model)))
         n_head_kv = int(ll.llama_model_n_head_kv(self._model))
-        head_dim = self.facts.n_embd // n_head
-        return 2 * 2 * self.facts.n_layer * n_head_kv * head_dim
+        arch = self.facts.architecture
+        key_len = _int_or_none(self.meta(f"{arch}.attention.key_length")) or self.facts.n_embd // n_head
+        value_len = _int_or_none(self.meta(f"{arch}.attention.value_length")) or key_len
+        return 2 * self.facts.n_layer * n_head_kv * (key_len + value_len)
 
     # -- vocabulary -----------------------------------------------------------------------------------------
     def vocab_facts(self) -> VocabFacts:
@@ -291,6 +297,13 @@ class LoadedModel:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: llama.cpp aborts (GGML_ASSERT) on more
@@ -394,10 +407,15 @@ class ModelContext:
         if start + n > self.n_ctx:
             raise DecodeError(1, f"context full: {start + n} > {self.n_ctx} tokens")
         if abortable:
-            self._abort_requested.clear()
+            # The flag is cleared only when a request starts (``clear_abort``): clearing it here would swallow a
+            # cancel that arrived between the request's start and this call.
             ll.llama_set_abort_callback(self._ctx, self._abort_cb, None)
         try:
             for chunk_start in range(0, n, self.n_batch):
+                # llama.cpp's abort callback is honoured by CPU backends only: check between chunks as well.
+                if abortable and self._abort_requested.is_set():
+                    self.truncate(start)
+                    raise DecodeError(2, "cancelled")
                 chunk = tokens[chunk_start : chunk_start + self.n_batch]
                 final = chunk_start + self.n_batch >= n
                 self._fill_batch(chunk, self.n_past, logits if final else "none")
@@ -414,6 +432,14 @@ class ModelContext:
     def request_abort(self) -> None:
         """Ask a running abortable decode (prompt evaluation) to stop; safe from another thread."""
         self._abort_requested.set()
+
+    def clear_abort(self) -> None:
+        """Forget an earlier abort request (called when a new request starts)."""
+        self._abort_requested.clear()
+
+    def synchronize(self) -> None:
+        """Wait until the device has finished the submitted work (``decode`` may return before on a GPU)."""
+        ll.llama_synchronize(self._ctx)
 
     def _fill_batch(self, tokens: Sequence[int], pos0: int, logits: str) -> None:
         b = self._batch

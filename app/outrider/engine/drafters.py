@@ -9,29 +9,36 @@ mass, for which the same rule stays exact.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
-from outrider.engine.backend import ModelContext
+from outrider.engine.backend import FloatArray, ModelContext
 from outrider.engine.params import LookupSettings, SamplingParams
 from outrider.engine.sampling import (
     SparseDist,
     distribution,
-    greedy_confidence,
     greedy_token,
     sample,
+    top_probability,
 )
 
 
 @dataclasses.dataclass(frozen=True)
 class Draft:
-    """Proposed tokens; ``dists[i]`` is the q that ``tokens[i]`` was drawn from (None when greedy)."""
+    """Proposed tokens; ``dists[i]`` is the q that ``tokens[i]`` was drawn from (None when greedy).
+
+    ``sync_s`` is the part of the drafting time spent bringing the drafter up to date with the committed tokens
+    (a draft model evaluating what the target emitted since its last draft) and ``synced`` how many tokens that
+    was: after a run of plain steps this catch-up is large and says nothing about the cost of drafting a token.
+    """
 
     tokens: list[int]
     dists: list[SparseDist] | None = None
-
+    sync_s: float = 0.0
+    synced: int = 0
 
 EMPTY_DRAFT = Draft([])
 
@@ -46,9 +53,20 @@ class DraftSource(Protocol):
         ...
 
     def propose(
-        self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float
+        self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,
+        draft_min: int = 0,
     ) -> Draft:
-        """Up to ``k`` tokens continuing ``committed``; stop early when confidence falls below ``p_min``."""
+        """Up to ``k`` tokens continuing ``committed``; stop early when confidence falls below ``p_min``.
+
+        Exactness contract (temperature > 0): whether position i is drafted may depend on the committed tokens and
+        on the draft tokens *before* i, never on the token drawn at i; once drafting starts it goes on to at least
+        ``draft_min`` tokens (k permitting), so a draft is never thrown away because of the tokens it drew.
+        """
+        ...
+
+    def observe(self, committed: Sequence[int], start: int) -> tuple[int, int]:
+        """Score the drafter on target tokens ``committed[start:]`` emitted by plain steps (nothing proposed):
+        returns (agreements, trials) of its greedy guess against what the target chose, for automatic k."""
         ...
 
     def close(self) -> None: ...
@@ -74,9 +92,13 @@ class NoDraft:
         return 0
 
     def propose(
-        self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float
+        self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,
+        draft_min: int = 0,
     ) -> Draft:
         return EMPTY_DRAFT
+
+    def observe(self, committed: Sequence[int], start: int) -> tuple[int, int]:
+        return 0, 0
 
     def close(self) -> None:
         pass
@@ -86,62 +108,90 @@ class ModelDraft:
     """A separate draft model with its own context, kept in sync with the committed tokens.
 
     Invariant: ``self.cached`` lists exactly the tokens whose keys/values are in the draft's KV cache.
+    ``n_vocab`` is the target's vocabulary size: a draft vocabulary may be up to 128 tokens longer (compat.py),
+    and those extra ids are cut from its logits so it never proposes a token the target does not have.
     """
 
     kind = "model"
 
-    def __init__(self, context: ModelContext) -> None:
+    def __init__(self, context: ModelContext, n_vocab: int | None = None) -> None:
         self.context = context
         self.cached: list[int] = []
+        self.n_vocab = min(n_vocab or context.n_vocab, context.n_vocab)
 
-    def _sync(self, committed: Sequence[int]) -> None:
-        """Make the cache hold ``committed`` with logits for the next position (reuses the common prefix)."""
+    def _logits(self, i: int) -> FloatArray:
+        return self.context.logits_row(i)[: self.n_vocab]
+
+    def _sync(self, committed: Sequence[int], *, score_from: int | None = None,
+              abortable: bool = False) -> tuple[int, int]:
+        """Make the cache hold ``committed`` with logits for the next position (reuses the common prefix).
+
+        With ``score_from``, also compare the draft's greedy guess for each of ``committed[score_from:]`` with the
+        token actually there; returns (agreements, trials)."""
         keep = min(common_prefix_length(self.cached, committed), len(committed) - 1)
         self.context.truncate(keep)
         del self.cached[keep:]
-        self.context.decode(committed[keep:], logits="last")
-        self.cached.extend(committed[keep:])
+        new = committed[keep:]
+        hits = trials = 0
+        if score_from is not None and keep < score_from < len(committed) and len(new) <= self.context.n_batch:
+            # Output j of this batch predicts committed[keep + j + 1].
+            self.context.decode(new, logits="all")
+            for j in range(score_from - keep - 1, len(new) - 1):
+                trials += 1
+                hits += int(greedy_token(self._logits(j)) == committed[keep + j + 1])
+        else:
+            self.context.decode(new, logits="last", abortable=abortable)
+        self.cached.extend(new)
+        return hits, trials
 
     def prefill(self, prompt: Sequence[int]) -> int:
         before = len(prompt) - min(common_prefix_length(self.cached, prompt), len(prompt) - 1)
-        self._sync(prompt)
+        self._sync(prompt, abortable=True)
+        self.context.synchronize()
         return before
 
+    def observe(self, committed: Sequence[int], start: int) -> tuple[int, int]:
+        return self._sync(committed, score_from=start)
+
     def propose(
-        self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float
+        self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,
+        draft_min: int = 0,
     ) -> Draft:
         room = self.context.n_ctx - len(committed) - 1
         k = min(k, room)
         if k <= 0:
             return EMPTY_DRAFT
+        t0 = time.perf_counter()
+        synced = len(committed) - min(common_prefix_length(self.cached, committed), len(committed) - 1)
         self._sync(committed)
+        sync_s = time.perf_counter() - t0
         tokens: list[int] = []
         dists: list[SparseDist] | None = None if sampling.greedy else []
+        # Below draft_min, p-min does not stop a draft that has started (see DraftSource.propose).
+        must = min(max(draft_min, 1), k)
         while True:
-            logits = self.context.logits_row(-1)
+            logits = self._logits(-1)
             if sampling.greedy:
+                if p_min > 0 and not 0 < len(tokens) < must and top_probability(logits) < p_min:
+                    break
                 token = greedy_token(logits)
-                confidence = greedy_confidence(logits, token) if p_min > 0 else 1.0
             else:
+                # Decide from q before drawing from it: stopping must not depend on the token drawn here.
                 q = distribution(logits, sampling)
+                if p_min > 0 and not 0 < len(tokens) < must and float(q.probs[0]) < p_min:
+                    break
                 token = sample(q, rng)
-                confidence = q.prob_of(token)
                 assert dists is not None
-            if confidence < p_min:
-                break
-            tokens.append(token)
-            if dists is not None:
                 dists.append(q)
+            tokens.append(token)
             if len(tokens) >= k:
                 break
             self.context.decode([token], logits="last")
             self.cached.append(token)
-        return Draft(tokens, dists)
+        return Draft(tokens, dists, sync_s, synced)
 
     def close(self) -> None:
         self.context.close()
-
-
 
 
 class PromptLookupDraft:
@@ -174,7 +224,8 @@ class PromptLookupDraft:
         return 0
 
     def propose(
-        self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float
+        self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,
+        draft_min: int = 0,
     ) -> Draft:
         if k <= 0:
             return EMPTY_DRAFT
@@ -188,6 +239,26 @@ class PromptLookupDraft:
                 dists = None if sampling.greedy else [SparseDist.point(t) for t in tokens]
                 return Draft(tokens, dists)
         return EMPTY_DRAFT
+
+    def observe(self, committed: Sequence[int], start: int) -> tuple[int, int]:
+        """Would the lookup have guessed each of ``committed[start:]``? One dictionary look-up per token."""
+        hits = trials = 0
+        for i in range(max(start, 1), len(committed)):
+            guess = self._first_guess(committed[:i])
+            if guess is not None:
+                trials += 1
+                hits += int(guess == committed[i])
+        self._update_index(committed)
+        return hits, trials
+
+    def _first_guess(self, prefix: Sequence[int]) -> int | None:
+        self._update_index(prefix)
+        for n in range(self.settings.ngram_max, self.settings.ngram_min - 1, -1):
+            if len(prefix) >= n:
+                e = self._index.get(tuple(prefix[-n:]))
+                if e is not None and e < len(prefix):
+                    return prefix[e]
+        return None
 
     def close(self) -> None:
         pass

@@ -14,6 +14,7 @@ Everything works on numpy views of llama.cpp's logits; only the surviving candid
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import numpy.typing as npt
@@ -24,12 +25,16 @@ FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 ProbArray = npt.NDArray[np.float64]
 
+CONFIDENCE_TOP_K = 10  # llama.cpp's draft sampler: top-k 10, then the top probability is compared with p-min
+CONFIDENCE_WINDOW = 12.0  # nats below the top logit that top_probability looks at
+
 
 
 
 @dataclasses.dataclass(frozen=True)
 class SparseDist:
-    """A distribution over ``ids`` (sorted by decreasing probability); ``probs`` sums to 1."""
+    """A distribution over distinct ``ids``; ``probs`` sums to 1. Sorted by decreasing probability when made by
+    ``distribution`` (``residual`` sorts by id)."""
 
     ids: IntArray
     probs: ProbArray
@@ -48,33 +53,86 @@ def greedy_token(logits: FloatArray) -> int:
     return int(np.argmax(logits))
 
 
-def greedy_confidence(logits: FloatArray, token: int) -> float:
-    """Softmax probability of ``token`` under temperature 1 (the draft's confidence for ``p_min``)."""
-    peak = float(logits[token])
-    return float(1.0 / np.exp(logits - peak, dtype=np.float64).sum())
+def top_probability(logits: FloatArray) -> float:
+    """The draft's confidence in its greedy choice, as llama.cpp's draft sampler defines it (top-k 10, then
+    softmax at temperature 1): the probability of the top token among the 10 most likely. Used by p-min.
+
+    Only logits within ``CONFIDENCE_WINDOW`` nats of the top are looked at (one vectorised comparison instead of a
+    partition of the whole vocabulary): a token further below adds at most e^-12 each to the denominator, so
+    with fewer than 10 tokens inside the window the result is within 1e-4 of the top-10 softmax.
+    """
+    top = float(logits.max())
+    near = logits[logits >= top - CONFIDENCE_WINDOW].astype(np.float64)
+    if near.shape[0] > CONFIDENCE_TOP_K:
+        near = near[np.argpartition(near, near.shape[0] - CONFIDENCE_TOP_K)[-CONFIDENCE_TOP_K:]]
+    return float(1.0 / np.exp(near - top).sum())
 
 
 def distribution(logits: FloatArray, params: SamplingParams) -> SparseDist:
-    """The sampling distribution after top-k, top-p, min-p and temperature (llama.cpp's order)."""
+    """The sampling distribution after top-k, top-p, min-p and temperature (llama.cpp's order).
+
+    Semantics (unchanged from a plain sort of the whole row): the top-k survivors U, sorted by logit; top-p keeps
+    the shortest prefix of U whose softmax mass (normalised over U) reaches ``top_p``; min-p keeps, within it, the
+    tokens with probability >= ``min_p`` × the top one; at least one token survives; temperature rescales what is
+    left. Cost: the survivors are found by comparisons against thresholds (top − δ, widened until enough tokens
+    pass) and only they are sorted, so a 152k-token row costs a few vectorised passes, not an O(n log n) sort.
+    """
     n = logits.shape[0]
+    top = float(logits.max())
     if 0 < params.top_k < n:
-        ids = np.argpartition(logits, n - params.top_k)[n - params.top_k :]
+        universe = _largest(logits, top, params.top_k)
+        z = float(np.exp(logits[universe].astype(np.float64) - top).sum())
     else:
-        ids = np.arange(n)
-    cand = logits[ids].astype(np.float64)
-    order = np.argsort(-cand, kind="stable")
-    ids, cand = ids[order].astype(np.int64), cand[order]
-    p = np.exp(cand - cand[0])
-    p /= p.sum()
-    keep = len(ids)
-    if params.top_p < 1.0:
-        keep = int(np.searchsorted(np.cumsum(p), params.top_p) + 1)
+        universe = None  # the whole row
+        z = float(np.exp(logits - np.float32(top), dtype=np.float32).sum(dtype=np.float64))
+    # Candidates for the kept prefix: every kept token passes min-p (logit >= top + ln(min_p)) and lies in the
+    # top-p prefix; gather a superset that is a prefix of the sorted order, then sort only that.
     if params.min_p > 0.0:
-        keep = min(keep, int(np.count_nonzero(p[:keep] >= params.min_p * p[0])))
+        pool = _at_least(logits, universe, top + math.log(params.min_p))
+    elif params.top_p < 1.0:
+        pool = _mass_pool(logits, universe, top, z * params.top_p)
+    else:
+        pool = universe if universe is not None else np.arange(n)
+    values = logits[pool].astype(np.float64)
+    order = np.argsort(-values, kind="stable")
+    ids, values = pool[order].astype(np.int64), values[order]
+    keep = ids.shape[0]
+    if params.top_p < 1.0:
+        cumulative = np.cumsum(np.exp(values - top)) / z
+        keep = min(keep, int(np.searchsorted(cumulative, params.top_p)) + 1)
     keep = max(1, keep)
-    ids, cand = ids[:keep], cand[:keep]
-    scaled = np.exp((cand - cand[0]) / params.temperature)
+    ids, values = ids[:keep], values[:keep]
+    scaled = np.exp((values - values[0]) / params.temperature)
     return SparseDist(ids, scaled / scaled.sum())
+
+
+def _at_least(logits: FloatArray, universe: IntArray | None, threshold: float) -> IntArray:
+    """Ids (of ``universe``, or the whole row) whose logit is >= ``threshold``."""
+    if universe is None:
+        return np.flatnonzero(logits >= threshold).astype(np.int64)
+    return universe[logits[universe] >= threshold]
+
+
+def _largest(logits: FloatArray, top: float, k: int) -> IntArray:
+    """Ids of the ``k`` largest logits: filter by widening windows below the top, then partition the few left."""
+    window = 8.0
+    while True:
+        pool = np.flatnonzero(logits >= top - window) if math.isfinite(window) else np.arange(logits.shape[0])
+        if pool.shape[0] >= k:
+            part = np.argpartition(logits[pool], pool.shape[0] - k)[pool.shape[0] - k :]
+            return pool[part].astype(np.int64)
+        window = window * 4 if window < 512 else math.inf
+
+
+def _mass_pool(logits: FloatArray, universe: IntArray | None, top: float, mass: float) -> IntArray:
+    """A prefix-closed set of ids (all logits >= some threshold) whose unnormalised mass reaches ``mass``."""
+    window = 8.0
+    while True:
+        pool = _at_least(logits, universe, top - window) if math.isfinite(window) else (
+            universe if universe is not None else np.arange(logits.shape[0]))
+        if not math.isfinite(window) or float(np.exp(logits[pool].astype(np.float64) - top).sum()) >= mass:
+            return pool
+        window = window * 4 if window < 512 else math.inf
 
 
 def sample(dist: SparseDist, rng: np.random.Generator) -> int:

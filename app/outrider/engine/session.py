@@ -1,6 +1,7 @@
 """The engine: a loaded target (+ draft model or prompt lookup), chat formatting, generation, calibration.
 
-This is what the worker process (and ``--in-process`` CLI runs) drive. One generation at a time.
+This is what the worker process (and ``--in-process`` CLI runs) drive. One generation at a time. The speed-up
+against plain decoding is measured inside each reply (``stats.PlainRateMeter``), not calibrated at load.
 """
 
 from __future__ import annotations
@@ -27,12 +28,6 @@ from outrider.engine.speculative import (
     SpeculativeDecoder,
     StepEvent,
 )
-
-CALIBRATION_PROMPT = "The history of computing began with mechanical calculators and"
-
-
-
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +81,7 @@ class Engine:
             if spec.draft:
                 draft_model = LoadedModel(self.backend, spec.draft, spec.draft_settings)
                 check_facts(target.vocab_facts(), draft_model.vocab_facts()).raise_if_incompatible()
-                drafter = ModelDraft(ModelContext(draft_model, dataclasses.replace(spec.context)))
+                drafter = ModelDraft(ModelContext(draft_model, dataclasses.replace(spec.context)), target.n_vocab)
             elif spec.lookup:
                 drafter = PromptLookupDraft(spec.lookup_settings)
         except BaseException:
@@ -182,12 +177,15 @@ class Engine:
         """Stream one reply. ``plain=True`` ignores the drafter (the baseline). One generation at a time."""
         decoder = self._decoder_or_raise()
         if plain and self._plain is not None:
-            self._plain.baseline_tps = decoder.baseline_tps
             decoder = self._plain
         request = GenerationRequest(list(prompt_tokens), max_tokens, sampling, draft, tuple(stop), ignore_eos)
         if not self._generating.acquire(blocking=False):
             raise EngineError("a generation is already running")
+        # The only place a cancel is forgotten: when a request starts. A cancel arriving after this line, even
+        # before prompt evaluation begins, stops this request.
         self._cancel.clear()
+        for ctx in self._contexts():
+            ctx.clear_abort()
         try:
             yield from decoder.generate(request, self._cancel)
         finally:
@@ -213,26 +211,16 @@ class Engine:
     def cancel(self) -> None:
         """Stop the running generation within one step (or abort prompt evaluation). Thread-safe."""
         self._cancel.set()
-        if self._decoder is not None:
-            self._decoder.context.request_abort()
+        for ctx in self._contexts():
+            ctx.request_abort()
 
-    def calibrate(self, n_tokens: int = 48) -> float:
-        """Measure plain-decoding tokens/s for this pair: the baseline of the live speed-up."""
-        prompt = self.tokenize_prompt(CALIBRATION_PROMPT)
-        done: DoneEvent | None = None
-        for event in self.generate(prompt, max_tokens=n_tokens, plain=True):
-            if isinstance(event, DoneEvent):
-                done = event
-        assert done is not None
-        tps = done.stats.decode_tps or 0.0
-        decoder = self._decoder_or_raise()
-        decoder.baseline_tps = tps if tps > 0 else None
-        return tps
-
-    @property
-    def baseline_tps(self) -> float | None:
-        return self._decoder.baseline_tps if self._decoder else None
-
+    def _contexts(self) -> list[ModelContext]:
+        """The target's context and the draft model's, if any."""
+        decoder = self._decoder
+        if decoder is None:
+            return []
+        draft_ctx = getattr(decoder.drafter, "context", None)
+        return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext) else [])
 
 
 def _chat_formatter(target: LoadedModel, notes: list[str]) -> ChatFormatter:

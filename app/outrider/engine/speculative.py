@@ -34,12 +34,16 @@ from outrider.engine.sampling import (
     residual,
     sample,
 )
-from outrider.engine.stats import GenerationStats
+from outrider.engine.stats import GenerationStats, PlainRateMeter
 from outrider.engine.text import IncrementalDetokenizer, StopStringFilter
 
 STOP_EOG = "stop"  # end-of-generation token or a stop string
 STOP_LENGTH = "length"  # max tokens reached or the context is full
 STOP_CANCELLED = "cancelled"
+
+PLAIN_PROBE_EVERY = 32  # steps: the longest run without a plain-decoding measurement (~1-2% of the gain)
+SHADOW_EVERY = 8  # plain steps between scoring the drafter on the target's tokens (automatic k only)
+CATCH_UP_TOKENS = 2  # what a draft model evaluates to catch up after a speculative step (last accepted + new)
 
 
 
@@ -52,6 +56,7 @@ class GenerationRequest:
     draft: DraftParams = DraftParams()
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks only: keep going through end-of-generation tokens
+    plain_probe_every: int = PLAIN_PROBE_EVERY  # 0: never force a plain step (no in-reply speed-up then)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -89,6 +94,8 @@ class DraftLengthPolicy(Protocol):
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None: ...
 
+    def observe_shadow(self, hits: int, trials: int) -> None: ...
+
 
 class FixedDraftLength:
     def __init__(self, k: int) -> None:
@@ -100,6 +107,9 @@ class FixedDraftLength:
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
         pass
 
+    def observe_shadow(self, hits: int, trials: int) -> None:
+        pass
+
 
 class SpeculativeDecoder:
     """Runs generations for one target context and one drafter, reusing both caches across turns."""
@@ -109,7 +119,6 @@ class SpeculativeDecoder:
         self.context = context
         self.drafter = drafter
         self.cached: list[int] = []
-        self.baseline_tps: float | None = None
         self.can_roll_back = not model.is_recurrent
         # Automatic k keeps what it learned (costs per batch size, acceptance) from reply to reply: the costs
         # belong to the pair and the machine, and a cold start would re-probe at every turn of a chat.
@@ -144,12 +153,12 @@ class SpeculativeDecoder:
             raise ValueError("the prompt is empty")
         if len(prompt) >= n_ctx:
             raise ContextOverflowError(len(prompt), n_ctx)
-        stats = GenerationStats(
-            prompt_tokens=len(prompt), baseline_tps=self.baseline_tps, draft_mode=self.drafter.kind
-        )
+        stats = GenerationStats(prompt_tokens=len(prompt), draft_mode=self.drafter.kind)
         try:
             stats.prompt_tokens_reused = self._prefill(prompt)
             self.drafter.prefill(prompt)
+            # On a GPU decode() returns before the work is done: wait, or prompt time leaks into the first step.
+            self.context.synchronize()
         except DecodeError as exc:
             if exc.status == 2:  # aborted by cancel during prompt evaluation
                 stats.prompt_s = time.perf_counter() - t_request
@@ -160,18 +169,25 @@ class SpeculativeDecoder:
 
         params = request.draft
         policy: DraftLengthPolicy
+        auto = False
         if self.drafter.kind == "none" or params.k == 0:
             policy = FixedDraftLength(0)
         elif params.k is None:
             if self.auto_policy is None or self.auto_policy.k_max != params.k_max:
                 self.auto_policy = AutoDraftLength(k_max=params.k_max)
             policy = self.auto_policy
+            auto = True
         else:
             policy = FixedDraftLength(params.k)
+        probe_every = request.plain_probe_every if self.drafter.kind != "none" else 0
+        # A draft of k tokens is verified in one batch of k + 1: more than n_batch would split the pass.
+        k_cap = max(0, self.context.n_batch - 1)
         rng = np.random.default_rng(request.sampling.seed)
         detok = IncrementalDetokenizer()
         stops = StopStringFilter(request.stop)
+        meter = PlainRateMeter(stats)
         committed = prompt
+        shadow_from = len(committed)  # first position the drafter has not been scored on
         texts: list[str] = []
         stop_reason: str | None = None
         t_decode = time.perf_counter()
@@ -183,17 +199,32 @@ class SpeculativeDecoder:
             if len(committed) >= n_ctx:
                 stop_reason = STOP_LENGTH
                 break
-            remaining = request.max_tokens - stats.generated
-            k = max(0, min(policy.choose(), remaining - 1, n_ctx - len(committed)))
-
             t0 = time.perf_counter()
+            # Plain decoding is measured in the reply itself: the first step, and one in every probe_every.
+            forced_plain = probe_every > 0 and (stats.passes == 0 or meter.steps_since_plain >= probe_every - 1)
+            chosen = 0 if forced_plain else policy.choose()
+            remaining = request.max_tokens - stats.generated
+            # Every emitted token needs a context position: k drafted + 1 target token must fit.
+            k = max(0, min(chosen, remaining - 1, n_ctx - len(committed) - 1, k_cap))
+            if k < params.draft_min:
+                k = 0
             draft = EMPTY_DRAFT
+            drafting_s = 0.0  # the cost of drafting itself, without a draft model's catch-up (for auto k)
             if k > 0:
-                draft = self.drafter.propose(committed, k, request.sampling, rng, params.p_min)
+                draft = self.drafter.propose(committed, k, request.sampling, rng, params.p_min, params.draft_min)
                 if len(draft.tokens) > k:
-                    draft = Draft(draft.tokens[:k], draft.dists[:k] if draft.dists else None)
+                    draft = dataclasses.replace(
+                        draft, tokens=draft.tokens[:k], dists=draft.dists[:k] if draft.dists else None)
                 if len(draft.tokens) < max(params.draft_min, 1):
-                    draft = EMPTY_DRAFT
+                    draft = dataclasses.replace(draft, tokens=[], dists=None)
+                propose_s = time.perf_counter() - t0
+                sync_share = min(1.0, CATCH_UP_TOKENS / draft.synced) if draft.synced else 1.0
+                drafting_s = propose_s - draft.sync_s * (1.0 - sync_share)
+                shadow_from = len(committed)
+            elif auto and len(committed) - shadow_from >= SHADOW_EVERY:
+                hits, trials = self.drafter.observe(committed, shadow_from)
+                shadow_from = len(committed)
+                policy.observe_shadow(hits, trials)
             t1 = time.perf_counter()
             batch = [committed[-1], *draft.tokens]
             self.context.decode(batch, logits="all")
@@ -209,10 +240,12 @@ class SpeculativeDecoder:
             flags: list[bool] = []
             pieces: list[str] = []
             reached: int | None = None  # positions the output reached when a stop cuts the step short
+            ended_on_eog = False
             for i, token in enumerate(emitted):
                 if self.model.is_eog(token) and not request.ignore_eos:
                     stop_reason = STOP_EOG
                     reached = i + 1
+                    ended_on_eog = True
                     break
                 committed.append(token)
                 tokens.append(token)
@@ -227,20 +260,26 @@ class SpeculativeDecoder:
                     reached = i + 1
                     break
 
+            n_drafted = len(draft.tokens)
             stats.passes += 1
             stats.k_sum += k
             # When a stop cuts the step, draft positions beyond it were never used and do not count, so the final
             # step does not bias acceptance, and accepted == the provenance count (plus a drafted end token).
-            stats.drafted += len(draft.tokens) if reached is None else min(len(draft.tokens), reached)
+            stats.drafted += n_drafted if reached is None else min(n_drafted, reached)
             stats.accepted += n_accepted if reached is None else min(n_accepted, reached)
+            if n_accepted < n_drafted and (reached is None or reached > n_accepted):
+                stats.rejections += 1
             stats.generated += len(tokens)
+            pass_tokens = len(tokens) + int(ended_on_eog)
+            stats.pass_tokens += pass_tokens
             stats.draft_s += t1 - t0
             stats.verify_s += t2 - t1
-            policy.observe(
-                batch=len(batch), verify_s=t2 - t1, drafted=len(draft.tokens), accepted=n_accepted,
-                draft_s=t1 - t0,
-            )
+            policy.observe(batch=len(batch), verify_s=t2 - t1, drafted=n_drafted, accepted=n_accepted,
+                           draft_s=drafting_s)
             now = time.perf_counter()
+            # A step that drafted nothing is a plain-decoding step once the drafter's time is taken out.
+            meter.add_step(pass_tokens=pass_tokens, step_s=now - t0,
+                           plain_s=(now - t1) if n_drafted == 0 else None)
             if stats.ttft_s is None and tokens:
                 stats.ttft_s = now - t_request
             stats.decode_s = now - t_decode
