@@ -79,9 +79,6 @@ class FastClient:
     def generate(self, request: Any) -> _Gen:
         return _Gen(self.n)
 
-    def calibrate(self, n_tokens: int = 48) -> float:
-        return 1000.0
-
     def cancel(self) -> None: ...
     def stop(self, timeout: float = 10.0) -> None: ...
     def unload(self) -> None: ...

@@ -37,7 +37,7 @@ from outrider.ui.settings import QtSettings
 from outrider.ui.store_bridge import QtStoreBridge
 from outrider.worker.protocol import DoneEvent, LoadedInfo, ModelInfo, Stats, StepEvent
 
-BASELINE_TPS = 19.6  # plain decoding of the pictured pair
+PLAIN_TPS = 19.6  # plain decoding of the pictured pair (the engine measures it on interleaved plain steps)
 SPEC_TPS = 43.0  # what the speculative replies reach
 K = 4
 PROMPTS = [
@@ -108,7 +108,11 @@ class _Reply:
                        passes=passes, k_sum=K * passes, draft_s=decode_s * 0.31, verify_s=decode_s * 0.61,
                        decode_s=decode_s, ttft_s=0.14, draft_mode="model", acceptance_rate=accepted / drafted,
                        tokens_per_pass=generated / passes, k_mean=float(K), decode_tps=generated / decode_s,
-                       prompt_tps=38 / 0.09, other_s=decode_s * 0.08)
+                       prompt_tps=38 / 0.09, other_s=decode_s * 0.08, rejections=passes // 2,
+                       pass_tokens=generated, token_acceptance=accepted / (accepted + passes // 2),
+                       plain_steps=1 + passes // 24, plain_tps=PLAIN_TPS,
+                       speedup=generated / decode_s / PLAIN_TPS,
+                       speedup_error=0.2 / (1 + passes // 24) ** 0.5 if passes >= 24 else None)
             yield StepEvent(list(range(len(step_pieces))), flags, "".join(step_pieces), K, st, step_pieces)
             time.sleep(0.06)  # a few seconds of streaming: points for the reply chart
         if self.hold:
@@ -140,9 +144,6 @@ class ScriptedClient:
         self.turn += 1
         self.cancelled.clear()
         return _Reply(self, REPLIES[turn % len(REPLIES)], hold=turn == len(REPLIES) - 1)
-
-    def calibrate(self, n_tokens: int = 48) -> float:
-        return BASELINE_TPS
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -185,7 +186,7 @@ def shoot(app: QApplication, theme: str, out: Path) -> Path:
         win.refresh_conversations()
         win.load_pair(PairChoice(Path("Qwen2.5-7B-Instruct-Q4_K_M.gguf"), Path("Qwen2.5-0.5B-Instruct-Q8_0.gguf"),
                                  False, "qwen2.5-7b+0.5b", "Qwen2.5 7B + 0.5B"))
-        wait(app, lambda: win.session.ready and win.meter.baseline_tps is not None)
+        wait(app, lambda: win.session.ready)
         ended = {"n": 0}
         win.session.reply_ended.connect(lambda *_: ended.__setitem__("n", ended["n"] + 1))
         for n, prompt in enumerate(PROMPTS):

@@ -60,14 +60,14 @@ def app_parts(qtbot: object) -> Iterator[dict[str, object]]:
 
 @pytest.fixture
 def window(qtbot, app_parts: dict[str, object], smollm_path: Path):  # type: ignore[no-untyped-def]
-    """The main window with the demo pair loaded and calibrated."""
+    """The main window with the demo pair loaded."""
     from outrider.ui.chat_session import PairChoice
     from outrider.ui.main_window import MainWindow
 
     win = MainWindow(app_parts["bridge"], app_parts["store"], app_parts["settings"])  # type: ignore[arg-type]
     qtbot.addWidget(win)
     win.show()
-    with qtbot.waitSignal(win.session.baseline_changed, timeout=120_000):
+    with qtbot.waitSignal(win.session.engine_changed, timeout=120_000, check_params_cb=lambda info: info is not None):
         win.load_pair(PairChoice(smollm_path, None, True, "smollm2-135m-lookup", "demo", demo=True))
     yield win
     win.close()

@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCharFormat
 
 from outrider.store import MessageStatus, Role
+from outrider.ui.live_stats import format_speedup
 
 pytestmark = pytest.mark.smollm
 
@@ -50,16 +51,24 @@ def test_send_streams_reply_with_statistics_and_provenance(qtbot: Any, window: A
     assert "target" in _formats(win)  # provenance view is on by default: each token tagged
     win.stats.refresh()
     snap = win.stats.snapshot
-    assert snap.generated > 0 and snap.decode_tps and snap.baseline_tps and snap.speedup
+    done = win.session.last_done
+    assert done is not None and done.stats.generated == snap.generated > 0 and snap.decode_tps
+    # the panel shows the engine's own in-reply figures, not a recomputation
+    assert (snap.speedup, snap.speedup_error, snap.plain_tps) == (done.stats.speedup, done.stats.speedup_error,
+                                                                  done.stats.plain_tps)
+    assert win.stats.speedup_label.text() == format_speedup(done.stats.speedup, done.stats.speedup_error,
+                                                            streaming=False)
     assert win.stats.values["decode_tps"].text().endswith("tok/s")
-    assert win.stats.speedup_label.text().endswith("×")
     assert win.meter.conversation_series
     qtbot.waitUntil(lambda: win.session.store.store.get_conversation(win.session.conversation_id).messages[-1]
                     .status is MessageStatus.COMPLETE, timeout=5000)
     messages = win.session.store.store.get_conversation(win.session.conversation_id).messages
     assert [m.role for m in messages] == [Role.USER, Role.ASSISTANT]
     assert messages[-1].id == message_id and messages[-1].stats is not None
-    assert messages[-1].stats.tokens_per_s and messages[-1].stats.speedup
+    assert messages[-1].stats.tokens_per_s
+    # stored exactly as the engine reported it (None when the reply measured no plain step)
+    assert messages[-1].stats.speedup == done.stats.speedup
+    assert messages[-1].stats.speedup_error == done.stats.speedup_error
     assert win.list_model.rowCount() == 1
     assert win.invite_banner.isVisibleTo(win)  # demo pair: the catalogue invitation shows
 
@@ -93,7 +102,7 @@ def test_engine_kill_9_shows_banner_keeps_conversation_and_reloads(qtbot: Any, w
     messages = win.session.store.store.get_conversation(cid).messages
     assert messages[0].role is Role.USER and messages[-1].text  # the partial reply is kept
     assert "interrupted" in win.chat.browser.toPlainText()
-    with qtbot.waitSignal(win.session.baseline_changed, timeout=120_000):
+    with qtbot.waitSignal(win.session.engine_changed, timeout=120_000, check_params_cb=lambda i: i is not None):
         qtbot.mouseClick(win.reload_button, Qt.MouseButton.LeftButton)
     assert not win.crash_banner.isVisibleTo(win)
     win.session.max_tokens_override = 8

@@ -45,9 +45,6 @@ class _RecordingClient:
         return LoadedInfo(ModelInfo(path=spec.target), None, "lookup", spec.context.n_ctx, "CPU", False, "", 0, 0,
                           ())
 
-    def calibrate(self, n_tokens: int = 48) -> float:
-        return 10.0
-
     def cancel(self) -> None: ...
     def stop(self, timeout: float = 10.0) -> None: ...
 
@@ -70,13 +67,17 @@ def parts(qtbot: Any, tmp_path: Path) -> Iterator[dict[str, Any]]:
     store.close()
 
 
+def _loaded(info: Any) -> bool:
+    return info is not None
+
+
 def _picked(target: Path, draft: Path, draft_max: int | str = 6, n_ctx: int = 8192) -> PickerChoice:
     return PickerChoice(target, draft, False, "t+d", "Target + draft", DraftSettings(draft_max, 2, 0.6), n_ctx)
 
 
 def test_chosen_pair_loads_with_recommended_settings_and_is_remembered(qtbot: Any, parts: dict[str, Any]) -> None:
     win, client, settings = parts["win"], parts["client"], parts["settings"]
-    with qtbot.waitSignal(win.session.baseline_changed):
+    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=_loaded):
         win.choose_pair(_picked(parts["target"], parts["draft"]))
     assert len(client.loads) == 1  # one load, with the new settings (no reload of a previous pair)
     spec, refuse = client.loads[0]
@@ -94,7 +95,7 @@ def test_user_overrides_are_kept(qtbot: Any, parts: dict[str, Any]) -> None:
     win, settings = parts["win"], parts["settings"]
     win.apply_user_settings(__import__("dataclasses").replace(settings.value, p_min=0.9, context_size=2048))
     assert settings.value.overridden() == {"context_size", "p_min"}
-    with qtbot.waitSignal(win.session.baseline_changed):
+    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=_loaded):
         win.choose_pair(_picked(parts["target"], parts["draft"], draft_max="auto"))
     v = settings.value
     assert (v.draft_mode, v.draft_min, v.p_min, v.context_size) == ("auto", 2, 0.9, 2048)
@@ -109,6 +110,6 @@ def test_automatic_load_refuses_an_unsafe_model_and_says_why(qtbot: Any, parts: 
     assert client.loads[-1][1] is True
     assert "not loaded automatically" in blocker.args[0] and "SIGSEGV" in blocker.args[0]
     assert win.crash_banner.isVisibleTo(win) and "choose the pair again" in win.crash_label.text()
-    with qtbot.waitSignal(win.session.baseline_changed):  # choosing it by hand loads it anyway
+    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=_loaded):  # choosing it by hand loads it anyway
         win.choose_pair(_picked(parts["target"], parts["draft"]))
     assert client.loads[-1][1] is False and win.session.ready

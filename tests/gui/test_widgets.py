@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QTextCharFormat
+from PySide6.QtWidgets import QPushButton
 
 from outrider.ui.chat_view import ChatView, MessageItem, step_runs
 from outrider.ui.conversation_list import ConversationListModel, ConversationRow
-from outrider.ui.live_stats import ReplyMeter
+from outrider.ui.live_stats import ReplyMeter, Snapshot, format_speedup
 from outrider.ui.settings import AppSettings, QtSettings
+from outrider.ui.stats_panel import StatsPanel
 from outrider.ui.theme import DARK, LIGHT
 from outrider.worker.protocol import Stats, StepEvent
 
@@ -113,14 +115,89 @@ def test_conversation_model(qtmodeltester: Any) -> None:
     assert model.row_of(2) == 1
 
 
-def test_meter_flags_slower_than_plain() -> None:
+def _reply_stats(**kw: Any) -> Stats:
+    base: dict[str, Any] = {"generated": 64, "drafted": 40, "accepted": 24, "rejections": 8, "passes": 20,
+                            "pass_tokens": 64, "decode_s": 1.0, "decode_tps": 64.0, "acceptance_rate": 0.6,
+                            "token_acceptance": 0.75, "tokens_per_pass": 3.2, "draft_mode": "model"}
+    return Stats(**{**base, **kw})
+
+
+def test_meter_takes_the_engines_figures_as_they_are() -> None:
     meter = ReplyMeter()
-    meter.set_baseline(100.0)
     meter.begin_reply()
-    meter.add(Stats(generated=64, drafted=40, accepted=4, decode_s=1.0, decode_tps=64.0, acceptance_rate=0.1,
-                    draft_mode="model"), 4)
+    # values that no UI arithmetic would produce from the counters: they must come through unchanged
+    meter.add(_reply_stats(speedup=1.234, speedup_error=0.056, plain_tps=17.5, tokens_per_pass=2.5,
+                           token_acceptance=0.81), 4)
     snap = meter.tick()
-    assert snap.speedup == pytest.approx(0.64) and snap.slower_than_plain and meter.reply_series
+    assert (snap.speedup, snap.speedup_error, snap.plain_tps, snap.tokens_per_pass, snap.token_acceptance) == (
+        1.234, 0.056, 17.5, 2.5, 0.81)
+    assert not snap.slower_than_plain and meter.reply_series
+    assert not hasattr(meter, "set_baseline") and "baseline_tps" not in Snapshot.__dataclass_fields__
+
+
+@pytest.mark.parametrize(("speedup", "error", "slower"), [
+    (0.64, 0.02, True),  # clearly below plain
+    (0.64, None, True),  # one plain measurement: no error yet, the margin alone decides
+    (0.90, 0.15, False),  # within one standard error of 1: not flagged
+    (0.97, 0.01, False),  # above the margin
+    (None, None, False),  # not measured yet
+])
+def test_meter_flags_slower_than_plain_from_the_measured_speedup(speedup: float | None, error: float | None,
+                                                                 slower: bool) -> None:
+    meter = ReplyMeter()
+    meter.begin_reply()
+    meter.add(_reply_stats(speedup=speedup, speedup_error=error), 4)
+    assert meter.tick().slower_than_plain is slower
+
+
+def test_format_speedup() -> None:
+    assert format_speedup(1.8512, 0.0634) == "1.85× ± 0.06"
+    assert format_speedup(1.8512, None) == "1.85×"
+    assert format_speedup(None, None) == "measuring…"
+    assert format_speedup(None, None, streaming=False) == "not measured"
+
+
+def test_stats_panel_shows_speedup_with_its_error(qtbot: Any) -> None:
+    meter = ReplyMeter()
+    panel = StatsPanel(meter)
+    qtbot.addWidget(panel)
+    panel.refresh()
+    assert panel.speedup_label.text() == "–"  # no reply yet
+    meter.begin_reply()
+    meter.add(_reply_stats(generated=8, speedup=None, speedup_error=None, plain_tps=None), 4)
+    panel.refresh()
+    assert panel.speedup_label.text() == "measuring…" and panel.values["plain_tps"].text() == "–"
+    meter.add(_reply_stats(speedup=1.85, speedup_error=None, plain_tps=20.0), 4)
+    panel.refresh()
+    assert panel.speedup_label.text() == "1.85×"
+    meter.add(_reply_stats(speedup=1.8512, speedup_error=0.0634, plain_tps=20.04), 4)
+    panel.refresh()
+    assert panel.speedup_label.text() == "1.85× ± 0.06"
+    assert panel.values["plain_tps"].text() == "20.0 tok/s"
+    assert panel.values["token_acceptance"].text() == "75 %"
+    assert "measured in this reply, at the same context length and load" in panel.speedup_label.toolTip()
+    assert all("baseline" not in b.text().lower() for b in panel.findChildren(QPushButton))
+    assert not panel.warning.isVisibleTo(panel)
+
+
+def test_stats_panel_warning_follows_the_reply_shown(qtbot: Any) -> None:
+    meter = ReplyMeter()
+    panel = StatsPanel(meter)
+    qtbot.addWidget(panel)
+    meter.begin_reply()
+    meter.add(_reply_stats(speedup=0.6, speedup_error=0.02), 4)
+    meter.finish_reply(_reply_stats(speedup=0.6, speedup_error=0.02))
+    panel.refresh()
+    assert panel.warning.isVisibleTo(panel) and "0.60× ± 0.02" in panel.warning_label.text()
+    meter.begin_reply()  # a new reply: no verdict from the last one
+    panel.refresh()
+    assert not panel.warning.isVisibleTo(panel) and panel.speedup_label.text() == "measuring…"
+    meter.finish_reply(_reply_stats(speedup=0.6, speedup_error=0.02))
+    panel.refresh()
+    assert panel.warning.isVisibleTo(panel)
+    meter.reset_conversation()  # a new chat
+    panel.refresh()
+    assert not panel.warning.isVisibleTo(panel) and panel.speedup_label.text() == "–"
 
 
 @pytest.mark.smollm
@@ -134,3 +211,7 @@ def test_smoke_test_prints_one_json_line(tmp_path: Path) -> None:
     assert len(lines) == 1
     out = json.loads(lines[0])
     assert out["ok"] and out["stats"]["generated"] > 0 and out["stats"]["decode_tps"] > 0
+    # the reply's own speed-up, exactly as the engine reported it (None if the reply measured no plain step)
+    assert "speedup_vs_calibrated" not in out and "baseline_tps" not in out["stats"]
+    assert (out["speedup"], out["speedup_error"], out["plain_tps"]) == (
+        out["stats"]["speedup"], out["stats"]["speedup_error"], out["stats"]["plain_tps"])

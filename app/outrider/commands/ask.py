@@ -83,7 +83,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
                         pair_id=None, draft_mode=s.draft_mode, k=args.draft_max,
                         temperature=args.temperature, generated=s.generated, drafted=s.drafted,
                         accepted=s.accepted, acceptance_rate=s.acceptance_rate, tokens_per_s=s.decode_tps,
-                        speedup=s.speedup, stop_reason=event.stop_reason,
+                        speedup=s.speedup, speedup_error=s.speedup_error, stop_reason=event.stop_reason,
                     )
                     checkpointer.finish(text, MessageStatus.COMPLETE, stats)
                     if args.json:

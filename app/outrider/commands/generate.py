@@ -249,6 +249,18 @@ def _fmt(value: Any, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
+def format_speedup(s: dict[str, Any]) -> str:
+    """The engine's in-reply speed-up with its standard error and the plain rate it was measured against."""
+    speedup = s.get("speedup")
+    if speedup is None:
+        return "speed-up not measured (no plain step in this reply)"
+    error = s.get("speedup_error")
+    text = f"speed-up {speedup:.2f}×" + (f" ± {error:.2f}" if error is not None else "")
+    plain = s.get("plain_tps")
+    plain_text = f"plain {plain:.1f} tok/s" if plain is not None else "plain"
+    return f"{text} vs {plain_text} measured in this reply ({s.get('plain_steps', 0)} plain steps)"
+
+
 def format_summary(s: dict[str, Any], stop_reason: str) -> str:
     """The stats summary printed after a streamed reply (definitions in docs/metrics.md)."""
     lines = [
@@ -256,10 +268,11 @@ def format_summary(s: dict[str, Any], stop_reason: str) -> str:
         f"   decode {_fmt(s['decode_tps'], '.1f')} tok/s · prompt {_fmt(s['prompt_tps'], '.1f')} tok/s "
         f"({s['prompt_tokens']} tokens, {s['prompt_tokens_reused']} reused) · first token "
         f"{_fmt(s['ttft_s'], '.3f')} s",
-        f"   acceptance {_fmt(s['acceptance_rate'], '.1%')} ({s['accepted']}/{s['drafted']}) · "
-        f"{_fmt(s['tokens_per_pass'], '.2f')} tokens/pass · mean k {_fmt(s['k_mean'], '.2f')}",
-        f"   time: draft {s['draft_s']:.3f} s · verify {s['verify_s']:.3f} s · other {s['other_s']:.3f} s"
-        + (f" · speed-up {s['speedup']:.2f}×" if s.get("speedup") else ""),
+        f"   acceptance {_fmt(s['acceptance_rate'], '.1%')} ({s['accepted']}/{s['drafted']}) · per-token a "
+        f"{_fmt(s.get('token_acceptance'), '.1%')} · {_fmt(s['tokens_per_pass'], '.2f')} tokens/pass · mean k "
+        f"{_fmt(s['k_mean'], '.2f')}",
+        f"   time: draft {s['draft_s']:.3f} s · verify {s['verify_s']:.3f} s · other {s['other_s']:.3f} s",
+        f"   {format_speedup(s)}",
     ]
     return "\n".join(lines)
 
@@ -290,13 +303,20 @@ def load_prompts(path: Path | None) -> list[tuple[str, str]]:
 
 
 def predicted_speedup(spec: dict[str, Any], plain: dict[str, Any]) -> float | None:
-    """Speed-up the cost model predicts from measured acceptance a and costs (docs/metrics.md):
-    E(a, k) * c_plain / (k * c_draft + c_verify), with k the mean drafted tokens per pass."""
+    """Speed-up the cost model predicts from the measured per-token acceptance and costs (docs/metrics.md):
+    E(a, k) * c_plain / (k * c_draft + c_verify), with k the mean drafted tokens per pass.
+
+    ``a`` is ``token_acceptance`` = accepted / (accepted + rejections), the per-token acceptance the geometric
+    E(a, k) assumes — not ``acceptance_rate`` (accepted / drafted), which also counts the draft tokens after a
+    rejection that were never judged on their own, and so under-predicts. (Records from before
+    ``token_acceptance`` existed fall back to ``acceptance_rate``.)"""
     from outrider.engine.autodraft import expected_tokens_per_pass
 
     if not spec["passes"] or not plain["passes"] or not spec["drafted"]:
         return 1.0 if not spec["drafted"] else None
-    a = spec["acceptance_rate"] or 0.0
+    a = spec.get("token_acceptance")
+    if a is None:
+        a = spec.get("acceptance_rate") or 0.0
     k = spec["drafted"] / spec["passes"]
     c_plain = plain["verify_s"] / plain["passes"]
     c_draft = spec["draft_s"] / spec["drafted"]
@@ -329,7 +349,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                             runs[mode].append(event.stats.to_dict())
             rows.append(_bench_row(label, prompt, runs))
             if not args.json:
-                sys.stderr.write(f"  {label}: {rows[-1]['speedup']:.2f}×\n")
+                sys.stderr.write(f"  {label}: A/B speed-up {rows[-1]['speedup']:.2f}×\n")
     finally:
         engine.close()
     if args.json:
@@ -347,6 +367,13 @@ def _median(values: Sequence[float | None]) -> float:
 
 
 def _bench_row(label: str, prompt: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """One prompt's results from its interleaved plain and speculative runs (``stats.to_dict()`` of each).
+
+    ``speedup`` is the measured A/B: median speculative decode tok/s over median plain decode tok/s, from whole
+    runs of each. ``predicted_speedup`` is the cost model's, from the per-token acceptance ``token_acceptance``
+    and the measured draft/verify costs. ``in_reply_speedup`` (median, ± median standard error) is the engine's
+    own figure for the speculative runs, measured against plain steps interleaved in each reply.
+    """
     plain_tps = _median([r["decode_tps"] for r in runs["plain"]])
     spec_tps = _median([r["decode_tps"] for r in runs["spec"]])
     measured = spec_tps / plain_tps if plain_tps else 0.0
@@ -358,35 +385,52 @@ def _bench_row(label: str, prompt: str, runs: dict[str, list[dict[str, Any]]]) -
         "plain_tps": plain_tps,
         "spec_tps": spec_tps,
         "acceptance_rate": _median([r["acceptance_rate"] for r in runs["spec"]]),
+        "token_acceptance": _median_or_none([r.get("token_acceptance") for r in runs["spec"]]),
         "tokens_per_pass": _median([r["tokens_per_pass"] for r in runs["spec"]]),
         "k_mean": last["k_mean"],
         "speedup": measured,
         "predicted_speedup": predicted,
         "measured_over_predicted": measured / predicted if predicted else None,
+        "in_reply_speedup": _median_or_none([r.get("speedup") for r in runs["spec"]]),
+        "in_reply_speedup_error": _median_or_none([r.get("speedup_error") for r in runs["spec"]]),
     }
+
+
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    clean = [float(v) for v in values if v is not None]
+    return float(statistics.median(clean)) if clean else None
 
 
 def _bench_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "prompts": len(rows),
         "median_speedup": _median([r["speedup"] for r in rows]),
+        "median_predicted_speedup": _median_or_none([r.get("predicted_speedup") for r in rows]),
         "median_acceptance": _median([r["acceptance_rate"] for r in rows]),
+        "median_token_acceptance": _median_or_none([r.get("token_acceptance") for r in rows]),
     }
 
 
 def format_bench_table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'prompt':<12} {'accept':>7} {'tok/pass':>8} {'plain t/s':>10} {'spec t/s':>9} {'speed-up':>9} "
-            f"{'predicted':>9} {'ratio':>6}")
+    """The bench table: measured A/B speed-up (plain vs speculative runs) next to the cost model's prediction
+    from the per-token acceptance a, and their ratio; docs/metrics.md defines every column."""
+    head = (f"{'prompt':<12} {'accept':>7} {'a':>6} {'tok/pass':>8} {'plain t/s':>10} {'spec t/s':>9} "
+            f"{'A/B speed-up':>12} {'predicted':>9} {'ratio':>6}")
     out = [head, "-" * len(head)]
     for r in rows:
         ratio = r["measured_over_predicted"]
+        predicted = r["predicted_speedup"]
+        a = r.get("token_acceptance")
         out.append(
-            f"{r['label']:<12} {r['acceptance_rate']:>7.1%} {r['tokens_per_pass']:>8.2f} {r['plain_tps']:>10.1f} "
-            f"{r['spec_tps']:>9.1f} {r['speedup']:>8.2f}× {r['predicted_speedup']:>8.2f}× "
+            f"{r['label']:<12} {r['acceptance_rate']:>7.1%} {'—' if a is None else format(a, '.1%'):>6} "
+            f"{r['tokens_per_pass']:>8.2f} {r['plain_tps']:>10.1f} {r['spec_tps']:>9.1f} {r['speedup']:>11.2f}× "
+            f"{'—' if not predicted else format(predicted, '.2f') + '×':>9} "
             f"{'—' if ratio is None else format(ratio, '.2f'):>6}"
         )
     s = _bench_summary(rows)
-    out.append(f"median speed-up {s['median_speedup']:.2f}× · median acceptance {s['median_acceptance']:.1%}")
+    out.append(f"median A/B speed-up {s['median_speedup']:.2f}× · median acceptance {s['median_acceptance']:.1%}")
+    out.append("A/B speed-up = speculative ÷ plain decode tok/s of interleaved runs (measured); predicted = "
+               "E(a, k) · c_plain / (k · c_draft + c_verify) with a = accepted / (accepted + rejections)")
     return "\n".join(out)
 
 

@@ -74,7 +74,8 @@ def stats_line(stats: ReplyStats) -> str:
     if stats.tokens_per_s is not None:
         parts.append(f"{stats.tokens_per_s:.1f} tok/s")
     if stats.speedup is not None:
-        parts.append(f"speed-up {stats.speedup:.2f}x")
+        error = f" ± {stats.speedup_error:.2f}" if stats.speedup_error is not None else ""
+        parts.append(f"speed-up {stats.speedup:.2f}x{error} vs plain (measured in the reply)")
     if stats.stop_reason:
         parts.append(f"stopped: {stats.stop_reason}")
     return " · ".join(parts)

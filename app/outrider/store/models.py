@@ -30,8 +30,10 @@ UNREADABLE_LABEL = "could not be read"
 class ReplyStats:
     """Per-reply statistics, stored with each assistant message so pairs and settings can be compared later.
 
-    Every field is optional: a reply stopped early may have no throughput, and ``speedup`` exists only
-    when a baseline was measured. Unknown keys found in stored JSON are kept in ``extra``.
+    Every field is optional: a reply stopped early may have no throughput. ``speedup`` and ``speedup_error``
+    are the engine's own figures for the reply (``GenerationStats.speedup``: measured against plain steps
+    interleaved in that reply; docs/metrics.md), stored as reported — None when the reply measured no plain
+    step. Unknown keys found in stored JSON are kept in ``extra``.
     """
 
     pair_id: str | None = None
@@ -44,6 +46,7 @@ class ReplyStats:
     acceptance_rate: float | None = None
     tokens_per_s: float | None = None
     speedup: float | None = None
+    speedup_error: float | None = None
     stop_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -99,7 +99,6 @@ class ChatSession(QObject):
         notice(str): a one-line message for the user (errors included).
         crashed(str): the engine died; the text is the reason.
         load_failed(str): a pair could not be loaded; the text is the reason.
-        baseline_changed(float): the plain-decoding baseline was measured.
         busy_changed(bool): a reply is being produced.
 
     Attributes:
@@ -107,6 +106,8 @@ class ChatSession(QObject):
         loaded: the ``LoadedInfo`` of the loaded pair (None when none).
         choice: the ``PairChoice`` loaded or being loaded.
         last_done: the ``DoneEvent`` of the last finished reply.
+        last_plain_tps: plain-decoding tokens/s the engine measured in the last finished reply of the loaded
+            pair (None until one measured it; cleared when a pair is loaded).
     """
 
     conversation_opened = Signal(object, list)
@@ -118,7 +119,6 @@ class ChatSession(QObject):
     notice = Signal(str)
     crashed = Signal(str)
     load_failed = Signal(str)
-    baseline_changed = Signal(float)
     busy_changed = Signal(bool)
 
     def __init__(self, bridge: QtEngineBridge, store: QtStoreBridge, settings: QtSettings, meter: ReplyMeter,
@@ -133,6 +133,7 @@ class ChatSession(QObject):
         self.choice: PairChoice | None = None
         self.loading = False
         self.last_done: DoneEvent | None = None
+        self.last_plain_tps: float | None = None
         self.max_tokens_override: int | None = None
         self._streaming = False
         self._generating = False
@@ -151,7 +152,6 @@ class ChatSession(QObject):
         bridge.generation_finished.connect(self._on_bridge_generation_finished)
         bridge.crashed.connect(self._on_bridge_crashed)
         bridge.error.connect(self._on_bridge_error)
-        bridge.calibrated.connect(self._on_bridge_calibrated)
         store.error.connect(lambda exc: self.notice.emit(f"History: {exc}"))
 
     # -- state --------------------------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ class ChatSession(QObject):
         self.choice = choice
         self.loading = True
         self.loaded = None
-        self.meter.set_baseline(None)
+        self.last_plain_tps = None
         s = self.settings.value
         spec = s.pair_spec(str(choice.target), str(choice.draft) if choice.draft else None, choice.lookup)
         self.engine_changed.emit(None)
@@ -198,10 +198,6 @@ class ChatSession(QObject):
         if self.choice is not None:
             self.load_pair(self.choice)
 
-    def remeasure(self) -> None:
-        if self.ready and not self._streaming:
-            self.bridge.calibrate()
-
     @Slot(object)
     def _on_bridge_loaded(self, info: LoadedInfo) -> None:
         self.loading = False
@@ -209,7 +205,6 @@ class ChatSession(QObject):
         self.engine_changed.emit(info)
         for note in info.notes:
             self.notice.emit(note)
-        self.bridge.calibrate()  # the baseline of the live speed-up
 
     @Slot(object)
     def _on_bridge_load_failed(self, exc: Exception) -> None:
@@ -217,11 +212,6 @@ class ChatSession(QObject):
         self.loaded = None
         self.engine_changed.emit(None)
         self.load_failed.emit(describe_error(exc))
-
-    @Slot(float)
-    def _on_bridge_calibrated(self, tps: float) -> None:
-        self.meter.set_baseline(tps)
-        self.baseline_changed.emit(tps)
 
     # -- conversation -------------------------------------------------------------------------------------------
     def open_conversation(self, conversation_id: int | None) -> None:
@@ -400,10 +390,11 @@ class ChatSession(QObject):
                 draft_mode=st.draft_mode, k=s.draft_k if s.draft_mode == "fixed" else None,
                 temperature=s.temperature, generated=st.generated, drafted=st.drafted, accepted=st.accepted,
                 acceptance_rate=st.acceptance_rate, tokens_per_s=st.decode_tps,
-                speedup=(st.decode_tps / self.meter.baseline_tps
-                         if st.decode_tps and self.meter.baseline_tps else st.speedup),
+                speedup=st.speedup, speedup_error=st.speedup_error,  # the engine's in-reply measurement, as is
                 stop_reason=done.stop_reason,
             )
+            if st.plain_tps is not None:
+                self.last_plain_tps = st.plain_tps
             self.meter.finish_reply(st)
         else:
             self.meter.finish_reply(None)

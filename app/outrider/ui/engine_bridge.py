@@ -60,7 +60,7 @@ class _EngineWorker(QObject):
 
     Signals:
         steps_ready: the step buffer went from empty to non-empty (the bridge drains it on the GUI thread).
-        loaded, load_failed, load_progress, finished, crashed, calibrated, failed, busy_changed: see the bridge.
+        loaded, load_failed, load_progress, finished, crashed, failed, busy_changed: see the bridge.
     """
 
     steps_ready = Signal()
@@ -69,7 +69,6 @@ class _EngineWorker(QObject):
     load_progress = Signal(object)
     finished = Signal(object)
     crashed = Signal(object)
-    calibrated = Signal(float)
     failed = Signal(object)
     busy_changed = Signal(int)
     unloaded = Signal()
@@ -132,13 +131,6 @@ class _EngineWorker(QObject):
                 elif isinstance(event, DoneEvent):
                     self.finished.emit(event)
 
-    @Slot(int)
-    def do_calibrate(self, n_tokens: int) -> None:
-        if self.closing:
-            return
-        with self._job():
-            self.calibrated.emit(float(self.client.calibrate(n_tokens)))
-
     @Slot()
     def do_unload(self) -> None:
         if self.closing:
@@ -160,9 +152,8 @@ class QtEngineBridge(QObject):
         load_progress(LoadProgress): llama.cpp started reading a model file.
         step_received(StepBatch): streamed steps of the running reply (coalesced, see the module docstring).
         generation_finished(DoneEvent): the reply ended (``stop_reason`` stop / length / cancelled).
-        crashed(EngineCrashed): the engine process died while generating or calibrating; ``partial_text``
+        crashed(EngineCrashed): the engine process died while generating; ``partial_text``
             holds what was streamed. The next ``load`` starts a fresh process.
-        calibrated(float): plain-decoding tokens/s of the loaded pair (the speed-up baseline).
         error(Exception): any other failure of a request (``EngineRequestError``: context overflow, …).
         busy_changed(bool): a request started (True) or ended (False).
         unloaded(): the models were freed.
@@ -177,14 +168,12 @@ class QtEngineBridge(QObject):
     step_received = Signal(object)
     generation_finished = Signal(object)
     crashed = Signal(object)
-    calibrated = Signal(float)
     error = Signal(object)
     busy_changed = Signal(bool)
     unloaded = Signal()
 
     _load_requested = Signal(object, float, bool)
     _generate_requested = Signal(object)
-    _calibrate_requested = Signal(int)
     _unload_requested = Signal()
 
     def __init__(self, client: EngineClient | None = None, parent: QObject | None = None) -> None:
@@ -199,7 +188,6 @@ class QtEngineBridge(QObject):
 
         self._load_requested.connect(self._worker.do_load)
         self._generate_requested.connect(self._worker.do_generate)
-        self._calibrate_requested.connect(self._worker.do_calibrate)
         self._unload_requested.connect(self._worker.do_unload)
 
         self._worker.steps_ready.connect(self._on_worker_steps_ready)
@@ -208,7 +196,6 @@ class QtEngineBridge(QObject):
         self._worker.load_failed.connect(self.load_failed)
         self._worker.load_progress.connect(self.load_progress)
         self._worker.crashed.connect(self._on_worker_crashed)
-        self._worker.calibrated.connect(self.calibrated)
         self._worker.failed.connect(self._on_worker_failed)
         self._worker.busy_changed.connect(self._on_worker_busy_changed)
         self._worker.unloaded.connect(self.unloaded)
@@ -228,12 +215,8 @@ class QtEngineBridge(QObject):
         self._generate_requested.emit(request)
 
     def cancel(self) -> None:
-        """Stop the running reply (or calibration) at the next step; ``generation_finished`` follows."""
+        """Stop the running reply at the next step; ``generation_finished`` follows."""
         self.client.cancel()
-
-    def calibrate(self, n_tokens: int = 48) -> None:
-        """Measure plain decoding of the loaded pair; the result comes on ``calibrated``."""
-        self._calibrate_requested.emit(int(n_tokens))
 
     def unload(self) -> None:
         self._unload_requested.emit()

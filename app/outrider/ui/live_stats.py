@@ -14,8 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 NOW_WINDOW_S = 1.0  # "tok/s now" = tokens decoded over the last second of engine decode time
-SLOWER_MARGIN = 0.95  # speed-up below this (with enough tokens) counts as "speculation is slower than plain"
+SLOWER_MARGIN = 0.95  # measured speed-up below this (with enough tokens) counts as "slower than plain"
 SLOWER_MIN_TOKENS = 32
+
+_PLAIN = "plain decoding measured in this reply, at the same context length and load"
 
 # Tooltips: the definitions of docs/metrics.md, word for word where possible.
 TOOLTIPS: dict[str, str] = {
@@ -25,13 +27,18 @@ TOOLTIPS: dict[str, str] = {
                   "the whole reply.",
     "acceptance_rate": "acceptance_rate — accepted / drafted: the share of drafted tokens the target accepted "
                        "(none before anything was drafted).",
-    "tokens_per_pass": "tokens_per_pass — generated / passes: how many tokens each read of the target's weights "
-                       "bought.",
+    "token_acceptance": "token_acceptance — accepted / (accepted + rejections): the per-token acceptance a, the "
+                        "chance that a draft token is accepted given the one before it was; the cost model "
+                        "E(k) = (1 − a^(k+1)) / (1 − a) uses it.",
+    "tokens_per_pass": "tokens_per_pass — pass_tokens / passes: how many tokens each read of the target's weights "
+                       "bought (at least 1).",
     "k": "Current draft length k chosen for the last step (0 = a plain step); k_mean is the mean draft length "
          "chosen per step.",
-    "speedup": "speedup — decode_tps / baseline_tps: measured, never predicted. The baseline is plain-decoding "
-               "tokens/s measured for this pair by calibrate.",
-    "baseline_tps": "baseline_tps — plain-decoding tokens/s measured for this pair by calibrate.",
+    "speedup": f"speedup — measured against {_PLAIN}: the time plain decoding takes for this reply's tokens "
+               "(from the plain steps interleaved around each speculative step) / the time the reply took. "
+               "Measured, never predicted; ± is one standard error; exactly 1.00× with the draft off.",
+    "plain_tps": f"plain_tps — tokens/s of {_PLAIN} (the decoder interleaves a plain step every few dozen "
+                 "steps).",
     "ttft_s": "ttft_s — time from the request to the first emitted token.",
     "prompt_tps": "prompt_tps — evaluated (not reused) prompt tokens / prompt evaluation time.",
     "time_share": "draft_s, verify_s, other_s — decode time spent drafting, in target passes, and in everything "
@@ -44,7 +51,8 @@ TOOLTIPS: dict[str, str] = {
 
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
-    """What the panel shows, computed once per tick."""
+    """What the panel shows, computed once per tick. Every figure is the engine's own (``Stats``, see
+    docs/metrics.md) except ``decode_now``, a rate over the last second of the engine's decode time."""
 
     generated: int = 0
     drafted: int = 0
@@ -52,11 +60,13 @@ class Snapshot:
     decode_now: float | None = None
     decode_tps: float | None = None
     acceptance_rate: float | None = None
+    token_acceptance: float | None = None
     tokens_per_pass: float | None = None
     k: int | None = None
     k_mean: float | None = None
     speedup: float | None = None
-    baseline_tps: float | None = None
+    speedup_error: float | None = None
+    plain_tps: float | None = None
     ttft_s: float | None = None
     prompt_tps: float | None = None
     draft_share: float | None = None
@@ -66,9 +76,20 @@ class Snapshot:
     streaming: bool = False
 
     @property
+    def has_reply(self) -> bool:
+        """A reply is streaming or its statistics are shown."""
+        return self.streaming or self.generated > 0
+
+    @property
     def slower_than_plain(self) -> bool:
-        return (self.speedup is not None and self.speedup < SLOWER_MARGIN and self.generated >= SLOWER_MIN_TOKENS
-                and self.draft_mode not in ("none", "off") and self.drafted > 0)
+        """The reply's measured speed-up is below ``SLOWER_MARGIN`` and, when its error is known, below 1 by more
+        than one standard error (with enough tokens, and a drafter that drafted)."""
+        if self.speedup is None or self.speedup >= SLOWER_MARGIN:
+            return False
+        if self.speedup_error is not None and self.speedup + self.speedup_error >= 1.0:
+            return False
+        return (self.generated >= SLOWER_MIN_TOKENS and self.draft_mode not in ("none", "off")
+                and self.drafted > 0)
 
 
 def _get(stats: Any, name: str, default: Any = None) -> Any:
@@ -79,14 +100,12 @@ class ReplyMeter:
     """Accumulates the engine's snapshots for one reply at a time, and per-reply results for the conversation.
 
     Attributes:
-        baseline_tps: plain-decoding tokens/s from the last calibrate (None until measured).
         reply_series: (seconds since the reply started, tok/s now, acceptance so far) per tick.
         conversation_series: (reply number, decode_tps, acceptance_rate) per finished reply.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self.baseline_tps: float | None = None
         self._stats: Any = None
         self._k: int | None = None
         self._window: collections.deque[tuple[float, int]] = collections.deque()  # (decode_s, generated)
@@ -133,10 +152,6 @@ class ReplyMeter:
         self.streaming = False
         self._dirty = True
 
-    def set_baseline(self, tps: float | None) -> None:
-        self.baseline_tps = tps if tps and tps > 0 else None
-        self._dirty = True
-
     # -- reading ----------------------------------------------------------------------------------------------
     def take_dirty(self) -> bool:
         dirty, self._dirty = self._dirty, False
@@ -152,7 +167,7 @@ class ReplyMeter:
     def snapshot(self) -> Snapshot:
         s = self._stats
         if s is None:
-            return Snapshot(baseline_tps=self.baseline_tps, streaming=self.streaming)
+            return Snapshot(streaming=self.streaming)
         now: float | None = None
         if len(self._window) >= 2:
             (d0, g0), (d1, g1) = self._window[0], self._window[-1]
@@ -161,8 +176,6 @@ class ReplyMeter:
         decode_tps = _get(s, "decode_tps")
         if now is None:
             now = decode_tps
-        baseline = self.baseline_tps or _get(s, "baseline_tps")
-        speedup = decode_tps / baseline if decode_tps and baseline else None
         decode_s = float(_get(s, "decode_s", 0.0) or 0.0)
 
         def share(name: str) -> float | None:
@@ -171,8 +184,10 @@ class ReplyMeter:
         return Snapshot(
             generated=int(_get(s, "generated", 0) or 0), drafted=int(_get(s, "drafted", 0) or 0),
             accepted=int(_get(s, "accepted", 0) or 0), decode_now=now, decode_tps=decode_tps,
-            acceptance_rate=_get(s, "acceptance_rate"), tokens_per_pass=_get(s, "tokens_per_pass"), k=self._k,
-            k_mean=_get(s, "k_mean"), speedup=speedup, baseline_tps=baseline, ttft_s=_get(s, "ttft_s"),
+            acceptance_rate=_get(s, "acceptance_rate"), token_acceptance=_get(s, "token_acceptance"),
+            tokens_per_pass=_get(s, "tokens_per_pass"), k=self._k, k_mean=_get(s, "k_mean"),
+            speedup=_get(s, "speedup"), speedup_error=_get(s, "speedup_error"), plain_tps=_get(s, "plain_tps"),
+            ttft_s=_get(s, "ttft_s"),
             prompt_tps=_get(s, "prompt_tps"), draft_share=share("draft_s"), verify_share=share("verify_s"),
             other_share=share("other_s"), draft_mode=str(_get(s, "draft_mode", "none")), streaming=self.streaming,
         )
@@ -183,3 +198,13 @@ def fmt(value: float | int | None, spec: str, suffix: str = "") -> str:
     if value is None:
         return "–"
     return f"{value:{spec}}{suffix}"
+
+
+def format_speedup(speedup: float | None, error: float | None, *, streaming: bool = True) -> str:
+    """The measured speed-up with its standard error: ``1.85× ± 0.06``, ``1.85×`` without an error,
+    ``measuring…`` while the reply has not measured a plain step yet (``not measured`` once it ended so)."""
+    if speedup is None:
+        return "measuring…" if streaming else "not measured"
+    if error is None:
+        return f"{speedup:.2f}×"
+    return f"{speedup:.2f}× ± {error:.2f}"

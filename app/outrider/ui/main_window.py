@@ -118,7 +118,9 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(splitter)
 
         self.engine_label = QLabel("Engine: starting…", self)
-        self.engine_label.setToolTip("Backend and device, models loaded, memory for weights + KV cache")
+        self.engine_label.setToolTip("Backend and device, models loaded, memory for weights + KV cache; plain "
+                                     "tok/s: plain decoding measured in the last reply, at the same context "
+                                     "length and load")
         self.statusBar().addPermanentWidget(self.engine_label, 1)
 
         self.actions_by_id: dict[str, QAction] = {}
@@ -175,14 +177,12 @@ class MainWindow(QMainWindow):
         s.steps_received.connect(lambda batch: c.append_steps(batch.steps))
         s.reply_ended.connect(self._on_session_reply_ended)
         s.engine_changed.connect(self._on_session_engine_changed)
-        s.baseline_changed.connect(lambda _: self._on_session_engine_changed(s.loaded))
         s.notice.connect(self.show_notice)
         s.crashed.connect(self._on_session_crashed)
         s.load_failed.connect(self._on_session_load_failed)
         s.busy_changed.connect(c.set_busy)
         self.stats.draft_off_requested.connect(lambda: self.settings.set(draft_mode="off"))
         self.stats.draft_auto_requested.connect(lambda: self.settings.set(draft_mode="auto"))
-        self.stats.remeasure_requested.connect(s.remeasure)
         self.settings.changed.connect(self._on_settings_changed)
         self.settings.save_failed.connect(self.show_notice)
         self.store.conversations_changed.connect(self.refresh_conversations)
@@ -241,11 +241,11 @@ class MainWindow(QMainWindow):
         draft = st.get("draft") or ("prompt lookup" if st.get("draft_mode") == "lookup" else "no draft")
         mem = st.get("memory_bytes", 0) / 2**20
         layers = st.get("gpu_layers", (0, 0))
-        baseline = self.meter.baseline_tps
+        plain = self.session.last_plain_tps  # measured in the last reply (docs/metrics.md: plain_tps)
         self.engine_label.setText(
             f"Engine: {backend} · target {st.get('target')} · draft {draft} · {mem:,.0f} MiB "
-            f"(weights + KV, ctx {st.get('n_ctx')}) · GPU layers {layers[0]}/{layers[1]} · "
-            + (f"plain {baseline:.1f} tok/s" if baseline else "measuring baseline…"))
+            f"(weights + KV, ctx {st.get('n_ctx')}) · GPU layers {layers[0]}/{layers[1]}"
+            + (f" · plain {plain:.1f} tok/s (last reply)" if plain else ""))
 
     @Slot(str)
     def _on_session_crashed(self, reason: str) -> None:
@@ -284,6 +284,8 @@ class MainWindow(QMainWindow):
     @Slot(str, str, object)
     def _on_session_reply_ended(self, status: str, text: str, message_id: Any) -> None:
         self.chat.end_reply(status, text, message_id)
+        if self.session.loaded is not None:
+            self._on_session_engine_changed(self.session.loaded)  # the plain rate this reply measured
 
     @Slot(str)
     def _on_chat_send_requested(self, text: str) -> None:

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.ui.live_stats import TOOLTIPS, ReplyMeter, Snapshot, fmt
+from outrider.ui.live_stats import TOOLTIPS, ReplyMeter, Snapshot, fmt, format_speedup
 from outrider.ui.theme import LIGHT, ThemeColours
 
 REFRESH_MS = 250
@@ -44,9 +44,10 @@ ROWS = (
     ("decode_now", "Decode now"),
     ("decode_tps", "Reply average"),
     ("acceptance_rate", "Acceptance"),
+    ("token_acceptance", "Per-token acceptance a"),
     ("tokens_per_pass", "Tokens / target pass"),
     ("k", "Current k"),
-    ("baseline_tps", "Plain baseline"),
+    ("plain_tps", "Plain (this reply)"),
     ("ttft_s", "Time to first token"),
     ("prompt_tps", "Prompt speed"),
     ("time_share", "Draft / verify / other"),
@@ -60,7 +61,6 @@ class StatsPanel(QWidget):
     Signals:
         draft_off_requested(): the warning's "Draft off" button.
         draft_auto_requested(): the warning's "Auto k" button.
-        remeasure_requested(): measure the plain-decoding baseline again.
 
     Attributes:
         meter: the ``ReplyMeter`` it reads.
@@ -69,7 +69,6 @@ class StatsPanel(QWidget):
 
     draft_off_requested = Signal()
     draft_auto_requested = Signal()
-    remeasure_requested = Signal()
 
     def __init__(self, meter: ReplyMeter, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -82,11 +81,8 @@ class StatsPanel(QWidget):
         self.speedup_label.setObjectName("speedupValue")
         self.speedup_label.setToolTip(TOOLTIPS["speedup"])
         self.speedup_label.setAccessibleName("Measured speed-up")
-        caption = QLabel("measured speed-up vs plain", self)
+        caption = QLabel("speed-up vs plain, measured in this reply", self)
         caption.setToolTip(TOOLTIPS["speedup"])
-        self.remeasure_button = QPushButton("Re-measure baseline", self)
-        self.remeasure_button.setToolTip("Run calibrate again: " + TOOLTIPS["baseline_tps"])
-        self.remeasure_button.clicked.connect(self.remeasure_requested)
 
         self.values: dict[str, QLabel] = {}
         form = QFormLayout()
@@ -156,7 +152,6 @@ class StatsPanel(QWidget):
         head = QVBoxLayout()
         head.addWidget(self.speedup_label)
         head.addWidget(caption)
-        head.addWidget(self.remeasure_button)
         box = QGroupBox("Live statistics", self)
         bl = QVBoxLayout(box)
         bl.addLayout(head)
@@ -205,7 +200,9 @@ class StatsPanel(QWidget):
                                          f" %  ({s.accepted}/{s.drafted})"))
         v["tokens_per_pass"].setText(fmt(s.tokens_per_pass, ".2f"))
         v["k"].setText("–" if s.k is None else f"{s.k}  (mean {fmt(s.k_mean, '.1f')})")
-        v["baseline_tps"].setText(fmt(s.baseline_tps, ".1f", " tok/s"))
+        v["token_acceptance"].setText(fmt(None if s.token_acceptance is None else s.token_acceptance * 100, ".0f",
+                                          " %"))
+        v["plain_tps"].setText(fmt(s.plain_tps, ".1f", " tok/s"))
         v["ttft_s"].setText(fmt(None if s.ttft_s is None else s.ttft_s * 1000, ".0f", " ms"))
         v["prompt_tps"].setText(fmt(s.prompt_tps, ".0f", " tok/s"))
         if s.draft_share is None:
@@ -213,16 +210,16 @@ class StatsPanel(QWidget):
         else:
             v["time_share"].setText(f"{s.draft_share:.0%} / {s.verify_share or 0:.0%} / {s.other_share or 0:.0%}")
         v["generated"].setText(str(s.generated))
-        self.speedup_label.setText(fmt(s.speedup, ".2f", "×"))
+        self.speedup_label.setText(format_speedup(s.speedup, s.speedup_error, streaming=s.streaming)
+                                   if s.has_reply else "–")
+        # The warning reads the same snapshot as the numbers: it goes with the reply shown (a new reply or a new
+        # chat clears it), never a verdict left over from an earlier reply.
         if s.slower_than_plain:
             self.warning_label.setText(
-                f"Speculation is slower than plain decoding for this pair and prompt ({s.speedup:.2f}×, "
-                f"acceptance {fmt(None if s.acceptance_rate is None else s.acceptance_rate * 100, '.0f', ' %')}).")
-            self.warning.show()
-        elif s.streaming or s.generated == 0:
-            pass  # keep the last verdict until a reply says otherwise
-        else:
-            self.warning.hide()
+                f"Speculation is slower than plain decoding for this pair and prompt "
+                f"({format_speedup(s.speedup, s.speedup_error)} measured in this reply, acceptance "
+                f"{fmt(None if s.acceptance_rate is None else s.acceptance_rate * 100, '.0f', ' %')}).")
+        self.warning.setVisible(s.slower_than_plain)
         if not s.streaming or self._since_chart.elapsed() >= CHART_MS:
             self._draw()
 

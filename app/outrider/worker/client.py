@@ -79,7 +79,7 @@ class EngineCrashed(WorkerError):
     def __init__(self, cause: str, phase: str, model: str | None = None, *, exitcode: int | None = None,
                  log_tail: tuple[str, ...] = (), log_path: str | None = None, partial_text: str = "") -> None:
         self.cause = cause  # "SIGSEGV", "SIGKILL", "exit status 1", ...
-        self.phase = phase  # "loading", "generating", "calibrating", "unloading", "starting", "idle"
+        self.phase = phase  # "loading", "generating", "unloading", "starting", "idle"
         self.model = model
         self.exitcode = exitcode
         self.log_tail = log_tail
@@ -90,7 +90,7 @@ class EngineCrashed(WorkerError):
 
     def _message(self) -> str:
         where = {"loading": f" while loading {Path(self.model).name}" if self.model else " while loading",
-                 "generating": " while generating", "calibrating": " while calibrating",
+                 "generating": " while generating",
                  "unloading": " while unloading", "starting": " while starting"}.get(self.phase, "")
         return f"engine crashed ({self.cause}){where}"
 
@@ -257,7 +257,7 @@ def _request_error(msg: dict[str, Any]) -> EngineRequestError:
 class EngineClient:
     """Starts, talks to and stops one engine process. All methods are thread-safe.
 
-    Requests are serialised: ``load``/``calibrate``/``unload``/``generate`` wait for the previous request (a
+    Requests are serialised: ``load``/``unload``/``generate`` wait for the previous request (a
     Generation holds the engine until it is exhausted or closed; call ``cancel()`` first to switch models
     mid-reply). ``cancel`` and ``stop`` never wait.
     """
@@ -566,13 +566,9 @@ class EngineClient:
     def cancel(self) -> None:
         """Cancel the running generation, if any (thread-safe, returns at once)."""
         with self._state:
-            rid = self._current if self._phase in ("generating", "calibrating") else None
+            rid = self._current if self._phase == "generating" else None
         if rid is not None:
             self._send_quiet({"type": "cancel", "target": rid})
-
-    def calibrate(self, n_tokens: int = 48, *, timeout: float | None = None) -> float:
-        """Measure plain-decoding tokens/s of the loaded pair (the baseline of the live speed-up)."""
-        return float(self._simple("calibrating", {"type": "calibrate", "n_tokens": n_tokens}, timeout) or 0.0)
 
     def unload(self, *, timeout: float | None = 60.0) -> None:
         """Free the loaded models (GPU memory included); the process stays up."""

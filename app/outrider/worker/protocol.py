@@ -6,7 +6,7 @@ in both directions: the engine process parses untrusted model files, and a compr
 able to run code in the app by sending a crafted pickle.
 
 Requests (app -> engine), each with an ``id``:
-    load(spec), generate(request), cancel(target id), calibrate(n_tokens), unload, shutdown, bench(n_tokens).
+    load(spec), generate(request), cancel(target id), unload, shutdown, bench(n_tokens).
 Events (engine -> app):
     hello(version, pid, backend), load_progress(stage, path), loaded(info), steps(batch of steps + stats),
     done(stop_reason, stats, text), result(value), error(kind, message, log_tail, details).
@@ -83,7 +83,13 @@ class LoadedInfo:
 
 @dataclasses.dataclass(frozen=True)
 class Stats:
-    """Generation statistics (fields and derived numbers of ``outrider.engine.stats.GenerationStats``)."""
+    """Generation statistics: the fields and derived numbers of ``outrider.engine.stats.GenerationStats``,
+    exactly as the engine computed them (docs/metrics.md); nothing here is recomputed on the app side.
+
+    ``speedup`` is measured in the reply itself, against the plain steps the decoder interleaves (None until one
+    was measured); ``speedup_error`` is its standard error (None below two plain measurements). Unknown keys
+    from another engine version are ignored, missing ones keep these defaults.
+    """
 
     prompt_tokens: int = 0
     prompt_tokens_reused: int = 0
@@ -91,21 +97,30 @@ class Stats:
     generated: int = 0
     drafted: int = 0
     accepted: int = 0
+    rejections: int = 0
     passes: int = 0
+    pass_tokens: int = 0
     k_sum: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
     decode_s: float = 0.0
+    step_s: float = 0.0
     ttft_s: float | None = None
-    baseline_tps: float | None = None
+    plain_steps: int = 0
+    plain_s: float = 0.0
+    plain_sq_s2: float = 0.0
+    plain_equiv_s: float = 0.0
     draft_mode: str = "none"
     acceptance_rate: float | None = None
+    token_acceptance: float | None = None
     tokens_per_pass: float | None = None
     k_mean: float | None = None
     decode_tps: float | None = None
     prompt_tps: float | None = None
     other_s: float = 0.0
+    plain_tps: float | None = None
     speedup: float | None = None
+    speedup_error: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

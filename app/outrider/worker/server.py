@@ -1,7 +1,7 @@
 """The engine process: receives protocol requests on a pipe, drives ``outrider.engine`` and streams events back.
 
 Three threads:
-    * the main thread runs one request at a time (load, generate, calibrate, unload) on the Engine;
+    * the main thread runs one request at a time (load, generate, unload, bench) on the Engine;
     * a reader thread receives requests; ``cancel`` and ``shutdown`` act at once (``Engine.cancel`` is thread-safe),
       and end-of-file on the pipe (the app died) ends this process immediately, so it is never orphaned;
     * a sender thread drains the outgoing queue and packs every step waiting in it into one ``steps`` message,
@@ -220,12 +220,6 @@ class _Server:
             self.emit({"type": "loaded", "id": rid, "info": info.to_dict()}, wait=True)
         elif kind == "generate":
             self._generate(rid, _build_request(msg.get("request")))
-        elif kind == "calibrate":
-            n_tokens = msg.get("n_tokens", 48)
-            if not isinstance(n_tokens, int) or not 1 <= n_tokens <= 4096:
-                raise _BadRequest(f"calibration length must be 1..4096 tokens, got {n_tokens!r}")
-            tps = engine.calibrate(n_tokens)
-            self.emit({"type": "result", "id": rid, "value": tps}, wait=True)
         elif kind == "unload":
             engine.unload()
             self.emit({"type": "result", "id": rid, "value": None}, wait=True)
@@ -281,6 +275,7 @@ class _Server:
             texts.append(text)
             stats.generated += n
             stats.passes += 1
+            stats.pass_tokens += n
             stats.decode_s = time.perf_counter() - t0
             wire_step = [tokens, [j < n - 1 for j in range(n)], text, n - 1, [" tok"] * n]
             self.out.put(("step", rid, wire_step, copy.copy(stats)))

@@ -54,13 +54,16 @@ def test_generate_streams_steps_then_done(client: EngineClient, tiny_family: Fam
     assert done.stats.drafted > 0 and done.stats.decode_tps
 
 
-def test_calibrate_and_unload(client: EngineClient, tiny_family: Family) -> None:
+def test_in_reply_speedup_crosses_the_wire_and_unload(client: EngineClient, tiny_family: Family) -> None:
     client.load(family_spec(tiny_family))
-    tps = client.calibrate(16)
-    assert tps > 0
-    with client.generate(TextRequest(prompt="hello", max_tokens=8)) as gen:
+    assert not hasattr(client, "calibrate")  # the speed-up is measured in each reply, not calibrated at load
+    with client.generate(TextRequest(prompt="hello", max_tokens=48)) as gen:
         done = next(e for e in gen if isinstance(e, DoneEvent))
-    assert done.stats.baseline_tps == pytest.approx(tps)
+    st = done.stats
+    assert st.plain_steps > 0 and st.plain_tps and st.speedup is not None and st.speedup > 0
+    assert st.pass_tokens >= st.passes and st.tokens_per_pass is not None and st.tokens_per_pass >= 1.0
+    assert st.speedup == pytest.approx(st.plain_equiv_s / st.step_s)
+    assert st.token_acceptance is None or 0.0 <= st.token_acceptance <= 1.0
     client.unload()
     assert client.loaded is None
     from outrider.worker.client import EngineRequestError
@@ -169,7 +172,7 @@ def test_shutdown_with_model_loaded(tiny_family: Family) -> None:
     assert _pid_gone(pid, 1.0)
     assert not os.path.exists(log_path), "a clean exit leaves no log behind"
     with pytest.raises(EngineNotRunning):
-        c.calibrate()
+        c.generate(TextRequest(prompt="hello", max_tokens=4))
 
 
 def test_shutdown_mid_generation(tiny_family: Family) -> None:

@@ -8,13 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from outrider.engine.stats import DERIVED, GenerationStats, PlainRateMeter
 from outrider.worker.client import EngineClient, EngineCrashed, _key_line
 from outrider.worker.protocol import (
     DoneEvent,
     FramedPipe,
     ProtocolError,
+    Stats,
     StepEvent,
     decode,
+    done_from_wire,
     encode,
     loaded_from_wire,
     steps_from_wire,
@@ -74,6 +77,45 @@ def test_event_parsers_reject_wrong_shapes() -> None:
     # unknown fields from a newer engine are ignored
     steps = steps_from_wire({"steps": [[[5], [False], "x", 0]], "stats": {"generated": 1, "future": 2}})
     assert steps[0].stats.generated == 1
+
+
+def _measured_stats() -> GenerationStats:
+    """A reply's statistics as the engine builds them: plain probes around speculative steps."""
+    st = GenerationStats(prompt_tokens=12, generated=40, drafted=30, accepted=21, rejections=6, passes=14,
+                         pass_tokens=41, k_sum=30, draft_s=0.2, verify_s=0.5, decode_s=0.8, ttft_s=0.05,
+                         draft_mode="model")
+    meter = PlainRateMeter(st)
+    for tokens, seconds, plain in [(1, 0.05, 0.048), (4, 0.07, None), (3, 0.066, None), (1, 0.052, 0.05),
+                                   (5, 0.08, None), (1, 0.049, 0.047)]:
+        meter.add_step(pass_tokens=tokens, step_s=seconds, plain_s=plain)
+    return st
+
+
+def test_stats_mirror_the_engines_fields_and_derived_numbers() -> None:
+    wire_fields = set(Stats.__dataclass_fields__)
+    assert wire_fields == set(GenerationStats.__dataclass_fields__) | set(DERIVED)
+    assert "baseline_tps" not in wire_fields
+
+
+def test_stats_round_trip_with_the_in_reply_speedup() -> None:
+    st = _measured_stats()
+    assert st.speedup is not None and st.speedup_error is not None and st.plain_tps is not None
+    wire = decode(encode({"type": "done", "stop_reason": "stop", "stats": st.to_dict(), "text": "x"}))
+    done = done_from_wire(wire)
+    assert done.stats.to_dict() == st.to_dict()  # every field and derived number, bit for bit
+    assert (done.stats.speedup, done.stats.speedup_error, done.stats.plain_tps) == (
+        st.speedup, st.speedup_error, st.plain_tps)
+    assert (done.stats.rejections, done.stats.pass_tokens, done.stats.token_acceptance,
+            done.stats.tokens_per_pass) == (6, 41, 21 / 27, 41 / 14)
+    steps = steps_from_wire({"steps": [[[5], [False], "x", 0]], "stats": st.to_dict()})
+    assert steps[0].stats == done.stats
+
+
+def test_stats_from_an_older_engine_drop_the_calibrated_baseline() -> None:
+    old = {"generated": 8, "decode_tps": 40.0, "baseline_tps": 20.0, "speedup": 2.0, "acceptance_rate": 0.5}
+    stats = steps_from_wire({"steps": [[[5], [False], "x", 0]], "stats": old})[0].stats
+    assert stats.generated == 8 and not hasattr(stats, "baseline_tps")
+    assert stats.speedup_error is None and stats.plain_tps is None and stats.token_acceptance is None
 
 
 def test_crash_message_and_key_line() -> None:

@@ -1,0 +1,174 @@
+"""The in-reply speed-up through the real window (scripted engine client behind the real ``QtEngineBridge``):
+shown with its error, stored exactly as the engine reported it, and the "slower than plain" warning never outlives
+the reply it is about (a new reply or a new chat clears it)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtGui import QKeySequence
+
+from outrider.store import HistoryStore, MessageStatus
+from outrider.ui.chat_session import PairChoice
+from outrider.ui.engine_bridge import QtEngineBridge
+from outrider.ui.main_window import ACTION_NEW_CHAT, MainWindow
+from outrider.ui.settings import QtSettings
+from outrider.ui.store_bridge import QtStoreBridge
+from outrider.worker.protocol import DoneEvent, LoadedInfo, ModelInfo, Stats, StepEvent
+
+
+def reply_stats(**kw: Any) -> Stats:
+    base: dict[str, Any] = {"generated": 64, "drafted": 40, "accepted": 24, "rejections": 8, "passes": 20,
+                            "pass_tokens": 64, "decode_s": 1.0, "step_s": 1.0, "decode_tps": 64.0,
+                            "acceptance_rate": 0.6, "token_acceptance": 0.75, "tokens_per_pass": 3.2,
+                            "k_mean": 2.0, "draft_mode": "model", "plain_steps": 3, "plain_tps": 20.0}
+    return Stats(**{**base, **kw})
+
+
+class _Reply:
+    def __init__(self, final: Stats, hold: threading.Event | None) -> None:
+        self.final = final
+        self.hold = hold
+
+    def __enter__(self) -> _Reply:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __iter__(self) -> Iterator[Any]:
+        early = Stats(generated=4, drafted=4, accepted=3, rejections=1, passes=1, pass_tokens=4, decode_s=0.05,
+                      decode_tps=80.0, draft_mode=self.final.draft_mode)  # no plain step measured yet
+        yield StepEvent([1, 2, 3, 4], [True, True, True, False], "one two", 3, early, ["o", "ne", " t", "wo"])
+        if self.hold is not None:
+            self.hold.wait(30.0)
+        yield StepEvent([5], [False], " three", 0, self.final, [" three"])
+        yield DoneEvent("stop", self.final, "one two three")
+
+
+class ScriptedClient:
+    """Stands in for ``EngineClient``: loads at once; each reply ends with the next of ``finals``."""
+
+    pid = None
+    log_path = None
+    loaded = None
+
+    def __init__(self, finals: list[Stats]) -> None:
+        self.backend: dict[str, Any] = {"name": "CPU"}
+        self.finals = list(finals)
+        self.hold: threading.Event | None = None
+
+    def load(self, spec: Any, **_: Any) -> LoadedInfo:
+        return LoadedInfo(ModelInfo(path=str(spec.target)), ModelInfo(path="draft.gguf"), "model", 2048, "CPU",
+                          False, "chatml", 0, 0, ())
+
+    def generate(self, request: Any) -> _Reply:
+        return _Reply(self.finals.pop(0), self.hold)
+
+    def cancel(self) -> None:
+        if self.hold is not None:
+            self.hold.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.cancel()
+
+    def unload(self) -> None: ...
+
+
+@pytest.fixture
+def scripted(qtbot: Any, tmp_path: Path) -> Iterator[tuple[MainWindow, ScriptedClient]]:
+    store = QtStoreBridge(HistoryStore.open())
+    client = ScriptedClient([])
+    bridge = QtEngineBridge(client)  # type: ignore[arg-type]
+    win = MainWindow(bridge, store, QtSettings())
+    qtbot.addWidget(win)
+    win.show()
+    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=lambda info: info is not None):
+        win.load_pair(PairChoice(tmp_path / "target.gguf", tmp_path / "draft.gguf", False, "t+d", "T + D"))
+    yield win, client
+    win.close()
+    bridge.shutdown()
+    store.close()
+
+
+def _send(qtbot: Any, win: MainWindow, text: str) -> tuple[str, str, Any]:
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+        win.chat.composer.setPlainText(text)
+        win.chat.send_button.click()
+    status, reply, message_id = blocker.args
+    return status, reply, message_id
+
+
+def _stored(qtbot: Any, win: MainWindow) -> Any:
+    cid = win.session.conversation_id
+    assert cid is not None
+    store = win.session.store.store
+    qtbot.waitUntil(lambda: store.get_conversation(cid).messages[-1].status is MessageStatus.COMPLETE, timeout=5000)
+    return store.get_conversation(cid).messages[-1]
+
+
+def test_speedup_with_error_shown_and_stored_as_the_engine_reported(qtbot: Any, scripted: Any) -> None:
+    win, client = scripted
+    client.finals = [reply_stats(speedup=1.8512, speedup_error=0.0634, plain_tps=20.04)]
+    status, _, message_id = _send(qtbot, win, "hi")
+    assert status == "complete"
+    win.stats.refresh()
+    assert win.stats.speedup_label.text() == "1.85× ± 0.06"
+    assert win.stats.values["plain_tps"].text() == "20.0 tok/s"
+    assert "plain 20.0 tok/s" in win.engine_label.text() and "baseline" not in win.engine_label.text()
+    done = win.session.last_done
+    assert done is not None
+    reply = _stored(qtbot, win)
+    assert reply.id == message_id and reply.stats is not None
+    assert reply.stats.speedup == done.stats.speedup == 1.8512  # no UI recomputation
+    assert reply.stats.speedup_error == done.stats.speedup_error == 0.0634
+
+
+def test_measuring_until_a_plain_step_then_not_measured(qtbot: Any, scripted: Any) -> None:
+    win, client = scripted
+    client.finals = [reply_stats(generated=5, speedup=None, speedup_error=None, plain_steps=0, plain_tps=None)]
+    client.hold = threading.Event()
+    with qtbot.waitSignal(win.session.steps_received, timeout=10_000):
+        win.chat.composer.setPlainText("hi")
+        win.chat.send_button.click()
+    win.stats.refresh()
+    assert win.stats.speedup_label.text() == "measuring…"
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+        client.hold.set()
+    win.stats.refresh()
+    assert win.stats.speedup_label.text() == "not measured"
+    assert _stored(qtbot, win).stats.speedup is None
+
+
+def test_slower_warning_cleared_by_a_new_reply_and_a_new_chat(qtbot: Any, scripted: Any) -> None:
+    win, client = scripted
+    slow = reply_stats(speedup=0.62, speedup_error=0.03, decode_tps=12.0)
+    client.finals = [slow, reply_stats(speedup=1.9, speedup_error=0.05), slow]
+    _send(qtbot, win, "first")
+    win.stats.refresh()
+    assert win.stats.warning.isVisibleTo(win) and "0.62× ± 0.03" in win.stats.warning_label.text()
+
+    client.hold = threading.Event()  # the next reply begins: the last reply's verdict goes at once
+    with qtbot.waitSignal(win.session.steps_received, timeout=10_000):
+        win.chat.composer.setPlainText("second")
+        win.chat.send_button.click()
+    win.stats.refresh()
+    assert not win.stats.warning.isVisibleTo(win) and win.stats.speedup_label.text() == "measuring…"
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+        client.hold.set()
+    client.hold = None
+    win.stats.refresh()
+    assert not win.stats.warning.isVisibleTo(win) and win.stats.speedup_label.text() == "1.90× ± 0.05"
+
+    _send(qtbot, win, "third")
+    win.stats.refresh()
+    assert win.stats.warning.isVisibleTo(win)
+    new_chat = win.actions_by_id[ACTION_NEW_CHAT]
+    assert new_chat.shortcut() == QKeySequence(QKeySequence.StandardKey.New)  # Ctrl+N
+    new_chat.trigger()
+    win.stats.refresh()
+    assert not win.stats.warning.isVisibleTo(win) and win.stats.speedup_label.text() == "–"
