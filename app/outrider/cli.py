@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "outrider.commands.models",
     "outrider.commands.chats",
     "outrider.commands.ask",
+    "outrider.commands.verify",
 )
 
 

@@ -14,7 +14,8 @@ shows the category ``<end>`` at the positions it did not reach, so every sample 
 
 Decision ("exact"): the greedy outputs are identical, no position rejects homogeneity at the family-wise level
 ``alpha`` (Bonferroni: every p-value > alpha / M), and the sampling stage really drafted something (drafted > 0).
-With nothing drafted the speculative runs *were* plain decoding, so the check proves nothing: "inconclusive".
+With nothing drafted the speculative runs *were* plain decoding, so the check proves nothing: "inconclusive" —
+as it is when no position had two cells left to compare after pooling.
 The chi-square survival function is computed here (regularised upper incomplete gamma), scipy is not needed.
 """
 
@@ -272,10 +273,15 @@ class VerifyReport:
         return [p.position for p in self.positions if p.p_value <= self.threshold]
 
     @property
+    def compared(self) -> int:
+        """Positions where the chi-square test had at least two cells to compare."""
+        return sum(1 for p in self.positions if p.cells >= 2)
+
+    @property
     def verdict(self) -> Verdict:
         if not self.greedy_identical or self.rejected:
             return "not exact"
-        if self.drafted == 0:
+        if self.drafted == 0 or self.compared == 0:
             return "inconclusive"
         return "exact"
 
@@ -299,9 +305,13 @@ class VerifyReport:
         verified = (f"{self.drafted} draft tokens were verified by the target at the sampling stage, "
                     f"{self.accepted} accepted")
         if self.verdict == "inconclusive":
-            return (f"INCONCLUSIVE — nothing was drafted while sampling, so the speculative runs were plain decoding "
-                    f"and prove nothing (raise --draft-max, lower --draft-p-min/--draft-min, or use another "
-                    f"prompt). Checked: {what}.")
+            if self.drafted == 0:
+                why = ("nothing was drafted while sampling, so the speculative runs were plain decoding and prove "
+                       "nothing (raise --draft-max, lower --draft-p-min/--draft-min, or use another prompt)")
+            else:
+                why = ("no position had two tokens frequent enough to compare (every sampled token was rare or all "
+                       "samples agreed): raise --samples or lower --top-k")
+            return f"INCONCLUSIVE — {why}. Checked: {what}."
         reasons = []
         if not self.greedy_identical:
             reasons.append(f"the greedy output diverges from plain decoding at token {self.first_divergence}")
@@ -311,8 +321,14 @@ class VerifyReport:
                            f"(min p-value {self.min_p_value:.3g}, max TV {self.max_tv:.3f})")
         if reasons:
             return f"NOT EXACT — {'; '.join(reasons)}. Checked: {what}; {verified}."
+        notes = ""
+        if self.compared < len(self.positions):
+            notes += (f" {len(self.positions) - self.compared} of {len(self.positions)} positions had too few "
+                      f"repeated tokens to compare.")
+        if self.greedy_drafted == 0:
+            notes += " The greedy stage drafted nothing, so its identity is trivial."
         return (f"EXACT — greedy output identical and no position rejects homogeneity (min p-value "
-                f"{self.min_p_value:.3g}, max TV {self.max_tv:.3f}). Checked: {what}; {verified}.")
+                f"{self.min_p_value:.3g}, max TV {self.max_tv:.3f}). Checked: {what}; {verified}.{notes}")
 
 
 class VerifyCollector:

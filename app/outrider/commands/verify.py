@@ -1,0 +1,136 @@
+"""``outrider verify``: check the exactness guarantee on the user's own pair (a contract: see README, docs/engine.md).
+
+One engine process, one load. Greedy identity first (speculative vs plain at temperature 0, token ids compared),
+then ``--samples`` speculative and plain samples of ``--tokens`` tokens at the given sampling settings, compared
+per position (``outrider.engine.verify_stats``). Exit 0 exact, 1 not exact or inconclusive (nothing drafted),
+2 bad input, 3 the engine crashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from outrider.commands.base import EXIT_RUNTIME, CliError, print_json
+from outrider.commands.generate import _add_model_options, _pair_spec, _positive, _text_request, is_done, open_engine
+
+DEFAULT_SAMPLES = 200
+DEFAULT_TOKENS = 8
+DEFAULT_SEED = 0
+
+
+def _alpha(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {value:g}")
+    return value
+
+
+def register(sub: Any) -> None:
+    ver = sub.add_parser(
+        "verify", help="check that speculative decoding of a pair is exact (greedy identity, sampled distribution)",
+        description="Greedy identity (speculative vs plain at temperature 0) and, at the given sampling settings, "
+                    "a per-position chi-square comparison of speculative and plain samples. Exit 0 exact, 1 not "
+                    "exact or inconclusive (nothing drafted), 2 bad input.",
+    )
+    _add_model_options(ver)
+    what = ver.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prompt", help="raw text, tokenised with the model's BOS rule")
+    what.add_argument("--chat", help="one user message through the model's chat template")
+    ver.add_argument("--system", help="system prompt (with --chat)")
+    ver.add_argument("--samples", type=_positive, default=DEFAULT_SAMPLES,
+                     help=f"speculative and plain samples each (default {DEFAULT_SAMPLES})")
+    ver.add_argument("--tokens", type=_positive, default=DEFAULT_TOKENS,
+                     help=f"tokens per sample = positions compared (default {DEFAULT_TOKENS})")
+    ver.add_argument("--alpha", type=_alpha, default=0.01,
+                     help="family-wise significance level (Bonferroni over the positions; default 0.01)")
+    ver.add_argument("--json", action="store_true", help="print one JSON object")
+    # Sampling is what the distribution check is about: temperature 1 unless asked otherwise; a fixed seed.
+    ver.set_defaults(func=cmd_verify, temperature=1.0, seed=DEFAULT_SEED)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if not args.draft and not args.lookup:
+        raise CliError("verify needs --draft D or --lookup")
+    if args.temperature <= 0:
+        raise CliError("verify needs --temperature > 0 for the sampling check (temperature 0 is always checked)")
+    if args.draft_max == 0:
+        raise CliError("--draft-max 0 drafts nothing: there would be nothing to verify")
+
+
+def _job_request(args: argparse.Namespace, job: Any) -> Any:
+    overrides = {"max_tokens": args.tokens, "seed": job.seed}
+    if job.greedy:
+        overrides["temperature"] = 0.0
+    return _text_request(argparse.Namespace(**{**vars(args), **overrides}), prompt=args.prompt, chat=args.chat,
+                         plain=job.plain)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from outrider.engine.verify_stats import VerifyCollector
+
+    _check_args(args)
+    _pair_spec(args)  # missing files and bad settings fail before the load
+    collector = VerifyCollector(args.samples, args.tokens, args.seed, args.alpha)
+    requests = [_job_request(args, job) for job in collector.jobs]
+    progress = not args.json and sys.stderr.isatty()
+    engine = open_engine(args)
+    try:
+        for n, (job, request) in enumerate(zip(collector.jobs, requests, strict=True), 1):
+            tokens: list[int] = []
+            done: Any = None
+            for event in engine.run(request):
+                if is_done(event):
+                    done = event
+                else:
+                    tokens.extend(event.tokens)
+            if done is None or done.stop_reason == "cancelled":
+                raise CliError("the engine stopped the generation", EXIT_RUNTIME)
+            collector.record(job, tokens, drafted=done.stats.drafted, accepted=done.stats.accepted)
+            if progress:
+                sys.stderr.write(f"\rverify: {n}/{collector.total} generations")
+                sys.stderr.flush()
+    finally:
+        engine.close()
+        if progress:
+            sys.stderr.write("\n")
+    report = collector.report()
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(format_report(report, args))
+    if report.verdict == "inconclusive":
+        sys.stderr.write("outrider: verify: inconclusive — nothing was drafted at the sampling stage\n")
+    return 0 if report.exact else EXIT_RUNTIME
+
+
+def _top(counts: dict[str, int], n: int = 3) -> str:
+    total = sum(counts.values()) or 1
+    return " ".join(f"{tok}:{c / total:.0%}" for tok, c in list(counts.items())[:n])
+
+
+def format_report(report: Any, args: argparse.Namespace) -> str:
+    """The readable summary: the greedy line, a per-position table and the verdict."""
+    if report.greedy_identical:
+        greedy = f"identical over {report.greedy_tokens} tokens"
+    else:
+        greedy = f"DIVERGES at token {report.first_divergence}"
+    acc = f"{report.greedy_accepted}/{report.greedy_drafted} drafted tokens accepted"
+    lines = [
+        f"greedy (temperature 0): {greedy} ({acc})",
+        f"sampling (temperature {args.temperature:g}, top-k {args.top_k}, top-p {args.top_p:g}, min-p "
+        f"{args.min_p:g}, seed {args.seed}): {report.samples} speculative + {report.samples} plain samples of "
+        f"{report.tokens} tokens; {report.accepted}/{report.drafted} drafted tokens accepted",
+        "",
+        f"{'pos':>4} {'p-value':>9} {'TV':>6}  {'speculative (top tokens)':<30} {'plain (top tokens)':<30}",
+    ]
+    for p in report.positions:
+        flag = "  ✗" if p.p_value <= report.threshold else ""
+        lines.append(f"{p.position:>4} {p.p_value:>9.3g} {p.tv:>6.3f}  {_top(p.speculative):<30} "
+                     f"{_top(p.plain):<30}{flag}")
+    lines += ["", report.explanation()]
+    return "\n".join(lines)
