@@ -178,7 +178,7 @@ class ModelDraft:
             else:
                 # Decide from q before drawing from it: stopping must not depend on the token drawn here.
                 q = distribution(logits, sampling)
-                if p_min > 0 and not 0 < len(tokens) < must and float(q.probs[0]) < p_min:
+                if p_min > 0 and not 0 < len(tokens) < must and float(q.probs.max()) < p_min:
                     break
                 token = sample(q, rng)
                 assert dists is not None

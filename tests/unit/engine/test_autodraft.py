@@ -51,3 +51,51 @@ def test_unmeasured_batch_sizes_are_extrapolated_from_measurements() -> None:
     m.observe(batch=1, verify_s=0.010, drafted=0, accepted=0, draft_s=0)
     m.observe(batch=3, verify_s=0.014, drafted=2, accepted=1, draft_s=0.001)
     assert m.verify_cost(5) == pytest.approx(0.018)
+
+
+def test_learns_acceptance_back_while_plain() -> None:
+    """Acceptance drops to 0, k goes to 0; the drafter then scores well on the target's own tokens (shadow
+    scoring while plain) and speculation resumes without waiting for a probe."""
+    policy = AutoDraftLength(k_max=8)
+    _feed(policy, acceptance=0.0, c1=0.01, slope=0.05, c_draft=0.001, steps=60)
+    assert policy.choose() == 0 and policy.wants_shadow
+    policy.observe(batch=1, verify_s=0.01, drafted=0, accepted=0, draft_s=0.0)
+    resumed_after = None
+    for step in range(64):
+        if step % 8 == 7:
+            policy.observe_shadow(8, 8)
+        if policy.choose() > 0:
+            resumed_after = step
+            break
+        policy.observe(batch=1, verify_s=0.01, drafted=0, accepted=0, draft_s=0.0)
+    assert resumed_after is not None and resumed_after < 40
+
+
+def test_probes_draft_enough_to_pay_and_a_paying_probe_resets_the_interval() -> None:
+    policy = AutoDraftLength(k_max=8)
+    _feed(policy, acceptance=0.0, c1=0.01, slope=0.02, c_draft=0.0005, steps=40)
+    probes = []
+    for _ in range(400):
+        k = policy.choose()
+        if k > 0:
+            probes.append(k)
+            # the probe pays: every token accepted, in little more than one plain pass
+            policy.observe(batch=k + 1, verify_s=0.0105, drafted=k, accepted=k, draft_s=0.0005 * k)
+            break
+        policy.observe(batch=1, verify_s=0.01, drafted=0, accepted=0, draft_s=0.0)
+    assert probes and probes[0] >= 2  # a k = 1 probe could yield at most 2 tokens
+    assert policy._probe_interval == 16
+
+
+def test_pays_no_more_than_three_percent_when_speculation_never_pays() -> None:
+    """Unrelated draft: probes and all, the expected rate stays within 3% of plain decoding."""
+    policy = AutoDraftLength(k_max=8)
+    c1, slope, c_draft = 0.01, 0.3, 0.002
+    total_s = tokens = 0.0
+    for _ in range(2000):
+        k = policy.choose()
+        verify_s = c1 * (1 + slope * k)
+        policy.observe(batch=k + 1, verify_s=verify_s, drafted=k, accepted=0, draft_s=c_draft * k)
+        total_s += verify_s + c_draft * k
+        tokens += 1
+    assert (tokens / total_s) / (1 / c1) > 0.97

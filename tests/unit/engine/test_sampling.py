@@ -13,6 +13,7 @@ from outrider.engine.sampling import (
     distribution,
     residual,
     sample,
+    top_probability,
 )
 
 
@@ -77,3 +78,47 @@ def test_filters_follow_llama_cpp_order() -> None:
 def test_bad_sampling_values_are_rejected(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         SamplingParams(**kwargs)  # type: ignore[arg-type]
+
+
+def _reference_distribution(logits: np.ndarray, params: SamplingParams) -> dict[int, float]:
+    """The definition, written the slow obvious way: sort the whole row, then top-k, top-p, min-p, temperature."""
+    order = np.argsort(-logits.astype(np.float64), kind="stable")
+    if 0 < params.top_k < len(order):
+        order = order[: params.top_k]
+    values = logits[order].astype(np.float64)
+    p = np.exp(values - values[0])
+    p /= p.sum()
+    keep = len(order)
+    if params.top_p < 1.0:
+        keep = int(np.searchsorted(np.cumsum(p), params.top_p) + 1)
+    if params.min_p > 0.0:
+        keep = min(keep, int(np.count_nonzero(p[:keep] >= params.min_p * p[0])))
+    keep = max(1, keep)
+    scaled = np.exp((values[:keep] - values[0]) / params.temperature)
+    return dict(zip(order[:keep].tolist(), (scaled / scaled.sum()).tolist(), strict=True))
+
+
+@pytest.mark.parametrize("top_k", [0, 1, 5, 40, 600])
+@pytest.mark.parametrize("top_p", [1.0, 0.95, 0.5])
+@pytest.mark.parametrize("min_p", [0.0, 0.05, 0.3])
+def test_fast_filters_equal_the_definition(top_k: int, top_p: float, min_p: float) -> None:
+    """The threshold-based filters keep exactly the tokens, with the same probabilities, as a full sort."""
+    rng = np.random.default_rng(top_k * 100 + int(top_p * 10) + int(min_p * 100))
+    for scale in (0.5, 3.0, 12.0):  # flat to peaked rows
+        logits = (rng.standard_normal(2000) * scale).astype(np.float32)
+        params = SamplingParams(temperature=0.7, top_k=top_k, top_p=top_p, min_p=min_p)
+        fast = distribution(logits, params)
+        want = _reference_distribution(logits, params)
+        assert set(fast.ids.tolist()) == set(want)
+        got = dict(zip(fast.ids.tolist(), fast.probs.tolist(), strict=True))
+        for token, prob in want.items():
+            assert got[token] == pytest.approx(prob, rel=1e-5, abs=1e-9)
+
+
+def test_top_probability_is_the_top10_softmax() -> None:
+    rng = np.random.default_rng(3)
+    for scale in (0.3, 2.0, 8.0):
+        logits = (rng.standard_normal(5000) * scale).astype(np.float32)
+        top10 = np.sort(logits.astype(np.float64))[-10:]
+        want = 1.0 / np.exp(top10 - top10[-1]).sum()
+        assert top_probability(logits) == pytest.approx(want, abs=1e-4)
