@@ -53,6 +53,7 @@ def test_send_streams_reply_with_statistics_and_provenance(qtbot: Any, window: A
     snap = win.stats.snapshot
     done = win.session.last_done
     assert done is not None and done.stats.generated == snap.generated > 0 and snap.decode_tps
+    assert done.stats.speedup is not None and done.stats.plain_tps  # the first step of a reply is a plain probe
     # the panel shows the engine's own in-reply figures, not a recomputation
     assert (snap.speedup, snap.speedup_error, snap.plain_tps) == (done.stats.speedup, done.stats.speedup_error,
                                                                   done.stats.plain_tps)

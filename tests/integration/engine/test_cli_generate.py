@@ -60,9 +60,19 @@ def test_json_stream_contract(tiny_family: Family) -> None:
         "prompt_tps",
         "ttft_s",
         "k_mean",
+        "rejections",
+        "pass_tokens",
+        "token_acceptance",
+        "plain_steps",
+        "plain_tps",
+        "speedup",
+        "speedup_error",
     ):
         assert key in done["stats"], key
-    assert done["stats"]["generated"] == sum(len(s["tokens"]) for s in steps) == 20
+    assert "baseline_tps" not in done["stats"]
+    st = done["stats"]
+    assert st["plain_steps"] >= 1 and st["speedup"] == pytest.approx(st["plain_equiv_s"] / st["step_s"])
+    assert st["generated"] == sum(len(s["tokens"]) for s in steps) == 20
     assert sum(sum(s["drafted"]) for s in steps) == done["stats"]["accepted"]
 
 
@@ -83,6 +93,7 @@ def test_chat_streams_text_and_summary(smollm_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip()
     assert "acceptance" in r.stderr and "tok/s" in r.stderr
+    assert "speed-up" in r.stderr and "measured in this reply" in r.stderr and "per-token a" in r.stderr
 
 
 @pytest.mark.parametrize(
@@ -148,6 +159,8 @@ def test_bench_reports_measured_and_predicted_speedup(tiny_family: Family, tmp_p
         assert row["plain_tps"] > 0 and row["spec_tps"] > 0
         assert row["speedup"] == pytest.approx(row["spec_tps"] / row["plain_tps"])
         assert row["predicted_speedup"] > 0 and row["measured_over_predicted"] > 0
+        assert row["token_acceptance"] is None or 0.0 <= row["token_acceptance"] <= 1.0
+        assert row["in_reply_speedup"] is not None and row["in_reply_speedup"] > 0
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     r = outrider("bench", "--target", str(tiny_family.target), "--lookup", "--prompts", str(bad), "--in-process")
