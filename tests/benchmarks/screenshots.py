@@ -110,9 +110,9 @@ class _Reply:
                        tokens_per_pass=generated / passes, k_mean=float(K), decode_tps=generated / decode_s,
                        prompt_tps=38 / 0.09, other_s=decode_s * 0.08, rejections=passes // 2,
                        pass_tokens=generated, token_acceptance=accepted / (accepted + passes // 2),
-                       plain_steps=1 + passes // 24, plain_tps=PLAIN_TPS,
+                       plain_steps=1 + passes // 32, plain_tps=PLAIN_TPS,  # a plain probe every 32 steps
                        speedup=generated / decode_s / PLAIN_TPS,
-                       speedup_error=0.2 / (1 + passes // 24) ** 0.5 if passes >= 24 else None)
+                       speedup_error=0.25 / (1 + passes // 32) ** 0.5 if passes >= 32 else None)
             yield StepEvent(list(range(len(step_pieces))), flags, "".join(step_pieces), K, st, step_pieces)
             time.sleep(0.06)  # a few seconds of streaming: points for the reply chart
         if self.hold:
