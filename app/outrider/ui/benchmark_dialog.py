@@ -5,6 +5,9 @@ plain then speculative generation, interleaved so that machine drift hits both a
 per-prompt row (medians, measured speed-up = speculative tokens/s ÷ plain tokens/s, the cost model's predicted
 speed-up) is computed by that module's code, so the GUI and the CLI can never disagree.
 
+"Verify exactness" runs ``outrider verify``'s check (``outrider.engine.verify_stats``: greedy identity, then the
+per-position token distributions of speculative vs plain samples) on the loaded pair, cancellable, with progress.
+
 Generations go through the engine bridge (``QtEngineBridge``: ``generate``/``cancel`` return at once, results
 arrive as signals), one at a time; nothing here blocks the GUI thread.
 """
@@ -16,7 +19,7 @@ import datetime as _dt
 import enum
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import pyqtgraph as pg
 from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, Qt, Signal
@@ -24,8 +27,10 @@ from PySide6.QtGui import QCloseEvent, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
+    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QGroupBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -41,6 +46,7 @@ from PySide6.QtWidgets import (
 )
 
 from outrider.commands.generate import DEFAULT_BENCH_PROMPTS, _bench_row, _bench_summary
+from outrider.engine.verify_stats import VerifyCollector, VerifyJob, VerifyReport
 from outrider.store.atomic import atomic_write_text
 from outrider.ui.table_model import HeaderedTableModel
 from outrider.worker.protocol import ChatMessage, DraftParams, SamplingParams, TextRequest
@@ -226,6 +232,169 @@ def _describe(exc: object) -> str:
     return describe_error(exc) if isinstance(exc, BaseException) else str(exc)
 
 
+# ====================================================================================== exactness check ==
+class VerifyBridgeLike(Protocol):
+    """What the exactness check needs from ``QtEngineBridge``: the benchmark's signals plus ``step_received``
+    (a ``StepBatch``: ``steps``, each with the emitted token ids ``tokens``)."""
+
+    step_received: Any
+    generation_finished: Any
+    error: Any
+    crashed: Any
+
+    def generate(self, request: Any) -> None: ...
+
+    def cancel(self) -> None: ...
+
+
+class VerifyRunner(QObject):
+    """Runs ``outrider verify``'s plan (``outrider.engine.verify_stats``) through the bridge, one generation at a
+    time: greedy speculative and plain, then ``samples`` speculative/plain pairs at the sampling settings.
+
+    Signals:
+        progressed(int, int): generations done, generations in all.
+        finished(object): the ``VerifyReport``.
+        failed(str): the engine failed or crashed; the check stopped.
+        cancelled(): the user stopped the check.
+    """
+
+    progressed = Signal(int, int)
+    finished = Signal(object)
+    failed = Signal(str)
+    cancelled = Signal()
+
+    def __init__(self, bridge: VerifyBridgeLike, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.state = RunState.IDLE
+        self.collector: VerifyCollector | None = None
+        self._prompt = ""
+        self._sampling = SamplingParams(temperature=1.0)
+        self._draft = DraftParams()
+        self._next_job = 0
+        self._tokens: list[int] = []
+        self._connected = False
+
+    @property
+    def running(self) -> bool:
+        return self.state is not RunState.IDLE
+
+    def start(self, prompt: str, *, samples: int, tokens: int, sampling: SamplingParams,
+              draft: DraftParams | None = None, alpha: float = 0.01) -> None:
+        """Check ``prompt`` with ``samples`` samples of ``tokens`` tokens per mode at ``sampling`` (temperature
+        > 0; its seed, or 0, seeds the samples)."""
+        if self.running:
+            raise RuntimeError("a check is already running")
+        if sampling.temperature <= 0:
+            raise ValueError("the sampling check needs a temperature above 0")
+        self.collector = VerifyCollector(samples, tokens, sampling.seed or 0, alpha)
+        self._prompt = prompt
+        self._sampling = sampling
+        self._draft = draft or DraftParams()
+        self._next_job = 0
+        self._tokens = []
+        self.state = RunState.RUNNING
+        self._connect(True)
+        self.progressed.emit(0, self.collector.total)
+        self._next()
+
+    def cancel(self) -> None:
+        """Stop at the next step of the running generation; ``cancelled`` follows when the engine confirms."""
+        if self.state is RunState.RUNNING:
+            self.state = RunState.CANCELLING
+            self.bridge.cancel()
+
+    def request_for(self, job: VerifyJob) -> TextRequest:
+        s = self._sampling
+        sampling = SamplingParams(0.0 if job.greedy else s.temperature, s.top_k, s.top_p, s.min_p, job.seed)
+        assert self.collector is not None
+        return TextRequest(messages=(ChatMessage("user", self._prompt),), max_tokens=self.collector.tokens,
+                           sampling=sampling, draft=self._draft, plain=job.plain)
+
+    # -- internals ----------------------------------------------------------------------------------------------
+    def _connect(self, on: bool) -> None:
+        pairs = ((self.bridge.step_received, self._on_bridge_step_received),
+                 (self.bridge.generation_finished, self._on_bridge_generation_finished),
+                 (self.bridge.error, self._on_bridge_error), (self.bridge.crashed, self._on_bridge_error))
+        if on and not self._connected:
+            for signal, slot in pairs:
+                signal.connect(slot)
+        elif not on and self._connected:
+            for signal, slot in pairs:
+                signal.disconnect(slot)
+        self._connected = on
+
+    def _next(self) -> None:
+        assert self.collector is not None
+        if self._next_job >= self.collector.total:
+            self._end()
+            self.finished.emit(self.collector.report())
+            return
+        self._tokens = []
+        self.bridge.generate(self.request_for(self.collector.jobs[self._next_job]))
+
+    def _on_bridge_step_received(self, batch: Any) -> None:
+        if self.state is not RunState.RUNNING:
+            return
+        for step in getattr(batch, "steps", (batch,)):
+            self._tokens.extend(int(t) for t in step.tokens)
+
+    def _on_bridge_generation_finished(self, done: Any) -> None:
+        if self.state is RunState.CANCELLING or getattr(done, "stop_reason", "") == "cancelled":
+            if self.state is not RunState.IDLE:
+                self._end()
+                self.cancelled.emit()
+            return
+        if self.state is not RunState.RUNNING or self.collector is None:
+            return
+        job = self.collector.jobs[self._next_job]
+        stats = stats_dict(done.stats)
+        self.collector.record(job, self._tokens, drafted=int(stats.get("drafted") or 0),
+                              accepted=int(stats.get("accepted") or 0))
+        self._next_job += 1
+        self.progressed.emit(self._next_job, self.collector.total)
+        self._next()
+
+    def _on_bridge_error(self, exc: object) -> None:
+        if self.state is RunState.IDLE:
+            return
+        was_cancelling = self.state is RunState.CANCELLING
+        self._end()
+        if was_cancelling:
+            self.cancelled.emit()
+        else:
+            self.failed.emit(_describe(exc))
+
+    def _end(self) -> None:
+        self.state = RunState.IDLE
+        self._connect(False)
+
+
+def verify_summary(report: VerifyReport) -> str:
+    """The verdict of an exactness check in words, for the dialog."""
+    checked = (f"{report.samples} speculative and {report.samples} plain samples of {report.tokens} tokens")
+    drafted = (f"{report.drafted:,} draft tokens were verified by the target while sampling, "
+               f"{report.accepted:,} accepted.")
+    numbers = (f"smallest p-value {report.min_p_value:.3g} (each must exceed {report.threshold:.3g}), largest "
+               f"total-variation distance {report.max_tv:.3f}")
+    greedy = (f"greedy output identical to plain decoding over {report.greedy_tokens} tokens"
+              if report.greedy_identical else
+              f"greedy output differs from plain decoding at token {report.first_divergence}")
+    if report.verdict == "exact":
+        return (f"Exact: {greedy}; {checked} agree at every position ({numbers}). {drafted}")
+    if report.verdict == "inconclusive":
+        if report.drafted == 0:
+            why = ("nothing was drafted while sampling, so the speculative runs were plain decoding and prove "
+                   "nothing — try another prompt or a longer draft")
+        else:
+            why = "no position had tokens frequent enough to compare — use more samples"
+        return f"Inconclusive: {why}. ({greedy}; {checked}.)"
+    where = ", ".join(str(j) for j in report.rejected)
+    sampled = (f"the sampled tokens differ from plain sampling at position(s) {where}" if report.rejected else
+               f"{checked} agree at every position")
+    return f"Not exact: {greedy}; {sampled} ({numbers}). {drafted}"
+
+
 # =============================================================================================== model ==
 class ResultColumn(enum.IntEnum):
     Prompt = 0
@@ -373,9 +542,12 @@ class BenchmarkDialog(QDialog):
     Attributes:
         runner: the ``BenchmarkRunner`` (signals ``row_finished``, ``finished``, ``failed``, ``cancelled``).
         results: the ``BenchmarkResultsModel`` behind the table.
+        verify_runner: the ``VerifyRunner`` of the "Verify exactness" action (``outrider verify`` on the first
+            ticked prompt; its report comes on ``verify_finished``, in words in ``verify_result``).
     """
 
     benchmark_finished = Signal(object)
+    verify_finished = Signal(object)  # the VerifyReport of a completed exactness check
 
     def __init__(self, engine_bridge: EngineBridgeLike, prompts: list[str], parent: QWidget | None = None, *,
                  pair_name: str = "", draft: DraftParams | None = None) -> None:
@@ -474,6 +646,7 @@ class BenchmarkDialog(QDialog):
         self.runner.finished.connect(self._on_runner_finished)
         self.runner.failed.connect(self._on_runner_failed)
         self.runner.cancelled.connect(self._on_runner_cancelled)
+        self._build_verify()
 
     def _build_chart(self) -> pg.GraphicsLayoutWidget:
         pal = self.palette()
@@ -608,3 +781,102 @@ class BenchmarkDialog(QDialog):
     def closeEvent(self, event: QCloseEvent) -> None:
         self.runner.cancel()
         super().closeEvent(event)
+
+    # -- exactness check ----------------------------------------------------------------------------------------
+    def _build_verify(self) -> None:
+        """The "Verify exactness" row: ``outrider verify`` on the first ticked prompt with the loaded pair."""
+        self.verify_runner = VerifyRunner(cast(VerifyBridgeLike, self.runner.bridge), self)
+        self.verify_sampling = SamplingParams(temperature=1.0, seed=0)  # top-k/top-p/min-p and seed of the check
+        self.verify_samples_spin = QSpinBox(self)
+        self.verify_samples_spin.setRange(10, 10_000)
+        self.verify_samples_spin.setValue(200)
+        self.verify_samples_spin.setSingleStep(50)
+        self.verify_samples_spin.setToolTip("Speculative and plain samples each (more samples, a sharper test)")
+        self.verify_tokens_spin = QSpinBox(self)
+        self.verify_tokens_spin.setRange(1, 64)
+        self.verify_tokens_spin.setValue(8)
+        self.verify_tokens_spin.setToolTip("Tokens per sample: the positions whose token distributions are compared")
+        self.verify_temperature_spin = QDoubleSpinBox(self)
+        self.verify_temperature_spin.setRange(0.05, 2.0)
+        self.verify_temperature_spin.setSingleStep(0.1)
+        self.verify_temperature_spin.setValue(1.0)
+        self.verify_temperature_spin.setToolTip("Sampling temperature of the distribution check (temperature 0 is "
+                                                "always checked too)")
+        self.verify_button = QPushButton("&Verify exactness", self)
+        self.verify_button.setToolTip("Check that speculative decoding gives exactly what plain decoding gives: the "
+                                      "same greedy tokens, and the same token distribution per position when "
+                                      "sampling (chi-square test), on the first ticked prompt")
+        self.verify_result = QLabel("", self)
+        self.verify_result.setObjectName("verifyResult")
+        self.verify_result.setWordWrap(True)
+        self.verify_result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        box = QGroupBox("Exactness", self)
+        row = QHBoxLayout()
+        for text, widget in (("Sa&mples:", self.verify_samples_spin), ("Po&sitions:", self.verify_tokens_spin),
+                             ("T&emperature:", self.verify_temperature_spin)):
+            label = QLabel(text, box)
+            label.setBuddy(widget)
+            row.addWidget(label)
+            row.addWidget(widget)
+        row.addStretch(1)
+        row.addWidget(self.verify_button)
+        box_layout = QVBoxLayout(box)
+        box_layout.addLayout(row)
+        box_layout.addWidget(self.verify_result)
+        layout = self.layout()
+        if isinstance(layout, QVBoxLayout):
+            layout.insertWidget(max(0, layout.indexOf(self.status)), box)
+
+        self.verify_button.clicked.connect(self.start_verify)
+        self.stop_button.clicked.connect(self.verify_runner.cancel)
+        self.finished.connect(self._on_finished_cancel_verify)
+        self.verify_runner.progressed.connect(self._on_runner_progressed)
+        self.verify_runner.finished.connect(self._on_verify_runner_finished)
+        self.verify_runner.failed.connect(self._on_verify_runner_failed)
+        self.verify_runner.cancelled.connect(self._on_verify_runner_cancelled)
+        for signal in (self.runner.progressed, self.runner.finished, self.runner.failed, self.runner.cancelled):
+            signal.connect(self._sync_verify_button)
+
+    def start_verify(self) -> None:
+        """Check exactness on the first ticked prompt (returns at once; ``verify_finished`` carries the report)."""
+        prompts = self.checked_prompts()
+        if not prompts:
+            self.status.setText("Tick a prompt to verify on.")
+            return
+        if self.runner.running or self.verify_runner.running:
+            self.status.setText("Wait for the running benchmark to finish (or stop it) first.")
+            return
+        label, text = prompts[0]
+        sampling = dataclasses.replace(self.verify_sampling, temperature=self.verify_temperature_spin.value())
+        samples, tokens = self.verify_samples_spin.value(), self.verify_tokens_spin.value()
+        self._set_verifying(True)
+        self.verify_result.setText("")
+        self.status.setText(f"Verifying exactness on “{label}”: greedy, then {samples} speculative and {samples} "
+                            f"plain samples of {tokens} tokens…")
+        self.verify_runner.start(text, samples=samples, tokens=tokens, sampling=sampling, draft=self._draft)
+
+    def _set_verifying(self, on: bool) -> None:
+        for widget in (self.run_button, self.verify_button, self.prompt_list, self.verify_samples_spin,
+                       self.verify_tokens_spin, self.verify_temperature_spin):
+            widget.setEnabled(not on)
+        self.stop_button.setEnabled(on)
+
+    def _sync_verify_button(self) -> None:
+        self.verify_button.setEnabled(not self.runner.running and not self.verify_runner.running)
+
+    def _on_verify_runner_finished(self, report: VerifyReport) -> None:
+        self._set_verifying(False)
+        self.verify_result.setText(verify_summary(report))
+        self.status.setText(f"Exactness check done: {report.verdict}.")
+        self.verify_finished.emit(report)
+
+    def _on_verify_runner_failed(self, message: str) -> None:
+        self._set_verifying(False)
+        self.status.setText(f"The exactness check stopped: {message}")
+
+    def _on_verify_runner_cancelled(self) -> None:
+        self._set_verifying(False)
+        self.status.setText("Exactness check stopped.")
+
+    def _on_finished_cancel_verify(self, _result: int) -> None:
+        self.verify_runner.cancel()  # the dialog closed: the engine stops at its next step
