@@ -104,7 +104,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         print(format_report(report, args))
     if report.verdict == "inconclusive":
-        sys.stderr.write("outrider: verify: inconclusive — nothing was drafted at the sampling stage\n")
+        why = ("nothing was drafted at the sampling stage" if report.drafted == 0 else
+               "no position had tokens frequent enough to compare (raise --samples or lower --top-k)")
+        sys.stderr.write(f"outrider: verify: inconclusive — {why}\n")
     return 0 if report.exact else EXIT_RUNTIME
 
 

@@ -97,6 +97,17 @@ def test_nothing_drafted_is_inconclusive_exit_1(tiny_family: Family) -> None:
                                              "stage"]
 
 
+def test_too_few_samples_to_compare_is_inconclusive(tiny_family: Family) -> None:
+    # 10 samples over ~40 likely tokens: every category is rare, nothing is left to compare after pooling.
+    r = outrider(*pair(tiny_family), "--draft-max", "3", "--samples", "10", "--tokens", "3", "--json")
+    assert r.returncode == 1, r.stderr
+    obj = json.loads(r.stdout)
+    assert obj["exact"] is False and obj["sampling"]["drafted"] > 0 and obj["greedy"]["identical"]
+    assert all(p["p_value"] == 1.0 for p in obj["sampling"]["positions"])
+    assert r.stderr.strip() == ("outrider: verify: inconclusive — no position had tokens frequent enough to compare "
+                                "(raise --samples or lower --top-k)")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
