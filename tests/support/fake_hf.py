@@ -3,7 +3,8 @@
 Serves what huggingface_hub's client uses: HEAD/GET ``/{repo}/resolve/{revision}/{file}`` answering like the Hub
 for LFS files (302 to a CDN path with ``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag`` (the sha256) and
 ``X-Linked-Size``), and ``/cdn/{sha256}`` serving the bytes with ``Range`` → 206. Faults are injected per test
-through ``server.faults``.
+through ``server.faults``, including hostile answers: a ``X-Repo-Commit`` that is a path (``commit_header``), a
+size that is larger than what is sent (``advertise_extra``), every body cut at one offset (``cut_at``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ class Faults:
     stall_seconds: float = 5.0
     chunk_delay: float = 0.0  # seconds between 64 KiB chunks (slow server)
     get_status: list[int] = dataclasses.field(default_factory=list)  # per GET on /cdn: answer this status first
+    commit_header: str | None = None  # send this X-Repo-Commit instead of the file's commit (hostile Hub)
+    # advertise len(data) + advertise_extra bytes (X-Linked-Size, Content-Length, Content-Range) but send only
+    # the real bytes; a Range past the real end is answered 200 with the whole (short) body
+    advertise_extra: int = 0
+    cut_at: int | None = None  # end every body at this absolute offset (unlike drop_at: on every GET)
 
 
 @dataclasses.dataclass
@@ -139,28 +145,36 @@ class FakeHub:
         return self._serve(h, f, head)
 
     def _meta_headers(self, h: http.server.BaseHTTPRequestHandler, f: FakeFile) -> None:
-        h.send_header("X-Repo-Commit", f.commit)
+        commit = self.faults.commit_header if self.faults.commit_header is not None else f.commit
+        h.send_header("X-Repo-Commit", commit)
         h.send_header("ETag", f'"{hashlib.sha1(f.data).hexdigest()}"')
         h.send_header("X-Linked-Etag", f'"{f.sha256}"')
-        h.send_header("X-Linked-Size", str(len(f.data)))
+        h.send_header("X-Linked-Size", str(len(f.data) + self.faults.advertise_extra))
 
     def _serve(self, h: http.server.BaseHTTPRequestHandler, f: FakeFile, head: bool) -> None:
         data = f.data
         if self.faults.corrupt:
             data = data[:-1] + bytes([data[-1] ^ 0xFF])
-        size = len(data)
+        real = len(data)
+        size = real + self.faults.advertise_extra  # what the headers claim
         rng = h.headers.get("Range")
         start = 0
+        partial = False
         if rng and not self.faults.ignore_range:
             mm = re.match(r"bytes=(\d+)-", rng)
             start = int(mm.group(1)) if mm else 0
-            if self.faults.range_416_once or start >= size:
-                self.faults.range_416_once = False
-                h.send_response(416)
-                h.send_header("Content-Range", f"bytes */{size}")
-                h.send_header("Content-Length", "0")
-                h.end_headers()
-                return
+            if self.faults.advertise_extra and real <= start < size:
+                start = 0  # a Range past the real end: the whole (short) body again, 200
+            else:
+                if self.faults.range_416_once or start >= size:
+                    self.faults.range_416_once = False
+                    h.send_response(416)
+                    h.send_header("Content-Range", f"bytes */{size}")
+                    h.send_header("Content-Length", "0")
+                    h.end_headers()
+                    return
+                partial = True
+        if partial:
             h.send_response(206)
             h.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
         else:
@@ -171,11 +185,13 @@ class FakeHub:
         h.end_headers()
         if head:
             return
-        stop_at = size
+        stop_at = real
         with self._lock:
             drop = self.faults.drop_at.pop(0) if self.faults.drop_at else None
         if drop is not None and drop > start:
-            stop_at = min(drop, size)
+            stop_at = min(drop, real)
+        if self.faults.cut_at is not None:
+            stop_at = min(stop_at, max(self.faults.cut_at, start))
         stall = self.faults.stall_at
         if stall is not None and start <= stall < stop_at:
             stop_at = stall

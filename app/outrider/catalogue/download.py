@@ -38,6 +38,7 @@ from outrider.catalogue.errors import (
     BusyError,
     CancelledError,
     CorruptedError,
+    CutShortError,
     DiskFullError,
     DownloadError,
     GatedError,
@@ -48,15 +49,18 @@ from outrider.catalogue.errors import (
     OfflineError,
     ServerError,
     UnauthorizedError,
+    UnsafePathError,
     UnverifiableError,
     error_from_json,
 )
-from outrider.catalogue.schema import ModelFile, Pair
+from outrider.catalogue.schema import REVISION_RE, ModelFile, Pair
 from outrider.catalogue.store import ModelStore, fsync_dir, write_json_atomic
 
 SPACE_MARGIN_BYTES = 256 * 1024 * 1024
 SPACE_MARGIN_FRACTION = 0.02
 APP_SET_OFFLINE = "OUTRIDER_SET_HF_HUB_OFFLINE"
+EXIT_ORPHANED = 75  # the download process ends itself when its parent is gone
+PR_SET_PDEATHSIG = 1
 
 
 def gb(n: int) -> str:
@@ -106,13 +110,21 @@ class DownloadEvent:
 
 @dataclasses.dataclass(frozen=True)
 class DownloadOptions:
-    """Knobs (tests shorten the timeouts). ``fsize_limit`` sets RLIMIT_FSIZE in the child (disk-full tests)."""
+    """Knobs (tests shorten the timeouts). ``fsize_limit`` sets RLIMIT_FSIZE in the child (disk-full tests).
+
+    Retries are bounded by progress: ``retries`` failed attempts in a row are allowed, and the budget refills only
+    when the ``.part`` grows past its previous high-water mark (bytes that were already there do not count). On
+    top of that at most ``max_attempts`` requests, and at most ``no_progress_timeout`` seconds of retrying
+    without a new high-water mark.
+    """
 
     endpoint: str | None = None
     connect_timeout: float = 15.0
     read_timeout: float = 30.0
     retries: int = 5
     retry_backoff: float = 0.5
+    max_attempts: int = 1000
+    no_progress_timeout: float = 600.0
     progress_interval: float = 0.25
     join_stall_timeout: float = 60.0
     fsize_limit: int | None = None
@@ -246,13 +258,24 @@ class _Transfer:
         if constants.HF_HUB_OFFLINE:
             raise OfflineError("offline mode is on (HF_HUB_OFFLINE): not downloaded; connect to download")
         token = get_token()
-        url = hf_hub_url(req.repo, req.file, revision=req.revision, endpoint=endpoint)
+        try:
+            url = hf_hub_url(req.repo, req.file, revision=req.revision, endpoint=endpoint)
+        except ValueError as exc:  # HFValidationError: not a valid repo id
+            raise UnsafePathError(f"not a valid Hugging Face repo id: {req.repo[:100]!r} ({exc})") from exc
         try:
             meta = get_hf_file_metadata(url, timeout=self.opts.connect_timeout, endpoint=endpoint)
         except Exception as exc:
             raise _map_hub_error(exc, url, page, token is not None) from exc
-        commit = meta.commit_hash or req.revision
-        if not pinned:
+        if pinned:
+            commit = req.revision  # the folder is the pinned commit, whatever the server says
+        else:
+            # X-Repo-Commit names the folder the file goes to: only a 40-hex commit is accepted
+            commit = meta.commit_hash or ""
+            if not REVISION_RE.fullmatch(commit):
+                shown = repr(commit[:100]) if commit else "no commit id"
+                raise UnsafePathError(f"the server answered with {shown} instead of a 40-hex commit for "
+                                      f"{req.repo}/{req.file}; refusing to use it as a folder name (nothing was "
+                                      "written)", url=page)
             dest = self.store.path_for(req.repo, req.file, commit)
             if self._already_installed(dest):
                 return dest
@@ -334,13 +357,14 @@ class _Transfer:
         headers["Accept-Encoding"] = "identity"
         timeout = httpx2.Timeout(self.opts.read_timeout, connect=self.opts.connect_timeout)
         session = get_session()
-        failures = 0
+        budget = _RetryBudget(self.opts, offset)
         out = open(part, "ab")  # noqa: SIM115 - closed in finally
         try:
             while offset < size:
                 h = dict(headers)
                 if offset:
                     h["Range"] = f"bytes={offset}-"
+                budget.attempt_started()
                 try:
                     with session.stream("GET", url, headers=h, timeout=timeout, follow_redirects=True) as r:
                         if r.status_code == 416:
@@ -353,10 +377,9 @@ class _Transfer:
                         if r.status_code >= 400:
                             r.read()
                             hf_raise_for_status(r)
+                        skip = 0
                         if offset and r.status_code == 200:
-                            out.truncate(0)  # the server ignored Range: take the full body from the start
-                            out.seek(0)
-                            hasher, offset = new_hasher(), 0
+                            skip = offset  # the server ignored Range: skip what the .part already holds
                         elif r.status_code == 206:
                             start = _content_range_start(r.headers.get("Content-Range", ""))
                             if start != offset:
@@ -365,12 +388,18 @@ class _Transfer:
                                 hasher, offset = new_hasher(), 0
                                 raise _Retry(f"bad Content-Range {r.headers.get('Content-Range')!r}")
                         for chunk in r.iter_bytes(256 * 1024):
+                            budget.received(len(chunk))
+                            if skip:
+                                n = min(skip, len(chunk))
+                                skip -= n
+                                chunk = chunk[n:]
+                                if not chunk:
+                                    continue
                             if offset + len(chunk) > size:
                                 chunk = chunk[: size - offset]
                             out.write(chunk)
                             hasher.update(chunk)
                             offset += len(chunk)
-                            failures = 0
                             self.emit.progress(offset, size)
                             if offset >= size:
                                 break
@@ -381,14 +410,14 @@ class _Transfer:
                     mapped = _map_hub_error(exc, url, page, True)
                     if not isinstance(mapped, ServerError):
                         raise mapped from exc
-                    failures = self._retry_or_fail(failures, exc, page, mapped)
+                    self._retry_or_fail(budget, offset, size, exc, page, mapped)
                 except OSError as exc:
                     if _is_disk_full(exc):
                         raise
-                    failures = self._retry_or_fail(failures, exc, page)
+                    self._retry_or_fail(budget, offset, size, exc, page)
                 except (_Retry, httpx2.TransportError) as exc:
                     out.flush()
-                    failures = self._retry_or_fail(failures, exc, page)
+                    self._retry_or_fail(budget, offset, size, exc, page)
             out.flush()
             os.fsync(out.fileno())
         except OSError as exc:
@@ -422,16 +451,67 @@ class _Transfer:
         self.emit.send(DownloadEvent("done", self.req.file, size, size, path=str(dest)))
         return dest
 
-    def _retry_or_fail(self, failures: int, exc: BaseException, page: str,
-                       mapped: DownloadError | None = None) -> int:
-        failures += 1
-        if failures > self.opts.retries:
-            if mapped is not None:
-                raise mapped
-            raise NetworkError(f"network lost while downloading {self.req.file} ({type(exc).__name__}: {exc}); "
-                               "the partial file is kept and the next start resumes it", url=page)
-        time.sleep(min(self.opts.retry_backoff * (2 ** (failures - 1)), 5.0))
-        return failures
+    def _retry_or_fail(self, budget: _RetryBudget, offset: int, size: int, exc: BaseException, page: str,
+                       mapped: DownloadError | None = None) -> None:
+        """After a failed attempt: sleep and return (retry), or raise when the retry budget is spent."""
+        verdict = budget.failed(offset)
+        if verdict is None:
+            time.sleep(min(self.opts.retry_backoff * (2 ** (budget.failures - 1)), 5.0))
+            return
+        if budget.cut_short:
+            raise CutShortError(
+                f"the server keeps cutting the download of {self.req.file} short ({verdict}: stuck at "
+                f"{gb(budget.high_water)} of {gb(size)} after {budget.attempts} attempts); the partial file is "
+                "kept and the next start resumes it", url=page)
+        if mapped is not None:
+            raise mapped
+        raise NetworkError(f"network lost while downloading {self.req.file} ({type(exc).__name__}: {exc}); "
+                           "the partial file is kept and the next start resumes it", url=page)
+
+
+class _RetryBudget:
+    """How many more attempts a download gets.
+
+    ``retries`` failures in a row are allowed; the count goes back to zero only when the file grows past its
+    high-water mark (the most bytes it ever held), so a server that keeps sending the same bytes and cutting the
+    body short (ignoring Range, or advertising more than it sends) cannot keep a download alive forever. Also
+    bounded: ``max_attempts`` requests in all and ``no_progress_timeout`` seconds without a new high-water mark.
+    """
+
+    def __init__(self, opts: DownloadOptions, offset: int) -> None:
+        self.opts = opts
+        self.high_water = offset
+        self.failures = 0
+        self.attempts = 0
+        self.last_growth = time.monotonic()
+        self._bytes_this_attempt = 0
+        self.cut_short = False  # the failed attempts since the last growth received bytes (not a dead network)
+
+    def attempt_started(self) -> None:
+        self.attempts += 1
+        self._bytes_this_attempt = 0
+
+    def received(self, n: int) -> None:
+        self._bytes_this_attempt += n
+
+    def failed(self, offset: int) -> str | None:
+        """Record a failed attempt that left ``offset`` bytes; None: retry; else why to give up."""
+        now = time.monotonic()
+        if offset > self.high_water:
+            self.high_water = offset
+            self.failures = 0
+            self.last_growth = now
+            self.cut_short = False
+        elif self._bytes_this_attempt:
+            self.cut_short = True
+        self.failures += 1
+        if self.failures > self.opts.retries:
+            return f"{self.failures} attempts in a row without getting further"
+        if self.attempts >= self.opts.max_attempts:
+            return f"{self.attempts} attempts in all"
+        if now - self.last_growth > self.opts.no_progress_timeout:
+            return f"no new bytes for {now - self.last_growth:.0f} s"
+        return None
 
 
 def _sha256_path(path: Path) -> str:
@@ -489,11 +569,62 @@ def _child_main(job: dict[str, Any], q: Any) -> None:
         q.put({"type": "error", "file": job["request"]["file"], "error": err.to_json(), "message": err.message})
 
 
-def child_entry() -> int:
-    """``python -m outrider.catalogue.download``: the job as JSON on stdin, events as JSON lines on stdout."""
-    import sys
+def _parent_gone(parent_pid: int | None) -> bool:
+    return parent_pid is not None and os.getppid() != parent_pid
 
+
+def _die_with_parent(parent_pid: int | None, parent_pipe: Any) -> None:
+    """End this process (``EXIT_ORPHANED``) as soon as the process that started it is gone, even by SIGKILL.
+
+    Three ways, whichever fires first: Linux ``PR_SET_PDEATHSIG`` (a signal at the parent's death; it is also sent
+    when only the parent *thread* that started us ends, so the handler exits only when the parent process changed);
+    EOF on ``parent_pipe`` (stdin, which the parent keeps open until we end; the OS closes it when the parent
+    dies, on every platform); and a watch of ``os.getppid()`` twice a second.
+    """
+    import signal
+
+    if sys.platform.startswith("linux"):
+        def on_signal(signum: int, frame: Any) -> None:
+            if _parent_gone(parent_pid):
+                os._exit(EXIT_ORPHANED)
+
+        try:
+            import ctypes
+
+            signal.signal(signal.SIGUSR1, on_signal)
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGUSR1), 0, 0, 0)
+        except (OSError, AttributeError, ValueError):
+            pass
+    if _parent_gone(parent_pid):  # it died before the signal was armed
+        os._exit(EXIT_ORPHANED)
+
+    def watch_pipe() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while parent_pipe.read(4096):
+                pass
+        os._exit(EXIT_ORPHANED)  # EOF: the parent closed its end or died
+
+    def watch_ppid() -> None:
+        while not _parent_gone(parent_pid):
+            time.sleep(0.5)
+        os._exit(EXIT_ORPHANED)
+
+    if parent_pipe is not None:
+        threading.Thread(target=watch_pipe, name="parent-pipe", daemon=True).start()
+    if parent_pid is not None:
+        threading.Thread(target=watch_ppid, name="parent-pid", daemon=True).start()
+
+
+def child_entry() -> int:
+    """``python -m outrider.catalogue.download``: the job as JSON on stdin, events as JSON lines on stdout.
+
+    The parent keeps stdin open while the download runs: its end closing (the parent died) ends this process.
+    """
     job = json.loads(sys.stdin.readline())
+    parent_pid = job.get("parent_pid")
+    _die_with_parent(parent_pid if isinstance(parent_pid, int) else None,
+                     sys.stdin if job.get("parent_pipe") else None)
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write to the event stream
     _child_main(job, _LineQueue(out))
@@ -519,8 +650,9 @@ class DownloadHandle:
         self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True, encoding="utf-8")
         assert self._proc.stdin is not None
-        self._proc.stdin.write(json.dumps(job) + "\n")
-        self._proc.stdin.close()
+        # stdin stays open until the child ends: when this process dies, the OS closes it and the child ends too
+        self._proc.stdin.write(json.dumps({**job, "parent_pid": os.getpid(), "parent_pipe": True}) + "\n")
+        self._proc.stdin.flush()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -573,6 +705,8 @@ class DownloadHandle:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+        with contextlib.suppress(OSError):
+            self._proc.stdin.close()  # type: ignore[union-attr]
         if self.result is None and self.error is None:
             if self._cancelled:
                 self.error = CancelledError("download cancelled; the partial file is kept for a later resume")

@@ -87,6 +87,20 @@ class OfflineError(DownloadError):
     kind = "offline"
 
 
+class CutShortError(DownloadError):
+    """The server keeps ending the transfer early without the file growing; the partial file is kept."""
+
+    kind = "cut_short"
+    resumable = True
+
+
+class UnsafePathError(DownloadError, ValueError):
+    """A repo, file or revision (from the catalogue, the command line or the server's ``X-Repo-Commit``) would
+    put a file outside the model store, or is not a valid name: refused, nothing written."""
+
+    kind = "unsafe_path"
+
+
 class InternalError(DownloadError):
     kind = "internal"
 
@@ -95,7 +109,7 @@ ERROR_CLASSES: dict[str, type[DownloadError]] = {
     cls.kind: cls
     for cls in (GatedError, UnauthorizedError, NotFoundError, NetworkError, DiskFullError, ServerError,
                 CorruptedError, MismatchError, UnverifiableError, CancelledError, BusyError, OfflineError,
-                InternalError)
+                CutShortError, UnsafePathError, InternalError)
 }
 
 

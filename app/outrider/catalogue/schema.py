@@ -19,6 +19,10 @@ PROMPT_LOOKUP = "prompt-lookup"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
 KNOWN_TAGS = frozenset({"chat", "code", "reasoning", "demo"})
+REPO_PART_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?$")
+MAX_FILE_PATH = 1000
+MAX_CATALOGUE_BYTES = 8 * 1024 * 1024
+MAX_CATALOGUE_LINE = 8192  # tomllib is quadratic in the depth of a dotted key (a.a.a…): bound it by line length
 KV_BYTES_PER_ELEMENT = 2  # llama.cpp's default KV cache type is F16
 
 
@@ -28,6 +32,31 @@ class CatalogueError(Exception):
     def __init__(self, message: str, problems: list[str] | None = None) -> None:
         super().__init__(message)
         self.problems = problems or []
+
+
+def repo_id_problem(repo: object) -> str | None:
+    """Why ``repo`` is not a Hugging Face ``owner/name`` (the Hub's rules, ASCII only); None when it is one."""
+    if not isinstance(repo, str) or repo.count("/") != 1:
+        return "must be owner/name"
+    for part in repo.split("/"):
+        if not REPO_PART_RE.fullmatch(part) or "--" in part or ".." in part or part.endswith(".git"):
+            return (f"has an invalid part {part[:100]!r} (1-96 letters, digits, '-', '_', '.'; starting and "
+                    "ending with a letter or digit; no '--' or '..')")
+    return None
+
+
+def file_path_problem(file: object) -> str | None:
+    """Why ``file`` is not a safe relative path inside a repo (no ``..``, no absolute path, no drive, no
+    backslash or control character); None when it is one."""
+    if not isinstance(file, str) or not file:
+        return "must be a non-empty path"
+    if len(file) > MAX_FILE_PATH:
+        return f"is longer than {MAX_FILE_PATH} characters"
+    if any(c in file for c in "\\:") or any(ord(c) < 32 or ord(c) == 127 for c in file):
+        return "must not contain '\\', ':' or control characters"
+    if any(seg in ("", ".", "..") for seg in file.split("/")):
+        return "must be a relative path inside the repo (no '..', '.', empty part or leading '/')"
+    return None
 
 
 def default_catalogue_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -206,6 +235,7 @@ class Catalogue:
     path: Path
     models: Mapping[str, ModelFile]
     pairs: tuple[Pair, ...]
+    warnings: tuple[str, ...] = ()  # entries that were skipped (unsafe repo/file) and why
 
     def __iter__(self) -> Iterator[Pair]:
         return iter(self.pairs)
@@ -273,9 +303,12 @@ def validate_data(data: Mapping[str, Any]) -> list[str]:
             problems.append(f"{where}: sha256 must be 64 lowercase hex digits")
         source = m.get("source")
         if source == "hf":
-            repo = m.get("repo")
-            if not isinstance(repo, str) or repo.count("/") != 1:
-                problems.append(f"{where}: repo must be owner/name")
+            repo_problem = repo_id_problem(m.get("repo"))
+            if repo_problem:
+                problems.append(f"{where}: repo {repo_problem}")
+            file_problem = file_path_problem(m.get("file"))
+            if file_problem and isinstance(m.get("file"), str):
+                problems.append(f"{where}: file {file_problem}")
             if not isinstance(m.get("revision"), str) or not REVISION_RE.match(m["revision"]):
                 problems.append(f"{where}: revision must be a pinned 40-hex commit")
         elif source == "pypi":
@@ -358,8 +391,55 @@ def _model_from(key: str, m: Mapping[str, Any]) -> ModelFile:
     )
 
 
+def unsafe_entries(data: Mapping[str, Any]) -> dict[str, str]:
+    """Hugging Face models whose ``repo`` or ``file`` (strings) could name a place outside the model store or
+    are not valid names: key → why."""
+    out: dict[str, str] = {}
+    models = data.get("models")
+    if not isinstance(models, dict):
+        return out
+    for key, m in models.items():
+        if not isinstance(m, dict) or m.get("source") != "hf":
+            continue
+        for field, check in (("repo", repo_id_problem), ("file", file_path_problem)):
+            value = m.get(field)
+            if not isinstance(value, str):
+                continue
+            problem = check(value)
+            if problem:
+                out[str(key)] = f"{field} {value[:80]!r} {problem}"
+                break
+    return out
+
+
+def _without_unsafe(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
+    """``data`` without unsafe models and the pairs that use them, and one warning line per skipped entry."""
+    unsafe = unsafe_entries(data)
+    if not unsafe:
+        return data, []
+    warnings = [f"catalogue entry models.{key[:80]!r} skipped: {why}" for key, why in unsafe.items()]
+    models = {k: v for k, v in data["models"].items() if k not in unsafe}
+    pairs = data.get("pairs")
+    if isinstance(pairs, list):
+        kept = []
+        for p in pairs:
+            bad = [p.get(r) for r in ("target", "draft") if p.get(r) in unsafe] if isinstance(p, dict) else []
+            if bad:
+                warnings.append(f"pair {str(p.get('id', '?'))[:80]!r} skipped: it uses the skipped entry "
+                                f"models.{str(bad[0])[:80]!r}")
+            else:
+                kept.append(p)
+        pairs = kept
+    return {**data, "models": models, "pairs": pairs}, warnings
+
+
 def parse_catalogue(data: Mapping[str, Any], path: Path) -> Catalogue:
-    """Build a Catalogue from parsed TOML; raises CatalogueError listing every problem."""
+    """Build a Catalogue from parsed TOML; raises CatalogueError listing every problem.
+
+    A Hugging Face model whose repo or file is unsafe (``..``, an absolute path, an invalid repo id) is skipped
+    with the pairs that use it; ``Catalogue.warnings`` says which and why, and the rest loads.
+    """
+    data, warnings = _without_unsafe(data)
     problems = validate_data(data)
     if problems:
         raise CatalogueError(f"{path}: {len(problems)} schema problem(s): {problems[0]}", problems)
@@ -373,18 +453,35 @@ def parse_catalogue(data: Mapping[str, Any], path: Path) -> Catalogue:
             default_context=int(p.get("default_context", data.get("default_context", 4096))),
             speedup=p.get("speedup", ""), speedup_source=p.get("speedup_source", ""), status=p.get("status", ""),
         ))
-    return Catalogue(path=path, models=models, pairs=tuple(pairs))
+    return Catalogue(path=path, models=models, pairs=tuple(pairs), warnings=tuple(warnings))
 
 
 def load_catalogue(path: str | os.PathLike[str] | None = None) -> Catalogue:
     """Load and validate ``path`` (default: ``$OUTRIDER_CATALOGUE`` or the shipped catalogue)."""
     p = Path(path) if path is not None else default_catalogue_path()
     try:
-        raw = p.read_bytes()
+        with open(p, "rb") as f:
+            raw = f.read(MAX_CATALOGUE_BYTES + 1)
     except OSError as exc:
         raise CatalogueError(f"cannot read catalogue {p}: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_CATALOGUE_BYTES:
+        raise CatalogueError(f"catalogue {p} is larger than {MAX_CATALOGUE_BYTES // (1024 * 1024)} MiB: "
+                             "not a catalogue")
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise CatalogueError(f"catalogue {p} is not valid TOML: {exc}") from exc
-    return parse_catalogue(data, p)
+    for n, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_CATALOGUE_LINE:
+            raise CatalogueError(f"catalogue {p} line {n} is longer than {MAX_CATALOGUE_LINE} characters: "
+                                 "not a catalogue")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogueError(f"catalogue {p} is not valid TOML: {exc}") from exc
+    except RecursionError as exc:
+        raise CatalogueError(f"catalogue {p} is nested too deeply: not a catalogue") from exc
+    try:
+        return parse_catalogue(data, p)
+    except RecursionError as exc:
+        raise CatalogueError(f"catalogue {p} is nested too deeply: not a catalogue") from exc

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from outrider.catalogue.schema import Catalogue, ModelFile, Pair
+from outrider.catalogue.errors import UnsafePathError
+from outrider.catalogue.schema import REVISION_RE, Catalogue, ModelFile, Pair, file_path_problem, repo_id_problem
 from outrider.paths import models_dir
 
 RECORD_SUFFIX = ".outrider.json"
@@ -125,11 +126,26 @@ class ModelStore:
 
     # -- paths --------------------------------------------------------------------------------------------
     def path_for(self, repo: str, file: str, revision: str) -> Path:
+        """``root/owner/name/revision/file``. Raises UnsafePathError (a ValueError) unless ``repo`` is a valid
+        Hub repo id, ``revision`` a 40-hex commit and ``file`` a relative path, and the resolved destination
+        folder (symbolic links followed) lies inside the store."""
+        problem = None
+        if not isinstance(revision, str) or not REVISION_RE.fullmatch(revision):
+            problem = f"revision {str(revision)[:80]!r} is not a 40-hex commit"
+        elif (why := repo_id_problem(repo)) is not None:
+            problem = f"repo {str(repo)[:80]!r} {why}"
+        elif (why := file_path_problem(file)) is not None:
+            problem = f"file {str(file)[:80]!r} {why}"
+        if problem is not None:
+            raise UnsafePathError(f"refusing to write outside the model store: {problem}")
         owner, _, name = repo.partition("/")
-        for part in (owner, name, revision, *file.split("/")):
-            if part in ("", ".", "..") or "\\" in part:
-                raise ValueError(f"unsafe repo/file/revision: {repo}/{revision}/{file}")
-        return self.root / owner / name / revision / file
+        dest = self.root / owner / name / revision / file
+        root = self.root.resolve()
+        folder = dest.parent.resolve()  # where the file, its .part, .lock and record are written
+        if not folder.is_relative_to(root) or folder == root:
+            raise UnsafePathError(f"refusing to write outside the model store: {dest.parent} resolves to "
+                                  f"{folder}, outside {root}")
+        return dest
 
     def path_for_model(self, model: ModelFile) -> Path | None:
         if model.source == "pypi":

@@ -65,12 +65,16 @@ def _gb(n: int) -> str:
 
 
 def _catalogue() -> Any:
+    """The catalogue; entries it skipped (unsafe repo/file) are named on stderr, one warning line each."""
     from outrider.catalogue import CatalogueError, load_catalogue
 
     try:
-        return load_catalogue()
+        cat = load_catalogue()
     except CatalogueError as exc:
         raise CliError(str(exc), EXIT_BAD_INPUT) from exc
+    for line in cat.warnings:
+        sys.stderr.write(f"outrider: warning: {line}\n")
+    return cat
 
 
 def _pair(cat: Any, pair_id: str) -> Any:
@@ -237,12 +241,19 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     from outrider.catalogue import DownloadManager, DownloadOptions, FileRequest, ModelStore
-    from outrider.catalogue.schema import SHA256_RE
+    from outrider.catalogue.schema import SHA256_RE, file_path_problem, repo_id_problem
 
-    if args.sha256 and not SHA256_RE.match(args.sha256.lower()):
+    if args.sha256 and not SHA256_RE.fullmatch(args.sha256.lower()):
         raise CliError("--sha256 must be 64 hex digits", EXIT_BAD_INPUT)
     if args.repo.count("/") != 1:
         raise CliError("REPO must be owner/name", EXIT_BAD_INPUT)
+    if (why := repo_id_problem(args.repo)) is not None:
+        raise CliError(f"REPO {args.repo[:100]!r} is not a Hugging Face repo id: it {why}", EXIT_BAD_INPUT)
+    if (why := file_path_problem(args.file)) is not None:
+        raise CliError(f"FILE {args.file[:100]!r} {why}", EXIT_BAD_INPUT)
+    if not args.revision or any(c.isspace() or ord(c) < 32 for c in args.revision) or len(args.revision) > 200:
+        raise CliError("--revision must be a branch, tag or commit (no spaces or control characters)",
+                       EXIT_BAD_INPUT)
     store = ModelStore()
     manager = DownloadManager(store, DownloadOptions(endpoint=os.environ.get("HF_ENDPOINT") or None))
     req = FileRequest(args.repo, args.file, args.revision, None, args.sha256.lower() if args.sha256 else None)

@@ -12,7 +12,7 @@ from tests.support.fake_hf import tiny_catalogue
 from tests.support.tiny_gguf import Family
 
 from outrider.catalogue import PROMPT_LOOKUP, CatalogueError, ModelStore, load_catalogue
-from outrider.catalogue.schema import default_catalogue_path, validate_data
+from outrider.catalogue.schema import default_catalogue_path, parse_catalogue, validate_data
 from outrider.engine.compat import check_files
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -74,12 +74,29 @@ def test_memory_estimate_from_architecture_facts() -> None:
     (lambda d: d["pairs"][1].update(target="nope"), "not a models key"),
     (lambda d: d["pairs"][1].update(draft_max="lots"), "draft_max"),
     (lambda d: d["pairs"][1].update(speedup_source=""), "speedup_source"),
+    (lambda d: d["models"]["qwen3-0.6b-q8_0"].update(file="../../x.gguf"), "relative path inside the repo"),
+    (lambda d: d["models"]["qwen3-0.6b-q8_0"].update(file="/etc/passwd"), "relative path inside the repo"),
+    (lambda d: d["models"]["qwen3-0.6b-q8_0"].update(repo="../x"), "repo has an invalid part"),
 ])
 def test_validator_catches(mutate: Any, expected: str) -> None:
     data = _data()
     mutate(data)
     problems = validate_data(data)
     assert any(expected in p for p in problems), problems
+
+
+def test_unsafe_entries_are_skipped_with_a_warning_and_the_rest_loads(tmp_path: Path) -> None:
+    data = _data()
+    data["models"]["qwen3-0.6b-q8_0"]["file"] = "../../../x.gguf"
+    using = [p["id"] for p in data["pairs"] if "qwen3-0.6b-q8_0" in (p["target"], p["draft"])]
+    assert using
+    cat = parse_catalogue(data, tmp_path / "c.toml")
+    assert "qwen3-0.6b-q8_0" not in cat.models
+    assert not set(using) & {p.id for p in cat}
+    assert len(cat) == len(data["pairs"]) - len(using)
+    assert any("models.'qwen3-0.6b-q8_0' skipped" in w and "'../../../x.gguf'" in w for w in cat.warnings)
+    assert all(any(f"pair {pid!r} skipped" in w for w in cat.warnings) for pid in using)
+    assert load_catalogue(SHIPPED).warnings == ()
 
 
 def test_null_sha256_with_reason_is_allowed() -> None:
