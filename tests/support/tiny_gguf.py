@@ -66,12 +66,28 @@ def build_vocab(extra_words: int = 0) -> tuple[list[str], list[float], list[int]
     return tokens, scores, [int(t) for t in types]
 
 
+def vocab_variant(
+    *, extra_words: int = 0, renamed: dict[int, str] | None = None
+) -> tuple[list[str], list[float], list[int]]:
+    """``build_vocab`` with ``extra_words`` more tokens and the texts of some ids replaced (as normal tokens)."""
+    tokens, scores, types = build_vocab(extra_words)
+    for token_id, text in (renamed or {}).items():
+        assert text not in tokens, "llama.cpp aborts at load on duplicated token texts"
+        tokens[token_id] = text
+        types[token_id] = int(gguf.TokenType.NORMAL)
+    return tokens, scores, types
+
+
 def _f16(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float16)
 
 
-def random_weights(shape: TinyShape, n_vocab: int, seed: int) -> dict[str, np.ndarray]:
-    """Random llama weights (F16 matrices, F32 norms) keyed by GGUF tensor name."""
+def random_weights(shape: TinyShape, n_vocab: int, seed: int, *, output_scale: float = 1.0) -> dict[str, np.ndarray]:
+    """Random llama weights (F16 matrices, F32 norms) keyed by GGUF tensor name.
+
+    ``output_scale`` multiplies the output head: logits have a standard deviation of about ``output_scale``, so
+    a larger value gives peaked next-token distributions (a few tokens hold most of the mass at temperature 1).
+    """
     rng = np.random.default_rng(seed)
     d, f = shape.n_embd, shape.n_ff
 
@@ -81,7 +97,7 @@ def random_weights(shape: TinyShape, n_vocab: int, seed: int) -> dict[str, np.nd
     w: dict[str, np.ndarray] = {
         "token_embd.weight": mat(n_vocab, d, 1.0),
         "output_norm.weight": np.ones(d, dtype=np.float32),
-        "output.weight": mat(n_vocab, d, 1.0 / np.sqrt(d)),
+        "output.weight": mat(n_vocab, d, output_scale / np.sqrt(d)),
     }
     for i in range(shape.n_layer):
         w[f"blk.{i}.attn_norm.weight"] = np.ones(d, dtype=np.float32)
@@ -104,11 +120,13 @@ def write_gguf(
     *,
     arch: str = "llama",
     name: str = "tiny",
-    bos_id: int = BOS,
-    eos_id: int = EOS,
-    add_bos: bool = True,
+    bos_id: int | None = BOS,
+    eos_id: int | None = EOS,
+    add_bos: bool | None = True,
+    add_eos: bool | None = False,
     chat_template: str | None = None,
     tokenizer_model: str = "llama",
+    merges: list[str] | None = None,
     extra_kv: dict[str, object] | None = None,
     check_dtypes: bool = True,
 ) -> Path:
@@ -127,18 +145,27 @@ def write_gguf(
     writer.add_head_count(shape.n_head)
     writer.add_head_count_kv(shape.n_head)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(shape.n_embd // shape.n_head)
+    if f"{arch}.rope.dimension_count" not in (extra_kv or {}):
+        writer.add_rope_dimension_count(shape.n_embd // shape.n_head)
     writer.add_vocab_size(len(tokens))
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     writer.add_tokenizer_model(tokenizer_model)
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
     writer.add_token_types(types)
-    writer.add_bos_token_id(bos_id)
-    writer.add_eos_token_id(eos_id)
+    if merges is None and tokenizer_model == "gpt2":
+        merges = ["t h"]  # llama.cpp refuses a BPE vocabulary without tokenizer.ggml.merges
+    if merges is not None:
+        writer.add_token_merges(merges)
+    if bos_id is not None:
+        writer.add_bos_token_id(bos_id)
+    if eos_id is not None:
+        writer.add_eos_token_id(eos_id)
     writer.add_unk_token_id(UNK)
-    writer.add_add_bos_token(add_bos)
-    writer.add_add_eos_token(False)
+    if add_bos is not None:  # None: the key is left out (llama.cpp's per-vocabulary default applies)
+        writer.add_add_bos_token(add_bos)
+    if add_eos is not None:
+        writer.add_add_eos_token(add_eos)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
     for key, value in (extra_kv or {}).items():
@@ -176,19 +203,20 @@ def make_family(
     extra_layer_scale: float = 0.1,
     seed: int = 1234,
     prefix: str = "tiny",
+    output_scale: float = 1.0,
 ) -> Family:
     """Generate target, family draft (target's first layer), unrelated draft and incompatible draft."""
     directory.mkdir(parents=True, exist_ok=True)
     vocab = build_vocab()
     n_vocab = len(vocab[0])
-    target_w = random_weights(shape, n_vocab, seed)
+    target_w = random_weights(shape, n_vocab, seed, output_scale=output_scale)
     for i in range(1, shape.n_layer):
         for part in ("attn_output", "ffn_down"):
             key = f"blk.{i}.{part}.weight"
             target_w[key] = _f16(target_w[key].astype(np.float32) * np.float32(extra_layer_scale))
     draft_shape = dataclasses.replace(shape, n_layer=1)
     draft_w = {k: v for k, v in target_w.items() if not k.startswith("blk.") or k.startswith("blk.0.")}
-    unrelated_w = random_weights(draft_shape, n_vocab, seed + 1)
+    unrelated_w = random_weights(draft_shape, n_vocab, seed + 1, output_scale=output_scale)
     other_vocab = build_vocab(extra_words=200)
     incompatible_w = random_weights(draft_shape, len(other_vocab[0]), seed + 2)
     return Family(

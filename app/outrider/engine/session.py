@@ -174,18 +174,26 @@ class Engine:
         plain: bool = False,
         ignore_eos: bool = False,
     ) -> Iterator[StepEvent | DoneEvent]:
-        """Stream one reply. ``plain=True`` ignores the drafter (the baseline). One generation at a time."""
+        """Stream one reply. ``plain=True`` ignores the drafter (the baseline). One generation at a time.
+
+        Not a generator itself: the request starts when this is called — a cancel arriving after the call, even
+        before the first event is asked for, stops this request (and only this one).
+        """
         decoder = self._decoder_or_raise()
         if plain and self._plain is not None:
             decoder = self._plain
         request = GenerationRequest(list(prompt_tokens), max_tokens, sampling, draft, tuple(stop), ignore_eos)
-        if not self._generating.acquire(blocking=False):
+        if self._generating.locked():
             raise EngineError("a generation is already running")
-        # The only place a cancel is forgotten: when a request starts. A cancel arriving after this line, even
-        # before prompt evaluation begins, stops this request.
+        # The only place a cancel is forgotten: when a request starts.
         self._cancel.clear()
         for ctx in self._contexts():
             ctx.clear_abort()
+        return self._stream(decoder, request)
+
+    def _stream(self, decoder: SpeculativeDecoder, request: GenerationRequest) -> Iterator[StepEvent | DoneEvent]:
+        if not self._generating.acquire(blocking=False):
+            raise EngineError("a generation is already running")
         try:
             yield from decoder.generate(request, self._cancel)
         finally:

