@@ -8,6 +8,7 @@ unsafe. Writes are atomic (temporary file + ``os.replace``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -17,6 +18,8 @@ from typing import Any
 from outrider import paths
 
 FILE_NAME = "unsafe_models.json"
+MAX_BYTES = 4 * 1024 * 1024  # a registry is a few entries; anything larger is not ours
+log = logging.getLogger(__name__)
 
 
 def _key(model_path: str | os.PathLike[str]) -> str:
@@ -43,11 +46,26 @@ class UnsafeModels:
         return self._path if self._path is not None else paths.data_dir() / FILE_NAME
 
     def _read(self) -> dict[str, Any]:
+        """The entries; a missing, damaged, oversized or too deeply nested file reads as empty (with a note in the
+        log) and is replaced by the next write."""
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            with open(self.path, "rb") as f:
+                raw = f.read(MAX_BYTES + 1)
+        except OSError:
             return {}
-        return data if isinstance(data, dict) else {}
+        if len(raw) > MAX_BYTES:
+            log.warning("%s is larger than %d bytes: ignored", self.path, MAX_BYTES)
+            return {}
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            log.warning("%s is not a readable registry (%s): ignored", self.path, type(exc).__name__)
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        # entries keep only their flat fields (a nested value could not be written back without deep recursion)
+        return {k: {f: x for f, x in v.items() if isinstance(x, (str, int, float, bool)) or x is None}
+                for k, v in data.items() if isinstance(v, dict)}
 
     def _write(self, data: dict[str, Any]) -> None:
         target = self.path
@@ -74,9 +92,10 @@ class UnsafeModels:
         if not isinstance(entry, dict):
             return None
         ident = _identity(key)
-        if ident is not None and entry.get("size") is not None and (entry["size"], entry["mtime_ns"]) != ident:
+        if ident is not None and entry.get("size") is not None and (entry["size"], entry.get("mtime_ns")) != ident:
             return None
-        return str(entry.get("reason", "it crashed the engine"))
+        reason = entry.get("reason")
+        return reason if isinstance(reason, str) else "it crashed the engine"
 
     def is_unsafe(self, model_path: str | os.PathLike[str]) -> bool:
         return self.reason(model_path) is not None
