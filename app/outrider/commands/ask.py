@@ -8,11 +8,19 @@ it ``interrupted`` with the text streamed so far.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import Any
 
 from outrider.commands.base import EXIT_RUNTIME, CliError, print_json
-from outrider.commands.generate import _add_model_options, _text_request, format_summary, is_done, open_engine
+from outrider.commands.generate import (
+    EngineLike,
+    _add_model_options,
+    _text_request,
+    format_summary,
+    is_done,
+    open_engine,
+)
 
 
 def register(sub: Any) -> None:
@@ -40,71 +48,115 @@ def _history_messages(conversation: Any) -> list[Any]:
     return out
 
 
+def _stored_first_turn(store: Any, args: argparse.Namespace) -> int:
+    """Commit the question (and, for a new conversation, the conversation and system prompt) in one transaction.
+
+    Returns the conversation id. A full disk stores nothing: no empty conversation is left behind.
+    """
+    from outrider.store import DiskFullError
+
+    try:
+        if args.conversation is None:
+            conversation_id, _ = store.start_conversation(
+                args.message.strip()[:60], args.message, system=args.system or None
+            )
+            return int(conversation_id)
+        store.add_user_message(args.conversation, args.message)
+        return int(args.conversation)
+    except DiskFullError as exc:
+        raise CliError(
+            f"disk full: your message was not stored in {exc.path}; free some space and ask again", EXIT_RUNTIME
+        ) from None
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
+    from outrider.commands.chats import check_text, open_history, store_error
+    from outrider.commands.generate import _pair_spec
     from outrider.store import (
         ConversationNotFoundError,
-        HistoryStore,
+        DiskFullError,
         MessageStatus,
+        RecordUnreadableError,
         ReplyCheckpointer,
         ReplyStats,
-        Role,
         StoreError,
     )
 
+    # Everything that can be checked is checked before the history is touched: a bad option never leaves an
+    # empty conversation behind.
+    check_text(args.message, "the message")
+    check_text(args.system, "the system prompt (--system)")
     if not args.message.strip():
         raise CliError("the message is empty")
-    try:
-        store = HistoryStore.open()
-    except StoreError as exc:
-        raise CliError(str(exc), EXIT_RUNTIME) from None
+    _text_request(args, chat=args.message)  # --max-tokens, sampling and draft options
+    _pair_spec(args)  # the model files exist
+    store = open_history()
+    engine: EngineLike | None = None
     with store:
-        if args.conversation is None:
-            conversation_id = store.create_conversation(args.message.strip()[:60])
-            if args.system:
-                store.add_message(conversation_id, Role.SYSTEM, args.system)
-        else:
-            conversation_id = args.conversation
-            try:
-                store.get_conversation(conversation_id)
-            except ConversationNotFoundError:
-                raise CliError(f"no conversation with id {conversation_id}") from None
-        engine = open_engine(args)
-        store.add_user_message(conversation_id, args.message)  # committed before generation starts
-        messages = _history_messages(store.get_conversation(conversation_id))
-        request = _text_request(args, history=messages)
-        reply_id = store.begin_reply(conversation_id)
-        checkpointer = ReplyCheckpointer(store, reply_id)
-        text = ""
         try:
-            for event in engine.run(request):
-                if is_done(event):
-                    s = event.stats
-                    stats = ReplyStats(
-                        pair_id=None, draft_mode=s.draft_mode, k=args.draft_max,
-                        temperature=args.temperature, generated=s.generated, drafted=s.drafted,
-                        accepted=s.accepted, acceptance_rate=s.acceptance_rate, tokens_per_s=s.decode_tps,
-                        speedup=s.speedup, speedup_error=s.speedup_error, stop_reason=event.stop_reason,
-                    )
-                    checkpointer.finish(text, MessageStatus.COMPLETE, stats)
+            if args.conversation is not None:
+                try:
+                    store.get_conversation(args.conversation)
+                except ConversationNotFoundError:
+                    raise CliError(f"no conversation with id {args.conversation}") from None
+                except RecordUnreadableError as exc:
+                    raise CliError(str(exc), EXIT_RUNTIME) from None
+            engine = open_engine(args)  # a model that does not load leaves nothing behind either
+            conversation_id = _stored_first_turn(store, args)  # committed before generation starts
+            try:
+                messages = _history_messages(store.get_conversation(conversation_id))
+                request = _text_request(args, history=messages)
+                reply_id = store.begin_reply(conversation_id)
+            except DiskFullError:
+                raise CliError(
+                    f"disk full: the reply cannot be stored; your message is kept in conversation {conversation_id}",
+                    EXIT_RUNTIME,
+                ) from None
+            checkpointer = ReplyCheckpointer(store, reply_id)
+            text = ""
+            try:
+                for event in engine.run(request):
+                    if is_done(event):
+                        s = event.stats
+                        stats = ReplyStats(
+                            pair_id=None, draft_mode=s.draft_mode, k=args.draft_max,
+                            temperature=args.temperature, generated=s.generated, drafted=s.drafted,
+                            accepted=s.accepted, acceptance_rate=s.acceptance_rate, tokens_per_s=s.decode_tps,
+                            speedup=s.speedup, speedup_error=s.speedup_error, stop_reason=event.stop_reason,
+                        )
+                        checkpointer.finish(text, MessageStatus.COMPLETE, stats)
+                        if args.json:
+                            print_json({"event": "done", "conversation": conversation_id, "message": reply_id,
+                                        "stop_reason": event.stop_reason, "stats": s.to_dict()})
+                        else:
+                            sys.stdout.write("\n")
+                            sys.stderr.write(format_summary(s.to_dict(), event.stop_reason) + "\n")
+                            sys.stderr.write(f"-- stored in conversation {conversation_id}\n")
+                        continue
+                    text += event.text
+                    checkpointer.update(text)
                     if args.json:
-                        print_json({"event": "done", "conversation": conversation_id, "message": reply_id,
-                                    "stop_reason": event.stop_reason, "stats": s.to_dict()})
+                        print_json({"event": "step", "tokens": event.tokens, "text": event.text,
+                                    "drafted": event.drafted})
                     else:
-                        sys.stdout.write("\n")
-                        sys.stderr.write(format_summary(s.to_dict(), event.stop_reason) + "\n")
-                        sys.stderr.write(f"-- stored in conversation {conversation_id}\n")
-                    continue
-                text += event.text
-                checkpointer.update(text)
-                if args.json:
-                    print_json({"event": "step", "tokens": event.tokens, "text": event.text,
-                                "drafted": event.drafted})
-                else:
-                    sys.stdout.write(event.text)
-                    sys.stdout.flush()
-        except (KeyboardInterrupt, CliError):
-            checkpointer.finish(text, MessageStatus.INTERRUPTED)  # the partial reply is kept, marked interrupted
-            raise
+                        sys.stdout.write(event.text)
+                        sys.stdout.flush()
+            except (KeyboardInterrupt, CliError):
+                checkpointer.finish(text, MessageStatus.INTERRUPTED)  # the partial reply is kept, interrupted
+                raise
+            except StoreError as exc:  # the disk filled up while the reply was being stored
+                with contextlib.suppress(StoreError):
+                    checkpointer.finish(text, MessageStatus.INTERRUPTED)
+                if isinstance(exc, DiskFullError):
+                    raise CliError(
+                        f"disk full: the reply could not be stored completely; your message is kept in "
+                        f"conversation {conversation_id}",
+                        EXIT_RUNTIME,
+                    ) from None
+                raise store_error(exc) from None
+        except StoreError as exc:
+            raise store_error(exc) from None
         finally:
-            engine.close()
+            if engine is not None:
+                engine.close()
     return 0

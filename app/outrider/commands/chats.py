@@ -1,8 +1,10 @@
 """``outrider chats …``: list, export, import, search, rename, delete and restore stored conversations.
 
 The commands open the same history store as the app (``OUTRIDER_HOME`` relocates it). Bad input (an unknown id,
-an unreadable import file) exits 2 with one line on stderr; a locked data directory (the app is running)
-exits 1. ``--json`` prints one JSON object per line.
+an unreadable import file, text that is not UTF-8, a read-only history, a data directory that cannot be made)
+exits 2 with one line on stderr; a locked data directory (the app is running) or a full disk exits 1. A history
+found damaged is reported on every run that finds it (one ``notice`` line naming the kept file and how much was
+recovered). ``--json`` prints one JSON object per line.
 """
 
 from __future__ import annotations
@@ -19,28 +21,50 @@ from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, print
 from outrider.store import (
     ConversationNotFoundError,
     ConversationSummary,
+    DataDirectoryError,
     ExportFormat,
     HistoryStore,
     ImportFormatError,
     RecordUnreadableError,
     StoreError,
-    StoreLockedError,
+    StoreReadOnlyError,
     UnreadableRecord,
     atomic_write_text,
 )
 
 
-@contextmanager
-def _open_store() -> Iterator[HistoryStore]:
+def store_error(exc: StoreError) -> CliError:
+    """The one line (and exit status) for a store failure: what the user can act on is bad input (2)."""
+    if isinstance(exc, StoreReadOnlyError | DataDirectoryError):
+        return CliError(str(exc), EXIT_BAD_INPUT)
+    return CliError(" ".join(str(exc).split()), EXIT_RUNTIME)  # locked, disk full, …: one line, exit 1
+
+
+def open_history() -> HistoryStore:
+    """Open the history for a command; a damaged history is reported (one stderr line) every time it is found."""
     try:
         store = HistoryStore.open()
-    except StoreLockedError as exc:
-        raise CliError(str(exc), EXIT_RUNTIME) from None
     except StoreError as exc:
-        raise CliError(str(exc), EXIT_RUNTIME) from None
+        raise store_error(exc) from None
+    if store.notice is not None:
+        sys.stderr.write(f"outrider: notice: {store.notice.message}\n")
+    return store
+
+
+def check_text(value: str | None, what: str) -> None:
+    """Refuse text that cannot be stored: command-line bytes that were not UTF-8 arrive as lone surrogates."""
+    if value is None:
+        return
     try:
-        if store.notice is not None:
-            sys.stderr.write(f"outrider: notice: {store.notice.message}\n")
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CliError(f"{what} is not valid UTF-8 text (check the terminal's encoding)") from None
+
+
+@contextmanager
+def _open_store() -> Iterator[HistoryStore]:
+    store = open_history()
+    try:
         yield store
     except ConversationNotFoundError as exc:
         raise CliError(str(exc), EXIT_BAD_INPUT) from None
@@ -49,7 +73,7 @@ def _open_store() -> Iterator[HistoryStore]:
     except ImportFormatError as exc:
         raise CliError(f"cannot import: {exc}", EXIT_BAD_INPUT) from None
     except StoreError as exc:
-        raise CliError(str(exc), EXIT_RUNTIME) from None
+        raise store_error(exc) from None
     finally:
         store.close()
 
@@ -138,6 +162,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    check_text(args.text, "the search text")
     with _open_store() as store:
         hits = store.search(args.text, limit=args.limit)
     for hit in hits:
@@ -159,6 +184,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 def _cmd_rename(args: argparse.Namespace) -> int:
     conversation_id = _conversation_id(args.id)
+    check_text(args.title, "the title")
     title = args.title.strip()
     if not title:
         raise CliError("the title must not be empty")

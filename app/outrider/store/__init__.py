@@ -7,6 +7,8 @@ from outrider.store.checkpoint import ReplyCheckpointer, ReplyWriter
 from outrider.store.errors import (
     ConversationNotFoundError,
     CorruptionNotice,
+    DataDirectoryError,
+    DiskFullError,
     ImportFormatError,
     MessageNotFoundError,
     MigrationError,
@@ -15,6 +17,7 @@ from outrider.store.errors import (
     SchemaTooNewError,
     StoreError,
     StoreLockedError,
+    StoreReadOnlyError,
 )
 from outrider.store.history import DB_FILENAME, ExportFormat, HistoryStore, connect, connection_settings
 from outrider.store.models import (
@@ -30,6 +33,7 @@ from outrider.store.models import (
     SearchHit,
     UnreadableRecord,
 )
+from outrider.store.salvage import SalvageResult
 from outrider.store.schema import CURRENT_VERSION
 
 __all__ = [
@@ -40,6 +44,8 @@ __all__ = [
     "ConversationNotFoundError",
     "ConversationSummary",
     "CorruptionNotice",
+    "DataDirectoryError",
+    "DiskFullError",
     "ExportFormat",
     "HistoryStore",
     "ImportFormatError",
@@ -55,10 +61,12 @@ __all__ = [
     "ReplyStatsRow",
     "ReplyWriter",
     "Role",
+    "SalvageResult",
     "SchemaTooNewError",
     "SearchHit",
     "StoreError",
     "StoreLockedError",
+    "StoreReadOnlyError",
     "UnreadableRecord",
     "atomic_write_bytes",
     "atomic_write_text",

@@ -97,21 +97,69 @@ class SchemaTooNewError(StoreError):
         self.supported = supported
 
 
+class StoreReadOnlyError(StoreError):
+    """The history database (or its folder) cannot be written: a read-only file, folder or file system.
+
+    Attributes:
+        path: the file or folder that is read-only.
+    """
+
+    def __init__(self, path: Path, detail: str = "") -> None:
+        super().__init__(
+            f"the chat history {path} is read-only" + (f" ({detail})" if detail else "")
+            + "; make it writable (chmod u+w) or set OUTRIDER_HOME to another folder"
+        )
+        self.path = path
+
+
+class DiskFullError(StoreError):
+    """A write failed because the disk (or the database's size limit) is full; nothing of it was committed.
+
+    Attributes:
+        path: the database file.
+    """
+
+    def __init__(self, path: Path, detail: str = "") -> None:
+        super().__init__(
+            f"disk full: could not write the chat history {path}"
+            + (f" ({detail})" if detail else "")
+            + "; nothing of this change was saved; free some space and try again"
+        )
+        self.path = path
+
+
+class DataDirectoryError(StoreError):
+    """The data folder cannot be created or is not a folder (``OUTRIDER_HOME`` names a file, no permission)."""
+
+
 @dataclass(frozen=True)
 class CorruptionNotice:
-    """The database file could not be opened; it was moved aside and a fresh one created.
+    """The database file could not be opened; it was moved aside and a new one created with what could be read.
+
+    Shown to the user every time it happens (CLI: one stderr line; GUI: a banner). Never silent.
 
     Attributes:
         moved_to: where the damaged file now lives (kept for recovery, never deleted by Outrider).
         reason: what SQLite said about it.
+        recovered_conversations: conversations copied from the damaged file into the new database.
+        recovered_messages: messages copied from the damaged file into the new database.
     """
 
     moved_to: Path
     reason: str
+    recovered_conversations: int = 0
+    recovered_messages: int = 0
 
     @property
     def message(self) -> str:
+        if self.recovered_messages or self.recovered_conversations:
+            outcome = (
+                f"{self.recovered_messages} message(s) in {self.recovered_conversations} conversation(s) "
+                "were recovered into a new history"
+            )
+        else:
+            outcome = "no messages could be recovered; a new, empty history was started"
         return (
-            f"The chat history database could not be read ({self.reason}). "
-            f"It was kept at {self.moved_to} and a new, empty history was started."
+            f"The chat history database was damaged ({self.reason}). "
+            f"The damaged file was kept at {self.moved_to}; {outcome}."
         )

@@ -15,6 +15,9 @@ from outrider.store.models import Conversation, Message, MessageStatus, ReplySta
 
 FORMAT_NAME = "outrider-history"
 FORMAT_VERSION = 1
+# An export nests 5 levels (document, conversations, conversation, messages, stats); settings a few more.
+# Anything deeper is refused before it can exhaust the stack of a later recursive encoder.
+MAX_NESTING = 64
 
 
 def _iso(ts: float) -> str:
@@ -139,12 +142,39 @@ def _string(value: Any, where: str) -> str:
     return value
 
 
+def _check_tree(doc: Any) -> None:
+    """Refuse lone surrogates (``"\\ud800"`` decodes to one; it cannot be stored as UTF-8) and deep nesting.
+
+    Iterative, so a hostile document cannot exhaust the stack here.
+    """
+    stack: list[tuple[Any, int, str]] = [(doc, 0, "$")]
+    while stack:
+        value, depth, where = stack.pop()
+        if depth > MAX_NESTING:
+            raise ImportFormatError(f"nested more than {MAX_NESTING} levels deep")
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ImportFormatError(f"{where} holds text that is not valid Unicode (a lone surrogate)") from None
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                stack.append((key, depth + 1, f"a key in {where}"))
+                label = key.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(key, str) else "?"
+                stack.append((item, depth + 1, f"{where}.{label}"))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1, f"{where}[{i}]") for i, item in enumerate(value))
+
+
 def parse_json_document(text: str) -> list[ImportedConversation]:
     """Validate a whole export before anything is written (import is all or nothing)."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ImportFormatError(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ImportFormatError(f"nested more than {MAX_NESTING} levels deep") from None
+    _check_tree(doc)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
         raise ImportFormatError('not an Outrider history export (missing "format": "outrider-history")')
     if doc.get("format_version") != FORMAT_VERSION:

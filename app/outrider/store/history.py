@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import json
 import os
 import re
+import shutil
 import sqlite3
 import threading
 import time
@@ -34,6 +36,8 @@ from outrider.store.atomic import atomic_write_text, fsync_directory
 from outrider.store.errors import (
     ConversationNotFoundError,
     CorruptionNotice,
+    DataDirectoryError,
+    DiskFullError,
     ImportFormatError,
     MessageNotFoundError,
     MigrationError,
@@ -41,6 +45,7 @@ from outrider.store.errors import (
     ReplyNotStreamingError,
     SchemaTooNewError,
     StoreError,
+    StoreReadOnlyError,
 )
 from outrider.store.lock import DirectoryLock
 from outrider.store.models import (
@@ -55,6 +60,7 @@ from outrider.store.models import (
     SearchHit,
     UnreadableRecord,
 )
+from outrider.store.salvage import salvage_into
 from outrider.store.schema import MIGRATIONS, Migration, apply_migrations, read_version
 
 DB_FILENAME: Final = "history.sqlite3"
@@ -64,6 +70,13 @@ BUSY_TIMEOUT_S: Final = 5.0
 # SQLite primary result codes that mean "this file is damaged", as opposed to busy/locked/IO trouble.
 _SQLITE_CORRUPT: Final = 11
 _SQLITE_NOTADB: Final = 26
+_SQLITE_READONLY: Final = 8
+_SQLITE_IOERR: Final = 10
+_SQLITE_FULL: Final = 13
+# Below this much free space an I/O error while writing is reported as "disk full" (SQLite reports ENOSPC on
+# its shared-memory and sync paths as a generic "disk I/O error").
+_LOW_SPACE_BYTES: Final = 1 << 20
+_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 
 
 class ExportFormat(StrEnum):
@@ -107,6 +120,34 @@ def connection_settings(conn: sqlite3.Connection) -> dict[str, Any]:
     }
 
 
+def _low_space(directory: Path) -> bool:
+    try:
+        return shutil.disk_usage(directory).free < _LOW_SPACE_BYTES
+    except OSError:
+        return False
+
+
+def _classify(exc: sqlite3.Error, db_path: Path) -> StoreError | None:
+    """A typed error for the failures people can act on (disk full, read-only); ``None`` for the others."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    text = str(exc).lower()
+    if primary == _SQLITE_FULL or "database or disk is full" in text:
+        return DiskFullError(db_path, "database or disk is full")
+    if (primary == _SQLITE_IOERR or "disk i/o error" in text) and _low_space(db_path.parent):
+        return DiskFullError(db_path, "no space left on the device")
+    if primary == _SQLITE_READONLY or "readonly database" in text:
+        return StoreReadOnlyError(db_path)
+    return None
+
+
+def _private_files(db_path: Path) -> None:
+    """The database, its WAL/shared memory and the lock file: owner-only (``0600``), whatever made them."""
+    paths.private_file(db_path)
+    for suffix in (*_SIDE_FILES, ".lock"):
+        paths.private_file(db_path.with_name(db_path.name + suffix))
+
+
 def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int):
@@ -134,12 +175,55 @@ def _free_name(base: Path) -> Path:
 def _move_aside(db_path: Path) -> Path:
     target = _free_name(db_path.with_name(f"{db_path.name}.corrupt-{_timestamp()}"))
     os.replace(db_path, target)
-    for suffix in ("-wal", "-shm", "-journal"):
+    paths.private_file(target)
+    for suffix in _SIDE_FILES:
         side = db_path.with_name(db_path.name + suffix)
         if side.exists():
             os.replace(side, target.with_name(target.name + suffix))
+            paths.private_file(target.with_name(target.name + suffix))
     fsync_directory(db_path.parent)
     return target
+
+
+def _remove_with_side_files(path: Path) -> None:
+    for candidate in (path, *(path.with_name(path.name + suffix) for suffix in _SIDE_FILES)):
+        candidate.unlink(missing_ok=True)
+
+
+def _replace_damaged(
+    db_path: Path, directory: Path, migrations: Sequence[Migration], reason: str
+) -> CorruptionNotice:
+    """Build a new database from what can be read of the damaged one, then swap them; returns the notice.
+
+    The new database is made next to the old one (schema, then the salvaged rows, one transaction each) and
+    only then is the damaged file moved aside (``.corrupt-<time>``, kept) and the new one renamed into place.
+    A failure before the swap (disk full) leaves the damaged file where it was: the next open tries again and
+    says so again; the user is never left with a silently empty history.
+    """
+    tmp = db_path.with_name(f".{db_path.name}.salvage-tmp")
+    _remove_with_side_files(tmp)  # left by a crash during an earlier attempt
+    try:
+        paths.create_private_file(tmp)
+        new = connect(tmp)
+        try:
+            apply_migrations(new, migrations, 0)
+            # Copy what can still be read (table by table, rowid by rowid); indexes and FTS are rebuilt.
+            result = salvage_into(db_path, new, directory)
+        finally:
+            new.close()  # checkpoints and removes its WAL: one self-contained file
+        moved_to = _move_aside(db_path)
+        os.replace(tmp, db_path)
+        fsync_directory(directory)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _remove_with_side_files(tmp)
+        raise
+    return CorruptionNotice(
+        moved_to=moved_to,
+        reason=reason,
+        recovered_conversations=result.conversations,
+        recovered_messages=result.messages,
+    )
 
 
 def _backup(conn: sqlite3.Connection, db_path: Path, version: int) -> Path:
@@ -147,6 +231,7 @@ def _backup(conn: sqlite3.Connection, db_path: Path, version: int) -> Path:
     target = _free_name(db_path.with_name(f"{db_path.name}.backup-v{version}-{_timestamp()}"))
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.unlink(missing_ok=True)
+    paths.create_private_file(tmp)  # 0600 before SQLite writes a byte (it would create it 0644)
     dest = sqlite3.connect(str(tmp), isolation_level=None)
     try:
         conn.backup(dest)
@@ -266,6 +351,29 @@ def _raw_value(kind: str, value: Any) -> Any:
     return {"base64": base64.b64encode(data).decode("ascii"), "sqlite_type": kind}
 
 
+def _data_directory(data_dir: Path | None) -> Path:
+    """The data folder, created ``0700`` (or narrowed to it); a typed store error when it cannot be used."""
+    try:
+        return paths.data_dir() if data_dir is None else paths.private_dir(Path(data_dir))
+    except paths.DataDirError as exc:
+        raise DataDirectoryError(str(exc)) from None
+
+
+def _acquire_lock(db_path: Path, directory: Path) -> DirectoryLock:
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise StoreReadOnlyError(directory, "the folder cannot be written")
+    if os.path.lexists(db_path) and not os.access(db_path, os.W_OK):
+        raise StoreReadOnlyError(db_path)
+    try:
+        return DirectoryLock.acquire(db_path.with_name(db_path.name + ".lock"), directory)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise StoreReadOnlyError(directory, exc.strerror or "") from None
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(db_path, "no space left on the device") from None
+        raise StoreError(f"could not lock the data directory {directory}: {exc.strerror or exc}") from None
+
+
 class HistoryStore:
     """The one writer of a data directory's chat history.
 
@@ -274,7 +382,9 @@ class HistoryStore:
 
     Attributes:
         db_path: the database file.
-        notice: set when the database was found damaged and replaced (show ``notice.message`` once).
+        notice: set when the database was found damaged and replaced by what could be salvaged from it (a
+            ``CorruptionNotice``: where the damaged file was kept, how many messages were recovered). Every
+            front end must show ``notice.message`` (CLI: one stderr line; GUI: the main window's banner).
         recovered_reply_ids: replies that were ``streaming`` at open and are now ``interrupted``.
         backup_path: the pre-migration backup made by this open, if a migration ran.
     """
@@ -311,41 +421,62 @@ class HistoryStore:
             StoreLockedError: another process has this data directory open.
             MigrationError: an upgrade failed and was rolled back (the backup is kept).
             SchemaTooNewError: the database comes from a newer Outrider.
+            StoreReadOnlyError: the database file or its folder cannot be written.
+            DiskFullError: the disk is full (nothing was changed).
+            DataDirectoryError: the data folder cannot be created or is a file.
+            StoreError: any other failure to open the database (one line, no traceback needed).
         """
-        directory = paths.data_dir() if data_dir is None else Path(data_dir)
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = _data_directory(data_dir)
         db_path = directory / filename
-        lock = DirectoryLock.acquire(db_path.with_name(filename + ".lock"), directory)
+        lock = _acquire_lock(db_path, directory)
         conn: sqlite3.Connection | None = None
         try:
-            notice: CorruptionNotice | None = None
             try:
-                conn = connect(db_path)
-                version = cls._check_database(conn)
-            except (sqlite3.DatabaseError, _NotOurDatabase) as exc:
-                if isinstance(exc, sqlite3.DatabaseError) and not _is_corruption(exc):
-                    raise StoreError(f"could not open the history database {db_path}: {exc}") from exc
-                if conn is not None:
-                    conn.close()
-                    conn = None
-                moved = _move_aside(db_path)
-                notice = CorruptionNotice(moved_to=moved, reason=str(exc))
-                conn = connect(db_path)
-                version = 0
-            target = migrations[-1].version
-            if version > target:
-                raise SchemaTooNewError(version, target)
-            backup: Path | None = None
-            if version < target:
-                if version > 0:
-                    backup = _backup(conn, db_path, version)
+                paths.create_private_file(db_path)  # SQLite would create it 0644 (and the WAL like it)
+                _private_files(db_path)
+                notice: CorruptionNotice | None = None
                 try:
-                    apply_migrations(conn, migrations, version)
-                except (sqlite3.Error, StoreError, ValueError, TypeError, KeyError) as exc:
-                    raise MigrationError(version, target, backup, str(exc)) from exc
-            store = cls(conn, lock, db_path, notice, backup)
-            store.recovered_reply_ids = store.recover_interrupted()
-            return store
+                    conn = connect(db_path)
+                    version = cls._check_database(conn)
+                except (sqlite3.DatabaseError, _NotOurDatabase) as exc:
+                    if isinstance(exc, sqlite3.DatabaseError) and not _is_corruption(exc):
+                        raise
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+                    reason = " ".join(str(exc).split())  # one line
+                    notice = _replace_damaged(db_path, directory, migrations, reason)
+                    conn = connect(db_path)
+                    version = cls._check_database(conn)
+                _private_files(db_path)
+                target = migrations[-1].version
+                if version > target:
+                    raise SchemaTooNewError(version, target)
+                backup: Path | None = None
+                if version < target:
+                    if version > 0:
+                        backup = _backup(conn, db_path, version)
+                    try:
+                        apply_migrations(conn, migrations, version)
+                    except (sqlite3.Error, StoreError, ValueError, TypeError, KeyError) as exc:
+                        typed = _classify(exc, db_path) if isinstance(exc, sqlite3.Error) else None
+                        if typed is not None:
+                            raise typed from exc
+                        raise MigrationError(version, target, backup, str(exc)) from exc
+                store = cls(conn, lock, db_path, notice, backup)
+                store.recovered_reply_ids = store.recover_interrupted()
+                return store
+            except sqlite3.Error as exc:
+                typed = _classify(exc, db_path)
+                if typed is not None:
+                    raise typed from exc
+                raise StoreError(f"could not open the history database {db_path}: {exc}") from exc
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFullError(db_path, "no space left on the device") from exc
+                if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise StoreReadOnlyError(Path(exc.filename or db_path), exc.strerror or "") from exc
+                raise StoreError(f"could not open the history database {db_path}: {exc.strerror or exc}") from exc
         except BaseException:
             if conn is not None:
                 conn.close()
@@ -354,9 +485,18 @@ class HistoryStore:
 
     @staticmethod
     def _check_database(conn: sqlite3.Connection) -> int:
-        result = conn.execute("PRAGMA quick_check").fetchone()[0]
-        if result != "ok":
-            raise _NotOurDatabase(f"integrity check failed: {result}")
+        rows = conn.execute("PRAGMA quick_check(100)").fetchall()
+        problems = [
+            line.strip()
+            for row in rows
+            for line in str(row[0]).splitlines()
+            if line.strip() and not line.startswith("*** ")
+        ]
+        if problems != ["ok"]:
+            first = problems[0] if problems else "no details"
+            plus = "+" if len(rows) >= 100 else ""
+            more = f" (and {len(problems) - 1}{plus} more)" if len(problems) > 1 else ""
+            raise _NotOurDatabase(f"integrity check failed: {first}{more}")
         version = read_version(conn)
         if version is None:
             raise _NotOurDatabase("not an Outrider history database")
@@ -408,13 +548,20 @@ class HistoryStore:
             if self._conn is None:
                 raise StoreError("the history store is closed")
             conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                typed = _classify(exc, self.db_path)
+                if typed is not None:
+                    raise typed from exc  # "disk full: …", never a bare "disk I/O error"
                 raise
 
     # ------------------------------------------------------------------------------- conversations
@@ -435,6 +582,38 @@ class HistoryStore:
                 (uuid.uuid4().hex, title, now, now, pair_id, settings_json),
             )
             return int(cur.lastrowid or 0)
+
+    def start_conversation(
+        self,
+        title: str,
+        user_text: str,
+        *,
+        system: str | None = None,
+        pair_id: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> tuple[int, int]:
+        """Create a conversation with its (optional) system prompt and first user message in ONE transaction.
+
+        Either all of it is committed (before generation starts) or, on any failure (disk full), nothing: no
+        empty conversation is left behind. Returns ``(conversation_id, user_message_id)``.
+        """
+        now = time.time()
+        settings_json = json.dumps(dict(settings or {}), ensure_ascii=False, allow_nan=False)
+        insert_message = (
+            "INSERT INTO messages (conversation_id, role, text, status, created_at, updated_at) "
+            "VALUES (?, ?, ?, 'complete', ?, ?)"
+        )
+        with self._write() as conn:
+            cur = conn.execute(
+                "INSERT INTO conversations (uuid, title, created_at, updated_at, pair_id, settings_json) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (uuid.uuid4().hex, title, now, now, pair_id, settings_json),
+            )
+            conversation_id = int(cur.lastrowid or 0)
+            if system:
+                conn.execute(insert_message, (conversation_id, str(Role.SYSTEM), system, now, now))
+            cur = conn.execute(insert_message, (conversation_id, str(Role.USER), user_text, now, now))
+            return conversation_id, int(cur.lastrowid or 0)
 
     def update_conversation_settings(
         self, conversation_id: int, *, pair_id: str | None, settings: Mapping[str, Any]

@@ -28,7 +28,7 @@ class DirectoryLock:
     @classmethod
     def acquire(cls, path: Path, data_dir: Path) -> DirectoryLock:
         """Take the lock or raise ``StoreLockedError`` at once (never waits)."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             _lock_fd(fd)
         except OSError:

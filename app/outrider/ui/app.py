@@ -127,10 +127,10 @@ def _run(smoke_test: bool) -> int:
     bridge = QtEngineBridge()
     window = MainWindow(bridge, store, settings, None if smoke_test else _catalogue_service())
     crashed_last_time = None if smoke_test else crash_notice()
-    if crashed_last_time is not None:
-        window.show_notice(crashed_last_time)
-    elif history.notice is not None:
-        window.show_notice(history.notice.message)
+    # Every start-up notice shows (one banner, a line each): a crash report never hides a damaged history/settings.
+    notices = [n for n in (crashed_last_time, *(x.message for x in (history.notice, settings.notice) if x)) if n]
+    if notices:
+        window.show_notice("\n".join(notices))
     elif history.recovered_reply_ids:
         window.show_notice(f"{len(history.recovered_reply_ids)} reply(ies) were interrupted last time; their text "
                            "so far was kept.")

@@ -1,14 +1,19 @@
 """Typed, persisted settings: one JSON file under ``outrider.paths.data_dir()``, written atomically.
 
 ``AppSettings`` is plain data (a frozen dataclass, validated on load: a bad or unknown value falls back to its
-default, never crashes the app). ``QtSettings`` is the facade the GUI holds: ``set(**changes)`` writes the file
-and emits ``changed`` only for keys whose value really changed (STYLE.md §10). The path is injectable for tests.
+default, never crashes the app). A file that cannot be read as a JSON object at all (truncated, not UTF-8, nested
+too deeply) is never overwritten: ``load_settings`` moves it aside to ``settings.json.damaged-<time>`` and returns
+a ``SettingsNotice`` (plain data) that the GUI shows. ``QtSettings`` is the facade the GUI holds: ``set(**changes)``
+writes the file and emits ``changed`` only for keys whose value really changed (STYLE.md §10). The path is
+injectable for tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +148,67 @@ class AppSettings:
                         context=ContextSettings(n_ctx=self.context_size, threads=self.threads))
 
 
+@dataclasses.dataclass(frozen=True)
+class SettingsNotice:
+    """``settings.json`` could not be read; the defaults are in use and the damaged file was kept aside.
+
+    Attributes:
+        path: the settings file.
+        kept_at: where the damaged file now is (``None`` if it could not be moved: then it is left in place and
+            not overwritten).
+        reason: why it could not be read.
+    """
+
+    path: Path
+    kept_at: Path | None
+    reason: str
+
+    @property
+    def message(self) -> str:
+        if self.kept_at is not None:
+            where = f"it was kept at {self.kept_at}"
+        else:
+            where = "it was left in place and will not be overwritten"
+        return f"Your settings could not be read ({self.reason}): {where}; the default settings are in use."
+
+
+def _keep_aside(path: Path) -> Path | None:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while target.exists():
+        target = path.with_name(f"{path.name}.damaged-{stamp}.{n}")
+        n += 1
+    try:
+        os.replace(path, target)
+    except OSError:
+        return None
+    return target
+
+
+def load_settings(path: Path) -> tuple[AppSettings, SettingsNotice | None]:
+    """The settings in ``path``; a damaged file is moved aside (never overwritten) and reported. Never raises."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return AppSettings(), None
+    except OSError as exc:
+        return AppSettings(), SettingsNotice(path, None, f"it cannot be read: {exc.strerror or exc}")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        reason = "it is not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        reason = f"it is not valid JSON: {exc.msg} at line {exc.lineno}"
+    except RecursionError:
+        reason = "it is nested too deeply"
+    else:
+        if isinstance(data, dict):
+            return AppSettings.from_json(data), None
+        reason = "it is not a JSON object"
+    return AppSettings(), SettingsNotice(path, _keep_aside(path), reason)
+
+
 class QtSettings(QObject):
     """The settings the GUI reads and writes.
 
@@ -152,6 +218,7 @@ class QtSettings(QObject):
 
     Attributes:
         path: the JSON file.
+        notice: set when the file was damaged (kept aside, defaults in use): the GUI shows ``notice.message``.
     """
 
     changed = Signal(list)
@@ -160,14 +227,9 @@ class QtSettings(QObject):
     def __init__(self, path: Path | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.path = path if path is not None else paths.data_dir() / SETTINGS_FILENAME
-        self._value = self._read()
-
-    def _read(self) -> AppSettings:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return AppSettings()
-        return AppSettings.from_json(data)
+        self._value, self.notice = load_settings(self.path)
+        # A damaged file that could not be moved aside stays as it is: changes are kept in memory only.
+        self._keep_file = self.notice is not None and self.notice.kept_at is None
 
     @property
     def value(self) -> AppSettings:
@@ -181,9 +243,13 @@ class QtSettings(QObject):
         if not names:
             return []
         self._value = new
+        if self._keep_file:
+            self.save_failed.emit(f"settings were not saved: {self.path} could not be read and is left untouched")
+            self.changed.emit(names)
+            return names
         try:
             atomic_write_text(self.path, json.dumps(new.to_json(), indent=2, sort_keys=True) + "\n")
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             self.save_failed.emit(f"settings could not be saved to {self.path}: {exc}")
         self.changed.emit(names)
         return names
