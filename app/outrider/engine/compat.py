@@ -33,6 +33,10 @@ _TOKENIZER_MODEL_TO_TYPE = {"no_vocab": 0, "none": 0, "llama": 1, "gpt2": 2, "be
 # pre-tokenizer, so a header without the key is compared as "unspecified".
 _DEFAULT_ADD_BOS = {1: True, 3: True, 4: False}
 _DEFAULT_ADD_EOS = {1: False, 3: False, 4: True}
+# Special-token ids llama.cpp assumes when the GGUF does not give one, or gives one outside the vocabulary (it
+# warns and keeps the default): llama-vocab.cpp, load(); -1 is LLAMA_TOKEN_NULL.
+_DEFAULT_BOS_ID = {0: -1, 1: 1, 2: 11, 3: 101, 4: -1, 5: -1}
+_DEFAULT_EOS_ID = {0: -1, 1: 2, 2: 11, 3: -1, 4: 1, 5: -1}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,12 +121,20 @@ def facts_from_header(header: GGUFHeader) -> VocabFacts:
     tokens = md.get("tokenizer.ggml.tokens", [])
     add_bos = md.get("tokenizer.ggml.add_bos_token")
     add_eos = md.get("tokenizer.ggml.add_eos_token")
+
+    def special_id(key: str, defaults: dict[int, int]) -> int:
+        value = md.get(key)
+        default = defaults.get(vocab_type, -1)
+        if not isinstance(value, int) or isinstance(value, bool):
+            return default
+        return value if 0 <= value < len(tokens) else default
+
     return VocabFacts(
         vocab_type=vocab_type,
         add_bos=bool(add_bos) if add_bos is not None else _DEFAULT_ADD_BOS.get(vocab_type),
-        bos_id=int(md.get("tokenizer.ggml.bos_token_id", -1)),
+        bos_id=special_id("tokenizer.ggml.bos_token_id", _DEFAULT_BOS_ID),
         add_eos=bool(add_eos) if add_eos is not None else _DEFAULT_ADD_EOS.get(vocab_type),
-        eos_id=int(md.get("tokenizer.ggml.eos_token_id", -1)),
+        eos_id=special_id("tokenizer.ggml.eos_token_id", _DEFAULT_EOS_ID),
         token_texts=[str(t) for t in tokens],
     )
 
