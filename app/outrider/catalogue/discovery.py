@@ -2,7 +2,9 @@
 
 Nothing here touches the network: huggingface_hub is imported with ``HF_HUB_OFFLINE=1`` when it was not imported
 yet (``ensure_offline_hub``). sha256 is only taken when it is free: an HF cache blob is named by its LFS sha256,
-an Ollama blob by its digest, and our store keeps verification records.
+and our store keeps verification records. An Ollama blob is named by its digest too, but a blob with the right
+name and size can still hold other bytes: it is hashed once, when it would match a catalogue file, and the verdict
+is cached by path + size + mtime (``ModelStore.content_sha256``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,8 @@ def ensure_offline_hub() -> None:
 
 @dataclasses.dataclass(frozen=True)
 class FoundFile:
-    """A GGUF on disk. ``sha256`` only when known without hashing."""
+    """A GGUF on disk. ``sha256`` only when known without hashing; ``sha256_claimed``: it is only what the file's
+    name says (an Ollama blob), and the content must be hashed before it is trusted."""
 
     path: Path
     name: str  # the file name the publisher gave it (an Ollama blob gets its model name)
@@ -39,6 +42,7 @@ class FoundFile:
     source: str  # hf-cache, lmstudio, ollama, folder, store
     repo: str = ""
     sha256: str | None = None
+    sha256_claimed: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"path": str(self.path), "name": self.name, "size": self.size, "source": self.source,
@@ -139,7 +143,8 @@ class DiscoveryScanner:
                     if not blob.is_file() or not _is_gguf(blob):
                         continue
                     found.append(FoundFile(blob, name, blob.stat().st_size, "ollama", name,
-                                           hexd if algo == "sha256" and SHA256_RE.match(hexd) else None))
+                                           hexd if algo == "sha256" and SHA256_RE.match(hexd) else None,
+                                           sha256_claimed=True))
         return found
 
     def scan_folders(self) -> list[FoundFile]:
@@ -167,16 +172,23 @@ class DiscoveryScanner:
 
     # -- matching -----------------------------------------------------------------------------------------
     @staticmethod
-    def match(model: ModelFile, found: Iterable[FoundFile]) -> FileState | None:
-        """The best on-disk copy of ``model``: a sha256 match beats a name+size match."""
+    def match(model: ModelFile, found: Iterable[FoundFile],
+              content_sha256: Callable[[Path], str | None] | None = None) -> FileState | None:
+        """The best on-disk copy of ``model``: a sha256 match beats a name+size match.
+
+        A digest that is only claimed by a file's name (``sha256_claimed``) is checked with ``content_sha256``
+        (hashes the file; cached) before it counts; without it such a file is not a sha256 match."""
         best: FileState | None = None
         for f in found:
             if f.size != model.size:
                 continue
             if f.sha256 is not None and model.sha256 is not None:
                 if f.sha256 == model.sha256:
-                    return FileState(model, f.path, True, f.source)
-                continue  # same size, different content
+                    if not f.sha256_claimed:
+                        return FileState(model, f.path, True, f.source)
+                    if content_sha256 is not None and content_sha256(f.path) == model.sha256:
+                        return FileState(model, f.path, True, f.source)
+                continue  # same size, different content (or a name that lies about it)
             if f.name.lower() == model.filename.lower() and best is None:
                 best = FileState(model, f.path, False, f.source)
         return best
@@ -188,7 +200,7 @@ class DiscoveryScanner:
         for key, model in catalogue.models.items():
             if model.source != "hf":
                 continue
-            st = self.match(model, files)
+            st = self.match(model, files, self.store.content_sha256)
             if st is not None:
                 out[key] = st
         return out

@@ -12,6 +12,7 @@ No network access and no huggingface_hub import here.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -27,6 +28,8 @@ from outrider.catalogue.schema import REVISION_RE, Catalogue, ModelFile, Pair, f
 from outrider.paths import models_dir
 
 RECORD_SUFFIX = ".outrider.json"
+HASH_CACHE_NAME = ".hash-cache.json"  # sha256 of files outside the store, by real path + size + mtime
+HASH_CACHE_MAX_BYTES = 4 * 1024 * 1024
 PART_SUFFIX = ".part"
 CHUNK = 4 * 1024 * 1024
 
@@ -123,6 +126,7 @@ class ModelStore:
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else models_dir()
         self.root.mkdir(parents=True, exist_ok=True)
+        self._hash_cache: dict[str, Any] | None = None
 
     # -- paths --------------------------------------------------------------------------------------------
     def path_for(self, repo: str, file: str, revision: str) -> Path:
@@ -200,6 +204,47 @@ class ModelStore:
         if path.is_relative_to(self.root):
             self.write_record(path, digest)
         return True
+
+    # -- content hashes of files outside the store -----------------------------------------------------------
+    @property
+    def hash_cache_file(self) -> Path:
+        return self.root / HASH_CACHE_NAME
+
+    def _load_hash_cache(self) -> dict[str, Any]:
+        if self._hash_cache is None:
+            data: Any = None
+            try:
+                with open(self.hash_cache_file, "rb") as f:
+                    raw = f.read(HASH_CACHE_MAX_BYTES + 1)
+                if len(raw) <= HASH_CACHE_MAX_BYTES:
+                    data = json.loads(raw.decode("utf-8"))
+            except (OSError, ValueError, RecursionError):
+                data = None
+            self._hash_cache = data if isinstance(data, dict) else {}
+        return self._hash_cache
+
+    def content_sha256(self, path: Path) -> str | None:
+        """The sha256 of ``path`` (a file found outside the store, e.g. an Ollama blob whose name only *claims* a
+        digest): hashed once, then remembered in ``.hash-cache.json`` by real path, size and mtime, so a later
+        listing does not read the file again. None when the file cannot be read."""
+        try:
+            key = os.path.realpath(path)
+            st = os.stat(key)
+        except OSError:
+            return None
+        cache = self._load_hash_cache()
+        entry = cache.get(key)
+        if (isinstance(entry, dict) and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns
+                and isinstance(entry.get("sha256"), str)):
+            return str(entry["sha256"])
+        try:
+            digest = sha256_file(Path(key))
+        except OSError:
+            return None
+        cache[key] = {"sha256": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        with contextlib.suppress(OSError):  # a read-only store: the verdict is still kept for this process
+            write_json_atomic(self.hash_cache_file, cache)
+        return digest
 
     def quarantine(self, path: Path) -> Path:
         self.quarantine_dir.mkdir(parents=True, exist_ok=True)

@@ -8,10 +8,11 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from tests.support.fake_hf import tiny_catalogue
 from tests.support.tiny_gguf import Family
 
-from outrider.catalogue import DiscoveryScanner, ModelStore, check_local_pair, load_catalogue
+from outrider.catalogue import DiscoveryScanner, FileState, ModelStore, check_local_pair, load_catalogue
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -125,3 +126,38 @@ def test_startup_pair_is_demo_until_a_pair_is_installed(tmp_path: Path, home: Pa
     chosen = startup_pair(cat, store)
     assert chosen is not None and chosen.pair.id == "tiny-pair"
     assert chosen.target_path == store.path_for_model(cat.models["tiny-target"])
+
+
+def test_ollama_blob_with_right_name_and_size_but_other_bytes_is_not_installed(
+        tmp_path: Path, home: Path, tiny_family: Family, monkeypatch: pytest.MonkeyPatch) -> None:
+    import outrider.catalogue.store as store_mod
+
+    cat = load_catalogue(tiny_catalogue(tmp_path / "c.toml", tiny_family.target, tiny_family.draft))
+    ollama = tmp_path / "user" / ".ollama" / "models"
+    blob = _ollama(ollama, "tiny", tiny_family.target)  # named sha256-<the target's sha256>
+    good = blob.read_bytes()
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF
+    blob.write_bytes(bytes(bad))  # same name, same size, corrupt content
+    hashed: list[Path] = []
+    real_sha = store_mod.sha256_file
+
+    def counting(path: Path, progress: object = None) -> str:
+        hashed.append(path)
+        return real_sha(path)
+
+    monkeypatch.setattr(store_mod, "sha256_file", counting)
+
+    def listing() -> dict[str, FileState]:  # a fresh store and scanner, as in each `models list`
+        return DiscoveryScanner(ModelStore(), home=tmp_path / "user", hf_cache=tmp_path / "none",
+                                environ={}).match_catalogue(cat)
+
+    assert "tiny-target" not in listing()
+    assert not store_mod.ModelStore().pair_state(cat.get("tiny-pair"), listing()).installed
+    assert len(hashed) == 1  # hashed lazily once; the verdict is cached by path + size + mtime
+    blob.write_bytes(good)  # repaired (new mtime): hashed again, then trusted
+    found = listing()
+    assert found["tiny-target"].verified and found["tiny-target"].how == "ollama"
+    assert len(hashed) == 2
+    listing()
+    assert len(hashed) == 2
