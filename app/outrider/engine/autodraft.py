@@ -32,6 +32,7 @@ DECAY = 0.9  # weight of the past in the EWMAs (about a 10-step memory)
 PRIOR_SLOPE = 0.25  # extra verify cost per extra token, as a fraction of c_verify(1), until measured
 PROBE_START, PROBE_MAX = 16, 256  # plain steps between speculation probes while plain decoding is chosen
 PROBE_ACCEPTANCE = 0.8  # a probe drafts the k that would be best at this acceptance: long enough to pay
+SHADOW_START, SHADOW_MAX = 8, 128  # plain steps between scorings of the drafter while plain decoding is chosen
 
 
 def expected_tokens_per_pass(a: float, k: int) -> float:
@@ -149,6 +150,8 @@ class AutoDraftLength:
         self._probe_interval = PROBE_START
         self._probing = False
         self.last_choice = self.k_start
+        # Scoring a draft model costs a batched draft pass: while its guesses would not pay, score less often.
+        self.shadow_interval = SHADOW_START
 
     def choose(self) -> int:
         m = self.model
@@ -178,6 +181,9 @@ class AutoDraftLength:
 
     def observe_shadow(self, hits: int, trials: int) -> None:
         self.model.observe_shadow(hits, trials)
+        if trials > 0:
+            would_pay = (self.model.best_k(hits / trials) or 0) > 0
+            self.shadow_interval = SHADOW_START if would_pay else min(self.shadow_interval * 2, SHADOW_MAX)
 
     @property
     def wants_shadow(self) -> bool:

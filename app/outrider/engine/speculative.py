@@ -42,7 +42,6 @@ STOP_LENGTH = "length"  # max tokens reached or the context is full
 STOP_CANCELLED = "cancelled"
 
 PLAIN_PROBE_EVERY = 32  # steps: the longest run without a plain-decoding measurement (~1-2% of the gain)
-SHADOW_EVERY = 8  # plain steps between scoring the drafter on the target's tokens (automatic k only)
 CATCH_UP_TOKENS = 2  # what a draft model evaluates to catch up after a speculative step (last accepted + new)
 
 
@@ -221,7 +220,8 @@ class SpeculativeDecoder:
                 sync_share = min(1.0, CATCH_UP_TOKENS / draft.synced) if draft.synced else 1.0
                 drafting_s = propose_s - draft.sync_s * (1.0 - sync_share)
                 shadow_from = len(committed)
-            elif auto and len(committed) - shadow_from >= SHADOW_EVERY:
+            elif self.auto_policy is not None and auto and (
+                    len(committed) - shadow_from >= self.auto_policy.shadow_interval):
                 hits, trials = self.drafter.observe(committed, shadow_from)
                 shadow_from = len(committed)
                 policy.observe_shadow(hits, trials)
