@@ -3,6 +3,10 @@
 Order of writes (docs/history.md): the user's message is committed before generation starts; the streamed
 reply is checkpointed at least once a second and finished with its statistics; a crash or an interrupt leaves
 it ``interrupted`` with the text streamed so far.
+
+Nothing is stored until everything that can be checked was: the text is UTF-8, the options (``--max-tokens`` …)
+are valid, the model files exist and the pair has loaded. A new conversation, its system prompt and the question
+are then committed in one transaction, so a full disk leaves no empty conversation ("disk full: …", exit 1).
 """
 
 from __future__ import annotations
