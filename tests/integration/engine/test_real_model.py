@@ -104,9 +104,19 @@ def test_utf8_is_never_broken(smol: Engine) -> None:
 
 
 def test_hostile_text_is_cleaned_not_fatal(smol: Engine) -> None:
-    hostile = "a\x00b \ud800 lone surrogate ‮RTL‬ 👩‍👩‍👧"
-    _text, done, _ = _run(smol, TextRequest(messages=(ChatMessage("user", hostile),), max_tokens=5))
-    assert done.stats.generated >= 1
+    hostile = "a\x00b \ud800 lone surrogate \u202eRTL\u202c 👩\u200d👩\u200d👧"
+    cleaned = "ab \ufffd lone surrogate \u202eRTL\u202c 👩\u200d👩\u200d👧"  # NUL gone, the lone surrogate one U+FFFD
+    messages = (ChatMessage("user", hostile),)
+    prompt = smol.tokenize_chat(messages, reserve=5)
+    rendered = b"".join(smol.target.piece(t) for t in prompt).decode("utf-8")  # strict: no broken bytes
+    assert cleaned in rendered
+    assert rendered.count("\ufffd") == 1 and "\x00" not in rendered
+    assert prompt == smol.tokenize_chat((ChatMessage("user", cleaned),), reserve=5)
+    text, done, _ = _run(smol, TextRequest(messages=messages, max_tokens=5))
+    assert done.stats.generated == 5 and done.stats.prompt_tokens == len(prompt)
+    assert text == done.text and "\ufffd" not in text and "\x00" not in text
+    reference, _, _ = _run(smol, TextRequest(messages=(ChatMessage("user", cleaned),), max_tokens=5))
+    assert text == reference
 
 
 def test_prompt_longer_than_context_is_refused_before_decoding(smol: Engine) -> None:
@@ -129,9 +139,14 @@ def test_long_conversation_is_trimmed_keeping_system_and_latest(smol: Engine) ->
 def test_cancel_stops_within_one_step(smol: Engine) -> None:
     events = smol.run(TextRequest(messages=(ChatMessage("user", "Write a long essay about the sea."),), max_tokens=500))
     first = next(events)
-    assert isinstance(first, StepEvent)
-    threading.Thread(target=smol.cancel).start()
+    assert isinstance(first, StepEvent) and first.tokens
+    canceller = threading.Thread(target=smol.cancel)  # from another thread, while the reply is suspended
+    canceller.start()
+    canceller.join()
     rest = list(events)
     done = rest[-1]
     assert isinstance(done, DoneEvent) and done.stop_reason == "cancelled"
-    assert len(rest) <= 3  # at most the step in flight, a held-text flush, then done
+    # No step runs after the cancel: at most a flush of held-back text (no tokens), then done.
+    assert len(rest) <= 2 and all(not e.tokens for e in rest[:-1] if isinstance(e, StepEvent))
+    assert done.stats.generated == len(first.tokens) < 500
+    assert done.text == first.text + "".join(e.text for e in rest[:-1] if isinstance(e, StepEvent))

@@ -66,13 +66,40 @@ def test_long_conversation_is_trimmed_not_refused(loaded: EngineClient) -> None:
     assert done.stats.prompt_tokens < N_CTX
 
 
+# What the engine must receive: UTF-16 surrogate pairs joined, each lone surrogate one U+FFFD, NUL removed,
+# everything else (bidi controls, joiners, C0 controls, noncharacters) kept as it is.
+CLEANED = {
+    "lone_surrogates": "abc \ufffd def \ufffd ghi \ufffd\ufffd",
+    "surrogate_pair": "clipboard \U0001f600 smile",
+    "nul_bytes": "beforeafter",
+    "rtl": HOSTILE["rtl"],
+    "zwj_emoji": HOSTILE["zwj_emoji"],
+    "controls": HOSTILE["controls"],
+}
+
+
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_text_never_crashes(name: str, loaded: EngineClient) -> None:
+def test_hostile_text_is_cleaned_exactly(name: str, loaded: EngineClient) -> None:
+    """The engine receives exactly the cleaned text: a reply to the hostile text is the reply to ``CLEANED``."""
     pid = loaded.pid
-    text = HOSTILE[name]
-    _run(loaded, TextRequest(prompt=text, max_tokens=8))
-    _run(loaded, TextRequest(messages=(ChatMessage("system", text), ChatMessage("user", text)), max_tokens=8,
-                             stop=(text,)))
+    text, cleaned = HOSTILE[name], CLEANED[name]
+    assert clean_text(text) == cleaned
+    assert cleaned.count("\ufffd") == (4 if name == "lone_surrogates" else 0)
+    assert "\x00" not in cleaned
+    cleaned.encode("utf-8")  # no surrogate is left
+
+    def chat(t: str) -> TextRequest:
+        return TextRequest(messages=(ChatMessage("system", t), ChatMessage("user", t)), max_tokens=8, stop=(t,))
+
+    for hostile_request, clean_request in ((TextRequest(prompt=text, max_tokens=8),
+                                            TextRequest(prompt=cleaned, max_tokens=8)),
+                                           (chat(text), chat(cleaned))):
+        steps, done = _run(loaded, hostile_request)
+        ref_steps, ref_done = _run(loaded, clean_request)
+        assert done.stats.prompt_tokens == ref_done.stats.prompt_tokens
+        assert [t for s in steps for t in s.tokens] == [t for s in ref_steps for t in s.tokens]
+        assert done.text == ref_done.text == "".join(s.text for s in steps)
+        done.text.encode("utf-8")
     assert loaded.pid == pid
 
 

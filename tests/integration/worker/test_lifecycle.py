@@ -112,11 +112,16 @@ def test_cancel_mid_generation(client: EngineClient, tiny_family: Family) -> Non
 def test_cancel_from_another_thread_and_close(client: EngineClient, tiny_family: Family) -> None:
     client.load(family_spec(tiny_family))
     gen = client.generate(LONG)
-    timer = threading.Timer(0.01, gen.cancel)
-    timer.start()
-    events = list(gen)
-    timer.join()
-    assert isinstance(events[-1], DoneEvent)
+    first = next(gen)  # the reply is under way (an event, not a timer, says so)
+    assert isinstance(first, StepEvent)
+    canceller = threading.Thread(target=gen.cancel)
+    canceller.start()
+    canceller.join()
+    events = [first, *gen]
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.stop_reason == "cancelled"
+    assert done.stats.generated < LONG.max_tokens
+    assert done.stats.generated == sum(len(e.tokens) for e in events if isinstance(e, StepEvent))
     # an abandoned generation closed early frees the engine for the next request
     with client.generate(LONG) as gen2:
         next(gen2)

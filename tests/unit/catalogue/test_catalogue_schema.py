@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -120,17 +121,49 @@ def test_outrider_catalogue_env_and_errors(tmp_path: Path, monkeypatch: pytest.M
         load_catalogue(tmp_path / "missing.toml")
 
 
-def test_header_compatibility_wherever_both_files_are_local(home: Path) -> None:
-    """For every shipped pair whose files are on this machine, the header-only check passes."""
-    cat = load_catalogue(SHIPPED)
-    store = ModelStore()
+def _check_local_pairs(cat: Any, store: ModelStore) -> dict[str, Any]:
+    """Header-only compatibility of every catalogue pair whose two files are on this machine: id -> report."""
+    reports = {}
     for pair in cat:
         if pair.draft is None:
             continue
         state = store.pair_state(pair)
         if state.target_path and state.draft_path:
-            report = check_files(state.target_path, state.draft_path)
-            assert report.ok, (pair.id, report.reason)
+            reports[pair.id] = check_files(state.target_path, state.draft_path)
+    return reports
+
+
+def _place(store: ModelStore, cat_path: Path, pair_id: str, sources: dict[str, Path]) -> None:
+    """Put a generated catalogue pair's files where the store looks for them (as after a download)."""
+    for model in load_catalogue(cat_path).get(pair_id).files:
+        dest = store.path_for_model(model)
+        assert dest is not None
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(sources[model.file], dest)
+
+
+def test_header_compatibility_of_local_pairs(home: Path, tmp_path: Path, tiny_family: Family) -> None:
+    """Shipped pairs whose files are on this machine pass the header check; the same check, run over generated
+    pairs placed in the store, really runs (> 0 pairs) and tells a compatible pair from an incompatible one."""
+    shipped = load_catalogue(SHIPPED)
+    assert len([p for p in shipped if p.draft is not None]) >= 10  # there are pairs to check
+    store = ModelStore()
+    for pair_id, report in _check_local_pairs(shipped, store).items():
+        assert report.ok, (pair_id, report.reason)
+
+    good = tiny_catalogue(tmp_path / "good.toml", tiny_family.target, tiny_family.draft, repo="org/good-GGUF",
+                          demo=False)
+    bad = tiny_catalogue(tmp_path / "bad.toml", tiny_family.target, tiny_family.incompatible,
+                         repo="org/bad-GGUF", demo=False)
+    sources = {p.name: p for p in (tiny_family.target, tiny_family.draft, tiny_family.incompatible)}
+    assert _check_local_pairs(load_catalogue(good), store) == {}  # nothing placed yet: nothing checked
+    _place(store, good, "tiny-pair", sources)
+    _place(store, bad, "tiny-pair", sources)
+    good_reports = _check_local_pairs(load_catalogue(good), store)
+    bad_reports = _check_local_pairs(load_catalogue(bad), store)
+    assert list(good_reports) == list(bad_reports) == ["tiny-pair"]
+    assert good_reports["tiny-pair"].ok
+    assert (bad_reports["tiny-pair"].ok, bad_reports["tiny-pair"].rule) == (False, "vocab_size")
 
 
 def test_compatibility_of_a_generated_catalogue_pair(tmp_path: Path, tiny_family: Family) -> None:
