@@ -86,12 +86,14 @@ def test_kill_9_mid_generation_reports_promptly_with_partial_text(
     with pytest.raises(EngineCrashed) as info:
         for _ in gen:
             pass
-    assert time.monotonic() - t_kill < 1.0
+    # "Promptly": the client notices the closed pipe, it does not wait for a timeout (generate has none). The
+    # bound is generous so that a loaded machine does not fail it; a hang would still fail it.
+    assert time.monotonic() - t_kill < 10.0
     crash = info.value
     assert str(crash) == "engine crashed (SIGKILL) while generating"
     assert crash.partial_text.startswith(first.text) and crash.partial_text == gen.text
     assert gen.interrupted
-    assert _pid_gone(pid, 1.0), "the killed engine was reaped (no zombie)"
+    assert _pid_gone(pid, 10.0), "the killed engine was reaped (no zombie)"  # returns as soon as it is
     client.load(family_spec(tiny_family))  # a new process, at once
     assert client.pid != pid
     generate_text(client)
@@ -174,7 +176,7 @@ def test_shutdown_with_model_loaded(tiny_family: Family) -> None:
     pid, log_path = c.pid, c.log_path
     assert pid is not None and log_path is not None
     assert c.stop() == 0
-    assert _pid_gone(pid, 1.0)
+    assert _pid_gone(pid, 10.0)
     assert not os.path.exists(log_path), "a clean exit leaves no log behind"
     with pytest.raises(EngineNotRunning):
         c.generate(TextRequest(prompt="hello", max_tokens=4))
@@ -210,7 +212,7 @@ def test_engine_dies_with_its_parent(tiny_family: Family, tmp_path: Path) -> Non
     child_pid = int(parent.stdout.readline())
     parent.kill()
     parent.wait()
-    assert _pid_gone(child_pid, 2.0, zombie_ok=True), "the engine outlived the app"
+    assert _pid_gone(child_pid, 20.0, zombie_ok=True), "the engine outlived the app"
 
 
 def test_client_never_imports_llama_cpp(tiny_family: Family, tmp_path: Path) -> None:

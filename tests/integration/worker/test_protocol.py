@@ -43,7 +43,9 @@ def test_bench_stream_is_complete_and_batched(client: EngineClient) -> None:
     assert tokens == [i % 1000 + 3 for i in range(n)]
     assert gen.text == " tok" * n
     assert messages < n / 4, "steps travel in batches"
-    assert n / elapsed > 2_000  # loose here; tests/benchmarks/bench_protocol.py measures it properly
+    # Throughput is measured by tests/benchmarks/bench_protocol.py; here only a bound no loaded machine misses
+    # (20 000 tokens in 2 minutes) while a per-token round trip or a stall would still exceed it.
+    assert elapsed < 120
 
 
 def test_framed_pipe_roundtrip_and_limits() -> None:
