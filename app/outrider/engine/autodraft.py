@@ -32,6 +32,7 @@ DECAY = 0.9  # weight of the past in the EWMAs (about a 10-step memory)
 PRIOR_SLOPE = 0.25  # extra verify cost per extra token, as a fraction of c_verify(1), until measured
 PROBE_START, PROBE_MAX = 16, 256  # plain steps between speculation probes while plain decoding is chosen
 PROBE_ACCEPTANCE = 0.8  # a probe drafts the k that would be best at this acceptance: long enough to pay
+STALE_AFTER = 64  # observations after which a batch size's measured cost is forgotten (batch 1 is kept fresh)
 SHADOW_START, SHADOW_MAX = 8, 128  # plain steps between scorings of the drafter while plain decoding is chosen
 
 
@@ -58,6 +59,8 @@ class CostModel:
     def __init__(self, k_max: int) -> None:
         self.k_max = k_max
         self.verify = [_Ewma() for _ in range(k_max + 2)]  # index = batch size n
+        self._observations = 0
+        self._stamp = [0] * (k_max + 2)  # observation count when each batch size was last measured
         self.draft_per_token = _Ewma()
         self._accepted = 0.0
         self._rejections = 0.0
@@ -65,8 +68,10 @@ class CostModel:
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
         self._line_cache = None
+        self._observations += 1
         if 1 <= batch < len(self.verify):
             self.verify[batch].add(verify_s)
+            self._stamp[batch] = self._observations
         if drafted > 0:
             self.draft_per_token.add(draft_s / drafted)
             self._accepted = DECAY * self._accepted + accepted
@@ -85,7 +90,7 @@ class CostModel:
 
     def verify_cost(self, n: int) -> float | None:
         """Estimated seconds for a target pass over n tokens (None before any measurement)."""
-        exact = self.verify[n].value if n < len(self.verify) else None
+        exact = self._fresh(n)
         if exact is not None:
             return exact
         line = self._verify_line()
@@ -94,12 +99,22 @@ class CostModel:
         intercept, slope = line
         return max(intercept + slope * n, 1e-9)
 
+    def _fresh(self, n: int) -> float | None:
+        """The measured cost of a batch of n, unless it was last measured more than STALE_AFTER observations ago:
+        one pass timed during a burst of machine load must not keep k at 0 for the rest of the session (a stale
+        size is re-estimated from the fresh ones, and re-measured when k comes back to it)."""
+        if n >= len(self.verify) or self.verify[n].value is None:
+            return None
+        if n > 1 and self._observations - self._stamp[n] > STALE_AFTER:
+            return None
+        return self.verify[n].value
+
     def _verify_line(self) -> tuple[float, float] | None:
         """(intercept, slope) of verify cost against batch size, fitted to the measured sizes; cached until the
         next observation (``choose`` asks for every k each step: this keeps the per-step cost at microseconds)."""
         if self._line_cache is not None:
             return self._line_cache
-        measured = [(float(i), float(e.value)) for i, e in enumerate(self.verify) if e.value is not None]
+        measured = [(float(i), value) for i in range(1, len(self.verify)) if (value := self._fresh(i)) is not None]
         if not measured:
             return None
         if len(measured) == 1:
