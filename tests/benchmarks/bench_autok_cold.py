@@ -1,9 +1,10 @@
-"""Automatic k from a cold start: the first reply of a freshly loaded pair, against every fixed k and plain.
+"""Automatic k from a cold start (and warm), against every fixed k and plain decoding.
 
     python tests/benchmarks/bench_autok_cold.py [--quick] [--runs N] [--tokens N] [--threads N]
 
 For each pair, each run resets what automatic k has learned (a new cost model, as after a load) and then times,
-interleaved in one process: plain decoding, fixed k for each k in --ks, and auto. Rows:
+interleaved in one process: plain decoding, fixed k for each k in --ks, auto cold (the first reply after the
+reset) and auto warm (the next reply, keeping what the cold one learned, as in a chat). Rows:
 
 - the engine benchmark's generated families (target 12 x 1024 F16, draft = its first layer) at three acceptance
   levels and with an unrelated draft, greedy, prompt as in bench_engine.py;
@@ -52,10 +53,11 @@ def smollm2_path() -> Path | None:
 
 
 def one_reply(engine: Engine, prompt: list[int], tokens: int, *, k: int | None, plain: bool = False,
-              ignore_eos: bool = True) -> tuple[float, float | None, int]:
-    """Decode tok/s, k_mean and tokens of one reply. ``k=None`` is automatic k, reset first (a cold start)."""
+              ignore_eos: bool = True, warm: bool = False) -> tuple[float, float | None, int]:
+    """Decode tok/s, k_mean and tokens of one reply. ``k=None`` is automatic k, reset first (a cold start)
+    unless ``warm`` (it then keeps what the replies before taught it, as in a chat)."""
     decoder = engine._decoder_or_raise()
-    if k is None:
+    if k is None and not warm:
         decoder.auto_policy = None
     done = None
     for event in engine.generate(prompt, max_tokens=tokens, draft=DraftParams(k=k), plain=plain,
@@ -72,12 +74,13 @@ def measure(engine: Engine, prompt: list[int], tokens: int, ks: list[int], runs:
     one_reply(engine, prompt, 8, k=2, ignore_eos=ignore_eos)  # page the weights in; auto is reset anyway
     for rep in range(runs):
         order: list[tuple[str, int | None, bool]] = [("plain", 0, True), *((f"k={k}", k, False) for k in ks),
-                                                      ("auto (cold)", None, False)]
+                                                      ("auto (cold)", None, False), ("auto (warm)", None, False)]
         if rep % 2:
-            order.reverse()
+            order = [*reversed(order[:-2]), order[-2], order[-1]]  # warm always right after its cold reply
+            order = [order[-2], order[-1], *order[:-2]]
         for name, k, plain in order:
             samples.setdefault(name, []).append(one_reply(engine, prompt, tokens, k=k, plain=plain,
-                                                          ignore_eos=ignore_eos))
+                                                          ignore_eos=ignore_eos, warm=name == "auto (warm)"))
     return samples
 
 
@@ -85,8 +88,9 @@ def summarise(label: str, samples: dict[str, list[tuple[float, float | None, int
     med = {name: statistics.median(s[0] for s in rs) for name, rs in samples.items()}
     best_k = max(ks, key=lambda k: med[f"k={k}"])
     auto_k = statistics.median((s[1] or 0.0) for s in samples["auto (cold)"])
+    warm_k = statistics.median((s[1] or 0.0) for s in samples["auto (warm)"])
     row = {"pair": label, "plain": med["plain"], "best_k": best_k, "best": med[f"k={best_k}"],
-           "auto": med["auto (cold)"], "auto_k": auto_k, "all": med}
+           "auto": med["auto (cold)"], "auto_k": auto_k, "warm": med["auto (warm)"], "warm_k": warm_k, "all": med}
     print(f"{label}: " + ", ".join(f"{n} {v:.1f}" for n, v in med.items()), flush=True)
     return row
 
@@ -129,19 +133,23 @@ def main() -> int:
                               measure(engine, prompt, tokens, ks, args.runs, ignore_eos=False), ks))
         engine.unload()
     lines = [
-        f"### Automatic k from a cold start — CPU {platform.machine()}, {args.threads} threads, "
+        f"## Automatic k, cold and warm — CPU {platform.machine()}, {args.threads} threads, "
         f"{time.strftime('%Y-%m-%d')}",
         "",
-        f"First reply after a reset of automatic k, {tokens} tokens, median of {args.runs} interleaved runs "
+        f"Cold: the first reply after a reset of automatic k; warm: the reply after it. {tokens} tokens, "
+        f"median of {args.runs} interleaved runs "
         "(`python tests/benchmarks/bench_autok_cold.py`). Goals: auto ≥ 0.90× best fixed k on the copying task, "
         "≥ 0.95× plain with an unrelated draft, ≥ best fixed k − 5% on the family pairs.",
         "",
-        "| pair | plain tok/s | best fixed k | auto tok/s (mean k) | auto/best fixed | auto/plain |",
-        "|---|---|---|---|---|---|",
+        "| pair | plain tok/s | best fixed k | cold auto tok/s (mean k) | cold/best fixed | cold/plain "
+        "| warm auto tok/s (mean k) | warm/best fixed | warm/plain |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(f"| {r['pair']} | {r['plain']:.1f} | {r['best_k']}: {r['best']:.1f} | {r['auto']:.1f} "
-                     f"({r['auto_k']:.1f}) | {r['auto'] / r['best']:.2f}× | {r['auto'] / r['plain']:.2f}× |")
+                     f"({r['auto_k']:.1f}) | {r['auto'] / r['best']:.2f}× | {r['auto'] / r['plain']:.2f}× "
+                     f"| {r['warm']:.1f} ({r['warm_k']:.1f}) | {r['warm'] / r['best']:.2f}× "
+                     f"| {r['warm'] / r['plain']:.2f}× |")
     lines += ["", "All configurations (tok/s):", ""]
     lines += [f"- {r['pair']}: " + ", ".join(f"{n} {v:.1f}" for n, v in r["all"].items()) for r in rows]
     text = "\n".join(lines) + "\n"

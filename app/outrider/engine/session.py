@@ -1,4 +1,4 @@
-"""The engine: a loaded target (+ draft model or prompt lookup), chat formatting, generation, calibration.
+"""The engine: a loaded target (+ draft model or prompt lookup), chat formatting and generation.
 
 This is what the worker process (and ``--in-process`` CLI runs) drive. One generation at a time. The speed-up
 against plain decoding is measured inside each reply (``stats.PlainRateMeter``), not calibrated at load.
