@@ -24,7 +24,7 @@ from PySide6.QtCore import QElapsedTimer, QTimer
 from PySide6.QtWidgets import QApplication
 
 import outrider.ui  # noqa: F401 (applies the Qt work-arounds)
-from outrider.store import HistoryStore
+from outrider.history import HistoryStore
 from outrider.ui.engine_bridge import QtEngineBridge
 from outrider.ui.main_window import MainWindow
 from outrider.ui.settings import QtSettings

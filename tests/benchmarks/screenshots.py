@@ -29,7 +29,7 @@ from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication
 
 import outrider.ui  # noqa: F401 (applies the Qt work-arounds)
-from outrider.store import HistoryStore, Role
+from outrider.history import HistoryStore, Role
 from outrider.ui.chat_session import PairChoice
 from outrider.ui.engine_bridge import QtEngineBridge
 from outrider.ui.main_window import MainWindow

@@ -45,7 +45,7 @@ def _no_dangling_threads() -> Iterator[None]:
 @pytest.fixture
 def app_parts(qtbot: object) -> Iterator[dict[str, object]]:
     """Bridge, store and settings of a fresh data directory (closed after the test)."""
-    from outrider.store import HistoryStore
+    from outrider.history import HistoryStore
     from outrider.ui.engine_bridge import QtEngineBridge
     from outrider.ui.settings import QtSettings
     from outrider.ui.store_bridge import QtStoreBridge

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 
-from outrider.store import HistoryStore, Role
+from outrider.history import HistoryStore, Role
 from outrider.ui.conversation_list import ConversationRole
 from outrider.ui.engine_bridge import QtEngineBridge
 from outrider.ui.main_window import MainWindow

@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCharFormat
 
-from outrider.store import MessageStatus, Role
+from outrider.history import MessageStatus, Role
 from outrider.ui.live_stats import format_speedup
 
 pytestmark = pytest.mark.smollm

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from outrider.catalogue.schema import DraftSettings
-from outrider.store import HistoryStore
+from outrider.history import HistoryStore
 from outrider.ui.app import _startup_choice
 from outrider.ui.chat_session import PairChoice as SessionChoice
 from outrider.ui.engine_bridge import QtEngineBridge

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from PySide6.QtGui import QKeySequence
 
-from outrider.store import HistoryStore, MessageStatus
+from outrider.history import HistoryStore, MessageStatus
 from outrider.ui.chat_session import PairChoice
 from outrider.ui.engine_bridge import QtEngineBridge
 from outrider.ui.main_window import ACTION_NEW_CHAT, MainWindow

@@ -40,7 +40,7 @@ def register(sub: Any) -> None:
 
 def _history_messages(conversation: Any) -> list[Any]:
     from outrider.engine.params import ChatMessage
-    from outrider.store import Message, MessageStatus
+    from outrider.history import Message, MessageStatus
 
     out = []
     for m in conversation.messages:
@@ -57,7 +57,7 @@ def _stored_first_turn(store: Any, args: argparse.Namespace) -> int:
 
     Returns the conversation id. A full disk stores nothing: no empty conversation is left behind.
     """
-    from outrider.store import DiskFullError
+    from outrider.history import DiskFullError
 
     try:
         if args.conversation is None:
@@ -76,7 +76,7 @@ def _stored_first_turn(store: Any, args: argparse.Namespace) -> int:
 def cmd_ask(args: argparse.Namespace) -> int:
     from outrider.commands.chats import check_text, open_history, store_error
     from outrider.commands.generate import _pair_spec
-    from outrider.store import (
+    from outrider.history import (
         ConversationNotFoundError,
         DiskFullError,
         MessageStatus,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, print_json
-from outrider.store import (
+from outrider.history import (
     ConversationNotFoundError,
     ConversationSummary,
     DataDirectoryError,

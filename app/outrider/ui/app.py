@@ -98,7 +98,7 @@ def _run(smoke_test: bool) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox
 
-    from outrider.store import HistoryStore, StoreError, StoreLockedError
+    from outrider.history import HistoryStore, StoreError, StoreLockedError
     from outrider.ui.engine_bridge import QtEngineBridge
     from outrider.ui.main_window import MainWindow
     from outrider.ui.settings import QtSettings

@@ -14,7 +14,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from outrider.store import (
+from outrider.history import (
     ConversationNotFoundError,
     HistoryStore,
     Message,

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.store import ConversationSummary, SearchHit, UnreadableRecord
+from outrider.history import ConversationSummary, SearchHit, UnreadableRecord
 
 UNDO_MS = 8000
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from outrider.store import (
+from outrider.history import (
     Conversation,
     ConversationSummary,
     HistoryStore,

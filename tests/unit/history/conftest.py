@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from outrider.store import HistoryStore
+from outrider.history import HistoryStore
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from outrider.store import (
+from outrider.history import (
     CURRENT_VERSION,
     Conversation,
     ConversationNotFoundError,
@@ -32,8 +32,8 @@ from outrider.store import (
     atomic_write_text,
     connect,
 )
-from outrider.store import atomic as atomic_module
-from outrider.store.schema import MIGRATIONS, Migration, create_database
+from outrider.history import atomic as atomic_module
+from outrider.history.schema import MIGRATIONS, Migration, create_database
 
 STATS = ReplyStats(
     pair_id="qwen-0.5b+7b",

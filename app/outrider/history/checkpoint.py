@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from outrider.store.models import MessageStatus, ReplyStats
+from outrider.history.models import MessageStatus, ReplyStats
 
 
 class ReplyWriter(Protocol):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from outrider import paths
-from outrider.store import (
+from outrider.history import (
     CorruptionNotice,
     DataDirectoryError,
     DiskFullError,

@@ -31,9 +31,9 @@ from types import TracebackType
 from typing import Any, Final
 
 from outrider import paths
-from outrider.store import formats
-from outrider.store.atomic import atomic_write_text, fsync_directory
-from outrider.store.errors import (
+from outrider.history import formats
+from outrider.history.atomic import atomic_write_text, fsync_directory
+from outrider.history.errors import (
     ConversationNotFoundError,
     CorruptionNotice,
     DataDirectoryError,
@@ -47,8 +47,8 @@ from outrider.store.errors import (
     StoreError,
     StoreReadOnlyError,
 )
-from outrider.store.lock import DirectoryLock
-from outrider.store.models import (
+from outrider.history.lock import DirectoryLock
+from outrider.history.models import (
     Conversation,
     ConversationSummary,
     ImportResult,
@@ -60,8 +60,8 @@ from outrider.store.models import (
     SearchHit,
     UnreadableRecord,
 )
-from outrider.store.salvage import salvage_into
-from outrider.store.schema import MIGRATIONS, Migration, apply_migrations, read_version
+from outrider.history.salvage import salvage_into
+from outrider.history.schema import MIGRATIONS, Migration, apply_migrations, read_version
 
 DB_FILENAME: Final = "history.sqlite3"
 DEFAULT_TITLE: Final = "New chat"

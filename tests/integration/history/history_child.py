@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from outrider.store import HistoryStore, MessageStatus, ReplyCheckpointer, ReplyStats
+from outrider.history import HistoryStore, MessageStatus, ReplyCheckpointer, ReplyStats
 
 TOKENS = 40
 CHECKPOINT_INTERVAL_S = 0.004

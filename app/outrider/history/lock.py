@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from outrider.store.errors import StoreLockedError
+from outrider.history.errors import StoreLockedError
 
 
 class DirectoryLock:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from outrider.store import HistoryStore, Message
+from outrider.history import HistoryStore, Message
 
 pytestmark = pytest.mark.smollm
 

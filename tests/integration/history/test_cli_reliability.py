@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from outrider.store import HistoryStore
+from outrider.history import HistoryStore
 
 BAD_UTF8 = b"caf\xe9 au lait"  # Latin-1 bytes on a UTF-8 command line: Python sees lone surrogates
 

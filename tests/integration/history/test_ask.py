@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from outrider.store import HistoryStore, MessageStatus
+from outrider.history import HistoryStore, MessageStatus
 
 
 def ask(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from outrider.store.atomic import atomic_write_bytes, atomic_write_text
-from outrider.store.checkpoint import ReplyCheckpointer, ReplyWriter
-from outrider.store.errors import (
+from outrider.history.atomic import atomic_write_bytes, atomic_write_text
+from outrider.history.checkpoint import ReplyCheckpointer, ReplyWriter
+from outrider.history.errors import (
     ConversationNotFoundError,
     CorruptionNotice,
     DataDirectoryError,
@@ -19,8 +19,8 @@ from outrider.store.errors import (
     StoreLockedError,
     StoreReadOnlyError,
 )
-from outrider.store.history import DB_FILENAME, ExportFormat, HistoryStore, connect, connection_settings
-from outrider.store.models import (
+from outrider.history.history import DB_FILENAME, ExportFormat, HistoryStore, connect, connection_settings
+from outrider.history.models import (
     UNREADABLE_LABEL,
     Conversation,
     ConversationSummary,
@@ -33,8 +33,8 @@ from outrider.store.models import (
     SearchHit,
     UnreadableRecord,
 )
-from outrider.store.salvage import SalvageResult
-from outrider.store.schema import CURRENT_VERSION
+from outrider.history.salvage import SalvageResult
+from outrider.history.schema import CURRENT_VERSION
 
 __all__ = [
     "CURRENT_VERSION",

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from outrider.store import HistoryStore, MessageStatus, Role, connect
-from outrider.store.schema import create_database
+from outrider.history import HistoryStore, MessageStatus, Role, connect
+from outrider.history.schema import create_database
 
 CHILD = Path(__file__).with_name("history_child.py")
 STREAM_KILLS = 60
@@ -337,7 +337,7 @@ def held_store(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
 
 
 def test_second_instance_is_refused_while_the_first_runs(tmp_path: Path, held_store: subprocess.Popen[str]) -> None:
-    from outrider.store import StoreLockedError
+    from outrider.history import StoreLockedError
 
     with pytest.raises(StoreLockedError) as info:
         HistoryStore.open(tmp_path)

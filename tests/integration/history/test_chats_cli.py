@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from outrider.store import HistoryStore, MessageStatus, ReplyStats
+from outrider.history import HistoryStore, MessageStatus, ReplyStats
 
 CHILD = Path(__file__).with_name("history_child.py")
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from outrider.store.errors import ImportFormatError
-from outrider.store.models import Conversation, Message, MessageStatus, ReplyStats, Role, UnreadableRecord
+from outrider.history.errors import ImportFormatError
+from outrider.history.models import Conversation, Message, MessageStatus, ReplyStats, Role, UnreadableRecord
 
 FORMAT_NAME = "outrider-history"
 FORMAT_VERSION = 1
