@@ -5,15 +5,34 @@ ship inside downloaded files: CVE-2024-34359), with ``raise_exception`` and ``st
 rendered text already contains the template's BOS, so it is tokenised without adding special tokens and with
 special-token parsing on. A model without a template gets ChatML when its vocabulary has ChatML markers, and a
 plain "User:/Assistant:" layout otherwise.
+
+A template is also bounded in time and size (``TemplateLimitError``): every render has a deadline
+(``RENDER_SECONDS``, checked on each line the compiled template runs, in ``range`` and in every call), and the
+operations that can blow up in one C call are checked *before* they run — ``*``, ``**``, ``+``, ``%`` and ``~`` on
+strings, lists and integers, ``range`` (at most ``MAX_RANGE`` items), string methods and filters that pad or
+repeat (``center``, ``ljust``, ``zfill``, ``expandtabs``, ``replace``, ``indent``, ``format`` widths…) — against a
+per-render output budget, and the output itself is capped. Deep recursion (a macro calling itself) is caught.
+A template that breaks a limit on the sample conversation at load is replaced by the built-in one (the engine
+notes it: ``session._chat_formatter``); one that breaks it later, on a real conversation, is replaced from then
+on, and the note waits in ``ChatFormatter.take_notes()``.
 """
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import datetime
-from collections.abc import Callable, Sequence
+import functools
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 from typing import Any
 
 import jinja2
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.nodes import Concat
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from outrider.engine.errors import ContextOverflowError, TemplateError
@@ -31,20 +50,221 @@ PLAIN_TEMPLATE = (
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 MAX_RENDERED_CHARS = 50_000_000  # a template that expands beyond this is treated as hostile
+BASE_RENDER_CHARS = 1_000_000  # a render may produce this much plus OUTPUT_PER_INPUT_CHAR per character of input
+OUTPUT_PER_INPUT_CHAR = 4
+RENDER_SECONDS = 2.0  # a chat template renders in milliseconds; one that takes seconds is hostile
+MAX_RANGE = 100_000  # items of one range() (Jinja's sandbox limit)
+MAX_INT_BITS = 1 << 16  # integers a template computes (about 20,000 digits)
+MAX_CALL_INT = 100_000  # an integer argument to a method or filter (a width, a count)
+_WIDE_FORMAT = re.compile(r"\d{6,}|%[-+ #0]*\*")  # a format width of a million or more, or a width from args
+_EXPANDING_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs", "replace", "join", "format",
+                                "format_map"})
+_EXPANDING_FILTERS = frozenset({"center", "indent", "wordwrap", "format", "replace", "join", "batch", "slice"})
 
 
+class TemplateLimitError(TemplateError):
+    """A chat template exceeded its time or size budget (or recursed too deeply) while rendering."""
+
+
+@dataclasses.dataclass
+class _Budget:
+    seconds: float
+    deadline: float
+    max_chars: int
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise TemplateLimitError(f"the model's chat template took longer than {self.seconds:g} s to render")
+
+    def check_size(self, n: int, what: str = "text") -> None:
+        if n > self.max_chars:
+            raise TemplateLimitError(f"the model's chat template tried to build {what} of {n:,} items "
+                                     f"(the limit is {self.max_chars:,})")
+
+
+_BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("outrider_template_budget", default=None)
+
+
+def _budget() -> _Budget:
+    budget = _BUDGET.get()
+    if budget is None:  # rendering outside ChatFormatter.render (a test): the defaults
+        budget = _Budget(RENDER_SECONDS, time.monotonic() + RENDER_SECONDS, MAX_RENDERED_CHARS)
+        _BUDGET.set(budget)
+    return budget
+
+
+def _size(value: Any) -> int | None:
+    return len(value) if isinstance(value, str | bytes | list | tuple) else None
+
+
+def _check_int(value: Any, budget: _Budget) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
+        raise TemplateLimitError(f"the model's chat template computed an integer of {value.bit_length():,} bits")
+
+
+def _check_product(left: Any, right: Any, budget: _Budget) -> None:
+    """``left * right`` before it runs: a repeated sequence within the budget, integers within MAX_INT_BITS."""
+    for seq, n in ((left, right), (right, left)):
+        size = _size(seq)
+        if size is not None and isinstance(n, int):
+            budget.check_size(size * max(0, n), "a repeated string or list")
+            return
+    if isinstance(left, int) and isinstance(right, int) and left.bit_length() + right.bit_length() > MAX_INT_BITS:
+        raise TemplateLimitError("the model's chat template multiplies integers that are too large")
+
+
+def _check_power(left: Any, right: Any) -> None:
+    if (isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1
+            and left.bit_length() * right > MAX_INT_BITS):
+        raise TemplateLimitError(f"the model's chat template computes {left}**{right}, an integer that is "
+                                     "too large")
+
+
+def _check_format(fmt: Any) -> None:
+    if isinstance(fmt, str) and _WIDE_FORMAT.search(fmt):
+        raise TemplateLimitError("the model's chat template uses a format width that is too large")
+
+
+def _check_args(args: Sequence[Any], kwargs: dict[str, Any], budget: _Budget, subject: Any, expanding: bool) -> None:
+    """Arguments of a call from a template: no huge counts or widths; an expanding call within the budget."""
+    numbers = [v for v in (*args, *kwargs.values()) if isinstance(v, int) and not isinstance(v, bool)]
+    if any(abs(n) > MAX_CALL_INT for n in numbers):
+        raise TemplateLimitError(f"the model's chat template passes a number larger than {MAX_CALL_INT:,}")
+    if not expanding:
+        return
+    for value in (*args, *kwargs.values()):
+        _check_format(value)
+    _check_format(subject)
+    base = _size(subject) or 0
+    longest = max([n for n in numbers if n > 0] + [_size(v) or 0 for v in (*args, *kwargs.values())] + [1])
+    lines = subject.count("\n") + 1 if isinstance(subject, str) else 1
+    budget.check_size((base + 1) * longest if base else longest * lines, "text")
+
+
+def _checked_result(value: Any, budget: _Budget) -> Any:
+    size = _size(value)
+    if size is not None:
+        budget.check_size(size)
+    else:
+        _check_int(value, budget)
+    return value
+
+
+def _bounded_range(*args: int) -> Iterator[int]:
+    """``range`` for templates: at most MAX_RANGE items, and the render's deadline checked at every item."""
+    budget = _budget()
+    items = range(*args)
+    if len(items) > MAX_RANGE:
+        raise TemplateLimitError(f"the model's chat template asks for range() of {len(items):,} items "
+                                 f"(the limit is {MAX_RANGE:,})")
+    for i in items:
+        budget.check_time()
+        yield i
+
+
+def _checked_concat(parts: Sequence[Any]) -> str:
+    """The ``~`` operator, with the result's length checked before it is built."""
+    texts = [str(p) for p in parts]
+    _budget().check_size(sum(len(t) for t in texts), "text")
+    return "".join(texts)
+
+
+class _LimitedCodeGenerator(CodeGenerator):
+    """Compiles ``a ~ b`` to a size-checked join (Jinja's own ``str_join`` cannot be hooked)."""
+
+    def visit_Concat(self, node: Concat, frame: Frame) -> None:
+        self.write("environment.outrider_concat((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
+def _wrap_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    expanding = name in _EXPANDING_FILTERS
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        budget = _budget()
+        budget.check_time()
+        # filters take (environment/context/eval_ctx,) value, *args: the subject is the first str/list argument
+        subject = next((a for a in args if _size(a) is not None), None)
+        rest = [a for a in args if a is not subject]
+        _check_args(rest, kwargs, budget, subject, expanding)
+        return _checked_result(func(*args, **kwargs), budget)
+
+    return wrapper
 
 
 class _StrictSandbox(ImmutableSandboxedEnvironment):
     """A sandbox that *raises* on unsafe attribute access instead of rendering it as undefined, so a hostile
-    template (``lipsum.__globals__``…) is reported as unsafe rather than silently half-rendered."""
+    template (``lipsum.__globals__``…) is reported as unsafe rather than silently half-rendered; and that checks
+    the operators, calls and filters that could exhaust time or memory (see the module docstring)."""
+
+    code_generator_class = _LimitedCodeGenerator
+    intercepted_binops = frozenset({"*", "**", "+", "%", "//"})
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.filters = {name: _wrap_filter(name, f) for name, f in self.filters.items()}
+        self.outrider_concat = _checked_concat
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         raise jinja2.exceptions.SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} is unsafe")
 
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        budget = _budget()
+        budget.check_time()
+        if operator == "*":
+            _check_product(left, right, budget)
+        elif operator == "**":
+            _check_power(left, right)
+        elif operator == "+":
+            if _size(left) is not None and _size(right) is not None:
+                budget.check_size((_size(left) or 0) + (_size(right) or 0))
+        elif operator == "%" and isinstance(left, str):
+            _check_format(left)
+        return _checked_result(super().call_binop(context, operator, left, right), budget)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        budget = _budget()
+        budget.check_time()
+        if __obj is _bounded_range:
+            return __context.call(__obj, *args, **kwargs)
+        target = getattr(__obj, "__wrapped__", __obj)
+        subject = getattr(target, "__self__", None)
+        expanding = _size(subject) is not None and getattr(target, "__name__", "") in _EXPANDING_METHODS
+        _check_args(args, kwargs, budget, subject, expanding)
+        return _checked_result(super().call(__context, __obj, *args, **kwargs), budget)
+
 
 def _raise_exception(message: str) -> None:
     raise TemplateError(f"the model's chat template refused the conversation: {message}")
+
+
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+    """Jinja's ``lipsum``, with at most 10 paragraphs of at most 100 words."""
+    from jinja2.utils import generate_lorem_ipsum
+
+    return str(generate_lorem_ipsum(n=_min(n, 10), html=html, min=_min(min, 100), max=_min(max, 100)))
+
+
+_min = min
+
+
+def _template_tracer(budget: _Budget) -> Callable[[FrameType, str, Any], Any]:
+    """A ``sys.settrace`` function that checks the deadline on every line of compiled template code (and only
+    there: other frames are not traced line by line), so a loop that makes no call is stopped too."""
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line":
+            budget.check_time()
+        return local
+
+    def global_trace(frame: FrameType, event: str, arg: Any) -> Any:
+        return local if frame.f_code.co_filename == "<template>" else None
+
+    return global_trace
 
 
 class ChatFormatter:
@@ -52,43 +272,94 @@ class ChatFormatter:
 
     Attributes:
         source: ``model``, ``chatml`` or ``plain`` — where the template came from.
+        render_seconds: the deadline of one render.
     """
 
-    def __init__(self, template: str | None, *, bos_token: str, eos_token: str, has_chatml_tokens: bool) -> None:
+    def __init__(self, template: str | None, *, bos_token: str, eos_token: str, has_chatml_tokens: bool,
+                 render_seconds: float = RENDER_SECONDS) -> None:
         self.bos_token = bos_token
         self.eos_token = eos_token
+        self.render_seconds = render_seconds
+        self._has_chatml_tokens = has_chatml_tokens
+        self._rendered_once = False
+        self._notes: list[str] = []
         if template:
             self.source = "model"
         elif has_chatml_tokens:
             self.source, template = "chatml", CHATML_TEMPLATE
         else:
             self.source, template = "plain", PLAIN_TEMPLATE
+        self._template = self._compile(template)
+
+    @staticmethod
+    def _compile(template: str) -> jinja2.Template:
         env = _StrictSandbox(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined)
+        env.globals["range"] = _bounded_range
+        env.globals["lipsum"] = _lipsum
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
         try:
-            self._template = env.from_string(template)
-        except jinja2.TemplateError as exc:
-            raise TemplateError(f"the model's chat template is broken: {exc}") from exc
+            return env.from_string(template)
+        except (jinja2.TemplateError, RecursionError, MemoryError) as exc:
+            raise TemplateError(f"the model's chat template is broken: {exc or type(exc).__name__}") from exc
+
+    def take_notes(self) -> list[str]:
+        """Notes about a switch to the built-in template since the last call (then forgotten)."""
+        notes, self._notes = self._notes, []
+        return notes
 
     def render(self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True) -> str:
-        payload: list[dict[str, Any]] = [{"role": m.role, "content": clean_text(m.content)} for m in messages]
+        """The prompt text. A model template that breaks a time or size limit raises ``TemplateLimitError`` on
+        its first render (the sample at load: the engine then uses a built-in template, with a note); on a later
+        render it is replaced by the built-in template from then on, and the note waits in ``take_notes()``."""
         try:
-            text = self._template.render(
+            text = self._render(messages, add_generation_prompt)
+        except TemplateLimitError as exc:
+            if self.source != "model" or not self._rendered_once:
+                raise
+            fallback = ChatFormatter(None, bos_token=self.bos_token, eos_token=self.eos_token,
+                                     has_chatml_tokens=self._has_chatml_tokens, render_seconds=self.render_seconds)
+            self.source, self._template = fallback.source, fallback._template
+            self._notes.append(f"{exc} — using the built-in template")
+            text = self._render(messages, add_generation_prompt)
+        self._rendered_once = True
+        return text
+
+    def _render(self, messages: Sequence[ChatMessage], add_generation_prompt: bool) -> str:
+        payload: list[dict[str, Any]] = [{"role": m.role, "content": clean_text(m.content)} for m in messages]
+        input_chars = sum(len(m["content"]) for m in payload) + len(self.bos_token) + len(self.eos_token)
+        budget = _Budget(self.render_seconds, time.monotonic() + self.render_seconds,
+                         min(MAX_RENDERED_CHARS, BASE_RENDER_CHARS + OUTPUT_PER_INPUT_CHAR * input_chars))
+        token = _BUDGET.set(budget)
+        previous = sys.gettrace()
+        sys.settrace(_template_tracer(budget))
+        try:
+            parts: list[str] = []
+            total = 0
+            for part in self._template.generate(
                 messages=payload,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
-            )
+            ):
+                total += len(part)
+                budget.check_size(total, "a prompt")
+                parts.append(part)
+            return "".join(parts)
         except TemplateError:
             raise
         except jinja2.exceptions.SecurityError as exc:
             raise TemplateError(f"the model's chat template is unsafe: {exc}") from exc
-        except (jinja2.TemplateError, TypeError, ValueError, OverflowError, MemoryError) as exc:
+        except RecursionError as exc:
+            raise TemplateLimitError("the model's chat template recursed too deeply") from exc
+        except MemoryError as exc:
+            raise TemplateLimitError("the model's chat template ran out of memory") from exc
+        except (jinja2.TemplateError, TypeError, ValueError, OverflowError, ArithmeticError, LookupError,
+                AttributeError) as exc:
             raise TemplateError(f"the model's chat template failed: {exc}") from exc
-        if len(text) > MAX_RENDERED_CHARS:
-            raise TemplateError("the model's chat template produced an implausibly long prompt")
-        return text
+        finally:
+            sys.settrace(previous)
+            _BUDGET.reset(token)
 
 
 def fit_conversation(
