@@ -23,3 +23,16 @@ def print_json(obj: Any) -> None:
     """One JSON object per line on stdout, flushed (consumers read it live)."""
     sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (bad input is argparse's one-line error, exit 2)."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import sys
 from collections.abc import Iterator, Sequence
@@ -26,12 +27,41 @@ DEFAULT_BENCH_PROMPTS: tuple[tuple[str, str], ...] = (
 )
 
 
+LLAMA_MIN_CTX = 256  # llama.cpp raises a smaller context to this, and rounds a larger one up to a multiple of it
+
+
 class EngineLike(Protocol):
-    """What these commands need from an engine, in-process or in the worker process."""
+    """What these commands need from an engine, in-process or in the worker process.
+
+    ``close(quick=True)`` (after Ctrl-C) does not wait for a stuck or stopped engine: it is killed."""
 
     def run(self, request: Any) -> Iterator[Any]: ...
 
-    def close(self) -> None: ...
+    def close(self, *, quick: bool = False) -> None: ...
+
+
+def max_threads() -> int:
+    """The largest ``--threads``: this machine's CPU count."""
+    return max(1, os.cpu_count() or 1)
+
+
+def note(text: str, seen: set[str] | None = None) -> None:
+    """One ``note: …`` line on stderr (once per text when ``seen`` is given)."""
+    if seen is not None:
+        if text in seen:
+            return
+        seen.add(text)
+    sys.stderr.write(f"note: {text}\n")
+    sys.stderr.flush()
+
+
+def context_note(requested: int, actual: int) -> str | None:
+    """What to say when llama.cpp gave another context size than asked for (it never gives less)."""
+    if actual <= requested:
+        return None
+    if requested < LLAMA_MIN_CTX:
+        return f"context raised to {actual} tokens (llama.cpp's minimum)"
+    return f"context rounded up to {actual} tokens (llama.cpp uses multiples of {LLAMA_MIN_CTX})"
 
 
 def _k_value(text: str) -> int | None:
@@ -44,6 +74,16 @@ def _k_value(text: str) -> int | None:
     if not 0 <= k <= 64:
         raise argparse.ArgumentTypeError(f"draft length must be between 0 and 64, got {k}")
     return k
+
+
+def _seed(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"seed must be >= 0, got {n}")
+    return n
 
 
 def _positive(text: str) -> int:
@@ -61,10 +101,12 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--draft", help="draft model (GGUF) of the same family")
     src.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram) instead of a model")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = llama.cpp's default)")
+    p.add_argument("--threads", type=int, default=0,
+                   help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = llama.cpp's default)")
     p.add_argument("--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
     p.add_argument("--draft-gpu-layers", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
-    p.add_argument("--ctx", type=_positive, default=4096, help="context size in tokens")
+    p.add_argument("--ctx", type=_positive, default=4096,
+                   help=f"context size in tokens (llama.cpp raises it to at least {LLAMA_MIN_CTX}, with a note)")
     p.add_argument("--ngram-min", type=_positive, default=1, help="prompt lookup: smallest n-gram")
     p.add_argument("--ngram-max", type=_positive, default=3, help="prompt lookup: largest n-gram")
     p.add_argument("--draft-max", type=_k_value, default=None, metavar="K|auto", help="draft length (default auto)")
@@ -74,7 +116,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=40)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=_seed, default=None, help="random seed (>= 0) for sampled output")
     p.add_argument("--in-process", action="store_true", help="run the engine in this process (debugging)")
 
 
@@ -106,8 +148,9 @@ def _pair_spec(args: argparse.Namespace) -> Any:
     for path in (args.target, args.draft):
         if path is not None and not Path(path).exists():
             raise CliError(f"file not found: {path}")
-    if args.threads < 0:
-        raise CliError(f"threads must be >= 0, got {args.threads}")
+    if not 0 <= args.threads <= max_threads():
+        raise CliError(f"threads must be between 0 and {max_threads()} (this machine's CPU count), "
+                       f"got {args.threads}")
     try:
         return PairSpec(
             target=args.target,
@@ -149,14 +192,27 @@ def is_done(event: Any) -> bool:
 
 
 class WorkerEngine:
-    """The engine in its own process (the default): a crash becomes exit status 3 with one line."""
+    """The engine in its own process (the default): a crash becomes exit status 3 with one line.
+
+    The engine's notes (the model's chat template replaced by the built-in one, no draft for a recurrent model,
+    the context raised to llama.cpp's minimum…) go to stderr as ``note: …`` lines, each once."""
 
     def __init__(self, spec: Any) -> None:
         from outrider.worker.client import EngineClient
 
         self._client = EngineClient()
-        with self._errors():
-            self._client.load(spec)
+        self._noted: set[str] = set()
+        try:
+            with self._errors():
+                info = self._client.load(spec)
+        except BaseException:
+            self.close(quick=True)  # a refused model leaves no engine process and no log behind
+            raise
+        for text in info.notes:
+            note(text, self._noted)
+        raised = context_note(spec.context.n_ctx, info.n_ctx)
+        if raised:
+            note(raised, self._noted)
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -173,10 +229,13 @@ class WorkerEngine:
 
     def run(self, request: Any) -> Iterator[Any]:
         with self._errors(), self._client.generate(request) as generation:
-            yield from generation
+            for event in generation:
+                for text in generation.notes:
+                    note(text, self._noted)
+                yield event
 
-    def close(self) -> None:
-        self._client.stop()
+    def close(self, *, quick: bool = False) -> None:
+        self._client.stop(timeout=0.5 if quick else 10.0)
 
 
 class InProcessEngine:
@@ -187,21 +246,31 @@ class InProcessEngine:
         from outrider.engine.session import Engine
 
         self._engine = Engine()
+        self._noted: set[str] = set()
         try:
-            self._engine.load(spec)
+            info = self._engine.load(spec)
         except EngineError as exc:
             self._engine.close()
             raise CliError(str(exc)) from None
+        for text in info.notes:
+            note(text, self._noted)
+        raised = context_note(spec.context.n_ctx, info.n_ctx)
+        if raised:
+            note(raised, self._noted)
 
     def run(self, request: Any) -> Iterator[Any]:
         from outrider.engine.errors import EngineError
 
         try:
-            yield from self._engine.run(request)
+            events = self._engine.run(request)
+            formatter = getattr(self._engine, "_formatter", None)  # the template may have been replaced just now
+            for text in formatter.take_notes() if formatter is not None and hasattr(formatter, "take_notes") else ():
+                note(text, self._noted)
+            yield from events
         except EngineError as exc:
             raise CliError(str(exc)) from None
 
-    def close(self) -> None:
+    def close(self, *, quick: bool = False) -> None:
         self._engine.close()
 
 
@@ -213,14 +282,26 @@ def open_engine(args: argparse.Namespace) -> EngineLike:
     return WorkerEngine(spec)
 
 
+@contextlib.contextmanager
+def engine_session(args: argparse.Namespace) -> Iterator[EngineLike]:
+    """``open_engine`` as a context manager: closed at the end; after Ctrl-C closed at once (a stopped or stuck
+    engine is killed, not waited for), so the command exits 130 promptly."""
+    engine = open_engine(args)
+    quick = False
+    try:
+        yield engine
+    except KeyboardInterrupt:
+        quick = True
+        raise
+    finally:
+        engine.close(quick=quick)
+
+
 # -- generate ---------------------------------------------------------------------------------------------------
 def cmd_generate(args: argparse.Namespace) -> int:
     request = _text_request(args, prompt=args.prompt, chat=args.chat)
-    engine = open_engine(args)
-    try:
+    with engine_session(args) as engine:
         return _stream(engine, request, as_json=args.json)
-    finally:
-        engine.close()
 
 
 def _stream(engine: EngineLike, request: Any, *, as_json: bool) -> int:
@@ -336,9 +417,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not args.draft and not args.lookup:
         raise CliError("bench needs --draft D or --lookup")
     prompts = load_prompts(args.prompts)
-    engine = open_engine(args)
     rows: list[dict[str, Any]] = []
-    try:
+    with engine_session(args) as engine:
         for label, prompt in prompts:
             runs: dict[str, list[dict[str, Any]]] = {"plain": [], "spec": []}
             for _ in range(args.runs):  # interleaved: machine drift hits both alike
@@ -350,8 +430,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
             rows.append(_bench_row(label, prompt, runs))
             if not args.json:
                 sys.stderr.write(f"  {label}: A/B speed-up {rows[-1]['speedup']:.2f}×\n")
-    finally:
-        engine.close()
     if args.json:
         for row in rows:
             print_json({"event": "prompt", **row})

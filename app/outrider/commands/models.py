@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, print_json
+from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, positive_int, print_json
 
 
 def register(subparsers: Any) -> None:
@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
     s.add_argument("target")
     s.add_argument("draft")
     s.add_argument("--json", action="store_true")
-    s.add_argument("--ctx", type=int, default=4096, help="context for the memory estimate")
+    s.add_argument("--ctx", type=positive_int, default=4096, help="context for the memory estimate (tokens, >= 1)")
     s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("fetch", help="one file from the Hub into the model store (resumable, verified)")

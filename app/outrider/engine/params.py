@@ -74,6 +74,8 @@ class SamplingParams:
             raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
         if not 0 <= self.min_p <= 1:
             raise ValueError(f"min-p must be in [0, 1], got {self.min_p}")
+        if self.seed is not None and self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
 
     @property
     def greedy(self) -> bool:

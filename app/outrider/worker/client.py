@@ -9,7 +9,9 @@
 Failures are exceptions: ``EngineRequestError`` (bad model file, incompatible pair, context overflow, bad
 settings: the engine process is still alive and usable) and ``EngineCrashed`` (the process died: signal, abort,
 OOM kill, or a load that never finished; ``partial_text`` keeps what was streamed). After a crash the next
-``load`` starts a fresh process. This module never imports llama_cpp.
+``load`` starts a fresh process. An engine that goes silent — no heartbeat for ``heartbeat_timeout`` seconds
+(stopped with SIGSTOP, frozen) — is killed and reported as ``EngineUnresponsive`` (an ``EngineCrashed``).
+This module never imports llama_cpp.
 """
 
 from __future__ import annotations
@@ -54,7 +56,13 @@ from outrider.worker.registry import UnsafeModels
 Event = StepEvent | DoneEvent
 DEFAULT_START_TIMEOUT = 60.0
 DEFAULT_LOAD_TIMEOUT = 600.0
-CRASH_LOGS_KEPT = 5
+DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # no message at all from the engine for this long: it is stopped or frozen
+HEARTBEAT_TIMEOUT_ENV = "OUTRIDER_ENGINE_HEARTBEAT_TIMEOUT"
+LOGS_KEPT = 20  # engine logs kept in the log folder (crashes and failed runs); older ones are deleted
+CRASH_LOGS_KEPT = LOGS_KEPT  # the old name
+# Only these signals are the model's doing (a crash inside llama.cpp): a kill -9 from outside, the OOM killer or
+# a timeout does not make a model unsafe.
+MODEL_FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE})
 
 
 class WorkerError(Exception):
@@ -95,8 +103,12 @@ class EngineCrashed(WorkerError):
         return f"engine crashed ({self.cause}){where}"
 
     def with_partial(self, text: str) -> EngineCrashed:
-        return EngineCrashed(self.cause, self.phase, self.model, exitcode=self.exitcode, log_tail=self.log_tail,
-                             log_path=self.log_path, partial_text=text)
+        """The same error (same class and message) carrying the reply streamed so far."""
+        crash = type(self).__new__(type(self))
+        crash.__dict__.update(self.__dict__)
+        crash.args = self.args
+        crash.partial_text = text
+        return crash
 
 
 def _key_line(lines: tuple[str, ...]) -> str:
@@ -117,6 +129,23 @@ class EngineStuck(EngineCrashed):
     def _message(self) -> str:
         what = f"loading {Path(self.model).name}" if self.phase == "loading" and self.model else self.phase
         return f"engine stopped: {what} did not finish within {self.seconds:g} s"
+
+
+class EngineUnresponsive(EngineCrashed):
+    """The engine sent nothing — not even its heartbeat — for ``seconds``: stopped (SIGSTOP) or frozen. It was
+    killed; the next ``load`` starts a new process."""
+
+    def __init__(self, phase: str, model: str | None, seconds: float, *, stopped: bool = False,
+                 **kwargs: Any) -> None:
+        self.seconds = seconds
+        self.stopped = stopped
+        super().__init__("no heartbeat", phase, model, **kwargs)
+
+    def _message(self) -> str:
+        where = {"loading": f" while loading {Path(self.model).name}" if self.model else " while loading",
+                 "generating": " while generating", "unloading": " while unloading"}.get(self.phase, "")
+        how = "the engine process was stopped; " if self.stopped else ""
+        return f"engine stopped responding ({how}no heartbeat for {self.seconds:g} s){where}"
 
 
 class EngineNotRunning(WorkerError):
@@ -141,6 +170,25 @@ def _signal_name(exitcode: int | None) -> str:
     return f"exit status {exitcode}"
 
 
+def _is_stopped(pid: int | None) -> bool:
+    """The process is stopped (SIGSTOP/SIGTSTP: state T), as far as /proc tells (False where there is none)."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False
+
+
+def _heartbeat_timeout_from_env() -> float:
+    try:
+        value = float(os.environ.get(HEARTBEAT_TIMEOUT_ENV, DEFAULT_HEARTBEAT_TIMEOUT))
+    except ValueError:
+        return DEFAULT_HEARTBEAT_TIMEOUT
+    return value if value > 0 else DEFAULT_HEARTBEAT_TIMEOUT
+
+
 def _read_tail(path: str | None, n_lines: int = 60) -> tuple[str, ...]:
     if not path:
         return ()
@@ -160,6 +208,8 @@ class Generation(Iterator[Event]):
     """One streaming reply: iterate for StepEvent ... DoneEvent. Close (or exhaust) it to free the engine.
 
     ``text`` is the reply so far. On a crash, ``EngineCrashed.partial_text`` holds it and ``interrupted`` is set.
+    ``notes`` collects what the engine said about this reply (e.g. the model's chat template was replaced by the
+    built-in one); they arrive before the first step.
     """
 
     def __init__(self, client: EngineClient, rid: int) -> None:
@@ -169,6 +219,7 @@ class Generation(Iterator[Event]):
         self._parts: list[str] = []
         self.done: DoneEvent | None = None
         self.interrupted = False
+        self.notes: list[str] = []
         self._finished = False
 
     @property
@@ -209,6 +260,8 @@ class Generation(Iterator[Event]):
                 self._pending.extend(steps)
                 if self._pending:
                     return self._pending.popleft()
+            elif kind == "note":
+                self.notes.append(str(msg.get("text", "")))
             elif kind == "done":
                 self.done = done_from_wire(msg)
                 self._finish()
@@ -263,10 +316,14 @@ class EngineClient:
     """
 
     def __init__(self, *, log_dir: Path | None = None, unsafe_models: UnsafeModels | None = None,
-                 start_timeout: float = DEFAULT_START_TIMEOUT) -> None:
+                 start_timeout: float = DEFAULT_START_TIMEOUT, heartbeat_timeout: float | None = None) -> None:
+        """``heartbeat_timeout``: seconds of silence after which the engine is declared unresponsive (default
+        ``$OUTRIDER_ENGINE_HEARTBEAT_TIMEOUT`` or 30); the engine beats at a quarter of it, at most once a second."""
         self._log_dir = log_dir
         self.unsafe_models = unsafe_models if unsafe_models is not None else UnsafeModels()
         self.start_timeout = start_timeout
+        self.heartbeat_timeout = heartbeat_timeout if heartbeat_timeout is not None else _heartbeat_timeout_from_env()
+        self._last_heard = time.monotonic()
         self._state = threading.RLock()
         self._send_lock = threading.Lock()
         self._busy = threading.Lock()
@@ -310,14 +367,16 @@ class EngineClient:
             self.loaded = None
             self.log_path = log_path
             with open(log_path, "ab") as log:  # startup errors land in the log too
+                beat = min(1.0, self.heartbeat_timeout / 4)
                 proc = subprocess.Popen(
-                    [*worker_command(), "--log", log_path],
+                    [*worker_command(), "--log", log_path, "--heartbeat", f"{beat:g}"],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                     env=_child_env(), close_fds=True, bufsize=0,
                 )
             assert proc.stdin is not None and proc.stdout is not None
             pipe = FramedPipe(proc.stdout.fileno(), proc.stdin.fileno())
             self._proc, self._pipe, self.pid = proc, pipe, proc.pid
+            self._last_heard = time.monotonic()
             self._reader = threading.Thread(target=self._read_loop, args=(proc, pipe, self._inbox),
                                             name="engine-reader", daemon=True)
             self._reader.start()
@@ -344,13 +403,17 @@ class EngineClient:
             if proc is None:
                 return None
             self._stopping = True
-            self._send_quiet({"type": "shutdown"})
+            code: int | None = None
+            if _is_stopped(proc.pid):  # a stopped engine cannot act on shutdown or SIGTERM: no point waiting
+                proc.kill()
+            else:
+                self._send_quiet({"type": "shutdown"})
             try:
-                code: int | None = proc.wait(timeout)
+                code = proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 proc.terminate()
                 try:
-                    code = proc.wait(2.0)
+                    code = proc.wait(min(2.0, max(0.2, timeout)))
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     code = proc.wait()
@@ -401,7 +464,10 @@ class EngineClient:
         try:
             while True:
                 data = pipe.recv()
+                self._last_heard = time.monotonic()
                 msg = decode(data)
+                if msg["type"] == "heartbeat":
+                    continue
                 if msg["type"] == "load_progress":
                     self._loading_path = str(msg.get("path"))
                 if msg["type"] == "bye":
@@ -428,7 +494,7 @@ class EngineClient:
         error = EngineCrashed(_signal_name(exitcode), phase, model, exitcode=exitcode,
                               log_tail=_read_tail(self.log_path), log_path=self.log_path)
         self.last_crash = error
-        if phase == "loading" and model:
+        if phase == "loading" and model and exitcode is not None and -exitcode in MODEL_FAULT_SIGNALS:
             with contextlib.suppress(OSError):
                 self.unsafe_models.mark(model, str(error))
         return error
@@ -458,13 +524,23 @@ class EngineClient:
             self._send(message)
 
     def _next_message(self, rid: int | None, timeout: float | None) -> dict[str, Any]:
-        """The next message for request ``rid`` (stale ones skipped); raises EngineCrashed if the process died."""
+        """The next message for request ``rid`` (stale ones skipped); raises EngineCrashed if the process died,
+        EngineStuck after ``timeout`` and EngineUnresponsive after ``heartbeat_timeout`` of total silence."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        watch = self._phase != "starting"  # the heartbeat starts with the hello
+        poll = max(0.02, min(1.0, self.heartbeat_timeout / 8))
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait = remaining
+            if watch:
+                wait = poll if remaining is None else min(poll, remaining)
             try:
-                item = self._inbox.get(timeout=remaining)
+                item = self._inbox.get(timeout=wait)
             except queue.Empty:
+                if remaining is None or (wait is not None and remaining > wait):
+                    if watch and time.monotonic() - self._last_heard > self.heartbeat_timeout:
+                        self._unresponsive()
+                    continue
                 phase, model = self._phase, self._loading_path
                 self._kill()
                 raise EngineStuck(phase, model if phase == "loading" else None, timeout or 0.0,
@@ -476,6 +552,29 @@ class EngineClient:
                 raise item.error
             if rid is None or item.get("id") == rid:
                 return item
+
+    def _unresponsive(self) -> None:
+        """Silence for longer than ``heartbeat_timeout``: after a short grace (a reader thread that has not run
+        yet, e.g. right after this process itself was stopped and resumed), kill the engine and raise."""
+        grace = time.monotonic() + min(1.0, self.heartbeat_timeout / 2)
+        while time.monotonic() < grace:
+            if time.monotonic() - self._last_heard <= self.heartbeat_timeout or not self._inbox.empty():
+                return
+            time.sleep(0.02)
+        with self._state:
+            proc = self._proc
+            phase, model = self._phase, self._loading_path
+            stopped = _is_stopped(proc.pid if proc is not None else None)
+            if proc is None or proc.poll() is not None:
+                return  # it died meanwhile: the reader reports that
+            self._stopping = True  # the reader must not report the kill below as a crash of its own
+            self._kill()
+            error = EngineUnresponsive(phase, model if phase == "loading" else None, self.heartbeat_timeout,
+                                       stopped=stopped, exitcode=proc.returncode,
+                                       log_tail=_read_tail(self.log_path), log_path=self.log_path)
+            self.last_crash = error
+            self._reap()
+        raise error
 
     def _begin(self, phase: str, timeout: float | None) -> int:
         if not self._busy.acquire(timeout=-1 if timeout is None else timeout):
@@ -595,14 +694,18 @@ class EngineClient:
             self._release(rid)
 
 
-def _prune_logs(log_dir: Path) -> None:
-    """Keep the newest few engine logs (crash logs are kept; clean exits delete theirs); only day-old ones go."""
+def _prune_logs(log_dir: Path, keep: int = LOGS_KEPT) -> None:
+    """Keep only the newest ``keep`` engine logs (a clean exit deletes its own; crashes, kills and failed runs
+    leave theirs, so the folder is rotated here, before each engine start)."""
+    def mtime(path: Path) -> float:
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            return 0.0
+
     with contextlib.suppress(OSError):
-        logs = sorted(log_dir.glob("engine-*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
-        day_ago = time.time() - 86400
-        for old in logs[CRASH_LOGS_KEPT:]:
-            if old.stat().st_mtime > day_ago:
-                continue
+        logs = sorted(log_dir.glob("engine-*.log"), key=mtime, reverse=True)
+        for old in logs[max(0, keep):]:
             with contextlib.suppress(OSError):
                 old.unlink()
 

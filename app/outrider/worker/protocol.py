@@ -9,7 +9,9 @@ Requests (app -> engine), each with an ``id``:
     load(spec), generate(request), cancel(target id), unload, shutdown, bench(n_tokens).
 Events (engine -> app):
     hello(version, pid, backend), load_progress(stage, path), loaded(info), steps(batch of steps + stats),
-    done(stop_reason, stats, text), result(value), error(kind, message, log_tail, details).
+    note(text), done(stop_reason, stats, text), result(value), error(kind, message, log_tail, details), and
+    heartbeat (no id: sent every ``--heartbeat`` seconds by its own thread, so the app can tell a stopped or
+    frozen engine from a slow one).
 
 This module is pure data: it never imports llama_cpp (the app process must not load it). Requests use the
 engine's own pure-data types from ``outrider.engine.params``.
@@ -21,6 +23,7 @@ import dataclasses
 import json
 import os
 import struct
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -266,21 +269,25 @@ _HEADER = struct.Struct("<I")
 class FramedPipe:
     """Length-prefixed messages over a pair of raw pipe file descriptors (portable: plain ``os.read/write``).
 
-    Not thread-safe: one reader thread and one writer at a time (callers hold a lock for writing).
+    One reader thread at a time; ``send`` is thread-safe (a lock keeps each frame whole: a heartbeat sent by
+    another thread can never land inside a message).
     """
 
     def __init__(self, read_fd: int | None, write_fd: int | None, *, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
         self.read_fd = read_fd
         self.write_fd = write_fd
         self.max_bytes = max_bytes
+        self._write_lock = threading.Lock()
 
     def send(self, data: bytes) -> None:
-        if self.write_fd is None:
-            raise OSError("pipe closed")
-        view = memoryview(_HEADER.pack(len(data)) + data)
-        while view:
-            n = os.write(self.write_fd, view)
-            view = view[n:]
+        frame = _HEADER.pack(len(data)) + data
+        with self._write_lock:
+            if self.write_fd is None:
+                raise OSError("pipe closed")
+            view = memoryview(frame)
+            while view:
+                n = os.write(self.write_fd, view)
+                view = view[n:]
 
     def _read_exactly(self, n: int) -> bytes:
         if self.read_fd is None:

@@ -1,11 +1,14 @@
 """The engine process: receives protocol requests on a pipe, drives ``outrider.engine`` and streams events back.
 
-Three threads:
+Four threads:
     * the main thread runs one request at a time (load, generate, unload, bench) on the Engine;
     * a reader thread receives requests; ``cancel`` and ``shutdown`` act at once (``Engine.cancel`` is thread-safe),
       and end-of-file on the pipe (the app died) ends this process immediately, so it is never orphaned;
     * a sender thread drains the outgoing queue and packs every step waiting in it into one ``steps`` message,
-      so a fast generation costs one pipe write per batch, and a slow one has no added latency.
+      so a fast generation costs one pipe write per batch, and a slow one has no added latency;
+    * a heartbeat thread writes a tiny ``heartbeat`` message every ``--heartbeat`` seconds (the pipe's writer is
+      locked, so it never lands inside another frame): an app that hears nothing for much longer knows the
+      engine is stopped (SIGSTOP) or frozen, not just busy.
 
 stdout and stderr (file descriptors 1 and 2) go to a log file the app names: llama.cpp's log lines are echoed
 there synchronously, as are ``GGML_ASSERT`` messages and faulthandler tracebacks, so the app can show the tail
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
     from outrider.engine.session import Engine
 
 MIN_INPUT_CHARS = 65_536
+DEFAULT_HEARTBEAT_S = 1.0
+MAX_THREADS = 1024  # llama.cpp segfaults creating ~100,000 threads; the app's settings allow up to this
 CHARS_PER_TOKEN_LIMIT = 32  # no tokenizer averages more characters per token than this on real text
 
 
@@ -56,6 +61,10 @@ def child_main(argv: list[str] | None = None) -> None:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     log_path = args[args.index("--log") + 1] if "--log" in args else None
+    heartbeat = DEFAULT_HEARTBEAT_S
+    if "--heartbeat" in args:
+        with contextlib.suppress(ValueError, IndexError):
+            heartbeat = min(60.0, max(0.05, float(args[args.index("--heartbeat") + 1])))
     in_fd, out_fd = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -63,7 +72,7 @@ def child_main(argv: list[str] | None = None) -> None:
     _redirect_output(log_path)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     parent = os.getppid()
-    server = _Server(FramedPipe(in_fd, out_fd))
+    server = _Server(FramedPipe(in_fd, out_fd), heartbeat)
     threading.Thread(target=_watch_parent, args=(parent,), name="parent-watch", daemon=True).start()
     code = server.serve()
     sys.stdout.flush()
@@ -95,8 +104,9 @@ def _log(line: str) -> None:
 
 
 class _Server:
-    def __init__(self, pipe: FramedPipe) -> None:
+    def __init__(self, pipe: FramedPipe, heartbeat: float = DEFAULT_HEARTBEAT_S) -> None:
         self.pipe = pipe
+        self.heartbeat = heartbeat
         self.out: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.commands: queue.Queue[dict[str, Any]] = queue.Queue()
         self.lock = threading.Lock()
@@ -118,6 +128,7 @@ class _Server:
         self.emit({"type": "hello", "version": PROTOCOL_VERSION, "pid": os.getpid(),
                    "backend": {"name": info.name, "gpu_offload": info.gpu_offload,
                                "system_info": info.system_info}}, wait=True)
+        threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
         threading.Thread(target=self._read_loop, name="reader", daemon=True).start()
         while True:
             msg = self.commands.get()
@@ -172,6 +183,16 @@ class _Server:
         self.out.put(("msg", message))
         if wait:
             self.out.join()
+
+    def _heartbeat_loop(self) -> None:
+        """A small message every ``heartbeat`` seconds, written directly (the pipe's lock keeps frames whole)."""
+        beat = encode({"type": "heartbeat"})
+        while True:
+            time.sleep(self.heartbeat)
+            try:
+                self.pipe.send(beat)
+            except (OSError, ValueError):
+                return  # the app is gone: the reader thread ends the process
 
     def _send_loop(self) -> None:
         while True:
@@ -247,8 +268,12 @@ class _Server:
             self.emit({"type": "done", "id": rid, "stop_reason": "cancelled",
                        "stats": GenerationStats().to_dict(), "text": ""}, wait=True)
             return
+        events = engine.run(request)  # the chat template has rendered: say if it was replaced
+        formatter = getattr(engine, "_formatter", None)
+        for note in formatter.take_notes() if formatter is not None and hasattr(formatter, "take_notes") else ():
+            self.emit({"type": "note", "id": rid, "text": str(note)})
         first = True
-        for event in engine.run(request):
+        for event in events:
             if first:
                 first = False
                 if self._is_cancelled(rid):  # a cancel that raced the start of the generation
@@ -325,6 +350,8 @@ def _build_spec(data: Any) -> PairSpec:
             raise ValueError(f"flash attention must be auto, on or off, got {fields['context'].flash_attention!r}")
         if not 16 <= fields["context"].n_ctx <= 1 << 24 or not 1 <= fields["context"].n_batch <= 1 << 20:
             raise ValueError("context size or batch size out of range")
+        if not 0 <= fields["context"].threads <= MAX_THREADS:
+            raise ValueError(f"threads must be between 0 and {MAX_THREADS}, got {fields['context'].threads}")
         return PairSpec(**fields)
     except (TypeError, ValueError, KeyError) as exc:
         raise _BadRequest(f"invalid model settings: {exc}") from exc
