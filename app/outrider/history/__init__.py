@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from outrider.history.atomic import atomic_write_bytes, atomic_write_text
 from outrider.history.checkpoint import ReplyCheckpointer, ReplyWriter
+from outrider.history.connection import DB_FILENAME, connect, connection_settings
 from outrider.history.errors import (
     ConversationNotFoundError,
     CorruptionNotice,
@@ -19,7 +20,7 @@ from outrider.history.errors import (
     StoreLockedError,
     StoreReadOnlyError,
 )
-from outrider.history.history import DB_FILENAME, ExportFormat, HistoryStore, connect, connection_settings
+from outrider.history.exchange import ExportFormat
 from outrider.history.models import (
     UNREADABLE_LABEL,
     Conversation,
@@ -35,6 +36,7 @@ from outrider.history.models import (
 )
 from outrider.history.salvage import SalvageResult
 from outrider.history.schema import CURRENT_VERSION
+from outrider.history.store import HistoryStore
 
 __all__ = [
     "CURRENT_VERSION",

@@ -1,23 +1,47 @@
-"""Export formats: Markdown for people, JSON for round trips (``HistoryStore.import_json`` reads it back)."""
+"""Export and import: conversations in and out of the database as documents.
+
+Markdown is for people; JSON is for round trips (``HistoryStore.import_json`` reads back what ``export_*``
+wrote; a conversation keeps its ``uuid``, so importing the same export twice adds nothing). The raw dump
+(``raw_document``) is for the rows that cannot be decoded: every column exactly as stored.
+Writing the document to a file is ``outrider.history.atomic`` (temp file, fsync, replace, directory fsync).
+"""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
-from outrider.history.errors import ImportFormatError
-from outrider.history.models import Conversation, Message, MessageStatus, ReplyStats, Role, UnreadableRecord
+from outrider.history.errors import ConversationNotFoundError, ImportFormatError
+from outrider.history.models import (
+    Conversation,
+    ImportResult,
+    Message,
+    MessageStatus,
+    ReplyStats,
+    Role,
+    UnreadableRecord,
+)
+from outrider.history.rows import stats_json
 
 FORMAT_NAME = "outrider-history"
 FORMAT_VERSION = 1
 # An export nests 5 levels (document, conversations, conversation, messages, stats); settings a few more.
 # Anything deeper is refused before it can exhaust the stack of a later recursive encoder.
 MAX_NESTING = 64
+RAW_FORMAT_NAME = "outrider-history-raw"
+
+
+class ExportFormat(StrEnum):
+    MARKDOWN = "md"
+    JSON = "json"
 
 
 def _iso(ts: float) -> str:
@@ -237,3 +261,108 @@ def parse_json_document(text: str) -> list[ImportedConversation]:
             )
         )
     return result
+
+
+def render(conversations: Sequence[Conversation], fmt: ExportFormat) -> str:
+    """One document holding ``conversations`` (in the order given)."""
+    if ExportFormat(fmt) is ExportFormat.JSON:
+        return to_json_document(conversations)
+    return to_markdown_document(conversations)
+
+
+# -------------------------------------------------------------------------- raw dump (rows as stored)
+
+_RAW_CONVERSATION_COLUMNS = (
+    "id", "uuid", "title", "created_at", "updated_at", "pair_id", "settings_json", "deleted_at"
+)
+_RAW_MESSAGE_COLUMNS = ("id", "conversation_id", "role", "text", "status", "created_at", "updated_at", "stats_json")
+
+
+def _raw_value(kind: str, value: Any) -> Any:
+    """A column as exactly stored: numbers as numbers, text as text when it is UTF-8, else base64."""
+    if kind == "null" or value is None:
+        return None
+    if kind in ("integer", "real"):
+        return value
+    data = bytes(value)
+    if kind == "text":
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return {"base64": base64.b64encode(data).decode("ascii"), "sqlite_type": kind}
+
+
+def raw_document(conn: sqlite3.Connection, conversation_id: int) -> str:
+    """A JSON dump of a conversation exactly as stored (undecodable bytes as base64), even if unreadable.
+
+    ``conn`` is inside a read transaction (one consistent snapshot).
+    """
+
+    def select(cols: Sequence[str]) -> str:
+        return ", ".join(
+            f"typeof({c}), CASE WHEN typeof({c}) IN ('text', 'blob') THEN CAST({c} AS BLOB) ELSE {c} END"
+            for c in cols
+        )
+
+    row = conn.execute(
+        f"SELECT {select(_RAW_CONVERSATION_COLUMNS)} FROM conversations WHERE id = ?", (conversation_id,)
+    ).fetchone()
+    if row is None:
+        raise ConversationNotFoundError(conversation_id)
+    mrows = conn.execute(
+        f"SELECT {select(_RAW_MESSAGE_COLUMNS)} FROM messages WHERE conversation_id = ? ORDER BY id",
+        (conversation_id,),
+    ).fetchall()
+
+    def decode(cols: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for i, col in enumerate(cols):
+            kind, raw = values[2 * i], values[2 * i + 1]
+            out[col] = _raw_value(kind, raw)
+        return out
+
+    doc = {
+        "format": RAW_FORMAT_NAME,
+        "conversation": decode(_RAW_CONVERSATION_COLUMNS, row),
+        "messages": [decode(_RAW_MESSAGE_COLUMNS, m) for m in mrows],
+    }
+    return json.dumps(doc, ensure_ascii=False, indent=2) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- import
+
+def insert_conversations(conn: sqlite3.Connection, conversations: Iterable[ImportedConversation]) -> ImportResult:
+    """Insert parsed conversations with new ids; one whose ``uuid`` is already present is skipped.
+
+    ``conn`` is inside one write transaction (the caller's): all of the import is committed, or none of it.
+    """
+    imported: list[int] = []
+    skipped = 0
+    for conv in conversations:
+        if conn.execute("SELECT 1 FROM conversations WHERE uuid = ?", (conv.uuid,)).fetchone():
+            skipped += 1
+            continue
+        cur = conn.execute(
+            "INSERT INTO conversations (uuid, title, created_at, updated_at, pair_id, settings_json) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                conv.uuid,
+                conv.title,
+                conv.created_at,
+                conv.updated_at,
+                conv.pair_id,
+                json.dumps(conv.settings, ensure_ascii=False),
+            ),
+        )
+        new_id = int(cur.lastrowid or 0)
+        conn.executemany(
+            "INSERT INTO messages (conversation_id, role, text, status, created_at, updated_at, "
+            "stats_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                (new_id, str(m.role), m.text, str(m.status), m.created_at, m.created_at, stats_json(m.stats))
+                for m in conv.messages
+            ],
+        )
+        imported.append(new_id)
+    return ImportResult(imported=imported, skipped=skipped)
