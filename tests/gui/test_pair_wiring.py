@@ -16,7 +16,7 @@ from outrider.ui.app import _startup_choice
 from outrider.ui.chat_session import PairChoice as SessionChoice
 from outrider.ui.engine_bridge import QtEngineBridge
 from outrider.ui.main_window import MainWindow
-from outrider.ui.pair_picker import PairChoice as PickerChoice
+from outrider.ui.picker.choice import PairChoice as PickerChoice
 from outrider.ui.settings import QtSettings
 from outrider.ui.store_bridge import QtStoreBridge
 from outrider.worker.client import EngineRequestError

@@ -12,7 +12,7 @@ No Qt and no llama_cpp here. The GUI's entry points::
 from __future__ import annotations
 
 from outrider.catalogue.discovery import DiscoveryScanner, FoundFile, ensure_offline_hub
-from outrider.catalogue.download import (
+from outrider.catalogue.download_manager import (
     DownloadEvent,
     DownloadHandle,
     DownloadManager,

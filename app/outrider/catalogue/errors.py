@@ -116,3 +116,35 @@ ERROR_CLASSES: dict[str, type[DownloadError]] = {
 def error_from_json(data: dict[str, object]) -> DownloadError:
     cls = ERROR_CLASSES.get(str(data.get("kind")), InternalError)
     return cls(str(data.get("message", "download failed")), url=str(data.get("url") or ""))
+
+
+def map_hub_error(exc: Exception, url: str, page: str, has_token: bool) -> DownloadError:
+    """A huggingface_hub exception (or any other failure of a request) as our typed error, for the user."""
+    from huggingface_hub import errors as hf_errors
+
+    if isinstance(exc, hf_errors.GatedRepoError):  # before RepositoryNotFoundError (its base class)
+        if not has_token:
+            return GatedError(f"this model is gated: log in with a Hugging Face token (hf auth login) and "
+                              f"accept its licence at {page}", url=page)
+        return GatedError(f"your Hugging Face token is not approved for this gated model yet: request access "
+                          f"at {page}", url=page)
+    if isinstance(exc, hf_errors.RepositoryNotFoundError):
+        return NotFoundError(f"repository not found (or private): {page}", url=page)
+    if isinstance(exc, hf_errors.RevisionNotFoundError):
+        return NotFoundError(f"revision not found in {page}", url=page)
+    if isinstance(exc, hf_errors.EntryNotFoundError):
+        return NotFoundError(f"file not found: {url}", url=page)
+    if isinstance(exc, hf_errors.OfflineModeIsEnabled):
+        return OfflineError("offline mode is on (HF_HUB_OFFLINE): not downloaded; connect to download")
+    if isinstance(exc, hf_errors.HfHubHTTPError):
+        status = exc.response.status_code if exc.response is not None else 0
+        if status == 401:
+            return UnauthorizedError("the Hugging Face token was rejected (invalid or expired): log in again")
+        if status == 403:
+            return GatedError(f"access denied by the server: check your token's access at {page}", url=page)
+        if status == 404:
+            return NotFoundError(f"file not found: {url}", url=page)
+        if status >= 500 or status == 429:
+            return ServerError(f"the server answered {status}; try again later (partial file kept)", url=page)
+        return ServerError(f"the server answered {status}", url=page)
+    return NetworkError(f"network error: {type(exc).__name__}: {exc} (partial file kept, resumable)")

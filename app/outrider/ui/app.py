@@ -54,7 +54,7 @@ def _startup_choice(saved: Any = None) -> Any:
 
 def _catalogue_service() -> Any:
     try:
-        from outrider.ui.catalogue_model import CatalogueService
+        from outrider.catalogue.service import CatalogueService
     except ImportError:
         return None
     try:

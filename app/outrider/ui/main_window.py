@@ -159,7 +159,7 @@ class MainWindow(QMainWindow):
         dark.setCheckable(True)
         dark.setChecked(self.settings.value.theme == "dark")
         view.addAction(dark)
-        self.actions_by_id[ACTION_CHOOSE_PAIR].setEnabled(_optional("outrider.ui.pair_picker", "PairPickerDialog")
+        self.actions_by_id[ACTION_CHOOSE_PAIR].setEnabled(_optional("outrider.ui.picker.dialog", "PairPickerDialog")
                                                          is not None and self.catalogue_service is not None)
         self.actions_by_id[ACTION_BENCHMARK].setEnabled(
             _optional("outrider.ui.benchmark_dialog", "BenchmarkDialog") is not None)
@@ -311,7 +311,7 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_choose_pair(self) -> None:
-        dialog_cls = _optional("outrider.ui.pair_picker", "PairPickerDialog")
+        dialog_cls = _optional("outrider.ui.picker.dialog", "PairPickerDialog")
         if dialog_cls is None or self.catalogue_service is None:
             self.show_notice("The pair picker is not available yet; use `outrider models` in a terminal.")
             return

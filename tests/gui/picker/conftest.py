@@ -22,8 +22,8 @@ from outrider.catalogue import (
     ModelStore,
     load_catalogue,
 )
-from outrider.ui.catalogue_model import CatalogueService
-from outrider.ui.pair_picker import PairPickerDialog
+from outrider.catalogue.service import CatalogueService
+from outrider.ui.picker.dialog import PairPickerDialog
 from support.fake_hf import COMMIT, FakeHub, fake_hub
 from support.tiny_gguf import Family, TinyShape, make_family
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 from pytestqt.qtbot import QtBot
 
-from outrider.ui.catalogue_model import CatalogueService, PairStatus
-from outrider.ui.downloads_view import DownloadColumn, DownloadRole, DownloadState
-from outrider.ui.pair_picker import PairPickerDialog
+from outrider.catalogue.service import CatalogueService, PairStatus
+from outrider.ui.download_manager import DownloadColumn, DownloadRole, DownloadState
+from outrider.ui.picker.dialog import PairPickerDialog
 from support.fake_hf import FakeHub
 
 ServiceFactory = Callable[..., CatalogueService]

@@ -9,16 +9,10 @@ from PySide6.QtCore import QModelIndex, Qt
 from pytestqt.modeltest import ModelTester
 
 from outrider.catalogue import DownloadEvent
+from outrider.catalogue.service import CatalogueService, PairStatus
 from outrider.ui.benchmark_dialog import BenchmarkResultsModel
-from outrider.ui.catalogue_model import (
-    CatalogueFilterProxy,
-    CatalogueModel,
-    CatalogueRole,
-    CatalogueService,
-    FoundFilesModel,
-    PairStatus,
-)
-from outrider.ui.downloads_view import DownloadItem, DownloadRole, DownloadsModel, DownloadState, QtDownloadManager
+from outrider.ui.catalogue_model import CatalogueFilterProxy, CatalogueModel, CatalogueRole, FoundFilesModel
+from outrider.ui.download_manager import DownloadItem, DownloadRole, DownloadsModel, DownloadState, QtDownloadManager
 
 
 def _changes(model: Any) -> list[tuple[int, int]]:

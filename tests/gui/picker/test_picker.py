@@ -11,16 +11,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractButton, QFileDialog, QLineEdit, QWidget
 from pytestqt.qtbot import QtBot
 
-from outrider.ui.catalogue_model import (
-    CatalogueColumn,
-    CatalogueRole,
-    CatalogueService,
-    Fit,
-    OwnPairReport,
-    PairRow,
-    PairStatus,
-)
-from outrider.ui.pair_picker import STATUS_FILTERS, PairChoice, PairPickerDialog
+from outrider.catalogue.memory import Fit
+from outrider.catalogue.service import CatalogueService, OwnPairReport, PairRow, PairStatus
+from outrider.ui.catalogue_model import CatalogueColumn, CatalogueRole
+from outrider.ui.picker.catalogue_tab import STATUS_FILTERS
+from outrider.ui.picker.choice import PairChoice
+from outrider.ui.picker.dialog import PairPickerDialog
 from support.tiny_gguf import Family
 
 ServiceFactory = Callable[..., CatalogueService]

@@ -1,12 +1,12 @@
-"""Downloads inside the picker: progress bars, speed, ETA, pause / resume / cancel.
+"""Pair downloads for the GUI: start / pause / resume / cancel, and the model of their progress.
 
 Each file downloads in its own child process (``outrider.catalogue.DownloadManager``); its events arrive on
 reader threads. Those threads only append to a queue; a ``QTimer`` on the GUI thread drains it four times a
 second (never one repaint per event) and updates ``DownloadsModel`` with ``dataChanged`` for the changed rows.
-Stopping a child waits for it to exit, so pause and cancel run on the ``TaskRunner`` pool, never in a slot.
+Stopping a child waits for it to exit, so pause and cancel run on the manager's ``QtTaskRunner``, never in a slot.
 
 Pause and cancel both stop the child; pause keeps the ``.part`` file (resume continues with ``Range``), cancel
-removes it.
+removes it. The table that shows these downloads is ``outrider.ui.picker.downloads_tab.DownloadsView``.
 """
 
 from __future__ import annotations
@@ -14,33 +14,31 @@ from __future__ import annotations
 import dataclasses
 import enum
 import queue
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import shiboken6
 from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer, Signal
-from PySide6.QtGui import QPainter
-from PySide6.QtWidgets import (
-    QApplication,
-    QHBoxLayout,
-    QHeaderView,
-    QPushButton,
-    QStyle,
-    QStyledItemDelegate,
-    QStyleOptionProgressBar,
-    QStyleOptionViewItem,
-    QTableView,
-    QVBoxLayout,
-    QWidget,
-)
 
 from outrider.catalogue import DownloadError, DownloadEvent, Pair, PairDownload
-from outrider.ui.catalogue_model import CatalogueService, TaskRunner, format_bytes, format_duration
+from outrider.catalogue.memory import format_bytes
+from outrider.catalogue.service import CatalogueService
 from outrider.ui.table_model import HeaderedTableModel
+from outrider.ui.tasks import QtTaskRunner
 
 Index = QModelIndex | QPersistentModelIndex
 _ROOT = QModelIndex()
 DRAIN_INTERVAL_MS = 250
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None or seconds != seconds or seconds < 0:  # None or NaN
+        return "—"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 class DownloadState(enum.Enum):
@@ -192,26 +190,6 @@ class DownloadsModel(HeaderedTableModel):
         return str(it.state.value)
 
 
-class ProgressBarDelegate(QStyledItemDelegate):
-    """Paints ``DownloadRole.Progress`` as a native progress bar (theme-aware, no custom colours)."""
-
-    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: Index) -> None:
-        fraction = index.data(DownloadRole.Progress)
-        if not isinstance(fraction, float):
-            super().paint(painter, option, index)
-            return
-        bar = QStyleOptionProgressBar()
-        bar.rect = option.rect.adjusted(2, 2, -2, -2)
-        bar.minimum = 0
-        bar.maximum = 1000
-        bar.progress = int(fraction * 1000)
-        bar.text = str(index.data(Qt.ItemDataRole.DisplayRole))
-        bar.textVisible = True
-        bar.state = option.state
-        style = option.widget.style() if option.widget is not None else QApplication.style()
-        style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter)
-
-
 class QtDownloadManager(QObject):
     """Starts, pauses, resumes and cancels pair downloads; turns child-process events into model updates.
 
@@ -233,7 +211,7 @@ class QtDownloadManager(QObject):
         super().__init__(parent)
         self.service = service
         self.model = DownloadsModel(self)
-        self._runner = TaskRunner(self, max_workers=2, name="outrider-downloads")
+        self._runner = QtTaskRunner("outrider-downloads", self, max_workers=2)
         self._running: dict[str, PairDownload] = {}
         self._file_bytes: dict[str, dict[str, int]] = {}
         self._events: queue.SimpleQueue[tuple[str, DownloadEvent]] = queue.SimpleQueue()
@@ -292,7 +270,7 @@ class QtDownloadManager(QObject):
         running, self._running = dict(self._running), {}
         for dl in running.values():
             dl.cancel()
-        self._runner.shutdown()
+        self._runner.close(cancel_pending=True)
 
     @property
     def active(self) -> frozenset[str]:
@@ -395,81 +373,3 @@ class QtDownloadManager(QObject):
                                  if ev.total else ev.file)
         return dataclasses.replace(item, state=state, file=ev.file, bytes_done=done, speed=ev.speed, eta=eta,
                                    message=message)
-
-
-class DownloadsView(QWidget):
-    """The table of downloads with Pause / Resume / Cancel for the selected row (keyboard reachable)."""
-
-    def __init__(self, manager: QtDownloadManager, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.manager = manager
-        self.table = QTableView(self)
-        self.table.setObjectName("downloadsTable")
-        self.table.setModel(manager.model)
-        self.table.setItemDelegateForColumn(DownloadColumn.Progress, ProgressBarDelegate(self.table))
-        self.table.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QTableView.SelectionMode.SingleSelection)
-        self.table.verticalHeader().hide()
-        self.table.setTabKeyNavigation(False)  # Tab leaves the table; arrows move inside
-        self.table.horizontalHeader().setSectionResizeMode(DownloadColumn.Progress, QHeaderView.ResizeMode.Stretch)
-        self.table.setToolTip("Downloads run in their own processes; a paused download resumes where it stopped")
-        self.pause_button = QPushButton("&Pause", self)
-        self.pause_button.setToolTip("Stop the download and keep the partial file, to resume later")
-        self.resume_button = QPushButton("Res&ume", self)
-        self.resume_button.setToolTip("Continue from the partial file (HTTP Range)")
-        self.cancel_button = QPushButton("Cance&l download", self)
-        self.cancel_button.setToolTip("Stop the download and delete the partial file")
-        buttons = QHBoxLayout()
-        for b in (self.pause_button, self.resume_button, self.cancel_button):
-            buttons.addWidget(b)
-        buttons.addStretch(1)
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.table)
-        layout.addLayout(buttons)
-        self.pause_button.clicked.connect(self._on_pause_button_clicked)
-        self.resume_button.clicked.connect(self._on_resume_button_clicked)
-        self.cancel_button.clicked.connect(self._on_cancel_button_clicked)
-        self.table.selectionModel().selectionChanged.connect(self._update_buttons)
-        manager.download_changed.connect(self._on_manager_download_changed)
-        self._update_buttons()
-
-    def select(self, pair_id: str) -> None:
-        row = self.manager.model.row_of(pair_id)
-        if row is not None:
-            self.table.selectRow(row)
-
-    def selected_item(self) -> DownloadItem | None:
-        rows = self.table.selectionModel().selectedRows()
-        if not rows:
-            return None
-        item = rows[0].data(DownloadRole.Item)
-        return item if isinstance(item, DownloadItem) else None
-
-    def _selected_ids(self) -> Sequence[str]:
-        item = self.selected_item()
-        return [] if item is None else [item.pair.id]
-
-    def _on_pause_button_clicked(self) -> None:
-        for pid in self._selected_ids():
-            self.manager.pause(pid)
-
-    def _on_resume_button_clicked(self) -> None:
-        for pid in self._selected_ids():
-            self.manager.resume(pid)
-
-    def _on_cancel_button_clicked(self) -> None:
-        for pid in self._selected_ids():
-            self.manager.cancel(pid)
-
-    def _on_manager_download_changed(self, pair_id: str) -> None:
-        if not shiboken6.isValid(self):
-            return
-        if self.selected_item() is None:
-            self.select(pair_id)
-        self._update_buttons()
-
-    def _update_buttons(self, *_args: object) -> None:
-        item = self.selected_item()
-        self.pause_button.setEnabled(item is not None and item.can_pause)
-        self.resume_button.setEnabled(item is not None and item.can_resume)
-        self.cancel_button.setEnabled(item is not None and item.can_cancel)

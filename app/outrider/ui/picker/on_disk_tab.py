@@ -1,0 +1,88 @@
+"""The "On disk" tab of the pair picker: GGUF files discovery found, to use as the target or draft of an own pair."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from outrider.ui.catalogue_model import FoundFilesModel, FoundRole
+
+
+class OnDiskTab(QWidget):
+    """The table of found files; Use as target / Use as draft / Add folder.
+
+    Signals:
+        use_as_target(str): the path of the selected file, for the own pair's target.
+        use_as_draft(str): the path of the selected file, for the own pair's draft.
+        folder_added(object): a folder (``Path``) the user chose to search for GGUF files as well.
+    """
+
+    use_as_target = Signal(str)
+    use_as_draft = Signal(str)
+    folder_added = Signal(object)
+
+    def __init__(self, model: FoundFilesModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        intro = QLabel("GGUF files already on this computer: the Hugging Face cache, LM Studio, Ollama, your "
+                       "folders and Outrider's store.", self)
+        intro.setWordWrap(True)
+        self.found_table = QTableView(self)
+        self.found_table.setObjectName("foundTable")
+        self.found_table.setModel(model)
+        self.found_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.found_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.found_table.verticalHeader().hide()
+        self.found_table.setTabKeyNavigation(False)  # Tab leaves the table; arrows move inside
+        self.found_table.horizontalHeader().setStretchLastSection(True)
+        self.as_target_button = QPushButton("Use as &target", self)
+        self.as_target_button.setToolTip("Put this file in 'Add my own pair' as the target")
+        self.as_draft_button = QPushButton("Use as dr&aft", self)
+        self.as_draft_button.setToolTip("Put this file in 'Add my own pair' as the draft")
+        self.add_folder_button = QPushButton("Add &folder…", self)
+        self.add_folder_button.setToolTip("Also look for GGUF files in a folder of yours (remembered)")
+        row = QHBoxLayout()
+        row.addWidget(self.add_folder_button)
+        row.addStretch(1)
+        row.addWidget(self.as_target_button)
+        row.addWidget(self.as_draft_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(intro)
+        layout.addWidget(self.found_table, 1)
+        layout.addLayout(row)
+        self.as_target_button.clicked.connect(self._on_as_target_button_clicked)
+        self.as_draft_button.clicked.connect(self._on_as_draft_button_clicked)
+        self.add_folder_button.clicked.connect(self._on_add_folder_button_clicked)
+
+    def selected_path(self) -> str | None:
+        rows = self.found_table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        value: Any = rows[0].data(FoundRole.Path)
+        return value if isinstance(value, str) else None
+
+    def _on_as_target_button_clicked(self) -> None:
+        path = self.selected_path()
+        if path:
+            self.use_as_target.emit(path)
+
+    def _on_as_draft_button_clicked(self) -> None:
+        path = self.selected_path()
+        if path:
+            self.use_as_draft.emit(path)
+
+    def _on_add_folder_button_clicked(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder with GGUF models")
+        if folder:
+            self.folder_added.emit(Path(folder))
