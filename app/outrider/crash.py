@@ -41,6 +41,7 @@ from typing import IO, Any
 
 import outrider
 from outrider import paths
+from outrider.fileio import atomic_write_json
 
 MARKER_NAME = "crash-pending.json"
 REPORT_PREFIX = "crash-"
@@ -248,10 +249,8 @@ def _write_report(directory: Path, title: str, body: str, *, pid: int | None = N
 
 
 def _write_marker(directory: Path, report: Path) -> None:
-    marker = directory / MARKER_NAME
-    tmp = marker.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"report": str(report), "time": datetime.datetime.now().isoformat()}), encoding="utf-8")
-    os.replace(tmp, marker)
+    atomic_write_json(directory / MARKER_NAME, {"report": str(report), "time": datetime.datetime.now().isoformat()},
+                      indent=None)
 
 
 def _prune_reports(directory: Path) -> None:

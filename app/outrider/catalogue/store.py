@@ -25,6 +25,7 @@ from typing import Any
 
 from outrider.catalogue.errors import UnsafePathError
 from outrider.catalogue.schema import REVISION_RE, Catalogue, ModelFile, Pair, file_path_problem, repo_id_problem
+from outrider.fileio import atomic_write_json, fsync_directory
 from outrider.paths import models_dir
 
 RECORD_SUFFIX = ".outrider.json"
@@ -47,25 +48,14 @@ def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> st
 
 
 def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    """``fileio.fsync_directory``, best effort (a folder that cannot be synced is not an error here)."""
+    with contextlib.suppress(OSError):
+        fsync_directory(path)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Records, hash cache, folder list, download identities: ``fileio.atomic_write_json`` (``0600``)."""
+    atomic_write_json(path, data, indent=1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, print_json
+from outrider.fileio import atomic_write_text
 from outrider.history import (
     ConversationNotFoundError,
     ConversationSummary,
@@ -29,7 +30,6 @@ from outrider.history import (
     StoreError,
     StoreReadOnlyError,
     UnreadableRecord,
-    atomic_write_text,
 )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from outrider.history.atomic import atomic_write_bytes, atomic_write_text
 from outrider.history.checkpoint import ReplyCheckpointer, ReplyWriter
 from outrider.history.connection import DB_FILENAME, connect, connection_settings
 from outrider.history.errors import (
@@ -70,8 +69,6 @@ __all__ = [
     "StoreLockedError",
     "StoreReadOnlyError",
     "UnreadableRecord",
-    "atomic_write_bytes",
-    "atomic_write_text",
     "connect",
     "connection_settings",
 ]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from outrider import paths
-from outrider.history.atomic import fsync_directory
+from outrider.fileio import fsync_directory
 from outrider.history.errors import (
     CorruptionNotice,
     DataDirectoryError,

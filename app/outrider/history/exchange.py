@@ -3,7 +3,7 @@
 Markdown is for people; JSON is for round trips (``HistoryStore.import_json`` reads back what ``export_*``
 wrote; a conversation keeps its ``uuid``, so importing the same export twice adds nothing). The raw dump
 (``raw_document``) is for the rows that cannot be decoded: every column exactly as stored.
-Writing the document to a file is ``outrider.history.atomic`` (temp file, fsync, replace, directory fsync).
+Writing the document to a file is ``outrider.fileio`` (temp file, fsync, replace, directory fsync).
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
+from outrider.fileio import atomic_write_text
 from outrider.history import exchange
-from outrider.history.atomic import atomic_write_text
 from outrider.history.connection import DB_FILENAME, OpenedDatabase, classify_error, connection_settings, open_database
 from outrider.history.errors import (
     ConversationNotFoundError,

@@ -47,7 +47,7 @@ from PySide6.QtWidgets import (
 
 from outrider.commands.generate import DEFAULT_BENCH_PROMPTS, _bench_row, _bench_summary
 from outrider.engine.verify_stats import VerifyCollector, VerifyJob, VerifyReport
-from outrider.history.atomic import atomic_write_text
+from outrider.fileio import atomic_write_text
 from outrider.ui.table_model import HeaderedTableModel
 from outrider.worker.protocol import ChatMessage, DraftParams, SamplingParams, TextRequest
 

@@ -20,7 +20,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from outrider import paths
-from outrider.history import atomic_write_text
+from outrider.fileio import atomic_write_text
 from outrider.worker.protocol import (
     ContextSettings,
     DraftParams,

@@ -2,7 +2,7 @@
 
 A small JSON file, ``unsafe_models.json`` under ``outrider.paths.data_dir()``. Entries are keyed by the real path
 and remember the file's size and modification time: a re-downloaded (changed) file is no longer considered
-unsafe. Writes are atomic (temporary file + ``os.replace``).
+unsafe. Writes are atomic and durable (``outrider.fileio``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from outrider import paths
+from outrider.fileio import atomic_write_json
 
 FILE_NAME = "unsafe_models.json"
 MAX_BYTES = 4 * 1024 * 1024  # a registry is a few entries; anything larger is not ours
@@ -68,11 +69,7 @@ class UnsafeModels:
                 for k, v in data.items() if isinstance(v, dict)}
 
     def _write(self, data: dict[str, Any]) -> None:
-        target = self.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, target)
+        atomic_write_json(self.path, data, indent=2, sort_keys=True)
 
     def mark(self, model_path: str | os.PathLike[str], reason: str) -> None:
         """Remember ``model_path`` as unsafe (``reason``: the one-line crash message)."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from outrider import fileio
 from outrider.history import (
     CURRENT_VERSION,
     Conversation,
@@ -29,10 +30,8 @@ from outrider.history import (
     SchemaTooNewError,
     StoreLockedError,
     UnreadableRecord,
-    atomic_write_text,
     connect,
 )
-from outrider.history import atomic as atomic_module
 from outrider.history.schema import MIGRATIONS, Migration, create_database
 
 STATS = ReplyStats(
@@ -196,22 +195,6 @@ def test_foreign_keys_are_enforced(store: HistoryStore) -> None:
         conn.close()
 
 
-def test_atomic_write_fsyncs_file_and_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    synced: list[int] = []
-    real_fsync = os.fsync
-
-    def spy(fd: int) -> None:
-        synced.append(fd)
-        real_fsync(fd)
-
-    monkeypatch.setattr(atomic_module.os, "fsync", spy)
-    target = tmp_path / "export.md"
-    atomic_write_text(target, "hello")
-    assert target.read_text() == "hello"
-    assert len(synced) >= 2  # the temp file, then the directory
-    assert [p.name for p in tmp_path.iterdir()] == ["export.md"]
-
-
 def test_failed_export_leaves_the_old_file_whole(
     store: HistoryStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -224,7 +207,7 @@ def test_failed_export_leaves_the_old_file_whole(
     def broken_replace(src: object, dst: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(atomic_module.os, "replace", broken_replace)
+    monkeypatch.setattr(fileio.os, "replace", broken_replace)
     with pytest.raises(OSError):
         store.export_conversation(cid, target, ExportFormat.JSON)
     assert target.read_bytes() == before
