@@ -20,7 +20,8 @@ def register(subparsers: Any) -> None:
     sub = p.add_subparsers(dest="models_command", parser_class=type(p))
     p.set_defaults(func=lambda args: _usage(p))
 
-    s = sub.add_parser("list", help="catalogue pairs with installed/missing state")
+    s = sub.add_parser("list", help="catalogue pairs with the pair picker's state (installed, downloadable, paused, "
+                                    "incompatible…) and whether they fit in memory")
     s.add_argument("--json", action="store_true", help="one JSON document on stdout")
     s.set_defaults(func=cmd_list)
 
@@ -92,27 +93,32 @@ def _states(cat: Any, store: Any, extra: list[Path] | None = None) -> dict[str, 
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from outrider.catalogue import ModelStore, ensure_offline_hub
+    """Every catalogue pair with the status the pair picker shows (the same ``CatalogueService`` rows)."""
+    from outrider.catalogue import ensure_offline_hub
+    from outrider.catalogue.memory import FIT_MARK, format_bytes
+    from outrider.catalogue.service import CatalogueService
 
     ensure_offline_hub()
-    cat = _catalogue()
-    store = ModelStore()
-    states = _states(cat, store)
+    service = CatalogueService.default(catalogue=_catalogue())
+    scan = service.scan()
     if args.json:
         pairs = []
-        for p in cat:
-            d = p.to_json()
-            d["state"] = states[p.id].to_json()
-            d["installed"] = states[p.id].installed
+        for r in scan.rows:
+            d = r.pair.to_json()
+            d["state"] = r.state.to_json()
+            d["installed"] = r.state.installed
+            d.update(r.to_json())
             pairs.append(d)
-        print_json({"catalogue": str(cat.path), "store": str(store.root), "pairs": pairs})
+        print_json({"catalogue": str(service.catalogue.path), "store": str(service.store.root),
+                    "memory": scan.memory.to_json(), "pairs": pairs})
         return 0
-    for p in cat:
-        st = states[p.id]
-        state = "installed" if st.installed else ("on disk (unverified)" if st.complete else "missing")
-        mem = p.memory()
-        print(f"{p.id:28} {state:22} {_gb(p.size):>10} download  {_gb(mem.total):>10} memory @{mem.n_ctx}  "
-              f"{p.licence}{'  [gated]' if p.gated else ''}")
+    for r in scan.rows:
+        p = r.pair
+        print(f"{p.id:28} {r.status_text:22} {format_bytes(p.size):>9} download  {format_bytes(r.memory.total):>9} "
+              f"memory @{r.memory.n_ctx}{FIT_MARK[r.fit]}  {p.licence}{'  [gated]' if p.gated else ''}")
+        if r.reason:
+            print(f"{'':28} {r.reason}")
+    print(scan.memory.describe())
     return 0
 
 
