@@ -50,12 +50,11 @@ from outrider.catalogue.errors import (
     UnverifiableError,
     map_hub_error,
 )
+from outrider.catalogue.lifeline import die_with_parent
 from outrider.catalogue.schema import REVISION_RE
 from outrider.catalogue.store import ModelStore, fsync_dir, write_json_atomic
 
 APP_SET_OFFLINE = "OUTRIDER_SET_HF_HUB_OFFLINE"
-EXIT_ORPHANED = 75  # the download process ends itself when its parent is gone
-PR_SET_PDEATHSIG = 1
 
 
 class _Emitter:
@@ -465,53 +464,6 @@ def _child_main(job: dict[str, Any], q: Any) -> None:
         q.put({"type": "error", "file": job["request"]["file"], "error": err.to_json(), "message": err.message})
 
 
-def _parent_gone(parent_pid: int | None) -> bool:
-    return parent_pid is not None and os.getppid() != parent_pid
-
-
-def _die_with_parent(parent_pid: int | None, parent_pipe: Any) -> None:
-    """End this process (``EXIT_ORPHANED``) as soon as the process that started it is gone, even by SIGKILL.
-
-    Three ways, whichever fires first: Linux ``PR_SET_PDEATHSIG`` (a signal at the parent's death; it is also sent
-    when only the parent *thread* that started us ends, so the handler exits only when the parent process changed);
-    EOF on ``parent_pipe`` (stdin, which the parent keeps open until we end; the OS closes it when the parent
-    dies, on every platform); and a watch of ``os.getppid()`` twice a second.
-    """
-    import signal
-
-    if sys.platform.startswith("linux"):
-        def on_signal(signum: int, frame: Any) -> None:
-            if _parent_gone(parent_pid):
-                os._exit(EXIT_ORPHANED)
-
-        try:
-            import ctypes
-
-            signal.signal(signal.SIGUSR1, on_signal)
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGUSR1), 0, 0, 0)
-        except (OSError, AttributeError, ValueError):
-            pass
-    if _parent_gone(parent_pid):  # it died before the signal was armed
-        os._exit(EXIT_ORPHANED)
-
-    def watch_pipe() -> None:
-        with contextlib.suppress(OSError, ValueError):
-            while parent_pipe.read(4096):
-                pass
-        os._exit(EXIT_ORPHANED)  # EOF: the parent closed its end or died
-
-    def watch_ppid() -> None:
-        while not _parent_gone(parent_pid):
-            time.sleep(0.5)
-        os._exit(EXIT_ORPHANED)
-
-    if parent_pipe is not None:
-        threading.Thread(target=watch_pipe, name="parent-pipe", daemon=True).start()
-    if parent_pid is not None:
-        threading.Thread(target=watch_ppid, name="parent-pid", daemon=True).start()
-
-
 def child_entry() -> int:
     """``python -m outrider.catalogue.download``: the job as JSON on stdin, events as JSON lines on stdout.
 
@@ -519,7 +471,7 @@ def child_entry() -> int:
     """
     job = json.loads(sys.stdin.readline())
     parent_pid = job.get("parent_pid")
-    _die_with_parent(parent_pid if isinstance(parent_pid, int) else None,
+    die_with_parent(parent_pid if isinstance(parent_pid, int) else None,
                      sys.stdin if job.get("parent_pipe") else None)
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write to the event stream

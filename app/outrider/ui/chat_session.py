@@ -56,7 +56,7 @@ def pair_choice_of(obj: Any, *, demo_id: str | None = None) -> PairChoice:
         draft = getattr(obj, "draft_path", None)
         return PairChoice(Path(target), Path(draft) if draft else None, pair.draft is None, pair.id, pair.name,
                           demo=pair.id == demo_id)
-    if isinstance(getattr(obj, "target", None), Path | str):  # pair_picker.PairChoice or a LocalPairReport
+    if isinstance(getattr(obj, "target", None), Path | str):  # picker.choice.PairChoice or a LocalPairReport
         draft = getattr(obj, "draft", None)
         lookup = bool(getattr(obj, "lookup", False)) or draft is None
         pair_id = getattr(obj, "pair_id", None) or ""
