@@ -7,7 +7,8 @@ special-token parsing on. A model without a template gets ChatML when its vocabu
 plain "User:/Assistant:" layout otherwise.
 
 A template is also bounded in time and size (``TemplateLimitError``): every render has a deadline
-(``RENDER_SECONDS``, checked on each line the compiled template runs, in ``range`` and in every call), and the
+(``RENDER_SECONDS``: checked in ``range``, operators and every call, and enforced by a watchdog timer that raises
+in the rendering thread, so a loop that makes no call is stopped too), and the
 operations that can blow up in one C call are checked *before* they run — ``*``, ``**``, ``+``, ``%`` and ``~`` on
 strings, lists and integers, ``range`` (at most ``MAX_RANGE`` items), string methods and filters that pad or
 repeat (``center``, ``ljust``, ``zfill``, ``expandtabs``, ``replace``, ``indent``, ``format`` widths…) — against a
@@ -20,14 +21,14 @@ on, and the note waits in ``ChatFormatter.take_notes()``.
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import dataclasses
 import datetime
 import functools
 import re
-import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from types import FrameType
 from typing import Any
 
 import jinja2
@@ -252,19 +253,48 @@ def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str
 _min = min
 
 
-def _template_tracer(budget: _Budget) -> Callable[[FrameType, str, Any], Any]:
-    """A ``sys.settrace`` function that checks the deadline on every line of compiled template code (and only
-    there: other frames are not traced line by line), so a loop that makes no call is stopped too."""
+class _Deadline(BaseException):
+    """Raised asynchronously in a rendering thread at its deadline (a BaseException: templates and Jinja's
+    ``except Exception`` cannot swallow it)."""
 
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "line":
-            budget.check_time()
-        return local
 
-    def global_trace(frame: FrameType, event: str, arg: Any) -> Any:
-        return local if frame.f_code.co_filename == "<template>" else None
+class _Watchdog:
+    """Raises ``_Deadline`` in the calling thread after ``seconds`` unless ``finish()`` came first.
 
-    return global_trace
+    ``PyThreadState_SetAsyncExc`` interrupts pure-Python loops (compiled templates are Python), at almost no cost
+    while nothing is wrong (one timer per render; line tracing would make every render ~3× slower). The timer
+    fires only while the render runs (a lock and a flag); an exception it set just as the render ended is
+    delivered inside ``__exit__`` (it is never cleared with NULL: in CPython 3.11 that leaves the eval breaker set
+    for good, and with a tracer active the interpreter then spins), so it cannot escape later."""
+
+    def __init__(self, seconds: float) -> None:
+        self._thread = threading.get_ident()
+        self._lock = threading.Lock()
+        self._done = False
+        self.fired = False
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def _set_async(self, exc: Any) -> None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), exc)
+
+    def _fire(self) -> None:
+        with self._lock:
+            if not self._done:
+                self.fired = True
+                self._set_async(ctypes.py_object(_Deadline))
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        with self._lock:
+            self._done = True
+        self._timer.cancel()
+        if self.fired and exc_type is None:
+            for _ in range(1000):  # a pending _Deadline is delivered at the next bytecode boundary: here
+                pass
 
 
 class ChatFormatter:
@@ -331,20 +361,23 @@ class ChatFormatter:
         budget = _Budget(self.render_seconds, time.monotonic() + self.render_seconds,
                          min(MAX_RENDERED_CHARS, BASE_RENDER_CHARS + OUTPUT_PER_INPUT_CHAR * input_chars))
         token = _BUDGET.set(budget)
-        previous = sys.gettrace()
-        sys.settrace(_template_tracer(budget))
         try:
             parts: list[str] = []
             total = 0
-            for part in self._template.generate(
-                messages=payload,
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-            ):
-                total += len(part)
-                budget.check_size(total, "a prompt")
-                parts.append(part)
+            try:
+                with _Watchdog(self.render_seconds):
+                    for part in self._template.generate(
+                        messages=payload,
+                        add_generation_prompt=add_generation_prompt,
+                        bos_token=self.bos_token,
+                        eos_token=self.eos_token,
+                    ):
+                        total += len(part)
+                        budget.check_size(total, "a prompt")
+                        parts.append(part)
+            except _Deadline:
+                budget.deadline = 0.0
+                budget.check_time()
             return "".join(parts)
         except TemplateError:
             raise
@@ -358,7 +391,6 @@ class ChatFormatter:
                 AttributeError) as exc:
             raise TemplateError(f"the model's chat template failed: {exc}") from exc
         finally:
-            sys.settrace(previous)
             _BUDGET.reset(token)
 
 

@@ -78,15 +78,21 @@ def test_a_template_that_explodes_on_a_later_message_falls_back_with_a_note() ->
     assert chat.take_notes() == []
 
 
-def test_limits_restore_an_existing_tracer() -> None:
+def test_after_a_timed_out_render_the_interpreter_is_sane_under_a_tracer() -> None:
+    """The watchdog's asynchronous exception is delivered, never cleared with NULL (CPython 3.11 would then keep
+    its eval breaker set, and spin forever once a tracer — a debugger, coverage — is installed)."""
     import sys
+
+    with pytest.raises(TemplateLimitError):
+        ChatFormatter(LOOP, bos_token="", eos_token="", has_chatml_tokens=False, render_seconds=0.2).render(MSGS)
 
     def tracer(*_args: object) -> None:
         return None
 
     sys.settrace(tracer)
     try:
-        ChatFormatter(None, bos_token="", eos_token="", has_chatml_tokens=False).render(MSGS)
+        text = ChatFormatter(None, bos_token="", eos_token="", has_chatml_tokens=False).render(MSGS)
         assert sys.gettrace() is tracer
     finally:
         sys.settrace(None)
+    assert text == "S\n\nUser: U\nAssistant:"
