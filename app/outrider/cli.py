@@ -1,5 +1,7 @@
-"""``outrider …`` terminal commands. This module only dispatches; each command family lives in
-``outrider.commands.<name>`` and exposes ``register(subparsers)``.
+"""The ``outrider`` entry point: no command opens the desktop app (``outrider.ui.app``), a command runs its
+family in ``outrider.commands.<name>`` (each exposes ``register(subparsers)``). This module only dispatches; it
+is the one place above both the GUI and the commands, which never import each other (pyproject.toml's import
+contracts). The GUI is imported only to launch it, so the terminal commands never load Qt.
 
 Exit statuses (a contract): 0 success, 1 runtime failure, 2 bad input (one line on stderr, no traceback),
 3 the engine process crashed, 130 interrupted.
@@ -8,20 +10,14 @@ Exit statuses (a contract): 0 success, 1 runtime failure, 2 bad input (one line 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
 
+from outrider.commands import ask, chats, generate, models, verify
 from outrider.commands.base import CliError
 
-# Command families, each a module with ``register(subparsers)``.
-COMMAND_MODULES = (
-    "outrider.commands.generate",
-    "outrider.commands.models",
-    "outrider.commands.chats",
-    "outrider.commands.ask",
-    "outrider.commands.verify",
-)
+# Command families, each a module with ``register(subparsers)``, in the order ``--help`` lists them.
+COMMAND_MODULES = (generate, models, chats, ask, verify)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,13 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="outrider", description="Local chat with speculative decoding made visible.")
     parser.add_argument("--smoke-test", action="store_true", help="open the app, send one message, print stats")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # a family not built yet
-                continue
-            raise
+    for module in COMMAND_MODULES:
         module.register(sub)
     return parser
 
@@ -66,17 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _launch_app(args: argparse.Namespace) -> int:
-    try:
-        app_main = importlib.import_module("outrider.ui.app")
-    except ModuleNotFoundError as exc:
-        if exc.name != "outrider.ui.app":
-            raise
-        # Until the GUI exists, show the engine on the offline demo model.
-        from outrider.commands.generate import run_demo
+    from outrider.ui.app import main as app_main  # here, not at the top: the commands never load Qt
 
-        return run_demo()
-    status: int = app_main.main(smoke_test=args.smoke_test)
-    return status
+    return app_main(smoke_test=args.smoke_test)
 
 
 if __name__ == "__main__":

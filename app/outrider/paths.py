@@ -14,7 +14,7 @@ from pathlib import Path
 
 import platformdirs
 
-from outrider.commands.base import EXIT_BAD_INPUT, CliError
+from outrider.exit_status import EXIT_BAD_INPUT, CliError
 
 APP_NAME = "Outrider"
 PRIVATE_DIR_MODE = 0o700

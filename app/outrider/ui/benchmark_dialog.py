@@ -45,9 +45,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.commands.generate import DEFAULT_BENCH_PROMPTS, _bench_row, _bench_summary
+from outrider.engine.bench import DEFAULT_BENCH_PROMPTS, bench_row, bench_summary, slower_labels, stats_dict
 from outrider.engine.verify_stats import VerifyCollector, VerifyJob, VerifyReport
 from outrider.fileio import atomic_write_text
+from outrider.ui.engine_bridge import describe_error
 from outrider.ui.table_model import HeaderedTableModel
 from outrider.worker.protocol import ChatMessage, DraftParams, SamplingParams, TextRequest
 
@@ -71,15 +72,6 @@ class EngineBridgeLike(Protocol):
     def generate(self, request: Any) -> None: ...
 
     def cancel(self) -> None: ...
-
-
-def stats_dict(stats: Any) -> dict[str, Any]:
-    """A ``Stats`` (wire dataclass) or a mapping as the dict ``outrider bench`` computes its rows from."""
-    if isinstance(stats, dict):
-        return dict(stats)
-    if hasattr(stats, "to_dict"):
-        return dict(stats.to_dict())
-    return dataclasses.asdict(stats)
 
 
 # ============================================================================================== runner ==
@@ -203,7 +195,7 @@ class BenchmarkRunner(QObject):
         self.progressed.emit(self._done, self._total)
         if len(runs["spec"]) == self._runs_per_prompt and len(runs["plain"]) == self._runs_per_prompt:
             label, prompt = self._prompts[job.prompt_index]
-            row = _bench_row(label, prompt, runs)
+            row = bench_row(label, prompt, runs)
             self.rows.append(row)
             self.row_finished.emit(row)
         self._next()
@@ -225,10 +217,6 @@ class BenchmarkRunner(QObject):
 
 
 def _describe(exc: object) -> str:
-    try:
-        from outrider.ui.engine_bridge import describe_error
-    except ImportError:  # the bridge module is optional for this dialog (tests use a fake)
-        return str(exc)
     return describe_error(exc) if isinstance(exc, BaseException) else str(exc)
 
 
@@ -504,10 +492,10 @@ def results_markdown(rows: Sequence[dict[str, Any]], prompts: Sequence[tuple[str
             cells.append(text.replace("|", "\\|"))
         out.append("| " + " | ".join(cells) + " |")
     if rows:
-        s = _bench_summary(list(rows))
+        s = bench_summary(list(rows))
         out += ["", f"**Median speed-up {s['median_speedup']:.2f}×** · median acceptance "
                     f"{s['median_acceptance']:.1%} over {s['prompts']} prompt(s)."]
-        slower = [r["label"] for r in rows if r.get("speedup") is not None and r["speedup"] < 1.0]
+        slower = slower_labels(rows)
         if slower:
             out.append(f"Slower than plain decoding on: {', '.join(slower)}.")
     out += ["", "Speed-up = speculative decode tokens/s ÷ plain decode tokens/s (measured); acceptance = "
@@ -716,7 +704,7 @@ class BenchmarkDialog(QDialog):
 
     def _on_runner_finished(self, rows: list[dict[str, Any]]) -> None:
         self._set_running(False)
-        s = _bench_summary(rows)
+        s = bench_summary(rows)
         slower = sum(1 for r in rows if r["speedup"] < 1.0)
         warn = f" ⚠ Slower than plain on {slower} prompt(s)." if slower else ""
         self.status.setText(f"Median speed-up {s['median_speedup']:.2f}× · median acceptance "

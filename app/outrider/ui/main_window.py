@@ -1,13 +1,12 @@
 """The main window: conversations | chat | live statistics, engine status always visible in the status bar.
 
 It composes the views and wires them to the ``ChatSession`` controller; it holds no chat logic itself.
-The pair picker and the benchmark dialog come from their own modules and are optional at import time.
+The pair picker and the benchmark dialog come from their own modules.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any
 
 from PySide6.QtCore import Qt, Slot
@@ -24,11 +23,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from outrider.ui.benchmark_dialog import BenchmarkDialog
 from outrider.ui.chat_session import ChatSession, PairChoice, pair_choice_of
 from outrider.ui.chat_view import ChatView
 from outrider.ui.conversation_list import ConversationListModel, ConversationListView, ConversationRow
 from outrider.ui.engine_bridge import QtEngineBridge
 from outrider.ui.live_stats import ReplyMeter
+from outrider.ui.picker.dialog import PairPickerDialog
 from outrider.ui.settings import PAIR_RECOMMENDED, AppSettings, QtSettings
 from outrider.ui.settings_dialog import RELOAD_KEYS, SettingsDialog
 from outrider.ui.stats_panel import StatsPanel
@@ -41,14 +42,6 @@ ACTION_BENCHMARK = "benchmark"
 ACTION_SETTINGS = "settings"
 ACTION_DARK = "dark_theme"
 ACTION_QUIT = "quit"
-
-
-def _optional(module: str, name: str) -> Any:
-    """A class from a module another developer owns, or None while it does not exist yet."""
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ModuleNotFoundError, AttributeError):
-        return None
 
 
 def _banner(name: str, parent: QWidget) -> tuple[QFrame, QLabel, QHBoxLayout]:
@@ -159,10 +152,7 @@ class MainWindow(QMainWindow):
         dark.setCheckable(True)
         dark.setChecked(self.settings.value.theme == "dark")
         view.addAction(dark)
-        self.actions_by_id[ACTION_CHOOSE_PAIR].setEnabled(_optional("outrider.ui.picker.dialog", "PairPickerDialog")
-                                                         is not None and self.catalogue_service is not None)
-        self.actions_by_id[ACTION_BENCHMARK].setEnabled(
-            _optional("outrider.ui.benchmark_dialog", "BenchmarkDialog") is not None)
+        self.actions_by_id[ACTION_CHOOSE_PAIR].setEnabled(self.catalogue_service is not None)
 
     def _wire(self) -> None:
         s, c = self.session, self.chat
@@ -311,26 +301,21 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_choose_pair(self) -> None:
-        dialog_cls = _optional("outrider.ui.picker.dialog", "PairPickerDialog")
-        if dialog_cls is None or self.catalogue_service is None:
-            self.show_notice("The pair picker is not available yet; use `outrider models` in a terminal.")
+        if self.catalogue_service is None:
+            self.show_notice("The pair picker is not available; use `outrider models` in a terminal.")
             return
-        dialog = dialog_cls(self.catalogue_service, self)
+        dialog = PairPickerDialog(self.catalogue_service, self)
         dialog.pair_chosen.connect(self.choose_pair)
         dialog.open()
 
     @Slot()
     def _on_benchmark(self) -> None:
-        dialog_cls = _optional("outrider.ui.benchmark_dialog", "BenchmarkDialog")
-        if dialog_cls is None:
-            self.show_notice("The benchmark dialog is not available yet; use `outrider bench` in a terminal.")
-            return
         if not self.session.ready or self.session.streaming:
             self.show_notice("Load a pair and let the reply finish before benchmarking.")
             return
         prompts = [m.text for m in self.chat.messages if m.role == "user"][-5:]
         name = self.session.choice.name if self.session.choice else ""
-        dialog = dialog_cls(self.bridge, prompts, self, pair_name=name, draft=self.settings.value.draft_params())
+        dialog = BenchmarkDialog(self.bridge, prompts, self, pair_name=name, draft=self.settings.value.draft_params())
         dialog.open()
 
     @Slot()

@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from pytestqt.qtbot import QtBot
 
-from outrider.commands.generate import DEFAULT_BENCH_PROMPTS, predicted_speedup
+from outrider.engine.bench import DEFAULT_BENCH_PROMPTS, predicted_speedup
 from outrider.ui.benchmark_dialog import BenchmarkDialog, ResultColumn, default_prompt_list, results_markdown
 from outrider.worker.protocol import DoneEvent, DraftParams, Stats, TextRequest
 
