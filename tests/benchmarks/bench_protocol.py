@@ -3,7 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_protocol.py [--tokens 200000]
 
 1. ``bench`` requests: the engine process emits synthetic steps as fast as it can (1, 4 and 8 tokens per step)
-   and the app consumes them as StepEvents: the protocol's ceiling. Goal: >= 5,000 tokens/s.
+   and the app consumes them as StepBatches (one per message): the protocol's ceiling. Goal: >= 5,000 tokens/s.
 2. The same greedy generation with a generated tiny model, in-process (``outrider.engine``) and through the
    engine process: the protocol's cost on a real (very fast) generation.
 """
@@ -18,8 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from outrider.engine.events import DoneEvent, StepBatch
 from outrider.worker.client import EngineClient
-from outrider.worker.protocol import ContextSettings, DoneEvent, DraftParams, PairSpec, StepEvent, TextRequest
+from outrider.worker.protocol import ContextSettings, DraftParams, PairSpec, TextRequest
 from support.tiny_gguf import TinyShape, make_family
 
 GOAL = 5_000.0
@@ -30,8 +31,8 @@ def bench_synthetic(client: EngineClient, n_tokens: int, per_step: int) -> tuple
     steps = batches = 0
     last = None
     for event in client.bench(n_tokens, per_step):
-        if isinstance(event, StepEvent):
-            steps += 1
+        if isinstance(event, StepBatch):  # one wire message
+            steps += len(event.steps)
             if event.stats is not last:
                 batches, last = batches + 1, event.stats
     return n_tokens / (time.perf_counter() - t0), steps, batches

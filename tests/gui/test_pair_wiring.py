@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from outrider.catalogue.schema import DraftSettings
+from outrider.engine.events import ErrorKind, LoadedPair, ModelFacts
 from outrider.history import HistoryStore
 from outrider.ui.app import _startup_choice
 from outrider.ui.chat_session import PairChoice as SessionChoice
@@ -20,7 +21,6 @@ from outrider.ui.picker.choice import PairChoice as PickerChoice
 from outrider.ui.settings import QtSettings
 from outrider.ui.store_bridge import QtStoreBridge
 from outrider.worker.client import EngineRequestError
-from outrider.worker.protocol import LoadedInfo, ModelInfo
 
 
 class _RecordingClient:
@@ -36,13 +36,13 @@ class _RecordingClient:
         self.unsafe = unsafe or set()
         self.lock = threading.Lock()
 
-    def load(self, spec: Any, *, refuse_unsafe: bool = False, **_: Any) -> LoadedInfo:
+    def load(self, spec: Any, *, refuse_unsafe: bool = False, **_: Any) -> LoadedPair:
         with self.lock:
             self.loads.append((spec, refuse_unsafe))
         if refuse_unsafe and spec.target in self.unsafe:
-            raise EngineRequestError("unsafe_model", f"{Path(spec.target).name} is not loaded automatically: its "
-                                     "load crashed the engine (SIGSEGV)")
-        return LoadedInfo(ModelInfo(path=spec.target), None, "lookup", spec.context.n_ctx, "CPU", False, "", 0, 0,
+            raise EngineRequestError(ErrorKind.UNSAFE_MODEL, f"{Path(spec.target).name} is not loaded "
+                                     "automatically: its load crashed the engine (SIGSEGV)")
+        return LoadedPair(ModelFacts(path=spec.target), None, "lookup", spec.context.n_ctx, "CPU", False, "", 0, 0,
                           ())
 
     def cancel(self) -> None: ...

@@ -12,25 +12,27 @@ from typing import Any
 import pytest
 from PySide6.QtGui import QKeySequence
 
+from outrider.engine.events import DoneEvent, LoadedPair, ModelFacts, StepBatch, StepEvent
+from outrider.engine.stats import GenerationStats
 from outrider.history import HistoryStore, MessageStatus
 from outrider.ui.chat_session import PairChoice
 from outrider.ui.engine_bridge import QtEngineBridge
 from outrider.ui.main_window import ACTION_NEW_CHAT, MainWindow
 from outrider.ui.settings import QtSettings
 from outrider.ui.store_bridge import QtStoreBridge
-from outrider.worker.protocol import DoneEvent, LoadedInfo, ModelInfo, Stats, StepEvent
+from support.stats import measured_stats
 
 
-def reply_stats(**kw: Any) -> Stats:
+def reply_stats(**kw: Any) -> GenerationStats:
+    """64 tok/s, acceptance 0.6, token acceptance 0.75, 3.2 tokens per pass, k_mean 2, plain 20 tok/s."""
     base: dict[str, Any] = {"generated": 64, "drafted": 40, "accepted": 24, "rejections": 8, "passes": 20,
-                            "pass_tokens": 64, "decode_s": 1.0, "step_s": 1.0, "decode_tps": 64.0,
-                            "acceptance_rate": 0.6, "token_acceptance": 0.75, "tokens_per_pass": 3.2,
-                            "k_mean": 2.0, "draft_mode": "model", "plain_steps": 3, "plain_tps": 20.0}
-    return Stats(**{**base, **kw})
+                            "pass_tokens": 64, "k_sum": 40, "decode_s": 1.0, "step_s": 1.0, "draft_mode": "model",
+                            "plain_steps": 3, "plain_tps": 20.0}
+    return measured_stats(**{**base, **kw})
 
 
 class _Reply:
-    def __init__(self, final: Stats, hold: threading.Event | None) -> None:
+    def __init__(self, final: GenerationStats, hold: threading.Event | None) -> None:
         self.final = final
         self.hold = hold
 
@@ -41,12 +43,12 @@ class _Reply:
         return None
 
     def __iter__(self) -> Iterator[Any]:
-        early = Stats(generated=4, drafted=4, accepted=3, rejections=1, passes=1, pass_tokens=4, decode_s=0.05,
-                      decode_tps=80.0, draft_mode=self.final.draft_mode)  # no plain step measured yet
-        yield StepEvent([1, 2, 3, 4], [True, True, True, False], "one two", 3, early, ["o", "ne", " t", "wo"])
+        early = GenerationStats(generated=4, drafted=4, accepted=3, rejections=1, passes=1, pass_tokens=4,
+                                decode_s=0.05, draft_mode=self.final.draft_mode)  # no plain step measured yet
+        yield StepBatch((StepEvent([1, 2, 3, 4], [True, True, True, False], ["o", "ne", " t", "wo"], 3),), early)
         if self.hold is not None:
             self.hold.wait(30.0)
-        yield StepEvent([5], [False], " three", 0, self.final, [" three"])
+        yield StepBatch((StepEvent([5], [False], [" three"], 0),), self.final)
         yield DoneEvent("stop", self.final, "one two three")
 
 
@@ -57,13 +59,13 @@ class ScriptedClient:
     log_path = None
     loaded = None
 
-    def __init__(self, finals: list[Stats]) -> None:
+    def __init__(self, finals: list[GenerationStats]) -> None:
         self.backend: dict[str, Any] = {"name": "CPU"}
         self.finals = list(finals)
         self.hold: threading.Event | None = None
 
-    def load(self, spec: Any, **_: Any) -> LoadedInfo:
-        return LoadedInfo(ModelInfo(path=str(spec.target)), ModelInfo(path="draft.gguf"), "model", 2048, "CPU",
+    def load(self, spec: Any, **_: Any) -> LoadedPair:
+        return LoadedPair(ModelFacts(path=str(spec.target)), ModelFacts(path="draft.gguf"), "model", 2048, "CPU",
                           False, "chatml", 0, 0, ())
 
     def generate(self, request: Any) -> _Reply:
@@ -124,8 +126,9 @@ def test_speedup_with_error_shown_and_stored_as_the_engine_reported(qtbot: Any, 
     assert done is not None
     reply = _stored(qtbot, win)
     assert reply.id == message_id and reply.stats is not None
-    assert reply.stats.speedup == done.stats.speedup == 1.8512  # no UI recomputation
-    assert reply.stats.speedup_error == done.stats.speedup_error == 0.0634
+    assert reply.stats.speedup == done.stats.speedup == pytest.approx(1.8512)  # the engine's figure, as is
+    assert reply.stats.speedup_error == done.stats.speedup_error == pytest.approx(0.0634)
+    assert reply.stats.k == 2.0  # the mean draft length the engine used, not the setting
 
 
 def test_measuring_until_a_plain_step_then_not_measured(qtbot: Any, scripted: Any) -> None:

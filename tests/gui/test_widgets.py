@@ -13,13 +13,15 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QTextCharFormat
 from PySide6.QtWidgets import QPushButton
 
+from outrider.engine.events import StepEvent
+from outrider.engine.stats import GenerationStats
 from outrider.ui.chat_view import ChatView, MessageItem, step_runs
 from outrider.ui.conversation_list import ConversationListModel, ConversationRow
 from outrider.ui.live_stats import ReplyMeter, Snapshot, format_speedup
 from outrider.ui.settings import AppSettings, QtSettings
 from outrider.ui.stats_panel import StatsPanel
 from outrider.ui.theme import DARK, LIGHT
-from outrider.worker.protocol import Stats, StepEvent
+from support.stats import measured_stats
 
 
 def test_settings_persist_and_emit_only_on_change(qtbot: Any, tmp_path: Path) -> None:
@@ -46,7 +48,7 @@ def test_settings_map_to_engine_requests() -> None:
 
 
 def _step(pieces: list[str], drafted: list[bool]) -> StepEvent:
-    return StepEvent(list(range(len(pieces))), drafted, "".join(pieces), 3, Stats(generated=len(pieces)), pieces)
+    return StepEvent(list(range(len(pieces))), drafted, pieces, 3)
 
 
 @pytest.mark.parametrize("colours", [LIGHT, DARK])
@@ -79,7 +81,7 @@ def test_provenance_colours_each_token_in_the_document(qtbot: Any, colours: Any)
 
 
 def test_step_runs_without_pieces_split_by_token_share() -> None:
-    step = StepEvent([1, 2, 3, 4], [True, True, True, False], "abcdefgh", 3, Stats())
+    step = StepEvent([1, 2, 3, 4], [True, True, True, False], ["abcdefgh"], 3)  # an older engine: text only
     assert step_runs(step) == [("abcdef", True), ("gh", False)]
 
 
@@ -115,22 +117,24 @@ def test_conversation_model(qtmodeltester: Any) -> None:
     assert model.row_of(2) == 1
 
 
-def _reply_stats(**kw: Any) -> Stats:
+def _reply_stats(**kw: Any) -> GenerationStats:
+    """acceptance 0.6, token acceptance 0.75, 3.2 tokens per pass, 64 tok/s."""
     base: dict[str, Any] = {"generated": 64, "drafted": 40, "accepted": 24, "rejections": 8, "passes": 20,
-                            "pass_tokens": 64, "decode_s": 1.0, "decode_tps": 64.0, "acceptance_rate": 0.6,
-                            "token_acceptance": 0.75, "tokens_per_pass": 3.2, "draft_mode": "model"}
-    return Stats(**{**base, **kw})
+                            "pass_tokens": 64, "decode_s": 1.0, "draft_mode": "model"}
+    return measured_stats(**{**base, **kw})
 
 
 def test_meter_takes_the_engines_figures_as_they_are() -> None:
     meter = ReplyMeter()
     meter.begin_reply()
-    # values that no UI arithmetic would produce from the counters: they must come through unchanged
-    meter.add(_reply_stats(speedup=1.234, speedup_error=0.056, plain_tps=17.5, tokens_per_pass=2.5,
-                           token_acceptance=0.81), 4)
+    st = _reply_stats(speedup=1.234, speedup_error=0.056, plain_tps=17.5, pass_tokens=50, accepted=30,
+                      rejections=7)
+    meter.add(st, 4)
     snap = meter.tick()
+    # the engine's own properties, read as they are (docs/metrics.md), nothing recomputed by the UI
     assert (snap.speedup, snap.speedup_error, snap.plain_tps, snap.tokens_per_pass, snap.token_acceptance) == (
-        1.234, 0.056, 17.5, 2.5, 0.81)
+        st.speedup, st.speedup_error, st.plain_tps, 2.5, 30 / 37)
+    assert (snap.speedup, snap.speedup_error, snap.plain_tps) == pytest.approx((1.234, 0.056, 17.5))
     assert not snap.slower_than_plain and meter.reply_series
     assert not hasattr(meter, "set_baseline") and "baseline_tps" not in Snapshot.__dataclass_fields__
 

@@ -217,11 +217,16 @@ class WorkerEngine:
             raise CliError(str(exc), EXIT_ENGINE_CRASHED) from None
 
     def run(self, request: Any) -> Iterator[Any]:
+        from outrider.engine.events import StepBatch
+
         with self._errors(), self._client.generate(request) as generation:
             for event in generation:
                 for text in generation.notes:
                     note(text, self._noted)
-                yield event
+                if isinstance(event, StepBatch):  # one wire message: its steps, as the in-process engine yields
+                    yield from event.steps
+                else:
+                    yield event
 
     def close(self, *, quick: bool = False) -> None:
         self._client.stop(timeout=0.5 if quick else 10.0)

@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from outrider.engine.compat import VocabFacts
 from outrider.engine.errors import DecodeError, ModelLoadError
+from outrider.engine.events import ModelFacts
 from outrider.engine.gguf_header import GGUFHeaderError, read_header
 from outrider.engine.params import ContextSettings, ModelSettings
 
@@ -121,24 +122,6 @@ def _backend_info() -> BackendInfo:
     return BackendInfo(gpu_offload=gpu, name=name, system_info=system)
 
 
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelFacts:
-    """Facts reported after load (the ``loaded`` event). Sizes in bytes."""
-
-    path: str
-    architecture: str
-    description: str
-    n_params: int
-    size_bytes: int
-    n_layer: int
-    n_embd: int
-    n_vocab: int
-    n_ctx_train: int
-    has_chat_template: bool
-    quantisation: str
-    gpu_layers_offloaded: int
 
 
 _FILE_TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",

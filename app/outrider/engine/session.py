@@ -8,52 +8,29 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
-from outrider.engine.backend import (
-    Backend,
-    LoadedModel,
-    ModelContext,
-    ModelFacts,
-)
+from outrider.engine.backend import Backend, LoadedModel, ModelContext
 from outrider.engine.chat import ChatFormatter, fit_conversation
 from outrider.engine.compat import check_facts
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
 from outrider.engine.errors import EngineError, TemplateError
+from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
 from outrider.engine.params import ChatMessage, DraftParams, PairSpec, SamplingParams, TextRequest
-from outrider.engine.speculative import (
-    DoneEvent,
-    GenerationRequest,
-    SpeculativeDecoder,
-    StepEvent,
-)
+from outrider.engine.speculative import GenerationRequest, SpeculativeDecoder
 
-
-@dataclasses.dataclass(frozen=True)
-class LoadedPair:
-    """Facts reported when a pair is loaded (the ``loaded`` event). Memory in bytes."""
-
-    target: ModelFacts
-    draft: ModelFacts | None
-    draft_mode: str
-    n_ctx: int
-    backend: str
-    gpu_offload: bool
-    chat_template: str  # model, chatml or plain
-    target_kv_bytes: int
-    draft_kv_bytes: int
-    notes: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+LoadStageCallback = Callable[[str, str], None]
+"""``on_load_stage(stage, path)``: called just before a model file is handed to llama.cpp (``target``, ``draft``)."""
 
 
 class Engine:
     """Owns the llama.cpp objects of one loaded pair. Not thread-safe except ``cancel``."""
 
-    def __init__(self, backend: Backend | None = None) -> None:
+    def __init__(self, backend: Backend | None = None, *, on_load_stage: LoadStageCallback | None = None) -> None:
+        """``on_load_stage(stage, path)`` is told which file each load is about to hand to llama.cpp (the engine
+        process reports it, so a crash inside llama.cpp can be blamed on the right file)."""
         self.backend = backend or Backend()
+        self.on_load_stage = on_load_stage
         self._target: LoadedModel | None = None
         self._draft_model: LoadedModel | None = None
         self._decoder: SpeculativeDecoder | None = None
@@ -69,6 +46,7 @@ class Engine:
         """Load ``spec`` (unloading any previous pair first, so memory is freed before the new load)."""
         self.unload()
         notes: list[str] = []
+        self._announce("target", spec.target)
         target = LoadedModel(self.backend, spec.target, spec.target_settings)
         try:
             context = ModelContext(target, spec.context)
@@ -79,6 +57,7 @@ class Engine:
         draft_model: LoadedModel | None = None
         try:
             if spec.draft:
+                self._announce("draft", spec.draft)
                 draft_model = LoadedModel(self.backend, spec.draft, spec.draft_settings)
                 check_facts(target.vocab_facts(), draft_model.vocab_facts()).raise_if_incompatible()
                 drafter = ModelDraft(ModelContext(draft_model, dataclasses.replace(spec.context)), target.n_vocab)
@@ -114,6 +93,10 @@ class Engine:
             notes=tuple(notes),
         )
         return self.info
+
+    def _announce(self, stage: str, path: object) -> None:
+        if self.on_load_stage is not None:
+            self.on_load_stage(stage, str(path))
 
     def unload(self) -> None:
         """Free both models and contexts (GPU memory included)."""

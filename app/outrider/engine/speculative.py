@@ -26,6 +26,7 @@ from outrider.engine.autodraft import AutoDraftLength
 from outrider.engine.backend import LoadedModel, ModelContext
 from outrider.engine.drafters import EMPTY_DRAFT, Draft, DraftSource, common_prefix_length
 from outrider.engine.errors import ContextOverflowError, DecodeError
+from outrider.engine.events import DoneEvent, StepEvent
 from outrider.engine.params import DraftParams, SamplingParams
 from outrider.engine.sampling import (
     accept_draft_token,
@@ -60,32 +61,6 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError(f"max tokens must be >= 1, got {self.max_tokens}")
-
-
-@dataclasses.dataclass(frozen=True)
-class StepEvent:
-    """Tokens emitted by one step with their provenance (True = accepted draft token) and the safe text.
-
-    ``pieces[i]`` is the text that ``tokens[i]`` released (possibly empty: a held partial UTF-8 character or
-    stop-string prefix); ``text == "".join(pieces)``. A final step may carry only held-back text (no tokens).
-    """
-
-    tokens: list[int]
-    drafted: list[bool]
-    pieces: list[str]
-    k: int
-    stats: GenerationStats
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-
-@dataclasses.dataclass(frozen=True)
-class DoneEvent:
-    stop_reason: str
-    stats: GenerationStats
-    text: str
 
 
 class DraftLengthPolicy(Protocol):

@@ -38,7 +38,7 @@ class ReplyStats:
 
     pair_id: str | None = None
     draft_mode: str | None = None
-    k: int | None = None
+    k: float | None = None  # the mean draft length the engine used (GenerationStats.k_mean), not the setting
     temperature: float | None = None
     generated: int | None = None
     drafted: int | None = None
@@ -71,7 +71,7 @@ class ReplyStats:
             if name in ("pair_id", "draft_mode", "stop_reason"):
                 if not isinstance(value, str):
                     raise TypeError(f"stats.{name} must be a string")
-            elif name in ("k", "generated", "drafted", "accepted"):
+            elif name in ("generated", "drafted", "accepted"):
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise TypeError(f"stats.{name} must be an integer")
             else:

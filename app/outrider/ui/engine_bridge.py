@@ -6,10 +6,11 @@ dedicated inference thread). The GUI thread only calls the public methods, which
 results as signals. ``cancel()`` is the exception: ``EngineClient.cancel`` is thread-safe and returns at once, so
 it is called directly and cuts a running reply short within one step.
 
-Steps are coalesced (STYLE.md §6): the worker puts each ``StepEvent`` in a buffer and emits a wake-up only when
-the buffer goes from empty to non-empty; the GUI thread drains the whole buffer in one slot and emits
-``step_received`` once with a :class:`StepBatch`. A slow reply therefore arrives step by step with no added
-latency, and a fast one in batches sized by how busy the GUI thread is — never one repaint per token.
+Steps are coalesced (STYLE.md §6): the client yields each wire message as one ``StepBatch``
+(``outrider.engine.events``); the worker puts it in a buffer and emits a wake-up only when the buffer goes from
+empty to non-empty; the GUI thread drains the whole buffer in one slot and emits ``step_received`` once with one
+``StepBatch`` (the buffered batches joined, when the GUI fell behind). A slow reply therefore arrives step by step
+with no added latency, and a fast one in batches sized by how busy the GUI thread is — never one repaint per token.
 
 Errors travel on their own signals, typed at the source (STYLE.md §7), never through the token stream.
 """
@@ -17,42 +18,16 @@ Errors travel on their own signals, typed at the source (STYLE.md §7), never th
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
+from outrider.engine.events import DoneEvent, ErrorKind, LoadedPair, LoadProgress, StepBatch
 from outrider.worker.client import EngineClient, EngineCrashed, EngineRequestError, WorkerError
-from outrider.worker.protocol import DoneEvent, LoadedInfo, LoadProgress, StepEvent
 
 __all__ = ["EngineCrashed", "EngineRequestError", "QtEngineBridge", "StepBatch", "WorkerError"]
-
-
-@dataclasses.dataclass(frozen=True)
-class StepBatch:
-    """Steps that arrived since the GUI last looked, oldest first.
-
-    Attributes:
-        steps: the ``StepEvent``s (each with tokens, provenance flags, text and k).
-        text: the concatenated text of the steps.
-        stats: the statistics snapshot of the newest step (the engine's running totals for this reply).
-    """
-
-    steps: tuple[StepEvent, ...]
-
-    @property
-    def text(self) -> str:
-        return "".join(s.text for s in self.steps)
-
-    @property
-    def stats(self) -> Any:
-        return self.steps[-1].stats
-
-    @property
-    def n_tokens(self) -> int:
-        return sum(len(s.tokens) for s in self.steps)
 
 
 class _EngineWorker(QObject):
@@ -77,18 +52,18 @@ class _EngineWorker(QObject):
         super().__init__()
         self.client = client
         self._lock = threading.Lock()
-        self._buffer: list[StepEvent] = []
+        self._buffer: list[StepBatch] = []
         self.closing = False
 
-    def take_steps(self) -> list[StepEvent]:
+    def take_batches(self) -> list[StepBatch]:
         with self._lock:
-            steps, self._buffer = self._buffer, []
-        return steps
+            batches, self._buffer = self._buffer, []
+        return batches
 
-    def _push(self, step: StepEvent) -> None:
+    def _push(self, batch: StepBatch) -> None:
         with self._lock:
             wake = not self._buffer
-            self._buffer.append(step)
+            self._buffer.append(batch)
         if wake:
             self.steps_ready.emit()
 
@@ -126,7 +101,7 @@ class _EngineWorker(QObject):
             return
         with self._job(), self.client.generate(request) as generation:
             for event in generation:
-                if isinstance(event, StepEvent):
+                if isinstance(event, StepBatch):
                     self._push(event)
                 elif isinstance(event, DoneEvent):
                     self.finished.emit(event)
@@ -146,7 +121,7 @@ class QtEngineBridge(QObject):
     All methods return at once; requests run one at a time on the bridge's thread, in call order.
 
     Signals:
-        loaded(LoadedInfo): a pair is loaded and ready.
+        loaded(LoadedPair): a pair is loaded and ready.
         load_failed(Exception): a load failed; ``EngineRequestError`` (``kind``, ``message``: bad file,
             ``incompatible_pair``, …; the engine is alive) or ``EngineCrashed`` (it died while loading).
         load_progress(LoadProgress): llama.cpp started reading a model file.
@@ -246,9 +221,11 @@ class QtEngineBridge(QObject):
     # -- worker signals (GUI thread) --------------------------------------------------------------------------
     @Slot()
     def _on_worker_steps_ready(self) -> None:
-        steps = self._worker.take_steps()
-        if steps:
-            self.step_received.emit(StepBatch(tuple(steps)))
+        batches = self._worker.take_batches()
+        if len(batches) == 1:
+            self.step_received.emit(batches[0])
+        elif batches:
+            self.step_received.emit(StepBatch(tuple(s for b in batches for s in b.steps), batches[-1].stats))
 
     @Slot(object)
     def _on_worker_finished(self, done: DoneEvent) -> None:
@@ -276,11 +253,11 @@ class QtEngineBridge(QObject):
 def describe_error(exc: BaseException) -> str:
     """One line for the user, from a typed engine error (the mapping lives at the Qt boundary)."""
     if isinstance(exc, EngineRequestError):
-        if exc.kind == "incompatible_pair":
+        if exc.kind is ErrorKind.INCOMPATIBLE_PAIR:
             return f"These two models cannot be paired: {exc.message}"
-        if exc.kind == "unsafe_model":
+        if exc.kind is ErrorKind.UNSAFE_MODEL:
             return f"{exc.message} (choose the pair again to try anyway)"
-        if exc.kind == "context_overflow":
+        if exc.kind is ErrorKind.CONTEXT_OVERFLOW:
             return f"The conversation no longer fits in the context: {exc.message}"
         return exc.message
     if isinstance(exc, EngineCrashed):
@@ -289,4 +266,4 @@ def describe_error(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-__all__ += ["LoadProgress", "LoadedInfo", "describe_error"]
+__all__ += ["ErrorKind", "LoadProgress", "LoadedPair", "describe_error"]

@@ -1,6 +1,6 @@
 """Live statistics of the streaming reply and of the conversation (plain Python, no Qt: testable alone).
 
-The engine sends its running totals (``Stats``, see docs/metrics.md) with every batch of steps; ``ReplyMeter``
+The engine sends its running totals (``GenerationStats``, docs/metrics.md) with every batch of steps; ``ReplyMeter``
 keeps the newest snapshot, a short window of snapshots for the *current* decode speed, and the series the
 charts draw. The GUI reads it on a fixed tick (about 4 Hz), never per token.
 """
@@ -11,7 +11,8 @@ import collections
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any
+
+from outrider.engine.stats import GenerationStats
 
 NOW_WINDOW_S = 1.0  # "tok/s now" = tokens decoded over the last second of engine decode time
 SLOWER_MARGIN = 0.95  # measured speed-up below this (with enough tokens) counts as "slower than plain"
@@ -51,7 +52,7 @@ TOOLTIPS: dict[str, str] = {
 
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
-    """What the panel shows, computed once per tick. Every figure is the engine's own (``Stats``, see
+    """What the panel shows, computed once per tick. Every figure is the engine's own (``GenerationStats``, see
     docs/metrics.md) except ``decode_now``, a rate over the last second of the engine's decode time."""
 
     generated: int = 0
@@ -92,10 +93,6 @@ class Snapshot:
                 and self.drafted > 0)
 
 
-def _get(stats: Any, name: str, default: Any = None) -> Any:
-    return getattr(stats, name, default) if stats is not None else default
-
-
 class ReplyMeter:
     """Accumulates the engine's snapshots for one reply at a time, and per-reply results for the conversation.
 
@@ -106,7 +103,7 @@ class ReplyMeter:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._stats: Any = None
+        self._stats: GenerationStats | None = None
         self._k: int | None = None
         self._window: collections.deque[tuple[float, int]] = collections.deque()  # (decode_s, generated)
         self._started = 0.0
@@ -125,17 +122,17 @@ class ReplyMeter:
         self.reply_series = []
         self._dirty = True
 
-    def add(self, stats: Any, k: int | None) -> None:
+    def add(self, stats: GenerationStats, k: int | None) -> None:
         """The engine's running totals after a batch of steps, and the last step's k."""
         self._stats = stats
         self._k = k
-        decode_s = float(_get(stats, "decode_s", 0.0) or 0.0)
-        self._window.append((decode_s, int(_get(stats, "generated", 0) or 0)))
+        decode_s = stats.decode_s
+        self._window.append((decode_s, stats.generated))
         while len(self._window) > 2 and decode_s - self._window[0][0] > NOW_WINDOW_S:
             self._window.popleft()
         self._dirty = True
 
-    def finish_reply(self, stats: Any | None) -> None:
+    def finish_reply(self, stats: GenerationStats | None) -> None:
         if stats is not None:
             self._stats = stats
         self.streaming = False
@@ -173,23 +170,21 @@ class ReplyMeter:
             (d0, g0), (d1, g1) = self._window[0], self._window[-1]
             if d1 - d0 > 1e-6:
                 now = (g1 - g0) / (d1 - d0)
-        decode_tps = _get(s, "decode_tps")
+        decode_tps = s.decode_tps
         if now is None:
             now = decode_tps
-        decode_s = float(_get(s, "decode_s", 0.0) or 0.0)
+        decode_s = s.decode_s
 
-        def share(name: str) -> float | None:
-            return float(_get(s, name, 0.0) or 0.0) / decode_s if decode_s > 0 else None
+        def share(seconds: float) -> float | None:
+            return seconds / decode_s if decode_s > 0 else None
 
         return Snapshot(
-            generated=int(_get(s, "generated", 0) or 0), drafted=int(_get(s, "drafted", 0) or 0),
-            accepted=int(_get(s, "accepted", 0) or 0), decode_now=now, decode_tps=decode_tps,
-            acceptance_rate=_get(s, "acceptance_rate"), token_acceptance=_get(s, "token_acceptance"),
-            tokens_per_pass=_get(s, "tokens_per_pass"), k=self._k, k_mean=_get(s, "k_mean"),
-            speedup=_get(s, "speedup"), speedup_error=_get(s, "speedup_error"), plain_tps=_get(s, "plain_tps"),
-            ttft_s=_get(s, "ttft_s"),
-            prompt_tps=_get(s, "prompt_tps"), draft_share=share("draft_s"), verify_share=share("verify_s"),
-            other_share=share("other_s"), draft_mode=str(_get(s, "draft_mode", "none")), streaming=self.streaming,
+            generated=s.generated, drafted=s.drafted, accepted=s.accepted, decode_now=now, decode_tps=decode_tps,
+            acceptance_rate=s.acceptance_rate, token_acceptance=s.token_acceptance,
+            tokens_per_pass=s.tokens_per_pass, k=self._k, k_mean=s.k_mean,
+            speedup=s.speedup, speedup_error=s.speedup_error, plain_tps=s.plain_tps, ttft_s=s.ttft_s,
+            prompt_tps=s.prompt_tps, draft_share=share(s.draft_s), verify_share=share(s.verify_s),
+            other_share=share(s.other_s), draft_mode=s.draft_mode, streaming=self.streaming,
         )
 
 

@@ -1,9 +1,9 @@
 """EngineClient: runs the engine in its own process and talks to it (thread-safe; used by the CLI and the GUI).
 
     with EngineClient() as client:                 # start() ... stop()
-        info = client.load(PairSpec(target, draft))  # LoadedInfo
+        info = client.load(PairSpec(target, draft))  # LoadedPair
         with client.generate(TextRequest(prompt="Hello", max_tokens=64)) as gen:
-            for event in gen:                        # StepEvent ... DoneEvent
+            for event in gen:                        # StepBatch ... DoneEvent (outrider.engine.events)
                 ...
 
 Failures are exceptions: ``EngineRequestError`` (bad model file, incompatible pair, context overflow, bad
@@ -16,7 +16,6 @@ This module never imports llama_cpp.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import os
@@ -34,26 +33,29 @@ from typing import Any
 
 import outrider
 from outrider import paths
+from outrider.engine.events import (
+    DoneEvent,
+    ErrorKind,
+    LoadedPair,
+    LoadProgress,
+    ProtocolError,
+    StepBatch,
+    batch_from_wire,
+    done_from_wire,
+    loaded_from_wire,
+)
 from outrider.worker.protocol import (
     MAX_REQUEST_BYTES,
     PROTOCOL_VERSION,
-    DoneEvent,
     FramedPipe,
-    LoadedInfo,
-    LoadProgress,
-    ProtocolError,
-    StepEvent,
     decode,
-    done_from_wire,
     encode,
-    loaded_from_wire,
     request_to_wire,
     spec_to_wire,
-    steps_from_wire,
 )
 from outrider.worker.registry import UnsafeModels
 
-Event = StepEvent | DoneEvent
+Event = StepBatch | DoneEvent
 DEFAULT_START_TIMEOUT = 60.0
 DEFAULT_LOAD_TIMEOUT = 600.0
 DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # no message at all from the engine for this long: it is stopped or frozen
@@ -70,12 +72,12 @@ class WorkerError(Exception):
 
 
 class EngineRequestError(WorkerError):
-    """The engine refused a request; the process is alive. ``kind`` is stable (see docs/process.md)."""
+    """The engine refused a request; the process is alive. ``kind`` is an ``ErrorKind`` (docs/process.md)."""
 
-    def __init__(self, kind: str, message: str, log_tail: tuple[str, ...] = (),
+    def __init__(self, kind: ErrorKind | str, message: str, log_tail: tuple[str, ...] = (),
                  details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind = ErrorKind.parse(kind)
         self.message = message
         self.log_tail = log_tail
         self.details: dict[str, Any] = details or {}
@@ -205,7 +207,8 @@ def _read_tail(path: str | None, n_lines: int = 60) -> tuple[str, ...]:
 
 
 class Generation(Iterator[Event]):
-    """One streaming reply: iterate for StepEvent ... DoneEvent. Close (or exhaust) it to free the engine.
+    """One streaming reply: iterate for ``StepBatch`` ... ``DoneEvent`` (``outrider.engine.events``): each batch is
+    one wire message, steps and the statistics after them. Close (or exhaust) it to free the engine.
 
     ``text`` is the reply so far. On a crash, ``EngineCrashed.partial_text`` holds it and ``interrupted`` is set.
     ``notes`` collects what the engine said about this reply (e.g. the model's chat template was replaced by the
@@ -215,7 +218,6 @@ class Generation(Iterator[Event]):
     def __init__(self, client: EngineClient, rid: int) -> None:
         self._client = client
         self.id = rid
-        self._pending: collections.deque[Event] = collections.deque()
         self._parts: list[str] = []
         self.done: DoneEvent | None = None
         self.interrupted = False
@@ -234,8 +236,6 @@ class Generation(Iterator[Event]):
         return self
 
     def __next__(self) -> Event:
-        if self._pending:
-            return self._pending.popleft()
         if self._finished:
             raise StopIteration
         while True:
@@ -251,15 +251,13 @@ class Generation(Iterator[Event]):
             kind = msg["type"]
             if kind == "steps":
                 try:
-                    steps = steps_from_wire(msg)
+                    batch = batch_from_wire(msg)
                 except ProtocolError as exc:
                     self._finish()
                     self.interrupted = True
                     raise self._client._protocol_violation(str(exc)).with_partial("".join(self._parts)) from None
-                self._parts.extend(s.text for s in steps)
-                self._pending.extend(steps)
-                if self._pending:
-                    return self._pending.popleft()
+                self._parts.append(batch.text)
+                return batch
             elif kind == "note":
                 self.notes.append(str(msg.get("text", "")))
             elif kind == "done":
@@ -301,7 +299,7 @@ def _request_error(msg: dict[str, Any]) -> EngineRequestError:
     tail = msg.get("log_tail") or []
     details = msg.get("details")
     return EngineRequestError(
-        str(msg.get("kind", "engine")), str(msg.get("message", "engine error")),
+        ErrorKind.parse(msg.get("kind", "engine")), str(msg.get("message", "engine error")),
         tuple(str(x) for x in tail) if isinstance(tail, list) else (),
         details if isinstance(details, dict) else {},
     )
@@ -337,7 +335,7 @@ class EngineClient:
         self._loading_path: str | None = None
         self._stopping = False
         self.log_path: str | None = None
-        self.loaded: LoadedInfo | None = None
+        self.loaded: LoadedPair | None = None
         self.backend: dict[str, Any] = {}
         self.pid: int | None = None
         self.last_exitcode: int | None = None
@@ -508,7 +506,7 @@ class EngineClient:
     def _send(self, message: dict[str, Any]) -> None:
         data = encode(message)
         if len(data) > MAX_REQUEST_BYTES:
-            raise EngineRequestError("input_too_long", f"request is {len(data):,} bytes; the limit is "
+            raise EngineRequestError(ErrorKind.INPUT_TOO_LONG, f"request is {len(data):,} bytes; the limit is "
                                      f"{MAX_REQUEST_BYTES:,}")
         pipe = self._pipe
         if pipe is None:
@@ -598,18 +596,18 @@ class EngineClient:
     # -- requests -------------------------------------------------------------------------------------------
     def load(self, spec: Any, *, timeout: float | None = DEFAULT_LOAD_TIMEOUT, refuse_unsafe: bool = False,
              draft_fallback: bool = False,
-             on_progress: Callable[[LoadProgress], None] | None = None) -> LoadedInfo:
+             on_progress: Callable[[LoadProgress], None] | None = None) -> LoadedPair:
         """Load a pair (``PairSpec`` of this package or of ``outrider.engine``); starts the process if needed.
 
         ``refuse_unsafe`` (for automatic loads) refuses a model that crashed the engine before. A load that
         takes longer than ``timeout`` seconds kills the process (EngineStuck). ``draft_fallback`` loads the
-        target alone when the draft is not compatible (the reason is the first of ``LoadedInfo.notes``).
+        target alone when the draft is not compatible (the reason is the first of ``LoadedPair.notes``).
         ``on_progress(LoadProgress)`` is called before each model file is handed to llama.cpp.
         """
         try:
             return self._load(spec_to_wire(spec), timeout, refuse_unsafe, on_progress)
         except EngineRequestError as exc:
-            if not draft_fallback or exc.kind != "incompatible_pair":
+            if not draft_fallback or exc.kind is not ErrorKind.INCOMPATIBLE_PAIR:
                 raise
             wire = {**spec_to_wire(spec), "draft": None, "lookup": False}
             info = self._load(wire, timeout, refuse_unsafe, on_progress)
@@ -619,12 +617,12 @@ class EngineClient:
             return info
 
     def _load(self, wire: dict[str, Any], timeout: float | None, refuse_unsafe: bool,
-              on_progress: Callable[[LoadProgress], None] | None) -> LoadedInfo:
+              on_progress: Callable[[LoadProgress], None] | None) -> LoadedPair:
         if refuse_unsafe:
             for path in (wire.get("target"), wire.get("draft")):
                 reason = self.unsafe_models.reason(str(path)) if path else None
                 if path and reason:
-                    raise EngineRequestError("unsafe_model", f"{Path(path).name} is not loaded automatically: "
+                    raise EngineRequestError(ErrorKind.UNSAFE_MODEL, f"{Path(path).name} is not loaded automatically: "
                                              f"it crashed the engine before ({reason})", details={"path": path})
         if not self.running:
             self.start()

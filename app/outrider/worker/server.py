@@ -30,6 +30,16 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from outrider.engine.events import (
+    DoneEvent,
+    ErrorKind,
+    StepEvent,
+    done_to_wire,
+    error_kind_of,
+    loaded_to_wire,
+    step_to_wire,
+    steps_to_wire,
+)
 from outrider.worker.protocol import PROTOCOL_VERSION, FramedPipe, ProtocolError, decode, encode
 
 if TYPE_CHECKING:
@@ -112,7 +122,6 @@ class _Server:
         self.lock = threading.Lock()
         self.current_id: int | None = None
         self.cancelled: set[int] = set()
-        self.load_stage = 0
         self.engine: Engine | None = None
 
     # -- threads --------------------------------------------------------------------------------------------
@@ -121,8 +130,7 @@ class _Server:
         from outrider.engine.backend import Backend
         from outrider.engine.session import Engine
 
-        self._announce_loads()
-        engine = Engine(Backend(echo_log=_log))
+        engine = Engine(Backend(echo_log=_log), on_load_stage=self._on_load_stage)
         self.engine = engine
         info = engine.backend.info
         self.emit({"type": "hello", "version": PROTOCOL_VERSION, "pid": os.getpid(),
@@ -212,22 +220,10 @@ class _Server:
                     self.out.task_done()
 
     # -- requests -------------------------------------------------------------------------------------------
-    def _announce_loads(self) -> None:
-        """Make the engine tell the app which file it is about to hand to llama.cpp (to name it after a crash)."""
-        import outrider.engine.session as session
-        from outrider.engine.backend import LoadedModel as base
-        server = self
-
-        class AnnouncedModel(base):
-            def __init__(self, backend: Any, path: Any, settings: Any) -> None:
-                stage = "target" if server.load_stage == 0 else "draft"
-                server.load_stage += 1
-                _log(f"outrider: loading {stage} {path}")
-                server.emit({"type": "load_progress", "id": server.current_id, "stage": stage,
-                             "path": str(path)}, wait=True)
-                super().__init__(backend, path, settings)
-
-        vars(session)["LoadedModel"] = AnnouncedModel
+    def _on_load_stage(self, stage: str, path: str) -> None:
+        """The engine is about to hand ``path`` to llama.cpp: tell the app (to name the file after a crash)."""
+        _log(f"outrider: loading {stage} {path}")
+        self.emit({"type": "load_progress", "id": self.current_id, "stage": stage, "path": path}, wait=True)
 
     def _handle(self, kind: Any, rid: Any, msg: dict[str, Any]) -> None:
         engine = self.engine
@@ -235,10 +231,8 @@ class _Server:
         with self.lock:
             self.current_id = rid if isinstance(rid, int) else None
         if kind == "load":
-            spec = _build_spec(msg.get("spec"))
-            self.load_stage = 0
-            info = engine.load(spec)
-            self.emit({"type": "loaded", "id": rid, "info": info.to_dict()}, wait=True)
+            info = engine.load(_build_spec(msg.get("spec")))
+            self.emit({"type": "loaded", "id": rid, "info": loaded_to_wire(info)}, wait=True)
         elif kind == "generate":
             self._generate(rid, _build_request(msg.get("request")))
         elif kind == "unload":
@@ -254,7 +248,6 @@ class _Server:
             return rid in self.cancelled
 
     def _generate(self, rid: Any, request: TextRequest) -> None:
-        from outrider.engine.speculative import DoneEvent
         from outrider.engine.stats import GenerationStats
 
         engine = self.engine
@@ -265,8 +258,7 @@ class _Server:
             raise EngineError("no model is loaded")
         request = _limit_input(request, engine.info.n_ctx)
         if self._is_cancelled(rid):
-            self.emit({"type": "done", "id": rid, "stop_reason": "cancelled",
-                       "stats": GenerationStats().to_dict(), "text": ""}, wait=True)
+            self.emit({**done_to_wire(DoneEvent("cancelled", GenerationStats(), "")), "id": rid}, wait=True)
             return
         events = engine.run(request)  # the chat template has rendered: say if it was replaced
         formatter = getattr(engine, "_formatter", None)
@@ -279,11 +271,9 @@ class _Server:
                 if self._is_cancelled(rid):  # a cancel that raced the start of the generation
                     engine.cancel()
             if isinstance(event, DoneEvent):
-                self.emit({"type": "done", "id": rid, "stop_reason": event.stop_reason,
-                           "stats": event.stats.to_dict(), "text": event.text}, wait=True)
+                self.emit({**done_to_wire(event), "id": rid}, wait=True)
             else:
-                self.out.put(("step", rid, [event.tokens, event.drafted, event.text, event.k, event.pieces],
-                              copy.copy(event.stats)))
+                self.out.put(("step", rid, step_to_wire(event), copy.copy(event.stats)))
 
     def _bench(self, rid: Any, n_tokens: int, per_step: int) -> None:
         """Synthetic steps at full speed: measures the protocol alone (``tests/benchmarks/bench_protocol.py``)."""
@@ -302,10 +292,9 @@ class _Server:
             stats.passes += 1
             stats.pass_tokens += n
             stats.decode_s = time.perf_counter() - t0
-            wire_step = [tokens, [j < n - 1 for j in range(n)], text, n - 1, [" tok"] * n]
-            self.out.put(("step", rid, wire_step, copy.copy(stats)))
-        self.emit({"type": "done", "id": rid, "stop_reason": "length", "stats": stats.to_dict(),
-                   "text": "".join(texts)}, wait=True)
+            event = StepEvent(tokens, [j < n - 1 for j in range(n)], [" tok"] * n, n - 1)
+            self.out.put(("step", rid, step_to_wire(event), copy.copy(stats)))
+        self.emit({**done_to_wire(DoneEvent("length", stats, "".join(texts))), "id": rid}, wait=True)
 
 
 def _pack(batch: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
@@ -318,7 +307,7 @@ def _pack(batch: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     def flush() -> None:
         nonlocal steps
         if steps:
-            messages.append({"type": "steps", "id": step_id, "steps": steps, "stats": last_stats.to_dict()})
+            messages.append({**steps_to_wire(steps, last_stats), "id": step_id})
             steps = []
 
     for item in batch:
@@ -404,40 +393,20 @@ def _limit_input(request: TextRequest, n_ctx: int) -> TextRequest:
 
 
 def _error_message(rid: Any, exc: BaseException) -> dict[str, Any]:
-    from outrider.engine.errors import (
-        ContextOverflowError,
-        DecodeError,
-        EngineError,
-        IncompatiblePairError,
-        ModelLoadError,
-        TemplateError,
-    )
-
-    kind, details, tail = "internal", {}, ()  # type: tuple[str, dict[str, Any], tuple[str, ...]]
+    kind, details = error_kind_of(exc)
+    tail: tuple[str, ...] = tuple(getattr(exc, "log_tail", ()) or ())
     message = str(exc) or type(exc).__name__
-    if isinstance(exc, ModelLoadError):
-        kind, details, tail = exc.kind, {"path": exc.path}, exc.log_tail
-    elif isinstance(exc, IncompatiblePairError):
-        kind, details = "incompatible_pair", {"rule": exc.rule}
-    elif isinstance(exc, ContextOverflowError):
-        kind, details = "context_overflow", {"n_tokens": exc.n_tokens, "n_ctx": exc.n_ctx}
-    elif isinstance(exc, _InputTooLong):
-        kind, details = "input_too_long", {"n_chars": exc.n_chars, "n_ctx": exc.n_ctx}
-    elif isinstance(exc, DecodeError):
-        kind, details, tail = "decode", {"status": exc.status}, exc.log_tail
-    elif isinstance(exc, TemplateError):
-        kind = "template"
-    elif isinstance(exc, EngineError):
-        kind = "engine"
+    if isinstance(exc, _InputTooLong):
+        kind, details = ErrorKind.INPUT_TOO_LONG, {"n_chars": exc.n_chars, "n_ctx": exc.n_ctx}
     elif isinstance(exc, _BadRequest):
-        kind = "bad_request"
-    elif isinstance(exc, MemoryError):
-        kind, message = "out_of_memory", "not enough memory for this request"
-    else:
+        kind = ErrorKind.BAD_REQUEST
+    elif kind is ErrorKind.OUT_OF_MEMORY and isinstance(exc, MemoryError):
+        message = "not enough memory for this request"
+    elif kind is ErrorKind.INTERNAL:
         tail = tuple(traceback.format_exception(exc)[-8:])
         message = f"internal engine error: {type(exc).__name__}: {exc}"
     _log(f"outrider: request {rid} failed ({kind}): {message}")
-    return {"type": "error", "id": rid, "kind": kind, "message": message, "log_tail": list(tail),
+    return {"type": "error", "id": rid, "kind": str(kind), "message": message, "log_tail": list(tail),
             "details": details}
 
 

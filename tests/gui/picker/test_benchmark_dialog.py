@@ -11,17 +11,25 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from pytestqt.qtbot import QtBot
 
 from outrider.engine.bench import DEFAULT_BENCH_PROMPTS, predicted_speedup
+from outrider.engine.events import DoneEvent, stats_from_wire
+from outrider.engine.stats import GenerationStats
 from outrider.ui.benchmark_dialog import BenchmarkDialog, ResultColumn, default_prompt_list, results_markdown
-from outrider.worker.protocol import DoneEvent, DraftParams, Stats, TextRequest
+from outrider.worker.protocol import DraftParams, TextRequest
 
 
-def fake_stats(plain: bool, tokens: int) -> Stats:
+def Stats(**fields: Any) -> GenerationStats:
+    """Statistics as the app decodes them from the wire: derived figures recomputed from the counters."""
+    return stats_from_wire(fields)
+
+
+def fake_stats(plain: bool, tokens: int) -> GenerationStats:
     """Plain: 50 tok/s. Speculative: 80 tok/s, 3 of 4 drafted tokens accepted."""
     if plain:
-        return Stats(generated=tokens, passes=tokens, decode_s=tokens / 50, verify_s=tokens / 50,
-                     decode_tps=50.0, draft_mode="none")
+        return Stats(generated=tokens, passes=tokens, pass_tokens=tokens, decode_s=tokens / 50,
+                     verify_s=tokens / 50, decode_tps=50.0, draft_mode="none")
     passes = tokens // 4
-    return Stats(generated=tokens, drafted=passes * 4, accepted=passes * 3, passes=passes, decode_s=tokens / 80,
+    return Stats(generated=tokens, drafted=passes * 4, accepted=passes * 3, passes=passes, pass_tokens=passes * 4,
+                 k_sum=passes * 4, decode_s=tokens / 80,
                  draft_s=tokens / 400, verify_s=tokens / 100, decode_tps=80.0, acceptance_rate=0.75,
                  tokens_per_pass=4.0, k_mean=4.0, draft_mode="model")
 

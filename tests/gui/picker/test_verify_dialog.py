@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from pytestqt.qtbot import QtBot
 
+from outrider.engine.events import DoneEvent, stats_from_wire
+from outrider.engine.stats import GenerationStats
 from outrider.engine.verify_stats import VerifyReport
 from outrider.ui.benchmark_dialog import BenchmarkDialog, verify_summary
-from outrider.worker.protocol import DoneEvent, DraftParams, Stats, TextRequest
+from outrider.worker.protocol import DraftParams, TextRequest
 from support.tiny_gguf import Family
 
 TARGET = [0.5, 0.3, 0.2]  # the "target" distribution of every token
 SKEWED = [0.8, 0.1, 0.1]  # what a broken speculative sampler would produce
+
+
+def Stats(**fields: Any) -> GenerationStats:
+    """Statistics as the app decodes them from the wire: derived figures recomputed from the counters."""
+    return stats_from_wire(fields)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,8 +7,9 @@ import re
 import pytest
 from worker_helpers import N_CTX, family_spec
 
+from outrider.engine.events import DoneEvent, StepBatch, StepEvent
 from outrider.worker.client import EngineClient, EngineRequestError
-from outrider.worker.protocol import ChatMessage, DoneEvent, StepEvent, TextRequest, clean_text
+from outrider.worker.protocol import ChatMessage, TextRequest, clean_text
 from support.tiny_gguf import Family
 
 HOSTILE = {
@@ -32,7 +33,7 @@ def _run(client: EngineClient, request: TextRequest) -> tuple[list[StepEvent], D
         events = list(gen)
     done = events[-1]
     assert isinstance(done, DoneEvent)
-    return [e for e in events if isinstance(e, StepEvent)], done
+    return [s for e in events if isinstance(e, StepBatch) for s in e.steps], done
 
 
 def test_prompt_longer_than_context_is_refused_before_decoding(loaded: EngineClient) -> None:

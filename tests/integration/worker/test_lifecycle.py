@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from worker_helpers import CTX, N_CTX, family_spec, generate_text, good_spec
 
+from outrider.engine.events import DoneEvent, StepBatch
 from outrider.worker.client import EngineClient, EngineCrashed, EngineNotRunning, Generation
-from outrider.worker.protocol import DoneEvent, PairSpec, StepEvent, TextRequest
+from outrider.worker.protocol import PairSpec, TextRequest
 from support.tiny_gguf import Family
 
 LONG = TextRequest(prompt="the of and", max_tokens=N_CTX - 16)
@@ -45,7 +46,8 @@ def test_generate_streams_steps_then_done(client: EngineClient, tiny_family: Fam
     assert info.target.n_layer == 4 and info.draft is not None and info.draft.n_layer == 1
     assert info.target.architecture == "llama" and info.backend
     events = list(client.generate(TextRequest(prompt="the of and", max_tokens=32)))
-    steps = [e for e in events if isinstance(e, StepEvent)]
+    assert all(isinstance(e, StepBatch) for e in events[:-1])
+    steps = [s for e in events if isinstance(e, StepBatch) for s in e.steps]
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.stop_reason in ("stop", "length")
     assert "".join(s.text for s in steps) == done.text
@@ -80,7 +82,7 @@ def test_kill_9_mid_generation_reports_promptly_with_partial_text(
     assert pid is not None
     gen = client.generate(LONG)
     first = next(gen)
-    assert isinstance(first, StepEvent)
+    assert isinstance(first, StepBatch)
     os.kill(pid, signal.SIGKILL)
     t_kill = time.monotonic()
     with pytest.raises(EngineCrashed) as info:
@@ -102,7 +104,7 @@ def test_kill_9_mid_generation_reports_promptly_with_partial_text(
 def test_cancel_mid_generation(client: EngineClient, tiny_family: Family) -> None:
     client.load(family_spec(tiny_family))
     gen = client.generate(LONG)
-    assert isinstance(next(gen), StepEvent)
+    assert isinstance(next(gen), StepBatch)
     client.cancel()
     events = list(gen)
     done = events[-1]
@@ -115,7 +117,7 @@ def test_cancel_from_another_thread_and_close(client: EngineClient, tiny_family:
     client.load(family_spec(tiny_family))
     gen = client.generate(LONG)
     first = next(gen)  # the reply is under way (an event, not a timer, says so)
-    assert isinstance(first, StepEvent)
+    assert isinstance(first, StepBatch)
     canceller = threading.Thread(target=gen.cancel)
     canceller.start()
     canceller.join()
@@ -123,7 +125,7 @@ def test_cancel_from_another_thread_and_close(client: EngineClient, tiny_family:
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.stop_reason == "cancelled"
     assert done.stats.generated < LONG.max_tokens
-    assert done.stats.generated == sum(len(e.tokens) for e in events if isinstance(e, StepEvent))
+    assert done.stats.generated == sum(e.n_tokens for e in events if isinstance(e, StepBatch))
     # an abandoned generation closed early frees the engine for the next request
     with client.generate(LONG) as gen2:
         next(gen2)
@@ -238,20 +240,22 @@ def test_engine_request_types_mirror_the_engine() -> None:
     """The protocol's dataclasses keep the engine's field names (engine objects can be passed as they are)."""
     import dataclasses
 
-    from outrider.engine import backend, chat, drafters, sampling, session, speculative
+    from outrider.engine import backend, chat, drafters, events, sampling, session, speculative
     from outrider.engine.stats import GenerationStats
     from outrider.worker import protocol
 
     pairs = [(protocol.PairSpec, session.PairSpec), (protocol.TextRequest, session.TextRequest),
              (protocol.ModelSettings, backend.ModelSettings), (protocol.ContextSettings, backend.ContextSettings),
              (protocol.LookupSettings, drafters.LookupSettings), (protocol.ChatMessage, chat.ChatMessage),
-             (protocol.SamplingParams, sampling.SamplingParams), (protocol.DraftParams, speculative.DraftParams),
-             (protocol.ModelInfo, backend.ModelFacts)]
+             (protocol.SamplingParams, sampling.SamplingParams), (protocol.DraftParams, speculative.DraftParams)]
     for mine, theirs in pairs:
         assert [f.name for f in dataclasses.fields(mine)] == [f.name for f in dataclasses.fields(theirs)], mine
-    assert set(GenerationStats().to_dict()) == {f.name for f in dataclasses.fields(protocol.Stats)}
-    loaded = {f.name for f in dataclasses.fields(protocol.LoadedInfo)} - {"raw"}
-    assert loaded == {f.name for f in dataclasses.fields(session.LoadedPair)}
+    # events and facts are one set of types on both sides: the protocol mirrors none of them
+    for name in ("ModelInfo", "LoadedInfo", "Stats", "StepEvent", "DoneEvent"):
+        assert not hasattr(protocol, name), name
+    assert session.LoadedPair is events.LoadedPair and backend.ModelFacts is events.ModelFacts
+    assert (speculative.StepEvent, speculative.DoneEvent) == (events.StepEvent, events.DoneEvent)
+    assert set(GenerationStats().to_dict()) >= {f.name for f in dataclasses.fields(GenerationStats)}
 
 
 def test_engine_dataclasses_are_accepted(client: EngineClient, tiny_family: Family) -> None:

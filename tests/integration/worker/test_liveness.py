@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from worker_helpers import CTX, family_spec, generate_text, good_spec
 
+from outrider.engine.events import DoneEvent, StepBatch
 from outrider.worker.client import LOGS_KEPT, EngineClient, EngineCrashed, EngineRequestError, EngineUnresponsive
-from outrider.worker.protocol import ChatMessage, ContextSettings, DoneEvent, PairSpec, StepEvent, TextRequest
+from outrider.worker.protocol import ChatMessage, ContextSettings, PairSpec, TextRequest
 from support import bad_models
 from support.tiny_gguf import Family
 
@@ -43,7 +44,7 @@ def test_sigstop_mid_generation_raises_within_the_bound(quick_client: EngineClie
     assert pid is not None
     gen = quick_client.generate(LONG)
     first = next(gen)
-    assert isinstance(first, StepEvent)
+    assert isinstance(first, StepBatch)
     os.kill(pid, signal.SIGSTOP)
     t0 = time.monotonic()
     with pytest.raises(EngineCrashed) as info:

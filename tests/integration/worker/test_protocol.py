@@ -8,20 +8,23 @@ from pathlib import Path
 
 import pytest
 
+from outrider.engine.events import (
+    DoneEvent,
+    ErrorKind,
+    LoadedPair,
+    ModelFacts,
+    StepBatch,
+    StepEvent,
+    batch_from_wire,
+    done_from_wire,
+    done_to_wire,
+    loaded_from_wire,
+    loaded_to_wire,
+    stats_from_wire,
+)
 from outrider.engine.stats import DERIVED, GenerationStats, PlainRateMeter
 from outrider.worker.client import EngineClient, EngineCrashed, _key_line
-from outrider.worker.protocol import (
-    DoneEvent,
-    FramedPipe,
-    ProtocolError,
-    Stats,
-    StepEvent,
-    decode,
-    done_from_wire,
-    encode,
-    loaded_from_wire,
-    steps_from_wire,
-)
+from outrider.worker.protocol import FramedPipe, ProtocolError, decode, encode
 from outrider.worker.registry import UnsafeModels
 
 
@@ -33,8 +36,8 @@ def test_bench_stream_is_complete_and_batched(client: EngineClient) -> None:
     tokens: list[int] = []
     with client.bench(n) as gen:
         for event in gen:
-            if isinstance(event, StepEvent):
-                tokens.extend(event.tokens)
+            if isinstance(event, StepBatch):
+                tokens.extend(t for step in event.steps for t in step.tokens)
                 if event.stats is not last_stats:
                     messages += 1
                     last_stats = event.stats
@@ -71,14 +74,18 @@ def test_decode_rejects_garbage(data: bytes) -> None:
 
 def test_event_parsers_reject_wrong_shapes() -> None:
     with pytest.raises(ProtocolError):
-        steps_from_wire({"type": "steps", "steps": "nope", "stats": {}})
+        batch_from_wire({"type": "steps", "steps": "nope", "stats": {}})
     with pytest.raises(ProtocolError):
-        steps_from_wire({"type": "steps", "steps": [[1, 2]], "stats": {}})
+        batch_from_wire({"type": "steps", "steps": [[1, 2]], "stats": {}})
+    with pytest.raises(ProtocolError):
+        batch_from_wire({"type": "steps", "steps": [[[5], [False], "x", 0]], "stats": {"generated": "many"}})
     with pytest.raises(ProtocolError):
         loaded_from_wire([1, 2])
     # unknown fields from a newer engine are ignored
-    steps = steps_from_wire({"steps": [[[5], [False], "x", 0]], "stats": {"generated": 1, "future": 2}})
-    assert steps[0].stats.generated == 1
+    batch = batch_from_wire({"steps": [[[5], [False], "x", 0]], "stats": {"generated": 1, "future": 2}})
+    assert batch.stats.generated == 1 and batch.text == "x" and batch.steps[0].pieces == ["x"]
+    with_pieces = batch_from_wire({"steps": [[[5, 6], [True, False], "ab", 1, ["a", "b"]]], "stats": {}})
+    assert with_pieces.steps == (StepEvent([5, 6], [True, False], ["a", "b"], 1),) and with_pieces.k == 1
 
 
 def _measured_stats() -> GenerationStats:
@@ -93,10 +100,23 @@ def _measured_stats() -> GenerationStats:
     return st
 
 
-def test_stats_mirror_the_engines_fields_and_derived_numbers() -> None:
-    wire_fields = set(Stats.__dataclass_fields__)
+def test_stats_on_the_wire_are_the_engines_fields_and_derived_numbers() -> None:
+    wire_fields = set(_measured_stats().to_dict())
     assert wire_fields == set(GenerationStats.__dataclass_fields__) | set(DERIVED)
     assert "baseline_tps" not in wire_fields
+    # derived figures are recomputed from the counters, never taken from the wire
+    assert stats_from_wire({"generated": 10, "decode_s": 2.0, "decode_tps": 99.0}).decode_tps == 5.0
+
+
+def test_loaded_and_done_round_trip() -> None:
+    info = LoadedPair(ModelFacts(path="t.gguf", n_layer=4), None, "lookup", 512, "CPU", False, "chatml", 10, 0,
+                      ("a note",))
+    wire = decode(encode({"type": "loaded", "info": {**loaded_to_wire(info), "future": 1}}))
+    assert loaded_from_wire(wire["info"]) == info
+    done = DoneEvent("stop", _measured_stats(), "text")
+    assert done_from_wire(decode(encode(done_to_wire(done)))) == done
+    assert ErrorKind.parse("incompatible_pair") is ErrorKind.INCOMPATIBLE_PAIR
+    assert ErrorKind.parse("from_the_future") is ErrorKind.ENGINE
 
 
 def test_stats_round_trip_with_the_in_reply_speedup() -> None:
@@ -109,13 +129,13 @@ def test_stats_round_trip_with_the_in_reply_speedup() -> None:
         st.speedup, st.speedup_error, st.plain_tps)
     assert (done.stats.rejections, done.stats.pass_tokens, done.stats.token_acceptance,
             done.stats.tokens_per_pass) == (6, 41, 21 / 27, 41 / 14)
-    steps = steps_from_wire({"steps": [[[5], [False], "x", 0]], "stats": st.to_dict()})
-    assert steps[0].stats == done.stats
+    batch = batch_from_wire({"steps": [[[5], [False], "x", 0]], "stats": st.to_dict()})
+    assert batch.stats == done.stats
 
 
 def test_stats_from_an_older_engine_drop_the_calibrated_baseline() -> None:
     old = {"generated": 8, "decode_tps": 40.0, "baseline_tps": 20.0, "speedup": 2.0, "acceptance_rate": 0.5}
-    stats = steps_from_wire({"steps": [[[5], [False], "x", 0]], "stats": old})[0].stats
+    stats = batch_from_wire({"steps": [[[5], [False], "x", 0]], "stats": old}).stats
     assert stats.generated == 8 and not hasattr(stats, "baseline_tps")
     assert stats.speedup_error is None and stats.plain_tps is None and stats.token_acceptance is None
 

@@ -1,0 +1,286 @@
+"""The engine's events and facts, one set of types on both sides of the process boundary, with their wire form.
+
+Pure data: no llama_cpp, no Qt. The engine yields ``StepEvent``/``DoneEvent`` and reports ``LoadedPair``; the
+worker process encodes them with the ``*_to_wire`` functions and the app decodes them with ``*_from_wire`` into
+these very classes, so the app reads ``GenerationStats`` properties (docs/metrics.md) exactly as the engine
+computes them: only the counters matter on the wire, derived figures are recomputed (they are properties).
+
+Wire tolerance: unknown keys (a newer engine) are ignored, missing ones keep their defaults, wrong shapes raise
+``ProtocolError`` (the engine process is untrusted: it parses model files).
+
+Steps travel in batches: a ``steps`` message holds ``[tokens, drafted, text, k, pieces]`` per step and one
+statistics snapshot (the running totals after the last step); it decodes to one ``StepBatch``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from outrider.engine.errors import (
+    ContextOverflowError,
+    DecodeError,
+    EngineError,
+    IncompatiblePairError,
+    ModelLoadError,
+    TemplateError,
+)
+from outrider.engine.stats import GenerationStats
+
+
+class ProtocolError(Exception):
+    """A message that does not follow the protocol (from a buggy or compromised engine process)."""
+
+
+class ErrorKind(enum.StrEnum):
+    """Why the engine refused a request (``error`` events, ``EngineRequestError.kind``; docs/process.md)."""
+
+    # a model file (``ModelLoadError.kind`` / ``GGUFHeaderError.kind``)
+    MISSING = "missing"
+    IS_DIRECTORY = "is_directory"
+    PERMISSION = "permission"
+    NOT_GGUF = "not_gguf"
+    BAD_VERSION = "bad_version"
+    TRUNCATED_HEADER = "truncated_header"
+    BAD_METADATA = "bad_metadata"
+    INCOMPLETE = "incomplete"
+    UNSUPPORTED_ARCH = "unsupported_arch"
+    UNSUPPORTED_MEMORY = "unsupported_memory"
+    OUT_OF_MEMORY = "out_of_memory"
+    LOAD_FAILED = "load_failed"
+    # a pair, a request
+    INCOMPATIBLE_PAIR = "incompatible_pair"
+    CONTEXT_OVERFLOW = "context_overflow"
+    INPUT_TOO_LONG = "input_too_long"
+    DECODE = "decode"
+    TEMPLATE = "template"
+    BAD_REQUEST = "bad_request"
+    UNSAFE_MODEL = "unsafe_model"  # the app's own refusal: the file crashed the engine before
+    ENGINE = "engine"  # any other engine error (also: a kind this version does not know)
+    INTERNAL = "internal"  # a bug in the engine process
+
+    @classmethod
+    def parse(cls, value: object) -> ErrorKind:
+        """The kind named ``value``; ``ENGINE`` for one this version does not know."""
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.ENGINE
+
+
+# -- model facts ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ModelFacts:
+    """Facts about one loaded model (the ``loaded`` event). Sizes in bytes."""
+
+    path: str = ""
+    architecture: str = "unknown"
+    description: str = ""
+    n_params: int = 0
+    size_bytes: int = 0
+    n_layer: int = 0
+    n_embd: int = 0
+    n_vocab: int = 0
+    n_ctx_train: int = 0
+    has_chat_template: bool = False
+    quantisation: str = "unknown"
+    gpu_layers_offloaded: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedPair:
+    """Facts reported when a pair is loaded (the ``loaded`` event). Memory in bytes."""
+
+    target: ModelFacts
+    draft: ModelFacts | None
+    draft_mode: str
+    n_ctx: int
+    backend: str
+    gpu_offload: bool
+    chat_template: str  # model, chatml or plain
+    target_kv_bytes: int
+    draft_kv_bytes: int
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadProgress:
+    """The engine started loading a model file: ``stage`` is ``target`` or ``draft``."""
+
+    stage: str
+    path: str
+
+
+# -- generation events ----------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepEvent:
+    """Tokens emitted by one step with their provenance (True = accepted draft token) and the safe text.
+
+    ``pieces[i]`` is the text that ``tokens[i]`` released (possibly empty: a held partial UTF-8 character or
+    stop-string prefix); ``text == "".join(pieces)``. A final step may carry only held-back text (no tokens).
+    ``stats`` is the engine's live running totals in the engine's own process; steps decoded from the wire carry
+    None (their ``StepBatch`` holds the snapshot).
+    """
+
+    tokens: list[int]
+    drafted: list[bool]
+    pieces: list[str]
+    k: int
+    stats: GenerationStats | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepBatch:
+    """Consecutive steps of one reply and the statistics after the last of them (one ``steps`` message)."""
+
+    steps: tuple[StepEvent, ...]
+    stats: GenerationStats
+
+    @property
+    def text(self) -> str:
+        return "".join(s.text for s in self.steps)
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(s.tokens) for s in self.steps)
+
+    @property
+    def k(self) -> int | None:
+        """The draft length of the last step (None for an empty batch)."""
+        return self.steps[-1].k if self.steps else None
+
+
+@dataclasses.dataclass(frozen=True)
+class DoneEvent:
+    """The end of a reply: ``stop_reason`` is ``stop``, ``length`` or ``cancelled``; ``text`` is the whole reply."""
+
+    stop_reason: str
+    stats: GenerationStats
+    text: str
+
+
+# -- wire -----------------------------------------------------------------------------------------------------
+_STAT_TYPES: dict[str, str] = {f.name: str(f.type) for f in dataclasses.fields(GenerationStats)}
+
+
+def _number(name: str, value: Any, kind: str) -> Any:
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ProtocolError(f"stats.{name} must be an integer")
+        return value
+    if kind == "str":
+        if not isinstance(value, str):
+            raise ProtocolError(f"stats.{name} must be a string")
+        return value
+    if value is None and "None" in kind:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ProtocolError(f"stats.{name} must be a number")
+    return float(value)
+
+
+def stats_to_wire(stats: GenerationStats) -> dict[str, Any]:
+    """The counters and, for readers of the raw JSON, the derived figures (``GenerationStats.to_dict``)."""
+    return stats.to_dict()
+
+
+def stats_from_wire(data: Any) -> GenerationStats:
+    """The counters of ``data``; derived figures and unknown keys are ignored (the properties recompute them)."""
+    if not isinstance(data, Mapping):
+        raise ProtocolError("stats: expected an object")
+    return GenerationStats(**{k: _number(k, v, _STAT_TYPES[k]) for k, v in data.items() if k in _STAT_TYPES})
+
+
+def _facts_from_wire(data: Any) -> ModelFacts:
+    if not isinstance(data, Mapping):
+        raise ProtocolError("model facts: expected an object")
+    names = ModelFacts.__dataclass_fields__
+    return ModelFacts(**{k: v for k, v in data.items() if k in names})
+
+
+def loaded_to_wire(info: LoadedPair) -> dict[str, Any]:
+    return info.to_dict()
+
+
+def loaded_from_wire(data: Any) -> LoadedPair:
+    if not isinstance(data, Mapping):
+        raise ProtocolError("LoadedPair: expected an object")
+    fields = {k: v for k, v in data.items() if k in LoadedPair.__dataclass_fields__}
+    try:
+        fields["target"] = _facts_from_wire(fields.get("target"))
+        draft = fields.get("draft")
+        fields["draft"] = _facts_from_wire(draft) if draft is not None else None
+        fields["notes"] = tuple(str(n) for n in fields.get("notes", ()))
+        return LoadedPair(**fields)
+    except TypeError as exc:
+        raise ProtocolError(f"bad 'loaded' event: {exc}") from exc
+
+
+def step_to_wire(step: StepEvent) -> list[Any]:
+    """``[tokens, drafted, text, k, pieces]`` (``text`` kept for engines and apps of an earlier version)."""
+    return [step.tokens, step.drafted, step.text, step.k, step.pieces]
+
+
+def steps_to_wire(steps: list[list[Any]], stats: GenerationStats) -> dict[str, Any]:
+    """A ``steps`` message (without ``id``) from wire steps (``step_to_wire``) and the snapshot after them."""
+    return {"type": "steps", "steps": steps, "stats": stats_to_wire(stats)}
+
+
+def batch_from_wire(message: Mapping[str, Any]) -> StepBatch:
+    """A ``steps`` message to a StepBatch. Each step is ``[tokens, drafted, text, k]`` or ``[..., pieces]``."""
+    stats = stats_from_wire(message.get("stats", {}))
+    steps = message.get("steps")
+    if not isinstance(steps, list):
+        raise ProtocolError("'steps' must be a list")
+    out = []
+    for step in steps:
+        if not isinstance(step, list) or len(step) not in (4, 5) or not isinstance(step[2], str):
+            raise ProtocolError("a step is [tokens, drafted, text, k, pieces]")
+        pieces = step[4] if len(step) == 5 else [step[2]]
+        if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
+            raise ProtocolError("step pieces must be a list of strings")
+        tokens, drafted = step[0], step[1]
+        if not isinstance(tokens, list) or not isinstance(drafted, list):
+            raise ProtocolError("step tokens and flags must be lists")
+        out.append(StepEvent(tokens, drafted, pieces, int(step[3])))
+    return StepBatch(tuple(out), stats)
+
+
+def done_to_wire(done: DoneEvent) -> dict[str, Any]:
+    """A ``done`` message (without ``id``)."""
+    return {"type": "done", "stop_reason": done.stop_reason, "stats": stats_to_wire(done.stats), "text": done.text}
+
+
+def done_from_wire(message: Mapping[str, Any]) -> DoneEvent:
+    text = message.get("text", "")
+    if not isinstance(text, str):
+        raise ProtocolError("'done' text must be a string")
+    return DoneEvent(str(message.get("stop_reason", "")), stats_from_wire(message.get("stats", {})), text)
+
+
+def error_kind_of(exc: BaseException) -> tuple[ErrorKind, dict[str, Any]]:
+    """The kind and details of an engine exception (``outrider.engine.errors``); ``INTERNAL`` for anything else."""
+    if isinstance(exc, ModelLoadError):
+        return ErrorKind.parse(exc.kind), {"path": exc.path}
+    if isinstance(exc, IncompatiblePairError):
+        return ErrorKind.INCOMPATIBLE_PAIR, {"rule": exc.rule}
+    if isinstance(exc, ContextOverflowError):
+        return ErrorKind.CONTEXT_OVERFLOW, {"n_tokens": exc.n_tokens, "n_ctx": exc.n_ctx}
+    if isinstance(exc, DecodeError):
+        return ErrorKind.DECODE, {"status": exc.status}
+    if isinstance(exc, TemplateError):
+        return ErrorKind.TEMPLATE, {}
+    if isinstance(exc, EngineError):
+        return ErrorKind.ENGINE, {}
+    if isinstance(exc, MemoryError):
+        return ErrorKind.OUT_OF_MEMORY, {}
+    return ErrorKind.INTERNAL, {}
