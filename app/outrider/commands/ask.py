@@ -38,21 +38,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_ask, stop=[])
 
 
-def _history_messages(conversation: Any) -> list[Any]:
-    from outrider.engine.params import ChatMessage
-    from outrider.history import Message, MessageStatus
-
-    out = []
-    for m in conversation.messages:
-        if not isinstance(m, Message) or not m.text:
-            continue
-        if m.role.value == "assistant" and m.status not in (MessageStatus.COMPLETE, MessageStatus.INTERRUPTED):
-            continue
-        out.append(ChatMessage(m.role.value, m.text))
-    return out
-
-
-def _stored_first_turn(store: Any, args: argparse.Namespace) -> int:
+def _stored_question(turns: Any, args: argparse.Namespace) -> int:
     """Commit the question (and, for a new conversation, the conversation and system prompt) in one transaction.
 
     Returns the conversation id. A full disk stores nothing: no empty conversation is left behind.
@@ -60,13 +46,7 @@ def _stored_first_turn(store: Any, args: argparse.Namespace) -> int:
     from outrider.history import DiskFullError
 
     try:
-        if args.conversation is None:
-            conversation_id, _ = store.start_conversation(
-                args.message.strip()[:60], args.message, system=args.system or None
-            )
-            return int(conversation_id)
-        store.add_user_message(args.conversation, args.message)
-        return int(args.conversation)
+        return int(turns.ask(args.message, conversation_id=args.conversation, system=args.system).conversation_id)
     except DiskFullError as exc:
         raise CliError(
             f"disk full: your message was not stored in {exc.path}; free some space and ask again", EXIT_RUNTIME
@@ -79,12 +59,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from outrider.history import (
         ConversationNotFoundError,
         DiskFullError,
-        MessageStatus,
         RecordUnreadableError,
-        ReplyCheckpointer,
-        ReplyStats,
         StoreError,
     )
+    from outrider.history.turns import ChatTurns, reply_finished, reply_interrupted, reply_stats
 
     # Everything that can be checked is checked before the history is touched: a bad option never leaves an
     # empty conversation behind.
@@ -106,29 +84,25 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 except RecordUnreadableError as exc:
                     raise CliError(str(exc), EXIT_RUNTIME) from None
             engine = open_engine(args)  # a model that does not load leaves nothing behind either
-            conversation_id = _stored_first_turn(store, args)  # committed before generation starts
+            turns = ChatTurns(store)
+            conversation_id = _stored_question(turns, args)  # committed before generation starts
             try:
-                messages = _history_messages(store.get_conversation(conversation_id))
-                request = _text_request(args, history=messages)
-                reply_id = store.begin_reply(conversation_id)
+                begun = turns.begin_reply(conversation_id)
             except DiskFullError:
                 raise CliError(
                     f"disk full: the reply cannot be stored; your message is kept in conversation {conversation_id}",
                     EXIT_RUNTIME,
                 ) from None
-            checkpointer = ReplyCheckpointer(store, reply_id)
+            request = _text_request(args, history=begun.history)
+            reply_id = begun.reply_id
+            checkpointer = turns.checkpointer(reply_id)
             text = ""
             try:
                 for event in engine.run(request):
                     if is_done(event):
                         s = event.stats
-                        stats = ReplyStats(
-                            pair_id=None, draft_mode=s.draft_mode, k=args.draft_max,
-                            temperature=args.temperature, generated=s.generated, drafted=s.drafted,
-                            accepted=s.accepted, acceptance_rate=s.acceptance_rate, tokens_per_s=s.decode_tps,
-                            speedup=s.speedup, speedup_error=s.speedup_error, stop_reason=event.stop_reason,
-                        )
-                        checkpointer.finish(text, MessageStatus.COMPLETE, stats)
+                        stats = reply_stats(s, event.stop_reason, k=args.draft_max, temperature=args.temperature)
+                        reply_finished(text, event.stop_reason, stats).write(checkpointer)
                         if args.json:
                             print_json({"event": "done", "conversation": conversation_id, "message": reply_id,
                                         "stop_reason": event.stop_reason, "stats": s.to_dict()})
@@ -146,11 +120,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
                         sys.stdout.write(event.text)
                         sys.stdout.flush()
             except (KeyboardInterrupt, CliError):
-                checkpointer.finish(text, MessageStatus.INTERRUPTED)  # the partial reply is kept, interrupted
+                reply_interrupted(text).write(checkpointer)  # the partial reply is kept, interrupted
                 raise
             except StoreError as exc:  # the disk filled up while the reply was being stored
                 with contextlib.suppress(StoreError):
-                    checkpointer.finish(text, MessageStatus.INTERRUPTED)
+                    reply_interrupted(text).write(checkpointer)
                 if isinstance(exc, DiskFullError):
                     raise CliError(
                         f"disk full: the reply could not be stored completely; your message is kept in "

@@ -14,25 +14,31 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from outrider.engine.events import DoneEvent, LoadedPair, StepBatch
-from outrider.engine.params import ChatMessage, TextRequest
 from outrider.history import (
     ConversationNotFoundError,
     HistoryStore,
     Message,
-    MessageStatus,
     ReplyCheckpointer,
-    ReplyStats,
     Role,
 )
+from outrider.history.turns import (
+    ChatTurns,
+    ReplyEnd,
+    Turn,
+    reply_crashed,
+    reply_failed,
+    reply_finished,
+    reply_interrupted,
+    reply_stats,
+)
 from outrider.ui.chat_view import MessageItem
-from outrider.ui.engine_bridge import QtEngineBridge, describe_error
+from outrider.ui.engine_bridge import QtEngineBridge, StepBatch, describe_error
 from outrider.ui.live_stats import ReplyMeter
 from outrider.ui.settings import QtSettings
 from outrider.ui.store_bridge import QtStoreBridge
+from outrider.worker.protocol import DoneEvent, LoadedInfo, TextRequest
 
 CHECKPOINT_MS = 1000
-TITLE_CHARS = 60
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,18 +73,6 @@ def pair_choice_of(obj: Any, *, demo_id: str | None = None) -> PairChoice:
     raise TypeError(f"not a pair choice: {type(obj).__name__}")
 
 
-def history_messages(messages: list[Any]) -> tuple[ChatMessage, ...]:
-    """The conversation as the engine sees it (unreadable, empty, failed or streaming replies left out)."""
-    out = []
-    for m in messages:
-        if not isinstance(m, Message) or not m.text:
-            continue
-        if m.role is Role.ASSISTANT and m.status not in (MessageStatus.COMPLETE, MessageStatus.INTERRUPTED):
-            continue
-        out.append(ChatMessage(m.role.value, m.text))
-    return tuple(out)
-
-
 def items_of(messages: list[Any]) -> list[MessageItem]:
     items = []
     for m in messages:
@@ -96,7 +90,7 @@ class ChatSession(QObject):
         reply_started(): a reply began streaming.
         steps_received(StepBatch): streamed steps (forwarded from the engine bridge).
         reply_ended(str, str, object): status (complete / interrupted / error), final text, message id.
-        engine_changed(object): new engine state (``LoadedPair`` or None), ``engine_status`` has the details.
+        engine_changed(object): new engine state (``LoadedInfo`` or None), ``engine_status`` has the details.
         notice(str): a one-line message for the user (errors included).
         crashed(str): the engine died; the text is the reason.
         load_failed(str): a pair could not be loaded; the text is the reason.
@@ -104,7 +98,7 @@ class ChatSession(QObject):
 
     Attributes:
         conversation_id: the open conversation (None until the first message of a new one is committed).
-        loaded: the ``LoadedPair`` of the loaded pair (None when none).
+        loaded: the ``LoadedInfo`` of the loaded pair (None when none).
         choice: the ``PairChoice`` loaded or being loaded.
         last_done: the ``DoneEvent`` of the last finished reply.
         last_plain_tps: plain-decoding tokens/s the engine measured in the last finished reply of the loaded
@@ -130,7 +124,7 @@ class ChatSession(QObject):
         self.settings = settings
         self.meter = meter
         self.conversation_id: int | None = None
-        self.loaded: LoadedPair | None = None
+        self.loaded: LoadedInfo | None = None
         self.choice: PairChoice | None = None
         self.loading = False
         self.last_done: DoneEvent | None = None
@@ -200,7 +194,7 @@ class ChatSession(QObject):
             self.load_pair(self.choice)
 
     @Slot(object)
-    def _on_bridge_loaded(self, info: LoadedPair) -> None:
+    def _on_bridge_loaded(self, info: LoadedInfo) -> None:
         self.loading = False
         self.loaded = info
         self.engine_changed.emit(info)
@@ -300,31 +294,21 @@ class ChatSession(QObject):
         s = self.settings.value
         cid = self.conversation_id
 
-        def work(store: HistoryStore) -> tuple[int, int, tuple[ChatMessage, ...], int]:
-            conversation_id = cid
-            if conversation_id is None:
-                conversation_id = store.create_conversation(text[:TITLE_CHARS].splitlines()[0] or "New chat",
-                                                            pair_id=self.choice.pair_id if self.choice else None)
-                if s.system_prompt.strip():
-                    store.add_message(conversation_id, Role.SYSTEM, s.system_prompt.strip())
-            if edit_id is not None:
-                store.edit_message(edit_id, text, drop_following=True)
-                user_id = edit_id
-            else:
-                user_id = store.add_user_message(conversation_id, text)  # committed before generation starts
-            history = history_messages(store.get_conversation(conversation_id).messages)
-            reply_id = store.begin_reply(conversation_id)
-            return conversation_id, user_id, history, reply_id
+        pair_id = self.choice.pair_id if self.choice else None
+
+        def work(store: HistoryStore) -> Turn:  # the store thread: the question is committed before generating
+            return ChatTurns(store).start(text, conversation_id=cid, system=s.system_prompt.strip() or None,
+                                          pair_id=pair_id, edit_id=edit_id)
 
         self.store.submit(work, self._on_store_reply_begun, notify=True)
 
-    def _on_store_reply_begun(self, result: tuple[int, int, tuple[ChatMessage, ...], int]) -> None:
-        conversation_id, _user_id, history, reply_id = result
-        self.conversation_id = conversation_id
-        self._reply_id = reply_id
-        self._checkpointer = ReplyCheckpointer(self.store.store, reply_id)
+    def _on_store_reply_begun(self, turn: Turn) -> None:
+        history = turn.history
+        self.conversation_id = turn.conversation_id
+        self._reply_id = turn.reply_id
+        self._checkpointer = ReplyCheckpointer(self.store.store, turn.reply_id)
         if self._stop_requested:
-            self._end(MessageStatus.INTERRUPTED, None, "")
+            self._end(reply_interrupted(""), None)
             return
         s = self.settings.value
         request = TextRequest(messages=history, max_tokens=self.max_tokens_override or s.max_tokens,
@@ -344,8 +328,8 @@ class ChatSession(QObject):
     def _on_bridge_step_received(self, batch: StepBatch) -> None:
         if not self._streaming:
             return
-        self._parts.append(batch.text)
-        self.meter.add(batch.stats, batch.k)
+        self._parts.extend(s.text for s in batch.steps)
+        self.meter.add(batch.stats, batch.steps[-1].k)
         self.steps_received.emit(batch)
 
     @Slot()
@@ -358,50 +342,39 @@ class ChatSession(QObject):
         if not self._streaming:
             return
         self.last_done = done
-        status = MessageStatus.INTERRUPTED if done.stop_reason == "cancelled" else MessageStatus.COMPLETE
-        self._end(status, done, done.text)
+        s = self.settings.value
+        stats = reply_stats(done.stats, done.stop_reason, pair_id=self.choice.pair_id if self.choice else None,
+                            k=s.draft_k if s.draft_mode == "fixed" else None, temperature=s.temperature)
+        self._end(reply_finished(done.text, done.stop_reason, stats), done)
 
     @Slot(object)
     def _on_bridge_crashed(self, exc: Exception) -> None:
         self.loaded = None
         self.engine_changed.emit(None)
         if self._streaming:
-            text = self._joined()
-            partial = getattr(exc, "partial_text", "") or text
-            self._end(MessageStatus.INTERRUPTED, None, partial if len(partial) >= len(text) else text)
+            self._end(reply_crashed(self._joined(), getattr(exc, "partial_text", "")), None)
         self.crashed.emit(describe_error(exc))
 
     @Slot(object)
     def _on_bridge_error(self, exc: Exception) -> None:
         if self._streaming:
-            text = self._joined()
-            self._end(MessageStatus.ERROR if not text else MessageStatus.INTERRUPTED, None, text)
+            self._end(reply_failed(self._joined()), None)
         self.notice.emit(describe_error(exc))
 
-    def _end(self, status: MessageStatus, done: DoneEvent | None, text: str) -> None:
+    def _end(self, end: ReplyEnd, done: DoneEvent | None) -> None:
+        """Finish the reply in the history as ``end`` says (statistics from ``done``, the engine's last event)."""
         self._timer.stop()
         self._streaming = False
         self._generating = False
-        stats: ReplyStats | None = None
         if done is not None:
-            st = done.stats
-            s = self.settings.value
-            stats = ReplyStats(
-                pair_id=self.choice.pair_id if self.choice and self.choice.pair_id else None,
-                draft_mode=st.draft_mode, k=round(st.k_mean, 2) if st.k_mean is not None else None,  # the k used
-                temperature=s.temperature, generated=st.generated, drafted=st.drafted, accepted=st.accepted,
-                acceptance_rate=st.acceptance_rate, tokens_per_s=st.decode_tps,
-                speedup=st.speedup, speedup_error=st.speedup_error,  # the engine's in-reply measurement, as is
-                stop_reason=done.stop_reason,
-            )
-            if st.plain_tps is not None:
-                self.last_plain_tps = st.plain_tps
-            self.meter.finish_reply(st)
+            if done.stats.plain_tps is not None:
+                self.last_plain_tps = done.stats.plain_tps
+            self.meter.finish_reply(done.stats)
         else:
             self.meter.finish_reply(None)
         reply_id = self._reply_id
         if self._checkpointer is not None:
-            self.store.finish(self._checkpointer, text, status, stats)
+            self.store.finish(self._checkpointer, end.text, end.status, end.stats)
         self._checkpointer = None
-        self.reply_ended.emit(str(status), text, reply_id)
+        self.reply_ended.emit(str(end.status), end.text, reply_id)
         self.busy_changed.emit(False)

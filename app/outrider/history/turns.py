@@ -1,0 +1,171 @@
+"""One chat turn in the history, the same for the app and ``outrider ask`` (no Qt, no engine process).
+
+A turn is written in the order docs/history.md requires:
+
+1. ``ChatTurns.ask``: the user's message is committed before generation starts — for a new conversation the
+   conversation, its system prompt and the message in ONE transaction (a full disk leaves no empty
+   conversation); in an open one a new message, or an edited one (the messages after it dropped).
+2. ``ChatTurns.begin_reply``: the conversation as the engine sees it (``engine_history``) and an empty
+   streaming assistant message to checkpoint into (``ReplyCheckpointer``).
+3. The reply ends as a ``ReplyEnd`` (status, final text, ``ReplyStats``) built by ``reply_finished`` (the
+   engine's ``DoneEvent``), ``reply_crashed`` (the engine died: the longest text known is kept),
+   ``reply_failed`` (an engine error) or ``reply_interrupted``; ``ReplyEnd.write`` commits it through the
+   checkpointer. Where each write runs (the GUI's store thread, the CLI's own) is the caller's business.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from outrider.engine.params import ChatMessage
+from outrider.history.checkpoint import ReplyCheckpointer
+from outrider.history.models import Message, MessageStatus, ReplyStats, Role
+from outrider.history.store import HistoryStore
+
+TITLE_CHARS = 60
+UNTITLED = "New chat"
+
+
+def conversation_title(text: str) -> str:
+    """A new conversation's title: the start of the first message's first line."""
+    lines = text.strip()[:TITLE_CHARS].splitlines()
+    return (lines[0] if lines else "") or UNTITLED
+
+
+def engine_history(messages: Sequence[Any]) -> tuple[ChatMessage, ...]:
+    """The conversation as the engine sees it: unreadable records, empty messages and assistant replies that
+    are neither complete nor interrupted (failed, still streaming) are left out."""
+    out = []
+    for m in messages:
+        if not isinstance(m, Message) or not m.text:
+            continue
+        if m.role is Role.ASSISTANT and m.status not in (MessageStatus.COMPLETE, MessageStatus.INTERRUPTED):
+            continue
+        out.append(ChatMessage(m.role.value, m.text))
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class AskedTurn:
+    """The user's message, committed. ``conversation_id`` is new when the turn started a conversation."""
+
+    conversation_id: int
+    user_message_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BegunReply:
+    """The streaming assistant message (``reply_id``) and what the engine is to answer (``history``)."""
+
+    reply_id: int
+    history: tuple[ChatMessage, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    """A whole turn started: the question committed, the reply begun."""
+
+    conversation_id: int
+    user_message_id: int
+    reply_id: int
+    history: tuple[ChatMessage, ...]
+
+
+class ChatTurns:
+    """Starts chat turns in a ``HistoryStore`` (thread-safe: the GUI calls it on its store thread).
+
+    Raises what the store raises (``DiskFullError``, ``ConversationNotFoundError``, ``StoreError``…).
+    """
+
+    def __init__(self, store: HistoryStore) -> None:
+        self.store = store
+
+    def ask(self, text: str, *, conversation_id: int | None = None, system: str | None = None,
+            pair_id: str | None = None, edit_id: int | None = None) -> AskedTurn:
+        """Commit the user's message ``text``.
+
+        Without ``conversation_id`` a new conversation (titled from ``text``, with ``system`` as its system
+        prompt when given, remembering ``pair_id``) is created with the message in one transaction. With
+        ``edit_id`` that message of the conversation takes ``text`` and the messages after it are dropped.
+        """
+        if conversation_id is None:
+            if edit_id is not None:
+                raise ValueError("editing a message needs its conversation")
+            cid, user_id = self.store.start_conversation(conversation_title(text), text, system=system or None,
+                                                         pair_id=pair_id or None)
+            return AskedTurn(int(cid), int(user_id))
+        if edit_id is not None:
+            self.store.edit_message(edit_id, text, drop_following=True)
+            return AskedTurn(conversation_id, edit_id)
+        return AskedTurn(conversation_id, int(self.store.add_user_message(conversation_id, text)))
+
+    def begin_reply(self, conversation_id: int) -> BegunReply:
+        """The conversation so far as the engine's input, and a new streaming assistant message after it."""
+        history = engine_history(self.store.get_conversation(conversation_id).messages)
+        return BegunReply(int(self.store.begin_reply(conversation_id)), history)
+
+    def start(self, text: str, *, conversation_id: int | None = None, system: str | None = None,
+              pair_id: str | None = None, edit_id: int | None = None) -> Turn:
+        """``ask`` then ``begin_reply``."""
+        asked = self.ask(text, conversation_id=conversation_id, system=system, pair_id=pair_id, edit_id=edit_id)
+        begun = self.begin_reply(asked.conversation_id)
+        return Turn(asked.conversation_id, asked.user_message_id, begun.reply_id, begun.history)
+
+    def checkpointer(self, reply_id: int) -> ReplyCheckpointer:
+        """Rate-limited checkpoints of the streaming reply ``reply_id`` (and its final write)."""
+        return ReplyCheckpointer(self.store, reply_id)
+
+
+# -- how a reply ends -------------------------------------------------------------------------------------------
+def reply_stats(stats: Any, stop_reason: str, *, pair_id: str | None = None, k: int | None = None,
+                temperature: float | None = None) -> ReplyStats:
+    """The statistics stored with a reply, from the engine's ``GenerationStats`` (``DoneEvent.stats``).
+
+    ``pair_id``, ``k`` and ``temperature`` describe the request (the caller knows them). ``speedup`` and
+    ``speedup_error`` are the engine's in-reply measurement, stored as reported (docs/metrics.md).
+    """
+    return ReplyStats(
+        pair_id=pair_id or None, draft_mode=stats.draft_mode, k=k, temperature=temperature,
+        generated=stats.generated, drafted=stats.drafted, accepted=stats.accepted,
+        acceptance_rate=stats.acceptance_rate, tokens_per_s=stats.decode_tps,
+        speedup=stats.speedup, speedup_error=stats.speedup_error, stop_reason=stop_reason,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplyEnd:
+    """How a reply is finished in the history: its status, final text and statistics (None without a
+    ``DoneEvent``)."""
+
+    status: MessageStatus
+    text: str
+    stats: ReplyStats | None = None
+
+    def write(self, checkpointer: ReplyCheckpointer) -> None:
+        """Commit it (always written, whatever the checkpoint interval)."""
+        checkpointer.finish(self.text, self.status, self.stats)
+
+
+def reply_finished(text: str, stop_reason: str, stats: ReplyStats) -> ReplyEnd:
+    """The engine finished the reply: complete, or interrupted when it was cancelled (the user stopped it)."""
+    status = MessageStatus.INTERRUPTED if stop_reason == "cancelled" else MessageStatus.COMPLETE
+    return ReplyEnd(status, text, stats)
+
+
+def reply_interrupted(text: str) -> ReplyEnd:
+    """Stopped before the engine finished (Ctrl-C, the user, a failed write): the text so far, interrupted."""
+    return ReplyEnd(MessageStatus.INTERRUPTED, text)
+
+
+def reply_crashed(streamed: str, partial: str | None = None) -> ReplyEnd:
+    """The engine process died: interrupted, with the longer of the text streamed here and the ``partial``
+    text the engine client saw (it may have received steps not delivered yet)."""
+    partial = partial or streamed
+    return ReplyEnd(MessageStatus.INTERRUPTED, partial if len(partial) >= len(streamed) else streamed)
+
+
+def reply_failed(streamed: str) -> ReplyEnd:
+    """The engine reported an error: an error when nothing was written, else interrupted with the text."""
+    return ReplyEnd(MessageStatus.ERROR if not streamed else MessageStatus.INTERRUPTED, streamed)
