@@ -119,7 +119,7 @@ class ChatTurns:
 
 
 # -- how a reply ends -------------------------------------------------------------------------------------------
-def reply_stats(stats: Any, stop_reason: str, *, pair_id: str | None = None, k: int | None = None,
+def reply_stats(stats: Any, stop_reason: str, *, pair_id: str | None = None, k: float | None = None,
                 temperature: float | None = None) -> ReplyStats:
     """The statistics stored with a reply, from the engine's ``GenerationStats`` (``DoneEvent.stats``).
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
+from outrider.engine.events import DoneEvent, LoadedPair, StepBatch
+from outrider.engine.params import TextRequest
 from outrider.history import (
     ConversationNotFoundError,
     HistoryStore,
@@ -32,11 +34,10 @@ from outrider.history.turns import (
     reply_stats,
 )
 from outrider.ui.chat_view import MessageItem
-from outrider.ui.engine_bridge import QtEngineBridge, StepBatch, describe_error
+from outrider.ui.engine_bridge import QtEngineBridge, describe_error
 from outrider.ui.live_stats import ReplyMeter
 from outrider.ui.settings import QtSettings
 from outrider.ui.store_bridge import QtStoreBridge
-from outrider.worker.protocol import DoneEvent, LoadedInfo, TextRequest
 
 CHECKPOINT_MS = 1000
 
@@ -90,7 +91,7 @@ class ChatSession(QObject):
         reply_started(): a reply began streaming.
         steps_received(StepBatch): streamed steps (forwarded from the engine bridge).
         reply_ended(str, str, object): status (complete / interrupted / error), final text, message id.
-        engine_changed(object): new engine state (``LoadedInfo`` or None), ``engine_status`` has the details.
+        engine_changed(object): new engine state (``LoadedPair`` or None), ``engine_status`` has the details.
         notice(str): a one-line message for the user (errors included).
         crashed(str): the engine died; the text is the reason.
         load_failed(str): a pair could not be loaded; the text is the reason.
@@ -98,7 +99,7 @@ class ChatSession(QObject):
 
     Attributes:
         conversation_id: the open conversation (None until the first message of a new one is committed).
-        loaded: the ``LoadedInfo`` of the loaded pair (None when none).
+        loaded: the ``LoadedPair`` of the loaded pair (None when none).
         choice: the ``PairChoice`` loaded or being loaded.
         last_done: the ``DoneEvent`` of the last finished reply.
         last_plain_tps: plain-decoding tokens/s the engine measured in the last finished reply of the loaded
@@ -124,7 +125,7 @@ class ChatSession(QObject):
         self.settings = settings
         self.meter = meter
         self.conversation_id: int | None = None
-        self.loaded: LoadedInfo | None = None
+        self.loaded: LoadedPair | None = None
         self.choice: PairChoice | None = None
         self.loading = False
         self.last_done: DoneEvent | None = None
@@ -194,7 +195,7 @@ class ChatSession(QObject):
             self.load_pair(self.choice)
 
     @Slot(object)
-    def _on_bridge_loaded(self, info: LoadedInfo) -> None:
+    def _on_bridge_loaded(self, info: LoadedPair) -> None:
         self.loading = False
         self.loaded = info
         self.engine_changed.emit(info)
@@ -328,8 +329,8 @@ class ChatSession(QObject):
     def _on_bridge_step_received(self, batch: StepBatch) -> None:
         if not self._streaming:
             return
-        self._parts.extend(s.text for s in batch.steps)
-        self.meter.add(batch.stats, batch.steps[-1].k)
+        self._parts.append(batch.text)
+        self.meter.add(batch.stats, batch.k)
         self.steps_received.emit(batch)
 
     @Slot()
@@ -344,7 +345,8 @@ class ChatSession(QObject):
         self.last_done = done
         s = self.settings.value
         stats = reply_stats(done.stats, done.stop_reason, pair_id=self.choice.pair_id if self.choice else None,
-                            k=s.draft_k if s.draft_mode == "fixed" else None, temperature=s.temperature)
+                            k=round(done.stats.k_mean, 2) if done.stats.k_mean is not None else None,  # the k used
+                            temperature=s.temperature)
         self._end(reply_finished(done.text, done.stop_reason, stats), done)
 
     @Slot(object)
