@@ -101,7 +101,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 for event in engine.run(request):
                     if is_done(event):
                         s = event.stats
-                        stats = reply_stats(s, event.stop_reason, k=args.draft_max, temperature=args.temperature)
+                        stats = reply_stats(s, event.stop_reason, temperature=args.temperature)
                         reply_finished(text, event.stop_reason, stats).write(checkpointer)
                         if args.json:
                             print_json({"event": "done", "conversation": conversation_id, "message": reply_id,

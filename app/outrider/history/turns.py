@@ -119,16 +119,18 @@ class ChatTurns:
 
 
 # -- how a reply ends -------------------------------------------------------------------------------------------
-def reply_stats(stats: Any, stop_reason: str, *, pair_id: str | None = None, k: float | None = None,
+def reply_stats(stats: Any, stop_reason: str, *, pair_id: str | None = None,
                 temperature: float | None = None) -> ReplyStats:
     """The statistics stored with a reply, from the engine's ``GenerationStats`` (``DoneEvent.stats``).
 
-    ``pair_id``, ``k`` and ``temperature`` describe the request (the caller knows them). ``speedup`` and
-    ``speedup_error`` are the engine's in-reply measurement, stored as reported (docs/metrics.md).
+    ``pair_id`` and ``temperature`` describe the request (the caller knows them). ``k`` is the mean draft
+    length the engine used (``k_mean``, two decimals), not the setting; ``speedup`` and ``speedup_error`` are
+    the engine's in-reply measurement, stored as reported (docs/metrics.md).
     """
+    k_mean = stats.k_mean
     return ReplyStats(
-        pair_id=pair_id or None, draft_mode=stats.draft_mode, k=k, temperature=temperature,
-        generated=stats.generated, drafted=stats.drafted, accepted=stats.accepted,
+        pair_id=pair_id or None, draft_mode=stats.draft_mode, k=round(k_mean, 2) if k_mean is not None else None,
+        temperature=temperature, generated=stats.generated, drafted=stats.drafted, accepted=stats.accepted,
         acceptance_rate=stats.acceptance_rate, tokens_per_s=stats.decode_tps,
         speedup=stats.speedup, speedup_error=stats.speedup_error, stop_reason=stop_reason,
     )

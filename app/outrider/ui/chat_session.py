@@ -345,7 +345,6 @@ class ChatSession(QObject):
         self.last_done = done
         s = self.settings.value
         stats = reply_stats(done.stats, done.stop_reason, pair_id=self.choice.pair_id if self.choice else None,
-                            k=round(done.stats.k_mean, 2) if done.stats.k_mean is not None else None,  # the k used
                             temperature=s.temperature)
         self._end(reply_finished(done.text, done.stop_reason, stats), done)
 

@@ -48,9 +48,10 @@ def test_a_failed_reply_is_left_out_of_the_next_turn_and_an_edit_drops_what_foll
 
 
 def test_how_a_reply_ends() -> None:
-    stats = reply_stats(GenerationStats(generated=4, drafted=4, accepted=3, passes=2, draft_mode="model"), "stop",
-                        pair_id="", k=4, temperature=0.0)
-    assert (stats.pair_id, stats.k, stats.generated, stats.accepted, stats.stop_reason) == (None, 4, 4, 3, "stop")
+    engine = GenerationStats(generated=4, drafted=6, accepted=3, passes=3, k_sum=6, draft_mode="model")
+    stats = reply_stats(engine, "stop", pair_id="", temperature=0.0)
+    assert (stats.pair_id, stats.generated, stats.accepted, stats.stop_reason) == (None, 4, 3, "stop")
+    assert stats.k == round(engine.k_mean or 0, 2)  # the mean draft length used, not the setting
     assert reply_finished("t", "stop", stats).status is MessageStatus.COMPLETE
     assert reply_finished("t", "cancelled", stats).status is MessageStatus.INTERRUPTED
     assert reply_interrupted("so far").status is MessageStatus.INTERRUPTED
