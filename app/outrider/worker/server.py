@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from outrider.engine.events import (
     DoneEvent,
     ErrorKind,
-    StepEvent,
     done_to_wire,
     error_kind_of,
     loaded_to_wire,
@@ -292,8 +291,9 @@ class _Server:
             stats.passes += 1
             stats.pass_tokens += n
             stats.decode_s = time.perf_counter() - t0
-            event = StepEvent(tokens, [j < n - 1 for j in range(n)], [" tok"] * n, n - 1)
-            self.out.put(("step", rid, step_to_wire(event), copy.copy(stats)))
+            # step_to_wire(StepEvent(tokens, flags, pieces, n - 1)), built directly: this measures the protocol alone
+            self.out.put(("step", rid, [tokens, [j < n - 1 for j in range(n)], text, n - 1, [" tok"] * n],
+                          copy.copy(stats)))
         self.emit({**done_to_wire(DoneEvent("length", stats, "".join(texts))), "id": rid}, wait=True)
 
 
