@@ -24,12 +24,13 @@ from PySide6.QtCore import QElapsedTimer, QTimer
 from PySide6.QtWidgets import QApplication
 
 import outrider.ui  # noqa: F401 (applies the Qt work-arounds)
+from outrider.engine.events import DoneEvent, LoadedPair, ModelFacts, StepBatch, StepEvent
+from outrider.engine.stats import GenerationStats
 from outrider.history import HistoryStore
 from outrider.ui.engine_bridge import QtEngineBridge
 from outrider.ui.main_window import MainWindow
 from outrider.ui.settings import QtSettings
 from outrider.ui.store_bridge import QtStoreBridge
-from outrider.worker.protocol import DoneEvent, LoadedInfo, ModelInfo, Stats, StepEvent
 
 RATE_CHUNK = 4
 WORDS = "the quick brown fox jumps over the lazy dog and then `code` **bold** text\n".split(" ")
@@ -52,10 +53,10 @@ class _Gen:
             piece = WORDS[i % len(WORDS)] + " "
             text += piece
             dt = time.perf_counter() - t0
-            st = Stats(generated=i + 1, drafted=i, accepted=i // 2, passes=i // 2 + 1, decode_s=dt,
-                       decode_tps=(i + 1) / dt if dt else None, acceptance_rate=0.5, tokens_per_pass=2.0,
-                       draft_mode="model", draft_s=dt * 0.2, verify_s=dt * 0.7, other_s=dt * 0.1)
-            yield StepEvent([i], [i % 2 == 0], piece, 4, st, [piece])
+            st = GenerationStats(generated=i + 1, drafted=i, accepted=i // 2, passes=i // 2 + 1,
+                                 pass_tokens=i + 1, decode_s=dt, draft_mode="model", draft_s=dt * 0.2,
+                                 verify_s=dt * 0.7)
+            yield StepBatch((StepEvent([i], [i % 2 == 0], [piece], 4),), st)
             if i % RATE_CHUNK == 0:
                 time.sleep(0.001)  # ~RATE_CHUNK tokens per ms at most: faster than any real decode, GIL shared
         yield DoneEvent("length", st, text)
@@ -72,8 +73,8 @@ class FastClient:
     def __init__(self, n: int) -> None:
         self.n = n
 
-    def load(self, spec: Any, **_: Any) -> LoadedInfo:
-        return LoadedInfo(ModelInfo(path="synthetic.gguf"), None, "model", 4096, "synthetic", False, "model", 0, 0,
+    def load(self, spec: Any, **_: Any) -> LoadedPair:
+        return LoadedPair(ModelFacts(path="synthetic.gguf"), None, "model", 4096, "synthetic", False, "model", 0, 0,
                           ())
 
     def generate(self, request: Any) -> _Gen:
@@ -96,7 +97,7 @@ def main() -> int:
     win.show()
     from pathlib import Path
 
-    from outrider.ui.chat_session import PairChoice
+    from outrider.ui.picker.choice import PairChoice
 
     results: dict[str, Any] = {}
     for provenance in (True, False):

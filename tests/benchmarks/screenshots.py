@@ -24,18 +24,21 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication
 
 import outrider.ui  # noqa: F401 (applies the Qt work-arounds)
+from outrider.engine.events import DoneEvent, LoadedPair, ModelFacts, StepBatch, StepEvent
+from outrider.engine.stats import GenerationStats
 from outrider.history import HistoryStore, Role
-from outrider.ui.chat_session import PairChoice
 from outrider.ui.engine_bridge import QtEngineBridge
 from outrider.ui.main_window import MainWindow
+from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
 from outrider.ui.store_bridge import QtStoreBridge
-from outrider.worker.protocol import DoneEvent, LoadedInfo, ModelInfo, Stats, StepEvent
+from support.stats import measured_stats
 
 PLAIN_TPS = 19.6  # plain decoding of the pictured pair (the engine measures it on interleaved plain steps)
 SPEC_TPS = 43.0  # what the speculative replies reach
@@ -90,7 +93,7 @@ class _Reply:
         stop_at = int(len(pieces) * HOLD_AT) if self.hold else len(pieces)
         i = generated = drafted = accepted = passes = 0
         decode_s = 0.0
-        st = Stats()
+        st = GenerationStats()
         while i < stop_at:
             if self.client.cancelled.is_set():
                 break
@@ -104,16 +107,14 @@ class _Reply:
             accepted += n_acc
             passes += 1
             decode_s += len(step_pieces) / SPEC_TPS * rng.uniform(0.8, 1.2)
-            st = Stats(prompt_tokens=38, prompt_s=0.09, generated=generated, drafted=drafted, accepted=accepted,
-                       passes=passes, k_sum=K * passes, draft_s=decode_s * 0.31, verify_s=decode_s * 0.61,
-                       decode_s=decode_s, ttft_s=0.14, draft_mode="model", acceptance_rate=accepted / drafted,
-                       tokens_per_pass=generated / passes, k_mean=float(K), decode_tps=generated / decode_s,
-                       prompt_tps=38 / 0.09, other_s=decode_s * 0.08, rejections=passes // 2,
-                       pass_tokens=generated, token_acceptance=accepted / (accepted + passes // 2),
-                       plain_steps=1 + passes // 32, plain_tps=PLAIN_TPS,  # a plain probe every 32 steps
-                       speedup=generated / decode_s / PLAIN_TPS,
-                       speedup_error=0.25 / (1 + passes // 32) ** 0.5 if passes >= 32 else None)
-            yield StepEvent(list(range(len(step_pieces))), flags, "".join(step_pieces), K, st, step_pieces)
+            st = measured_stats(
+                prompt_tokens=38, prompt_s=0.09, generated=generated, drafted=drafted, accepted=accepted,
+                passes=passes, k_sum=K * passes, draft_s=decode_s * 0.31, verify_s=decode_s * 0.61,
+                decode_s=decode_s, ttft_s=0.14, draft_mode="model", rejections=passes // 2, pass_tokens=generated,
+                plain_steps=1 + passes // 32, plain_tps=PLAIN_TPS,  # a plain probe every 32 steps
+                speedup=generated / decode_s / PLAIN_TPS,
+                speedup_error=0.25 / (1 + passes // 32) ** 0.5 if passes >= 32 else None)
+            yield StepBatch((StepEvent(list(range(len(step_pieces))), flags, step_pieces, K),), st)
             time.sleep(0.06)  # a few seconds of streaming: points for the reply chart
         if self.hold:
             self.client.cancelled.wait(60.0)  # held mid-reply until the window is closed
@@ -133,11 +134,11 @@ class ScriptedClient:
         self.turn = 0
         self.backend = {"name": "CUDA", "gpu_offload": True}
 
-    def load(self, spec: Any, **_: Any) -> LoadedInfo:
-        target = ModelInfo(path="Qwen2.5-7B-Instruct-Q4_K_M.gguf", size_bytes=4_680_000_000,
+    def load(self, spec: Any, **_: Any) -> LoadedPair:
+        target = ModelFacts(path="Qwen2.5-7B-Instruct-Q4_K_M.gguf", size_bytes=4_680_000_000,
                            gpu_layers_offloaded=29)
-        draft = ModelInfo(path="Qwen2.5-0.5B-Instruct-Q8_0.gguf", size_bytes=531_000_000, gpu_layers_offloaded=25)
-        return LoadedInfo(target, draft, "model", 8192, "CUDA", True, "chatml", 470_000_000, 100_000_000, ())
+        draft = ModelFacts(path="Qwen2.5-0.5B-Instruct-Q8_0.gguf", size_bytes=531_000_000, gpu_layers_offloaded=25)
+        return LoadedPair(target, draft, "model", 8192, "CUDA", True, "chatml", 470_000_000, 100_000_000, ())
 
     def generate(self, request: Any) -> _Reply:
         turn = self.turn

@@ -61,8 +61,8 @@ def app_parts(qtbot: object) -> Iterator[dict[str, object]]:
 @pytest.fixture
 def window(qtbot, app_parts: dict[str, object], smollm_path: Path):  # type: ignore[no-untyped-def]
     """The main window with the demo pair loaded."""
-    from outrider.ui.chat_session import PairChoice
     from outrider.ui.main_window import MainWindow
+    from outrider.ui.picker.choice import PairChoice
 
     win = MainWindow(app_parts["bridge"], app_parts["store"], app_parts["settings"])  # type: ignore[arg-type]
     qtbot.addWidget(win)

@@ -114,8 +114,8 @@ def test_engine_kill_9_shows_banner_keeps_conversation_and_reloads(qtbot: Any, w
 
 
 def test_incompatible_pair_shows_the_reason(qtbot: Any, app_parts: dict[str, Any], tiny_family: Any) -> None:
-    from outrider.ui.chat_session import PairChoice
     from outrider.ui.main_window import MainWindow
+    from outrider.ui.picker.choice import PairChoice
 
     win = MainWindow(app_parts["bridge"], app_parts["store"], app_parts["settings"])
     qtbot.addWidget(win)

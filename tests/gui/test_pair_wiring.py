@@ -14,10 +14,9 @@ from outrider.catalogue.schema import DraftSettings
 from outrider.engine.events import ErrorKind, LoadedPair, ModelFacts
 from outrider.history import HistoryStore
 from outrider.ui.app import _startup_choice
-from outrider.ui.chat_session import PairChoice as SessionChoice
 from outrider.ui.engine_bridge import QtEngineBridge
 from outrider.ui.main_window import MainWindow
-from outrider.ui.picker.choice import PairChoice as PickerChoice
+from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
 from outrider.ui.store_bridge import QtStoreBridge
 from outrider.worker.client import EngineRequestError
@@ -71,8 +70,8 @@ def _loaded(info: Any) -> bool:
     return info is not None
 
 
-def _picked(target: Path, draft: Path, draft_max: int | str = 6, n_ctx: int = 8192) -> PickerChoice:
-    return PickerChoice(target, draft, False, "t+d", "Target + draft", DraftSettings(draft_max, 2, 0.6), n_ctx)
+def _picked(target: Path, draft: Path, draft_max: int | str = 6, n_ctx: int = 8192) -> PairChoice:
+    return PairChoice(target, draft, False, "t+d", "Target + draft", DraftSettings(draft_max, 2, 0.6), n_ctx)
 
 
 def test_chosen_pair_loads_with_recommended_settings_and_is_remembered(qtbot: Any, parts: dict[str, Any]) -> None:
@@ -104,7 +103,7 @@ def test_user_overrides_are_kept(qtbot: Any, parts: dict[str, Any]) -> None:
 
 def test_automatic_load_refuses_an_unsafe_model_and_says_why(qtbot: Any, parts: dict[str, Any]) -> None:
     win, client = parts["win"], parts["client"]
-    choice = SessionChoice(parts["target"], parts["draft"], False, "t+d", "Target + draft")
+    choice = PairChoice(parts["target"], parts["draft"], False, "t+d", "Target + draft")
     with qtbot.waitSignal(win.session.load_failed) as blocker:
         win.load_pair(choice, automatic=True)
     assert client.loads[-1][1] is True

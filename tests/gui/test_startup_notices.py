@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from outrider.ui.settings import AppSettings, QtSettings, SettingsNotice, load_settings
+from outrider.settings import AppSettings, SettingsNotice, load_settings
+from outrider.ui.settings import QtSettings
 
 SAVED = {"system_prompt": "Answer like a ship's captain.", "pair_target": "/models/t.gguf", "theme": "dark"}
 

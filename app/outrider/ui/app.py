@@ -35,7 +35,7 @@ def _startup_choice(saved: Any = None) -> Any:
     from pathlib import Path
 
     from outrider.catalogue import ModelStore, load_catalogue, startup_pair
-    from outrider.ui.chat_session import PairChoice
+    from outrider.ui.picker.choice import PairChoice
 
     catalogue = load_catalogue()
     demo = catalogue.demo

@@ -36,42 +36,11 @@ from outrider.history.turns import (
 from outrider.ui.chat_view import MessageItem
 from outrider.ui.engine_bridge import QtEngineBridge, describe_error
 from outrider.ui.live_stats import ReplyMeter
+from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
 from outrider.ui.store_bridge import QtStoreBridge
 
 CHECKPOINT_MS = 1000
-
-
-@dataclasses.dataclass(frozen=True)
-class PairChoice:
-    """What to load: files, drafter, and a catalogue id when it came from the catalogue."""
-
-    target: Path
-    draft: Path | None
-    lookup: bool
-    pair_id: str = ""
-    name: str = ""
-    demo: bool = False
-
-
-def pair_choice_of(obj: Any, *, demo_id: str | None = None) -> PairChoice:
-    """Accept what the pair picker sends: a ``PairState``, a ``LocalPairReport`` or a ``PairChoice``."""
-    if isinstance(obj, PairChoice):
-        return obj
-    pair = getattr(obj, "pair", None)
-    target = getattr(obj, "target_path", None)
-    if pair is not None and target is not None:  # catalogue.PairState
-        draft = getattr(obj, "draft_path", None)
-        return PairChoice(Path(target), Path(draft) if draft else None, pair.draft is None, pair.id, pair.name,
-                          demo=pair.id == demo_id)
-    if isinstance(getattr(obj, "target", None), Path | str):  # picker.choice.PairChoice or a LocalPairReport
-        draft = getattr(obj, "draft", None)
-        lookup = bool(getattr(obj, "lookup", False)) or draft is None
-        pair_id = getattr(obj, "pair_id", None) or ""
-        name = getattr(obj, "name", "") or Path(obj.target).name
-        return PairChoice(Path(obj.target), Path(draft) if draft else None, lookup, pair_id, name,
-                          demo=bool(pair_id) and pair_id == demo_id)
-    raise TypeError(f"not a pair choice: {type(obj).__name__}")
 
 
 def items_of(messages: list[Any]) -> list[MessageItem]:

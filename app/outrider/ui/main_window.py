@@ -23,14 +23,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from outrider.settings import PAIR_RECOMMENDED, AppSettings
 from outrider.ui.benchmark_dialog import BenchmarkDialog
-from outrider.ui.chat_session import ChatSession, PairChoice, pair_choice_of
+from outrider.ui.chat_session import ChatSession
 from outrider.ui.chat_view import ChatView
 from outrider.ui.conversation_list import ConversationListModel, ConversationListView, ConversationRow
 from outrider.ui.engine_bridge import QtEngineBridge
 from outrider.ui.live_stats import ReplyMeter
+from outrider.ui.picker.choice import PairChoice, pair_choice_of
 from outrider.ui.picker.dialog import PairPickerDialog
-from outrider.ui.settings import PAIR_RECOMMENDED, AppSettings, QtSettings
+from outrider.ui.settings import QtSettings
 from outrider.ui.settings_dialog import RELOAD_KEYS, SettingsDialog
 from outrider.ui.stats_panel import StatsPanel
 from outrider.ui.store_bridge import QtStoreBridge
@@ -211,7 +213,7 @@ class MainWindow(QMainWindow):
         if rec is not None:
             n_ctx = int(getattr(picked, "n_ctx", 0) or s.context_size)
             changes = s.recommended(rec.draft_max, int(rec.draft_min), float(rec.p_min), n_ctx)
-        changes.update(pair_id=choice.pair_id, pair_target=str(choice.target),
+        changes.update(pair_id=choice.pair_id or "", pair_target=str(choice.target),
                        pair_draft=str(choice.draft) if choice.draft else "", pair_lookup=choice.lookup,
                        pair_name=choice.name)
         self._applying_pair = True  # the load below uses the new settings: no reload of the old pair

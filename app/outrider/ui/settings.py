@@ -1,212 +1,17 @@
-"""Typed, persisted settings: one JSON file under ``outrider.paths.data_dir()``, written atomically.
-
-``AppSettings`` is plain data (a frozen dataclass, validated on load: a bad or unknown value falls back to its
-default, never crashes the app). A file that cannot be read as a JSON object at all (truncated, not UTF-8, nested
-too deeply) is never overwritten: ``load_settings`` moves it aside to ``settings.json.damaged-<time>`` and returns
-a ``SettingsNotice`` (plain data) that the GUI shows. ``QtSettings`` is the facade the GUI holds: ``set(**changes)``
-writes the file and emits ``changed`` only for keys whose value really changed (STYLE.md §10). The path is
-injectable for tests.
+"""The settings for the GUI: ``QtSettings`` wraps the plain settings of ``outrider.settings`` (``AppSettings``,
+``load_settings``, ``save_settings``) with change signals: ``set(**changes)`` writes the file and emits
+``changed`` only for keys whose value really changed (STYLE.md §10).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import time
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from outrider import paths
-from outrider.fileio import atomic_write_text
-from outrider.worker.protocol import (
-    ContextSettings,
-    DraftParams,
-    ModelSettings,
-    PairSpec,
-    SamplingParams,
-)
-
-SETTINGS_FILENAME = "settings.json"
-DRAFT_MODES = ("auto", "fixed", "off", "lookup")
-DRAFT_MODE_LABELS = {"auto": "Auto k (cost model)", "fixed": "Fixed k", "off": "Off (plain decoding)",
-                     "lookup": "Prompt lookup (n-gram)"}
-THEMES = ("light", "dark")
-# Settings a chosen pair recommends; the ones the user set in the settings dialog are listed in
-# ``AppSettings.user_overrides`` and then kept when a pair is chosen.
-PAIR_RECOMMENDED = ("draft_mode", "draft_k", "draft_min", "p_min", "context_size")
-
-
-@dataclasses.dataclass(frozen=True)
-class AppSettings:
-    """Everything the settings dialog edits. ``draft_mode``: auto / fixed (k = ``draft_k``) / off / lookup."""
-
-    target_gpu_layers: int = -1
-    draft_gpu_layers: int = -1
-    context_size: int = 4096
-    threads: int = 0
-    draft_mode: str = "auto"
-    draft_k: int = 4
-    draft_min: int = 0
-    p_min: float = 0.0
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    seed: int = -1  # -1: random
-    system_prompt: str = ""
-    max_tokens: int = 1024
-    theme: str = "light"
-    show_provenance: bool = True
-    pair_id: str = ""
-    pair_target: str = ""  # the last chosen pair, loaded at the next start (files as chosen)
-    pair_draft: str = ""
-    pair_lookup: bool = False
-    pair_name: str = ""
-    user_overrides: str = ""  # comma-separated PAIR_RECOMMENDED names the user set in the settings dialog
-
-    def overridden(self) -> set[str]:
-        return {n for n in self.user_overrides.split(",") if n}
-
-    def recommended(self, draft_max: int | str, draft_min: int, p_min: float, n_ctx: int) -> dict[str, Any]:
-        """The changes a pair's recommended settings make, leaving out those the user overrode."""
-        changes: dict[str, Any] = {"draft_min": draft_min, "p_min": p_min, "context_size": n_ctx}
-        if isinstance(draft_max, int) and draft_max > 0:
-            changes.update(draft_mode="fixed", draft_k=draft_max)
-        else:
-            changes["draft_mode"] = "auto"
-        keep = self.overridden()
-        if "draft_mode" in keep or "draft_k" in keep:
-            keep |= {"draft_mode", "draft_k"}
-        return {k: v for k, v in changes.items() if k not in keep}
-
-    def validated(self) -> AppSettings:
-        """A copy with every out-of-range value replaced by its default."""
-        d = AppSettings()
-        fixes: dict[str, Any] = {}
-        checks = {
-            "target_gpu_layers": self.target_gpu_layers >= -1, "draft_gpu_layers": self.draft_gpu_layers >= -1,
-            "context_size": 256 <= self.context_size <= 1 << 20, "threads": 0 <= self.threads <= 1024,
-            "draft_mode": self.draft_mode in DRAFT_MODES, "draft_k": 1 <= self.draft_k <= 64,
-            "draft_min": 0 <= self.draft_min <= 64, "p_min": 0.0 <= self.p_min <= 1.0,
-            "temperature": 0.0 <= self.temperature <= 5.0, "top_k": 0 <= self.top_k <= 100_000,
-            "top_p": 0.0 <= self.top_p <= 1.0, "min_p": 0.0 <= self.min_p <= 1.0, "seed": self.seed >= -1,
-            "max_tokens": 1 <= self.max_tokens <= 1 << 20, "theme": self.theme in THEMES,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                fixes[name] = getattr(d, name)
-        return dataclasses.replace(self, **fixes) if fixes else self
-
-    @classmethod
-    def from_json(cls, data: Any) -> AppSettings:
-        if not isinstance(data, dict):
-            return cls()
-        kwargs: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in data:
-                continue
-            value, default = data[f.name], getattr(cls(), f.name)
-            if isinstance(default, bool):
-                ok = isinstance(value, bool)
-            elif isinstance(default, int):
-                ok = isinstance(value, int) and not isinstance(value, bool)
-            elif isinstance(default, float):
-                ok = isinstance(value, int | float) and not isinstance(value, bool)
-                value = float(value) if ok else value
-            else:
-                ok = isinstance(value, str)
-            if ok:
-                kwargs[f.name] = value
-        return cls(**kwargs).validated()
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    # -- what the engine receives ---------------------------------------------------------------------------
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
-                              seed=None if self.seed < 0 else self.seed)
-
-    def draft_params(self) -> DraftParams:
-        k: int | None = None
-        if self.draft_mode == "fixed":
-            k = self.draft_k
-        elif self.draft_mode == "off":
-            k = 0
-        return DraftParams(k=k, draft_min=self.draft_min, p_min=self.p_min)
-
-    def pair_spec(self, target: str, draft: str | None, lookup: bool) -> PairSpec:
-        """The load request: ``lookup`` mode forces prompt lookup; otherwise the pair's own drafter."""
-        if self.draft_mode == "lookup":
-            draft, lookup = None, True
-        return PairSpec(target=target, draft=draft, lookup=lookup and draft is None,
-                        target_settings=ModelSettings(gpu_layers=self.target_gpu_layers),
-                        draft_settings=ModelSettings(gpu_layers=self.draft_gpu_layers),
-                        context=ContextSettings(n_ctx=self.context_size, threads=self.threads))
-
-
-@dataclasses.dataclass(frozen=True)
-class SettingsNotice:
-    """``settings.json`` could not be read; the defaults are in use and the damaged file was kept aside.
-
-    Attributes:
-        path: the settings file.
-        kept_at: where the damaged file now is (``None`` if it could not be moved: then it is left in place and
-            not overwritten).
-        reason: why it could not be read.
-    """
-
-    path: Path
-    kept_at: Path | None
-    reason: str
-
-    @property
-    def message(self) -> str:
-        if self.kept_at is not None:
-            where = f"it was kept at {self.kept_at}"
-        else:
-            where = "it was left in place and will not be overwritten"
-        return f"Your settings could not be read ({self.reason}): {where}; the default settings are in use."
-
-
-def _keep_aside(path: Path) -> Path | None:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = path.with_name(f"{path.name}.damaged-{stamp}")
-    n = 1
-    while target.exists():
-        target = path.with_name(f"{path.name}.damaged-{stamp}.{n}")
-        n += 1
-    try:
-        os.replace(path, target)
-    except OSError:
-        return None
-    return target
-
-
-def load_settings(path: Path) -> tuple[AppSettings, SettingsNotice | None]:
-    """The settings in ``path``; a damaged file is moved aside (never overwritten) and reported. Never raises."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return AppSettings(), None
-    except OSError as exc:
-        return AppSettings(), SettingsNotice(path, None, f"it cannot be read: {exc.strerror or exc}")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        reason = "it is not UTF-8 text"
-    except json.JSONDecodeError as exc:
-        reason = f"it is not valid JSON: {exc.msg} at line {exc.lineno}"
-    except RecursionError:
-        reason = "it is nested too deeply"
-    else:
-        if isinstance(data, dict):
-            return AppSettings.from_json(data), None
-        reason = "it is not a JSON object"
-    return AppSettings(), SettingsNotice(path, _keep_aside(path), reason)
+from outrider.settings import AppSettings, load_settings, save_settings, settings_path
 
 
 class QtSettings(QObject):
@@ -226,7 +31,7 @@ class QtSettings(QObject):
 
     def __init__(self, path: Path | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.path = path if path is not None else paths.data_dir() / SETTINGS_FILENAME
+        self.path = path if path is not None else settings_path()
         self._value, self.notice = load_settings(self.path)
         # A damaged file that could not be moved aside stays as it is: changes are kept in memory only.
         self._keep_file = self.notice is not None and self.notice.kept_at is None
@@ -248,7 +53,7 @@ class QtSettings(QObject):
             self.changed.emit(names)
             return names
         try:
-            atomic_write_text(self.path, json.dumps(new.to_json(), indent=2, sort_keys=True) + "\n")
+            save_settings(self.path, new)
         except (OSError, ValueError) as exc:
             self.save_failed.emit(f"settings could not be saved to {self.path}: {exc}")
         self.changed.emit(names)

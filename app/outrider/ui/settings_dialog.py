@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.ui.settings import DRAFT_MODE_LABELS, DRAFT_MODES, AppSettings
+from outrider.settings import DRAFT_MODE_LABELS, DRAFT_MODES, AppSettings
 
 RELOAD_KEYS = ("target_gpu_layers", "draft_gpu_layers", "context_size", "threads")
 
