@@ -10,7 +10,7 @@ from pytestqt.modeltest import ModelTester
 
 from outrider.catalogue import DownloadEvent
 from outrider.catalogue.service import CatalogueService, PairStatus
-from outrider.ui.benchmark_dialog import BenchmarkResultsModel
+from outrider.ui.benchmark_results import BenchmarkResultsModel
 from outrider.ui.catalogue_model import CatalogueFilterProxy, CatalogueModel, CatalogueRole, FoundFilesModel
 from outrider.ui.download_manager import DownloadItem, DownloadRole, DownloadsModel, DownloadState, QtDownloadManager
 

@@ -14,7 +14,8 @@ from pytestqt.qtbot import QtBot
 from outrider.engine.events import DoneEvent, stats_from_wire
 from outrider.engine.stats import GenerationStats
 from outrider.engine.verify_stats import VerifyReport
-from outrider.ui.benchmark_dialog import BenchmarkDialog, verify_summary
+from outrider.ui.benchmark_dialog import BenchmarkDialog
+from outrider.ui.verify_panel import verify_summary
 from outrider.worker.protocol import DraftParams, TextRequest
 from support.tiny_gguf import Family
 

@@ -1,0 +1,177 @@
+"""The exactness check of the benchmark dialog: ``outrider verify``'s plan (``outrider.engine.verify_stats``: greedy
+identity, then the per-position token distributions of speculative vs plain samples) run through the engine
+bridge, cancellable, with progress; ``verify_summary`` puts its verdict in words.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from PySide6.QtCore import QObject, Signal
+
+from outrider.engine.bench import stats_dict
+from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
+from outrider.engine.verify_stats import VerifyCollector, VerifyJob, VerifyReport
+from outrider.ui.benchmark_runner import RunState, describe_failure
+
+
+class VerifyBridgeLike(Protocol):
+    """What the exactness check needs from ``QtEngineBridge``: the benchmark's signals plus ``step_received``
+    (a ``StepBatch``: ``steps``, each with the emitted token ids ``tokens``)."""
+
+    step_received: Any
+    generation_finished: Any
+    error: Any
+    crashed: Any
+
+    def generate(self, request: Any) -> None: ...
+
+    def cancel(self) -> None: ...
+
+
+class VerifyRunner(QObject):
+    """Runs ``outrider verify``'s plan (``outrider.engine.verify_stats``) through the bridge, one generation at a
+    time: greedy speculative and plain, then ``samples`` speculative/plain pairs at the sampling settings.
+
+    Signals:
+        progressed(int, int): generations done, generations in all.
+        finished(object): the ``VerifyReport``.
+        failed(str): the engine failed or crashed; the check stopped.
+        cancelled(): the user stopped the check.
+    """
+
+    progressed = Signal(int, int)
+    finished = Signal(object)
+    failed = Signal(str)
+    cancelled = Signal()
+
+    def __init__(self, bridge: VerifyBridgeLike, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.state = RunState.IDLE
+        self.collector: VerifyCollector | None = None
+        self._prompt = ""
+        self._sampling = SamplingParams(temperature=1.0)
+        self._draft = DraftParams()
+        self._next_job = 0
+        self._tokens: list[int] = []
+        self._connected = False
+
+    @property
+    def running(self) -> bool:
+        return self.state is not RunState.IDLE
+
+    def start(self, prompt: str, *, samples: int, tokens: int, sampling: SamplingParams,
+              draft: DraftParams | None = None, alpha: float = 0.01) -> None:
+        """Check ``prompt`` with ``samples`` samples of ``tokens`` tokens per mode at ``sampling`` (temperature
+        > 0; its seed, or 0, seeds the samples)."""
+        if self.running:
+            raise RuntimeError("a check is already running")
+        if sampling.temperature <= 0:
+            raise ValueError("the sampling check needs a temperature above 0")
+        self.collector = VerifyCollector(samples, tokens, sampling.seed or 0, alpha)
+        self._prompt = prompt
+        self._sampling = sampling
+        self._draft = draft or DraftParams()
+        self._next_job = 0
+        self._tokens = []
+        self.state = RunState.RUNNING
+        self._connect(True)
+        self.progressed.emit(0, self.collector.total)
+        self._next()
+
+    def cancel(self) -> None:
+        """Stop at the next step of the running generation; ``cancelled`` follows when the engine confirms."""
+        if self.state is RunState.RUNNING:
+            self.state = RunState.CANCELLING
+            self.bridge.cancel()
+
+    def request_for(self, job: VerifyJob) -> TextRequest:
+        s = self._sampling
+        sampling = SamplingParams(0.0 if job.greedy else s.temperature, s.top_k, s.top_p, s.min_p, job.seed)
+        assert self.collector is not None
+        return TextRequest(messages=(ChatMessage("user", self._prompt),), max_tokens=self.collector.tokens,
+                           sampling=sampling, draft=self._draft, plain=job.plain)
+
+    # -- internals ----------------------------------------------------------------------------------------------
+    def _connect(self, on: bool) -> None:
+        pairs = ((self.bridge.step_received, self._on_bridge_step_received),
+                 (self.bridge.generation_finished, self._on_bridge_generation_finished),
+                 (self.bridge.error, self._on_bridge_error), (self.bridge.crashed, self._on_bridge_error))
+        if on and not self._connected:
+            for signal, slot in pairs:
+                signal.connect(slot)
+        elif not on and self._connected:
+            for signal, slot in pairs:
+                signal.disconnect(slot)
+        self._connected = on
+
+    def _next(self) -> None:
+        assert self.collector is not None
+        if self._next_job >= self.collector.total:
+            self._end()
+            self.finished.emit(self.collector.report())
+            return
+        self._tokens = []
+        self.bridge.generate(self.request_for(self.collector.jobs[self._next_job]))
+
+    def _on_bridge_step_received(self, batch: Any) -> None:
+        if self.state is not RunState.RUNNING:
+            return
+        for step in getattr(batch, "steps", (batch,)):
+            self._tokens.extend(int(t) for t in step.tokens)
+
+    def _on_bridge_generation_finished(self, done: Any) -> None:
+        if self.state is RunState.CANCELLING or getattr(done, "stop_reason", "") == "cancelled":
+            if self.state is not RunState.IDLE:
+                self._end()
+                self.cancelled.emit()
+            return
+        if self.state is not RunState.RUNNING or self.collector is None:
+            return
+        job = self.collector.jobs[self._next_job]
+        stats = stats_dict(done.stats)
+        self.collector.record(job, self._tokens, drafted=int(stats.get("drafted") or 0),
+                              accepted=int(stats.get("accepted") or 0))
+        self._next_job += 1
+        self.progressed.emit(self._next_job, self.collector.total)
+        self._next()
+
+    def _on_bridge_error(self, exc: object) -> None:
+        if self.state is RunState.IDLE:
+            return
+        was_cancelling = self.state is RunState.CANCELLING
+        self._end()
+        if was_cancelling:
+            self.cancelled.emit()
+        else:
+            self.failed.emit(describe_failure(exc))
+
+    def _end(self) -> None:
+        self.state = RunState.IDLE
+        self._connect(False)
+
+
+def verify_summary(report: VerifyReport) -> str:
+    """The verdict of an exactness check in words, for the dialog."""
+    checked = (f"{report.samples} speculative and {report.samples} plain samples of {report.tokens} tokens")
+    drafted = (f"{report.drafted:,} draft tokens were verified by the target while sampling, "
+               f"{report.accepted:,} accepted.")
+    numbers = (f"smallest p-value {report.min_p_value:.3g} (each must exceed {report.threshold:.3g}), largest "
+               f"total-variation distance {report.max_tv:.3f}")
+    greedy = (f"greedy output identical to plain decoding over {report.greedy_tokens} tokens"
+              if report.greedy_identical else
+              f"greedy output differs from plain decoding at token {report.first_divergence}")
+    if report.verdict == "exact":
+        return (f"Exact: {greedy}; {checked} agree at every position ({numbers}). {drafted}")
+    if report.verdict == "inconclusive":
+        if report.drafted == 0:
+            why = ("nothing was drafted while sampling, so the speculative runs were plain decoding and prove "
+                   "nothing — try another prompt or a longer draft")
+        else:
+            why = "no position had tokens frequent enough to compare — use more samples"
+        return f"Inconclusive: {why}. ({greedy}; {checked}.)"
+    where = ", ".join(str(j) for j in report.rejected)
+    sampled = (f"the sampled tokens differ from plain sampling at position(s) {where}" if report.rejected else
+               f"{checked} agree at every position")
+    return f"Not exact: {greedy}; {sampled} ({numbers}). {drafted}"
