@@ -53,10 +53,8 @@ def _startup_choice(saved: Any = None) -> Any:
 
 
 def _catalogue_service() -> Any:
-    try:
-        from outrider.catalogue.service import CatalogueService
-    except ImportError:
-        return None
+    from outrider.catalogue.service import CatalogueService
+
     try:
         return CatalogueService.default()
     except Exception as exc:  # a broken catalogue must not stop the chat
@@ -78,7 +76,7 @@ def crash_notice() -> str | None:
 def main(smoke_test: bool = False) -> int:
     """Run the app; returns the process exit status."""
     from outrider.crash import install_crash_handler
-    from outrider.worker.client import run_worker_if_requested
+    from outrider.worker.launch import run_worker_if_requested
 
     run_worker_if_requested()
     _ensure_platform()
