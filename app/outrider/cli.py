@@ -40,10 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        return _launch_app(args)
     try:
-        result: int = args.func(args)
+        # The app too: a data folder it cannot use (OUTRIDER_HOME a file, unwritable) is one line, exit 2.
+        result: int = _launch_app(args) if args.command is None else args.func(args)
         return result
     except CliError as exc:
         sys.stderr.write(f"outrider: error: {exc}\n")
