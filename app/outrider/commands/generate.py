@@ -205,7 +205,7 @@ class WorkerEngine:
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
-        from outrider.worker.client import EngineCrashed, EngineRequestError, WorkerError
+        from outrider.worker.errors import EngineCrashed, EngineRequestError, WorkerError
 
         try:
             yield
@@ -257,8 +257,7 @@ class InProcessEngine:
 
         try:
             events = self._engine.run(request)
-            formatter = getattr(self._engine, "_formatter", None)  # the template may have been replaced just now
-            for text in formatter.take_notes() if formatter is not None and hasattr(formatter, "take_notes") else ():
+            for text in self._engine.take_chat_notes():  # the template may have been replaced just now
                 note(text, self._noted)
             yield from events
         except EngineError as exc:

@@ -145,6 +145,11 @@ class Engine:
         fitted = fit_conversation(messages, lambda m: len(tokens_of(m)), budget)
         return tokens_of(fitted)
 
+    def take_chat_notes(self) -> list[str]:
+        """Notes about the chat template since the last call (e.g. the model's own was replaced by the built-in
+        one because it broke a time or size limit on this conversation)."""
+        return self._formatter.take_notes() if self._formatter is not None else []
+
     # -- generation -----------------------------------------------------------------------------------------
     def generate(
         self,

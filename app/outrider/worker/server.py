@@ -260,8 +260,7 @@ class _Server:
             self.emit({**done_to_wire(DoneEvent("cancelled", GenerationStats(), "")), "id": rid}, wait=True)
             return
         events = engine.run(request)  # the chat template has rendered: say if it was replaced
-        formatter = getattr(engine, "_formatter", None)
-        for note in formatter.take_notes() if formatter is not None and hasattr(formatter, "take_notes") else ():
+        for note in engine.take_chat_notes():
             self.emit({"type": "note", "id": rid, "text": str(note)})
         first = True
         for event in events:
