@@ -3,7 +3,7 @@
 A frozen app has no ``python -m``: ``sys.executable`` is this bundle's binary, yet the app starts its helper
 processes with it. So the arguments are dispatched before anything else is imported:
 
-* ``--outrider-engine-process ...`` → the engine process (``outrider.worker.client.worker_command()`` uses it);
+* ``--outrider-engine-process ...`` → the engine process (``outrider.worker.launch.worker_command()`` uses it);
 * ``[-X opt] [-u] -m <module> args...`` → run an allow-listed module as ``__main__`` (``outrider.worker.server``,
   ``outrider.catalogue.download``, ...), the form the source tree uses, so ``DownloadManager.child_command``
   (``[sys.executable, "-m", "outrider.catalogue.download"]``) needs no override;
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     multiprocessing.freeze_support()  # no-op unless a multiprocessing child: then it runs the child and exits
 
-    from outrider.worker.client import WORKER_FLAG, run_worker_if_requested
+    from outrider.worker.launch import WORKER_FLAG, run_worker_if_requested
 
     if args[:1] == [WORKER_FLAG]:
         run_worker_if_requested(args)  # child_main() ends the process with os._exit

@@ -19,7 +19,7 @@ from outrider.ui.main_window import MainWindow
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
 from outrider.ui.store_bridge import QtStoreBridge
-from outrider.worker.client import EngineRequestError
+from outrider.worker.errors import EngineRequestError
 
 
 class _RecordingClient:

@@ -25,7 +25,8 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
 from outrider.engine.events import DoneEvent, ErrorKind, LoadedPair, LoadProgress, StepBatch
-from outrider.worker.client import EngineClient, EngineCrashed, EngineRequestError, WorkerError
+from outrider.worker.client import EngineClient
+from outrider.worker.errors import EngineCrashed, EngineRequestError, WorkerError
 
 __all__ = ["EngineCrashed", "EngineRequestError", "QtEngineBridge", "StepBatch", "WorkerError"]
 

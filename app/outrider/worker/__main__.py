@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from outrider.worker.client import EngineClient, WorkerError
+from outrider.worker.client import EngineClient
+from outrider.worker.errors import WorkerError
 
 
 def main() -> int:

@@ -6,11 +6,12 @@
             for event in gen:                        # StepBatch ... DoneEvent (outrider.engine.events)
                 ...
 
-Failures are exceptions: ``EngineRequestError`` (bad model file, incompatible pair, context overflow, bad
-settings: the engine process is still alive and usable) and ``EngineCrashed`` (the process died: signal, abort,
-OOM kill, or a load that never finished; ``partial_text`` keeps what was streamed). After a crash the next
-``load`` starts a fresh process. An engine that goes silent — no heartbeat for ``heartbeat_timeout`` seconds
-(stopped with SIGSTOP, frozen) — is killed and reported as ``EngineUnresponsive`` (an ``EngineCrashed``).
+Failures are exceptions (``errors.py``): ``EngineRequestError`` (bad model file, incompatible pair, context
+overflow, bad settings: the engine process is still alive and usable) and ``EngineCrashed`` (the process died:
+signal, abort, OOM kill, or a load that never finished; ``partial_text`` keeps what was streamed). After a crash
+the next ``load`` starts a fresh process. An engine that goes silent — no heartbeat for ``heartbeat_timeout``
+seconds (stopped with SIGSTOP, frozen) — is killed and reported as ``EngineUnresponsive`` (an ``EngineCrashed``).
+The reply iterator is ``generation.py``; starting the process, its command line and logs are ``launch.py``.
 This module never imports llama_cpp.
 """
 
@@ -22,28 +23,27 @@ import os
 import queue
 import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import outrider
 from outrider import paths
-from outrider.engine.events import (
-    DoneEvent,
-    ErrorKind,
-    LoadedPair,
-    LoadProgress,
-    ProtocolError,
-    StepBatch,
-    batch_from_wire,
-    done_from_wire,
-    loaded_from_wire,
+from outrider.engine.events import ErrorKind, LoadedPair, LoadProgress, ProtocolError, loaded_from_wire
+from outrider.worker.errors import (
+    EngineCrashed,
+    EngineNotRunning,
+    EngineRequestError,
+    EngineStuck,
+    EngineUnresponsive,
+    WorkerError,
+    request_error,
+    signal_name,
 )
+from outrider.worker.generation import Generation
+from outrider.worker.launch import heartbeat_timeout_from_env, is_stopped, new_log_file, read_tail, spawn
 from outrider.worker.protocol import (
     MAX_REQUEST_BYTES,
     PROTOCOL_VERSION,
@@ -55,104 +55,11 @@ from outrider.worker.protocol import (
 )
 from outrider.worker.registry import UnsafeModels
 
-Event = StepBatch | DoneEvent
 DEFAULT_START_TIMEOUT = 60.0
 DEFAULT_LOAD_TIMEOUT = 600.0
-DEFAULT_HEARTBEAT_TIMEOUT = 30.0  # no message at all from the engine for this long: it is stopped or frozen
-HEARTBEAT_TIMEOUT_ENV = "OUTRIDER_ENGINE_HEARTBEAT_TIMEOUT"
-LOGS_KEPT = 20  # engine logs kept in the log folder (crashes and failed runs); older ones are deleted
-CRASH_LOGS_KEPT = LOGS_KEPT  # the old name
 # Only these signals are the model's doing (a crash inside llama.cpp): a kill -9 from outside, the OOM killer or
 # a timeout does not make a model unsafe.
 MODEL_FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE})
-
-
-class WorkerError(Exception):
-    """Base class of the client's errors."""
-
-
-class EngineRequestError(WorkerError):
-    """The engine refused a request; the process is alive. ``kind`` is an ``ErrorKind`` (docs/process.md)."""
-
-    def __init__(self, kind: ErrorKind | str, message: str, log_tail: tuple[str, ...] = (),
-                 details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.kind = ErrorKind.parse(kind)
-        self.message = message
-        self.log_tail = log_tail
-        self.details: dict[str, Any] = details or {}
-
-
-class EngineCrashed(WorkerError):
-    """The engine process died (or was stopped because it hung). ``str()`` is the one-line message."""
-
-    def __init__(self, cause: str, phase: str, model: str | None = None, *, exitcode: int | None = None,
-                 log_tail: tuple[str, ...] = (), log_path: str | None = None, partial_text: str = "") -> None:
-        self.cause = cause  # "SIGSEGV", "SIGKILL", "exit status 1", ...
-        self.phase = phase  # "loading", "generating", "unloading", "starting", "idle"
-        self.model = model
-        self.exitcode = exitcode
-        self.log_tail = log_tail
-        self.log_path = log_path
-        self.partial_text = partial_text
-        self.detail = _key_line(log_tail)  # the most telling log line (GGML_ASSERT, fatal error, ...) or ""
-        super().__init__(self._message())
-
-    def _message(self) -> str:
-        where = {"loading": f" while loading {Path(self.model).name}" if self.model else " while loading",
-                 "generating": " while generating",
-                 "unloading": " while unloading", "starting": " while starting"}.get(self.phase, "")
-        return f"engine crashed ({self.cause}){where}"
-
-    def with_partial(self, text: str) -> EngineCrashed:
-        """The same error (same class and message) carrying the reply streamed so far."""
-        crash = type(self).__new__(type(self))
-        crash.__dict__.update(self.__dict__)
-        crash.args = self.args
-        crash.partial_text = text
-        return crash
-
-
-def _key_line(lines: tuple[str, ...]) -> str:
-    for marker in ("GGML_ASSERT", "GGML_ABORT", "Fatal Python error", "terminate called", "error", "failed"):
-        for line in reversed(lines):
-            if marker.lower() in line.lower():
-                return line.strip()
-    return ""
-
-
-class EngineStuck(EngineCrashed):
-    """A request took longer than its timeout; the engine process was killed."""
-
-    def __init__(self, phase: str, model: str | None, seconds: float, **kwargs: Any) -> None:
-        self.seconds = seconds
-        super().__init__("timed out", phase, model, **kwargs)
-
-    def _message(self) -> str:
-        what = f"loading {Path(self.model).name}" if self.phase == "loading" and self.model else self.phase
-        return f"engine stopped: {what} did not finish within {self.seconds:g} s"
-
-
-class EngineUnresponsive(EngineCrashed):
-    """The engine sent nothing — not even its heartbeat — for ``seconds``: stopped (SIGSTOP) or frozen. It was
-    killed; the next ``load`` starts a new process."""
-
-    def __init__(self, phase: str, model: str | None, seconds: float, *, stopped: bool = False,
-                 **kwargs: Any) -> None:
-        self.seconds = seconds
-        self.stopped = stopped
-        super().__init__("no heartbeat", phase, model, **kwargs)
-
-    def _message(self) -> str:
-        where = {"loading": f" while loading {Path(self.model).name}" if self.model else " while loading",
-                 "generating": " while generating", "unloading": " while unloading"}.get(self.phase, "")
-        how = "the engine process was stopped; " if self.stopped else ""
-        return f"engine stopped responding ({how}no heartbeat for {self.seconds:g} s){where}"
-
-
-class EngineNotRunning(WorkerError):
-    """A request other than ``load`` was made while no engine process is running."""
-
 
 class _Dead:
     """Inbox sentinel: the process is gone."""
@@ -160,149 +67,6 @@ class _Dead:
     def __init__(self, error: EngineCrashed | None) -> None:
         self.error = error
 
-
-def _signal_name(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "unknown"
-    if exitcode < 0:
-        try:
-            return signal.Signals(-exitcode).name
-        except ValueError:
-            return f"signal {-exitcode}"
-    return f"exit status {exitcode}"
-
-
-def _is_stopped(pid: int | None) -> bool:
-    """The process is stopped (SIGSTOP/SIGTSTP: state T), as far as /proc tells (False where there is none)."""
-    if pid is None:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] in (b"T", b"t")
-    except (OSError, IndexError):
-        return False
-
-
-def _heartbeat_timeout_from_env() -> float:
-    try:
-        value = float(os.environ.get(HEARTBEAT_TIMEOUT_ENV, DEFAULT_HEARTBEAT_TIMEOUT))
-    except ValueError:
-        return DEFAULT_HEARTBEAT_TIMEOUT
-    return value if value > 0 else DEFAULT_HEARTBEAT_TIMEOUT
-
-
-def _read_tail(path: str | None, n_lines: int = 60) -> tuple[str, ...]:
-    if not path:
-        return ()
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 65536))
-            data = f.read()
-    except OSError:
-        return ()
-    lines = [ln for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
-    return tuple(lines[-n_lines:])
-
-
-class Generation(Iterator[Event]):
-    """One streaming reply: iterate for ``StepBatch`` ... ``DoneEvent`` (``outrider.engine.events``): each batch is
-    one wire message, steps and the statistics after them. Close (or exhaust) it to free the engine.
-
-    ``text`` is the reply so far. On a crash, ``EngineCrashed.partial_text`` holds it and ``interrupted`` is set.
-    ``notes`` collects what the engine said about this reply (e.g. the model's chat template was replaced by the
-    built-in one); they arrive before the first step.
-    """
-
-    def __init__(self, client: EngineClient, rid: int) -> None:
-        self._client = client
-        self.id = rid
-        self._parts: list[str] = []
-        self.done: DoneEvent | None = None
-        self.interrupted = False
-        self.notes: list[str] = []
-        self._finished = False
-
-    @property
-    def text(self) -> str:
-        return self.done.text if self.done is not None else "".join(self._parts)
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
-
-    def __iter__(self) -> Generation:
-        return self
-
-    def __next__(self) -> Event:
-        if self._finished:
-            raise StopIteration
-        while True:
-            try:
-                msg = self._client._next_message(self.id, None)
-            except EngineCrashed as exc:
-                self._finish()
-                self.interrupted = True
-                raise exc.with_partial("".join(self._parts)) from None
-            except BaseException:
-                self._finish()
-                raise
-            kind = msg["type"]
-            if kind == "steps":
-                try:
-                    batch = batch_from_wire(msg)
-                except ProtocolError as exc:
-                    self._finish()
-                    self.interrupted = True
-                    raise self._client._protocol_violation(str(exc)).with_partial("".join(self._parts)) from None
-                self._parts.append(batch.text)
-                return batch
-            elif kind == "note":
-                self.notes.append(str(msg.get("text", "")))
-            elif kind == "done":
-                self.done = done_from_wire(msg)
-                self._finish()
-                return self.done
-            elif kind == "error":
-                self._finish()
-                raise _request_error(msg)
-
-    def _finish(self) -> None:
-        if not self._finished:
-            self._finished = True
-            self._client._release(self.id)
-
-    def cancel(self) -> None:
-        """Ask the engine to stop this reply (within one speculative step); a DoneEvent('cancelled') follows."""
-        if not self._finished:
-            self._client._send_quiet({"type": "cancel", "target": self.id})
-
-    def close(self) -> None:
-        """Cancel if still running and wait for the end, discarding events (errors and crashes included)."""
-        if self._finished:
-            return
-        self.cancel()
-        with contextlib.suppress(WorkerError):
-            for _ in self:
-                pass
-
-    def __enter__(self) -> Generation:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
-
-def _request_error(msg: dict[str, Any]) -> EngineRequestError:
-    tail = msg.get("log_tail") or []
-    details = msg.get("details")
-    return EngineRequestError(
-        ErrorKind.parse(msg.get("kind", "engine")), str(msg.get("message", "engine error")),
-        tuple(str(x) for x in tail) if isinstance(tail, list) else (),
-        details if isinstance(details, dict) else {},
-    )
 
 
 class EngineClient:
@@ -320,7 +84,7 @@ class EngineClient:
         self._log_dir = log_dir
         self.unsafe_models = unsafe_models if unsafe_models is not None else UnsafeModels()
         self.start_timeout = start_timeout
-        self.heartbeat_timeout = heartbeat_timeout if heartbeat_timeout is not None else _heartbeat_timeout_from_env()
+        self.heartbeat_timeout = heartbeat_timeout if heartbeat_timeout is not None else heartbeat_timeout_from_env()
         self._last_heard = time.monotonic()
         self._state = threading.RLock()
         self._send_lock = threading.Lock()
@@ -354,23 +118,13 @@ class EngineClient:
                 if self._proc.poll() is None:
                     return
                 self._reap()
-            log_dir = self._log_dir or paths.log_dir()
-            log_dir.mkdir(parents=True, exist_ok=True)
-            _prune_logs(log_dir)
-            fd, log_path = tempfile.mkstemp(prefix="engine-", suffix=".log", dir=log_dir)
-            os.close(fd)
+            log_path = new_log_file(self._log_dir or paths.log_dir())
             self._inbox = queue.Queue()
             self._stopping = False
             self._phase = "starting"
             self.loaded = None
             self.log_path = log_path
-            with open(log_path, "ab") as log:  # startup errors land in the log too
-                beat = min(1.0, self.heartbeat_timeout / 4)
-                proc = subprocess.Popen(
-                    [*worker_command(), "--log", log_path, "--heartbeat", f"{beat:g}"],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                    env=_child_env(), close_fds=True, bufsize=0,
-                )
+            proc = spawn(log_path, heartbeat=min(1.0, self.heartbeat_timeout / 4))
             assert proc.stdin is not None and proc.stdout is not None
             pipe = FramedPipe(proc.stdout.fileno(), proc.stdin.fileno())
             self._proc, self._pipe, self.pid = proc, pipe, proc.pid
@@ -402,7 +156,7 @@ class EngineClient:
                 return None
             self._stopping = True
             code: int | None = None
-            if _is_stopped(proc.pid):  # a stopped engine cannot act on shutdown or SIGTERM: no point waiting
+            if is_stopped(proc.pid):  # a stopped engine cannot act on shutdown or SIGTERM: no point waiting
                 proc.kill()
             else:
                 self._send_quiet({"type": "shutdown"})
@@ -489,8 +243,8 @@ class EngineClient:
     def _crash_error(self, exitcode: int | None) -> EngineCrashed:
         phase = self._phase
         model = self._loading_path if phase == "loading" else None
-        error = EngineCrashed(_signal_name(exitcode), phase, model, exitcode=exitcode,
-                              log_tail=_read_tail(self.log_path), log_path=self.log_path)
+        error = EngineCrashed(signal_name(exitcode), phase, model, exitcode=exitcode,
+                              log_tail=read_tail(self.log_path), log_path=self.log_path)
         self.last_crash = error
         if phase == "loading" and model and exitcode is not None and -exitcode in MODEL_FAULT_SIGNALS:
             with contextlib.suppress(OSError):
@@ -500,7 +254,7 @@ class EngineClient:
     def _protocol_violation(self, why: str) -> EngineCrashed:
         self._kill()
         return EngineCrashed(f"protocol error: {why}", self._phase, self._loading_path,
-                             log_tail=_read_tail(self.log_path), log_path=self.log_path)
+                             log_tail=read_tail(self.log_path), log_path=self.log_path)
 
     # -- plumbing -------------------------------------------------------------------------------------------
     def _send(self, message: dict[str, Any]) -> None:
@@ -542,7 +296,7 @@ class EngineClient:
                 phase, model = self._phase, self._loading_path
                 self._kill()
                 raise EngineStuck(phase, model if phase == "loading" else None, timeout or 0.0,
-                                  log_tail=_read_tail(self.log_path), log_path=self.log_path) from None
+                                  log_tail=read_tail(self.log_path), log_path=self.log_path) from None
             if isinstance(item, _Dead):
                 self._inbox.put(item)  # every later waiter sees it too
                 if item.error is None or self._stopping:
@@ -562,14 +316,14 @@ class EngineClient:
         with self._state:
             proc = self._proc
             phase, model = self._phase, self._loading_path
-            stopped = _is_stopped(proc.pid if proc is not None else None)
+            stopped = is_stopped(proc.pid if proc is not None else None)
             if proc is None or proc.poll() is not None:
                 return  # it died meanwhile: the reader reports that
             self._stopping = True  # the reader must not report the kill below as a crash of its own
             self._kill()
             error = EngineUnresponsive(phase, model if phase == "loading" else None, self.heartbeat_timeout,
                                        stopped=stopped, exitcode=proc.returncode,
-                                       log_tail=_read_tail(self.log_path), log_path=self.log_path)
+                                       log_tail=read_tail(self.log_path), log_path=self.log_path)
             self.last_crash = error
             self._reap()
         raise error
@@ -645,7 +399,7 @@ class EngineClient:
                     return info
                 elif msg["type"] == "error":
                     self.loaded = None
-                    raise _request_error(msg)
+                    raise request_error(msg)
         finally:
             self._release(rid)
 
@@ -686,52 +440,7 @@ class EngineClient:
             self._send({**message, "id": rid})
             msg = self._next_message(rid, timeout)
             if msg["type"] == "error":
-                raise _request_error(msg)
+                raise request_error(msg)
             return msg.get("value")
         finally:
             self._release(rid)
-
-
-def _prune_logs(log_dir: Path, keep: int = LOGS_KEPT) -> None:
-    """Keep only the newest ``keep`` engine logs (a clean exit deletes its own; crashes, kills and failed runs
-    leave theirs, so the folder is rotated here, before each engine start)."""
-    def mtime(path: Path) -> float:
-        try:
-            return path.stat().st_mtime
-        except OSError:
-            return 0.0
-
-    with contextlib.suppress(OSError):
-        logs = sorted(log_dir.glob("engine-*.log"), key=mtime, reverse=True)
-        for old in logs[max(0, keep):]:
-            with contextlib.suppress(OSError):
-                old.unlink()
-
-
-def worker_command() -> list[str]:
-    """The command line that starts an engine process (``OUTRIDER_WORKER_CMD`` is not consulted: no injection)."""
-    if getattr(sys, "frozen", False):  # a packaged app: its entry point must call run_worker_if_requested()
-        return [sys.executable, WORKER_FLAG]
-    return [sys.executable, "-X", "utf8", "-m", "outrider.worker.server"]
-
-
-WORKER_FLAG = "--outrider-engine-process"
-
-
-def run_worker_if_requested(argv: list[str] | None = None) -> None:
-    """For frozen builds: call first thing in the app's entry point; runs the engine and exits if asked to."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == [WORKER_FLAG]:
-        from outrider.worker.server import child_main
-
-        child_main(args[1:])
-
-
-def _child_env() -> dict[str, str]:
-    """The app's environment, with this ``outrider`` package importable first (editable or not)."""
-    env = dict(os.environ)
-    root = str(Path(outrider.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    env.setdefault("PYTHONFAULTHANDLER", "1")
-    env.setdefault("GGML_NO_BACKTRACE", "1")  # ggml would spend seconds attaching gdb before aborting
-    return env

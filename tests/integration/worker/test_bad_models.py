@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from worker_helpers import assert_good_load_works, family_spec, generate_text, good_spec
 
-from outrider.worker.client import EngineClient, EngineCrashed, EngineRequestError
+from outrider.worker.client import EngineClient
+from outrider.worker.errors import EngineCrashed, EngineRequestError
 from outrider.worker.registry import UnsafeModels
 from support import bad_models
 from support.tiny_gguf import Family
@@ -142,7 +143,7 @@ def test_stuck_load_times_out(tmp_path: Path, client: EngineClient, good_model: 
     """A FIFO named .gguf blocks the open() forever: the load is stopped, the process replaced."""
     fifo = tmp_path / "stuck.gguf"
     os.mkfifo(fifo)
-    from outrider.worker.client import EngineStuck
+    from outrider.worker.errors import EngineStuck
 
     with pytest.raises(EngineStuck, match=r"loading stuck.gguf did not finish within 1\.5 s"):
         client.load(good_spec(fifo), timeout=1.5)

@@ -8,7 +8,8 @@ import pytest
 from worker_helpers import N_CTX, family_spec
 
 from outrider.engine.events import DoneEvent, StepBatch, StepEvent
-from outrider.worker.client import EngineClient, EngineRequestError
+from outrider.worker.client import EngineClient
+from outrider.worker.errors import EngineRequestError
 from outrider.worker.protocol import ChatMessage, TextRequest, clean_text
 from support.tiny_gguf import Family
 

@@ -15,7 +15,9 @@ import pytest
 from worker_helpers import CTX, N_CTX, family_spec, generate_text, good_spec
 
 from outrider.engine.events import DoneEvent, StepBatch
-from outrider.worker.client import EngineClient, EngineCrashed, EngineNotRunning, Generation
+from outrider.worker.client import EngineClient
+from outrider.worker.errors import EngineCrashed, EngineNotRunning
+from outrider.worker.generation import Generation
 from outrider.worker.protocol import PairSpec, TextRequest
 from support.tiny_gguf import Family
 
@@ -68,7 +70,7 @@ def test_in_reply_speedup_crosses_the_wire_and_unload(client: EngineClient, tiny
     assert st.token_acceptance is None or 0.0 <= st.token_acceptance <= 1.0
     client.unload()
     assert client.loaded is None
-    from outrider.worker.client import EngineRequestError
+    from outrider.worker.errors import EngineRequestError
 
     with pytest.raises(EngineRequestError, match="no model is loaded"):
         generate_text(client)

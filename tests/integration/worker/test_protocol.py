@@ -23,7 +23,8 @@ from outrider.engine.events import (
     stats_from_wire,
 )
 from outrider.engine.stats import DERIVED, GenerationStats, PlainRateMeter
-from outrider.worker.client import EngineClient, EngineCrashed, _key_line
+from outrider.worker.client import EngineClient
+from outrider.worker.errors import EngineCrashed, _key_line
 from outrider.worker.protocol import FramedPipe, ProtocolError, decode, encode
 from outrider.worker.registry import UnsafeModels
 

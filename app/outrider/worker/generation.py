@@ -1,0 +1,107 @@
+"""``Generation``: one streaming reply from the engine process, as an iterator of ``StepBatch`` ... ``DoneEvent``
+(``outrider.engine.events``). ``EngineClient.generate`` makes one; it holds the engine until exhausted or closed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from outrider.engine.events import DoneEvent, ProtocolError, StepBatch, batch_from_wire, done_from_wire
+from outrider.worker.errors import EngineCrashed, WorkerError, request_error
+
+if TYPE_CHECKING:
+    from outrider.worker.client import EngineClient
+
+Event = StepBatch | DoneEvent
+
+
+class Generation(Iterator[Event]):
+    """One streaming reply: iterate for ``StepBatch`` ... ``DoneEvent`` (``outrider.engine.events``): each batch is
+    one wire message, steps and the statistics after them. Close (or exhaust) it to free the engine.
+
+    ``text`` is the reply so far. On a crash, ``EngineCrashed.partial_text`` holds it and ``interrupted`` is set.
+    ``notes`` collects what the engine said about this reply (e.g. the model's chat template was replaced by the
+    built-in one); they arrive before the first step.
+    """
+
+    def __init__(self, client: EngineClient, rid: int) -> None:
+        self._client = client
+        self.id = rid
+        self._parts: list[str] = []
+        self.done: DoneEvent | None = None
+        self.interrupted = False
+        self.notes: list[str] = []
+        self._finished = False
+
+    @property
+    def text(self) -> str:
+        return self.done.text if self.done is not None else "".join(self._parts)
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def __iter__(self) -> Generation:
+        return self
+
+    def __next__(self) -> Event:
+        if self._finished:
+            raise StopIteration
+        while True:
+            try:
+                msg = self._client._next_message(self.id, None)
+            except EngineCrashed as exc:
+                self._finish()
+                self.interrupted = True
+                raise exc.with_partial("".join(self._parts)) from None
+            except BaseException:
+                self._finish()
+                raise
+            kind = msg["type"]
+            if kind == "steps":
+                try:
+                    batch = batch_from_wire(msg)
+                except ProtocolError as exc:
+                    self._finish()
+                    self.interrupted = True
+                    raise self._client._protocol_violation(str(exc)).with_partial("".join(self._parts)) from None
+                self._parts.append(batch.text)
+                return batch
+            elif kind == "note":
+                self.notes.append(str(msg.get("text", "")))
+            elif kind == "done":
+                self.done = done_from_wire(msg)
+                self._finish()
+                return self.done
+            elif kind == "error":
+                self._finish()
+                raise request_error(msg)
+
+    def _finish(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self._client._release(self.id)
+
+    def cancel(self) -> None:
+        """Ask the engine to stop this reply (within one speculative step); a DoneEvent('cancelled') follows."""
+        if not self._finished:
+            self._client._send_quiet({"type": "cancel", "target": self.id})
+
+    def close(self) -> None:
+        """Cancel if still running and wait for the end, discarding events (errors and crashes included)."""
+        if self._finished:
+            return
+        self.cancel()
+        with contextlib.suppress(WorkerError):
+            for _ in self:
+                pass
+
+    def __enter__(self) -> Generation:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
