@@ -27,10 +27,10 @@ import outrider.ui  # noqa: F401 (applies the Qt work-arounds)
 from outrider.engine.events import DoneEvent, LoadedPair, ModelFacts, StepBatch, StepEvent
 from outrider.engine.stats import GenerationStats
 from outrider.history import HistoryStore
-from outrider.ui.engine_bridge import QtEngineBridge
+from outrider.ui.bridges.engine_bridge import QtEngineBridge
+from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.main_window import MainWindow
 from outrider.ui.settings import QtSettings
-from outrider.ui.store_bridge import QtStoreBridge
 
 RATE_CHUNK = 4
 WORDS = "the quick brown fox jumps over the lazy dog and then `code` **bold** text\n".split(" ")

@@ -33,11 +33,11 @@ import outrider.ui  # noqa: F401 (applies the Qt work-arounds)
 from outrider.engine.events import DoneEvent, LoadedPair, ModelFacts, StepBatch, StepEvent
 from outrider.engine.stats import GenerationStats
 from outrider.history import HistoryStore, Role
-from outrider.ui.engine_bridge import QtEngineBridge
+from outrider.ui.bridges.engine_bridge import QtEngineBridge
+from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.main_window import MainWindow
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
-from outrider.ui.store_bridge import QtStoreBridge
 from support.stats import measured_stats
 
 PLAIN_TPS = 19.6  # plain decoding of the pictured pair (the engine measures it on interleaved plain steps)

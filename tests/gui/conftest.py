@@ -46,9 +46,9 @@ def _no_dangling_threads() -> Iterator[None]:
 def app_parts(qtbot: object) -> Iterator[dict[str, object]]:
     """Bridge, store and settings of a fresh data directory (closed after the test)."""
     from outrider.history import HistoryStore
-    from outrider.ui.engine_bridge import QtEngineBridge
+    from outrider.ui.bridges.engine_bridge import QtEngineBridge
+    from outrider.ui.bridges.store_bridge import QtStoreBridge
     from outrider.ui.settings import QtSettings
-    from outrider.ui.store_bridge import QtStoreBridge
 
     store = QtStoreBridge(HistoryStore.open())
     bridge = QtEngineBridge()

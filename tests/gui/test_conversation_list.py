@@ -9,11 +9,11 @@ import pytest
 from PySide6.QtCore import Qt
 
 from outrider.history import HistoryStore, Role
-from outrider.ui.conversation_list import ConversationRole
-from outrider.ui.engine_bridge import QtEngineBridge
+from outrider.ui.bridges.engine_bridge import QtEngineBridge
+from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.main_window import MainWindow
 from outrider.ui.settings import QtSettings
-from outrider.ui.store_bridge import QtStoreBridge
+from outrider.ui.widgets.conversation_list import ConversationRole
 
 
 class _NoEngine:
@@ -82,7 +82,7 @@ def test_rename(qtbot: Any, win: MainWindow, monkeypatch: pytest.MonkeyPatch) ->
         asked.append(text)
         return "  Lisbon trip  ", True
 
-    monkeypatch.setattr("outrider.ui.conversation_list.QInputDialog.getText", get_text)
+    monkeypatch.setattr("outrider.ui.widgets.conversation_list.QInputDialog.getText", get_text)
     with qtbot.waitSignal(win.store.conversations_changed):
         qtbot.mouseClick(win.conversations.rename_button, Qt.MouseButton.LeftButton)
     assert asked == ["Packing list"]  # the dialog starts from the current title
@@ -94,7 +94,8 @@ def test_rename_cancelled_or_blank_changes_nothing(qtbot: Any, win: MainWindow,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     select(win, "Packing list")
     for answer in (("whatever", False), ("   ", True)):
-        monkeypatch.setattr("outrider.ui.conversation_list.QInputDialog.getText", lambda *a, answer=answer: answer)
+        monkeypatch.setattr("outrider.ui.widgets.conversation_list.QInputDialog.getText",
+                            lambda *a, answer=answer: answer)
         with qtbot.assertNotEmitted(win.conversations.rename_requested):
             qtbot.mouseClick(win.conversations.rename_button, Qt.MouseButton.LeftButton)
     assert "Packing list" in titles(win)

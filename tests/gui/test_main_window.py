@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCharFormat
 
 from outrider.history import MessageStatus, Role
-from outrider.ui.live_stats import format_speedup
+from outrider.ui.widgets.live_stats import format_speedup
 
 pytestmark = pytest.mark.smollm
 

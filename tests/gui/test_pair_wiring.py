@@ -14,11 +14,11 @@ from outrider.catalogue.schema import DraftSettings
 from outrider.engine.events import ErrorKind, LoadedPair, ModelFacts
 from outrider.history import HistoryStore
 from outrider.ui.app import _startup_choice
-from outrider.ui.engine_bridge import QtEngineBridge
+from outrider.ui.bridges.engine_bridge import QtEngineBridge
+from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.main_window import MainWindow
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
-from outrider.ui.store_bridge import QtStoreBridge
 from outrider.worker.errors import EngineRequestError
 
 

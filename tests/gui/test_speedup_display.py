@@ -15,11 +15,11 @@ from PySide6.QtGui import QKeySequence
 from outrider.engine.events import DoneEvent, LoadedPair, ModelFacts, StepBatch, StepEvent
 from outrider.engine.stats import GenerationStats
 from outrider.history import HistoryStore, MessageStatus
-from outrider.ui.engine_bridge import QtEngineBridge
+from outrider.ui.bridges.engine_bridge import QtEngineBridge
+from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.main_window import ACTION_NEW_CHAT, MainWindow
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
-from outrider.ui.store_bridge import QtStoreBridge
 from support.stats import measured_stats
 
 

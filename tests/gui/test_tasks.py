@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from outrider.ui.tasks import QtTaskRunner
+from outrider.ui.bridges.tasks import QtTaskRunner
 
 
 def test_results_errors_close_and_reuse(qtbot: Any) -> None:

@@ -16,12 +16,12 @@ from PySide6.QtWidgets import QPushButton
 from outrider.engine.events import StepEvent
 from outrider.engine.stats import GenerationStats
 from outrider.settings import AppSettings
-from outrider.ui.chat_view import ChatView, MessageItem, step_runs
-from outrider.ui.conversation_list import ConversationListModel, ConversationRow
-from outrider.ui.live_stats import ReplyMeter, Snapshot, format_speedup
 from outrider.ui.settings import QtSettings
-from outrider.ui.stats_panel import StatsPanel
 from outrider.ui.theme import DARK, LIGHT
+from outrider.ui.widgets.chat_view import ChatView, MessageItem, step_runs
+from outrider.ui.widgets.conversation_list import ConversationListModel, ConversationRow
+from outrider.ui.widgets.live_stats import ReplyMeter, Snapshot, format_speedup
+from outrider.ui.widgets.stats_panel import StatsPanel
 from support.stats import measured_stats
 
 

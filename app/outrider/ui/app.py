@@ -97,11 +97,11 @@ def _run(smoke_test: bool) -> int:
     from PySide6.QtWidgets import QApplication, QMessageBox
 
     from outrider.history import HistoryStore, StoreError, StoreLockedError
-    from outrider.ui.engine_bridge import QtEngineBridge
+    from outrider.ui.bridges.engine_bridge import QtEngineBridge
+    from outrider.ui.bridges.store_bridge import QtStoreBridge
+    from outrider.ui.bridges.tasks import QtTaskRunner
     from outrider.ui.main_window import MainWindow
     from outrider.ui.settings import QtSettings
-    from outrider.ui.store_bridge import QtStoreBridge
-    from outrider.ui.tasks import QtTaskRunner
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)

@@ -33,12 +33,12 @@ from outrider.history.turns import (
     reply_interrupted,
     reply_stats,
 )
-from outrider.ui.chat_view import MessageItem
-from outrider.ui.engine_bridge import QtEngineBridge, describe_error
-from outrider.ui.live_stats import ReplyMeter
+from outrider.ui.bridges.engine_bridge import QtEngineBridge, describe_error
+from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
-from outrider.ui.store_bridge import QtStoreBridge
+from outrider.ui.widgets.chat_view import MessageItem
+from outrider.ui.widgets.live_stats import ReplyMeter
 
 CHECKPOINT_MS = 1000
 

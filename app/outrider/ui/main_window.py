@@ -24,19 +24,19 @@ from PySide6.QtWidgets import (
 )
 
 from outrider.settings import PAIR_RECOMMENDED, AppSettings
-from outrider.ui.benchmark_dialog import BenchmarkDialog
+from outrider.ui.bridges.engine_bridge import QtEngineBridge
+from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.chat_session import ChatSession
-from outrider.ui.chat_view import ChatView
-from outrider.ui.conversation_list import ConversationListModel, ConversationListView, ConversationRow
-from outrider.ui.engine_bridge import QtEngineBridge
-from outrider.ui.live_stats import ReplyMeter
+from outrider.ui.dialogs.benchmark_dialog import BenchmarkDialog
+from outrider.ui.dialogs.settings_dialog import RELOAD_KEYS, SettingsDialog
 from outrider.ui.picker.choice import PairChoice, pair_choice_of
 from outrider.ui.picker.dialog import PairPickerDialog
 from outrider.ui.settings import QtSettings
-from outrider.ui.settings_dialog import RELOAD_KEYS, SettingsDialog
-from outrider.ui.stats_panel import StatsPanel
-from outrider.ui.store_bridge import QtStoreBridge
 from outrider.ui.theme import app_icon, apply_theme
+from outrider.ui.widgets.chat_view import ChatView
+from outrider.ui.widgets.conversation_list import ConversationListModel, ConversationListView, ConversationRow
+from outrider.ui.widgets.live_stats import ReplyMeter
+from outrider.ui.widgets.stats_panel import StatsPanel
 
 ACTION_NEW_CHAT = "new_chat"
 ACTION_CHOOSE_PAIR = "choose_pair"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pytestqt.qtbot import QtBot
 
 from outrider.catalogue.service import CatalogueService, PairStatus
-from outrider.ui.download_manager import DownloadColumn, DownloadRole, DownloadState
+from outrider.ui.bridges.download_manager import DownloadColumn, DownloadRole, DownloadState
 from outrider.ui.picker.dialog import PairPickerDialog
 from support.fake_hf import FakeHub
 

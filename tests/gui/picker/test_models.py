@@ -10,9 +10,15 @@ from pytestqt.modeltest import ModelTester
 
 from outrider.catalogue import DownloadEvent
 from outrider.catalogue.service import CatalogueService, PairStatus
-from outrider.ui.benchmark_results import BenchmarkResultsModel
-from outrider.ui.catalogue_model import CatalogueFilterProxy, CatalogueModel, CatalogueRole, FoundFilesModel
-from outrider.ui.download_manager import DownloadItem, DownloadRole, DownloadsModel, DownloadState, QtDownloadManager
+from outrider.ui.bridges.download_manager import (
+    DownloadItem,
+    DownloadRole,
+    DownloadsModel,
+    DownloadState,
+    QtDownloadManager,
+)
+from outrider.ui.dialogs.benchmark_results import BenchmarkResultsModel
+from outrider.ui.models.catalogue_model import CatalogueFilterProxy, CatalogueModel, CatalogueRole, FoundFilesModel
 
 
 def _changes(model: Any) -> list[tuple[int, int]]:

@@ -13,7 +13,7 @@ from pytestqt.qtbot import QtBot
 
 from outrider.catalogue.memory import Fit
 from outrider.catalogue.service import CatalogueService, OwnPairReport, PairRow, PairStatus
-from outrider.ui.catalogue_model import CatalogueColumn, CatalogueRole
+from outrider.ui.models.catalogue_model import CatalogueColumn, CatalogueRole
 from outrider.ui.picker.catalogue_tab import STATUS_FILTERS
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.picker.dialog import PairPickerDialog

@@ -14,8 +14,8 @@ from pytestqt.qtbot import QtBot
 from outrider.engine.events import DoneEvent, stats_from_wire
 from outrider.engine.stats import GenerationStats
 from outrider.engine.verify_stats import VerifyReport
-from outrider.ui.benchmark_dialog import BenchmarkDialog
-from outrider.ui.verify_panel import verify_summary
+from outrider.ui.dialogs.benchmark_dialog import BenchmarkDialog
+from outrider.ui.dialogs.verify_panel import verify_summary
 from outrider.worker.protocol import DraftParams, TextRequest
 from support.tiny_gguf import Family
 
@@ -205,7 +205,7 @@ def test_summary_wording_for_a_greedy_divergence() -> None:
 @pytest.mark.slow
 def test_verify_with_the_real_engine(qtbot: QtBot, tiny_family: Family) -> None:
     """The real QtEngineBridge and engine process: step batches carry the token ids, stats the draft counts."""
-    from outrider.ui.engine_bridge import QtEngineBridge
+    from outrider.ui.bridges.engine_bridge import QtEngineBridge
     from outrider.worker.protocol import ContextSettings, PairSpec
 
     real = QtEngineBridge()

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 
 from outrider.catalogue.memory import describe_memory, format_bytes
 from outrider.catalogue.service import PairRow, PairStatus
-from outrider.ui.catalogue_model import CatalogueColumn, CatalogueFilterProxy, CatalogueModel, CatalogueRole
+from outrider.ui.models.catalogue_model import CatalogueColumn, CatalogueFilterProxy, CatalogueModel, CatalogueRole
 from outrider.ui.picker.choice import PairChoice
 
 # Filter choices of the catalogue tab: label → statuses (None = every pair).

@@ -23,14 +23,14 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QTabWidget, QVB
 from outrider.catalogue import DownloadError
 from outrider.catalogue.memory import MemoryInfo
 from outrider.catalogue.service import CatalogueService, PairRow, PairStatus, ScanResult
-from outrider.ui.catalogue_model import CatalogueFilterProxy, CatalogueModel, FoundFilesModel
-from outrider.ui.download_manager import DownloadState, QtDownloadManager
+from outrider.ui.bridges.download_manager import DownloadState, QtDownloadManager
+from outrider.ui.bridges.tasks import QtTaskRunner
+from outrider.ui.models.catalogue_model import CatalogueFilterProxy, CatalogueModel, FoundFilesModel
 from outrider.ui.picker.catalogue_tab import CatalogueTab
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.picker.downloads_tab import DownloadsView
 from outrider.ui.picker.on_disk_tab import OnDiskTab
 from outrider.ui.picker.own_pair_tab import OwnPairTab
-from outrider.ui.tasks import QtTaskRunner
 
 # Download states during which a catalogue row reads "downloading N%".
 _IN_FLIGHT = frozenset({DownloadState.STARTING, DownloadState.RUNNING, DownloadState.VERIFYING,

@@ -1,6 +1,6 @@
 """The Downloads tab of the pair picker: the table of downloads with progress bars, Pause / Resume / Cancel.
 
-It only shows ``QtDownloadManager``'s model and sends it commands (``outrider.ui.download_manager``).
+It only shows ``QtDownloadManager``'s model and sends it commands (``outrider.ui.bridges.download_manager``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.ui.download_manager import DownloadColumn, DownloadItem, DownloadRole, QtDownloadManager
+from outrider.ui.bridges.download_manager import DownloadColumn, DownloadItem, DownloadRole, QtDownloadManager
 
 Index = QModelIndex | QPersistentModelIndex
 

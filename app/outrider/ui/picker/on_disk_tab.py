@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.ui.catalogue_model import FoundFilesModel, FoundRole
+from outrider.ui.models.catalogue_model import FoundFilesModel, FoundRole
 
 
 class OnDiskTab(QWidget):

@@ -26,8 +26,8 @@ from PySide6.QtWidgets import (
 from outrider.catalogue.memory import MemoryInfo, describe_memory
 from outrider.catalogue.service import CatalogueService, OwnPairReport
 from outrider.engine.gguf_header import GGUFHeaderError
+from outrider.ui.bridges.tasks import QtTaskRunner
 from outrider.ui.picker.choice import PairChoice
-from outrider.ui.tasks import QtTaskRunner
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 

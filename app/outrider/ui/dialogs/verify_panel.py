@@ -12,7 +12,7 @@ from PySide6.QtCore import QObject, Signal
 from outrider.engine.bench import stats_dict
 from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
 from outrider.engine.verify_stats import VerifyCollector, VerifyJob, VerifyReport
-from outrider.ui.benchmark_runner import RunState, describe_failure
+from outrider.ui.dialogs.benchmark_runner import RunState, describe_failure
 
 
 class VerifyBridgeLike(Protocol):

@@ -31,9 +31,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.ui.live_stats import TOOLTIPS
-from outrider.ui.markdown import code_blocks, render_markdown, stable_prefix
 from outrider.ui.theme import LIGHT, ThemeColours
+from outrider.ui.widgets.live_stats import TOOLTIPS
+from outrider.ui.widgets.markdown import code_blocks, render_markdown, stable_prefix
 
 MARKDOWN_INTERVAL_MS = 350  # re-render the streaming message's Markdown tail at most ~3 times a second
 FRAME_MS = 16  # streamed text reaches the document at most once per frame (one layout and repaint per frame)

@@ -22,7 +22,7 @@ from outrider.history import (
     SearchHit,
     UnreadableRecord,
 )
-from outrider.ui.tasks import QtTaskRunner
+from outrider.ui.bridges.tasks import QtTaskRunner
 
 
 class QtStoreBridge(QObject):

@@ -27,7 +27,7 @@ from PySide6.QtCore import (
 from outrider.catalogue import FoundFile
 from outrider.catalogue.memory import MemoryInfo, describe_memory, format_bytes
 from outrider.catalogue.service import PairRow, PairStatus
-from outrider.ui.table_model import HeaderedTableModel
+from outrider.ui.models.table_model import HeaderedTableModel
 
 Index = QModelIndex | QPersistentModelIndex
 

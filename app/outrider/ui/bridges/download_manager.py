@@ -22,8 +22,8 @@ from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, Qt, QTim
 from outrider.catalogue import DownloadError, DownloadEvent, Pair, PairDownload
 from outrider.catalogue.memory import format_bytes
 from outrider.catalogue.service import CatalogueService
-from outrider.ui.table_model import HeaderedTableModel
-from outrider.ui.tasks import QtTaskRunner
+from outrider.ui.bridges.tasks import QtTaskRunner
+from outrider.ui.models.table_model import HeaderedTableModel
 
 Index = QModelIndex | QPersistentModelIndex
 _ROOT = QModelIndex()

@@ -10,7 +10,7 @@ from typing import Any
 from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, Qt
 
 from outrider.engine.bench import bench_summary, slower_labels
-from outrider.ui.table_model import HeaderedTableModel
+from outrider.ui.models.table_model import HeaderedTableModel
 
 Index = QModelIndex | QPersistentModelIndex
 _ROOT = QModelIndex()

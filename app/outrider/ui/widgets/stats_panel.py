@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.ui.live_stats import TOOLTIPS, ReplyMeter, Snapshot, fmt, format_speedup
 from outrider.ui.theme import LIGHT, ThemeColours
+from outrider.ui.widgets.live_stats import TOOLTIPS, ReplyMeter, Snapshot, fmt, format_speedup
 
 REFRESH_MS = 250
 CHART_MS = 1000  # chart redraws while streaming (a pyqtgraph repaint costs milliseconds)

@@ -5,10 +5,10 @@ interleaved so that machine drift hits both alike, greedy sampling, and the per-
 speed-up = speculative tokens/s ÷ plain tokens/s, the cost model's predicted speed-up) is computed by
 ``outrider.engine.bench``, so the GUI and the CLI can never disagree.
 
-The runner is ``outrider.ui.benchmark_runner``, the table model and Markdown report
-``outrider.ui.benchmark_results``. "Verify exactness" (``outrider.ui.verify_panel``) runs ``outrider verify``'s
-check (``outrider.engine.verify_stats``: greedy identity, then the per-position token distributions of
-speculative vs plain samples) on the loaded pair, cancellable, with progress.
+The runner is ``outrider.ui.dialogs.benchmark_runner``, the table model and Markdown report
+``outrider.ui.dialogs.benchmark_results``. "Verify exactness" (``outrider.ui.dialogs.verify_panel``) runs
+``outrider verify``'s check (``outrider.engine.verify_stats``: greedy identity, then the per-position token
+distributions of speculative vs plain samples) on the loaded pair, cancellable, with progress.
 
 Generations go through the engine bridge (``QtEngineBridge``: ``generate``/``cancel`` return at once, results
 arrive as signals), one at a time; nothing here blocks the GUI thread.
@@ -49,9 +49,9 @@ from outrider.engine.bench import DEFAULT_BENCH_PROMPTS, bench_summary
 from outrider.engine.params import DraftParams, SamplingParams
 from outrider.engine.verify_stats import VerifyReport
 from outrider.fileio import atomic_write_text
-from outrider.ui.benchmark_results import BenchmarkResultsModel, ResultColumn, results_markdown
-from outrider.ui.benchmark_runner import BenchmarkRunner, EngineBridgeLike
-from outrider.ui.verify_panel import VerifyBridgeLike, VerifyRunner, verify_summary
+from outrider.ui.dialogs.benchmark_results import BenchmarkResultsModel, ResultColumn, results_markdown
+from outrider.ui.dialogs.benchmark_runner import BenchmarkRunner, EngineBridgeLike
+from outrider.ui.dialogs.verify_panel import VerifyBridgeLike, VerifyRunner, verify_summary
 
 SPEEDUP_BRUSH = (31, 119, 180)  # blue and orange read on light and dark backgrounds alike
 ACCEPT_BRUSH = (255, 127, 14)

@@ -13,11 +13,11 @@ from PySide6.QtCore import QObject, Signal
 
 from outrider.engine.bench import bench_row, stats_dict
 from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
-from outrider.ui.engine_bridge import describe_error
+from outrider.ui.bridges.engine_bridge import describe_error
 
 
 class EngineBridgeLike(Protocol):
-    """What the benchmark needs from ``outrider.ui.engine_bridge.QtEngineBridge`` (signals are SignalInstances).
+    """What the benchmark needs from ``outrider.ui.bridges.engine_bridge.QtEngineBridge`` (signals are SignalInstances).
 
     ``generation_finished`` carries a ``DoneEvent`` (``stop_reason``, ``stats``); ``error`` and ``crashed`` an
     exception.
