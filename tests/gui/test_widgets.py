@@ -18,7 +18,8 @@ from outrider.engine.stats import GenerationStats
 from outrider.settings import AppSettings
 from outrider.ui.settings import QtSettings
 from outrider.ui.theme import DARK, LIGHT
-from outrider.ui.widgets.chat_view import ChatView, MessageItem, step_runs
+from outrider.ui.widgets.chat_items import MessageItem, step_runs
+from outrider.ui.widgets.chat_view import ChatView
 from outrider.ui.widgets.conversation_list import ConversationListModel, ConversationRow
 from outrider.ui.widgets.live_stats import ReplyMeter, Snapshot, format_speedup
 from outrider.ui.widgets.stats_panel import StatsPanel

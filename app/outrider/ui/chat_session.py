@@ -37,7 +37,7 @@ from outrider.ui.bridges.engine_bridge import QtEngineBridge, describe_error
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
-from outrider.ui.widgets.chat_view import MessageItem
+from outrider.ui.widgets.chat_items import MessageItem
 from outrider.ui.widgets.live_stats import ReplyMeter
 
 CHECKPOINT_MS = 1000

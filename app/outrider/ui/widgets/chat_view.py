@@ -6,25 +6,25 @@ the end); earlier messages are rendered when a conversation opens or the theme /
 
 With provenance on, each token's background shows where it came from (accepted draft token vs target token,
 docs/metrics.md "Provenance"); the message is then shown as streamed text instead of rendered Markdown, so that
-every coloured character is exactly a token's text. The wire protocol sends one text per step, not per token, so
-a step that mixes both kinds is split by the share of its tokens (the accepted draft tokens come first in a
-step, the target's own token last); a step that carries ``pieces`` is split exactly.
+every coloured character is exactly a token's text.
+
+The messages and the splitting of steps into provenance runs are in ``chat_items`` (no Qt); how a header and a
+body are drawn is in ``chat_format``. This module keeps the widget and the streaming: the frame-paced queue of
+pieces on their way into the document and the incremental Markdown tail of the streaming message.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import QElapsedTimer, QEvent, QObject, Qt, QTimer, QUrl, Signal, Slot
-from PySide6.QtGui import QColor, QGuiApplication, QKeyEvent, QTextBlockFormat, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
     QLabel,
-    QPlainTextEdit,
     QPushButton,
     QTextBrowser,
     QVBoxLayout,
@@ -32,6 +32,9 @@ from PySide6.QtWidgets import (
 )
 
 from outrider.ui.theme import LIGHT, ThemeColours
+from outrider.ui.widgets.chat_format import RunFormats, header_html, insert_body, insert_header, run_formats
+from outrider.ui.widgets.chat_items import MessageItem, merge_runs, step_runs
+from outrider.ui.widgets.composer import Composer
 from outrider.ui.widgets.live_stats import TOOLTIPS
 from outrider.ui.widgets.markdown import code_blocks, render_markdown, stable_prefix
 
@@ -39,98 +42,6 @@ MARKDOWN_INTERVAL_MS = 350  # re-render the streaming message's Markdown tail at
 FRAME_MS = 16  # streamed text reaches the document at most once per frame (one layout and repaint per frame)
 APPEND_CHARS_PER_TURN = 2048  # a drain inserts at most this much text per event-loop turn; the rest waits a turn
 MARKDOWN_TAIL_CHARS = 3000  # a streaming paragraph longer than this is frozen at a line break (see stable_prefix)
-
-
-@dataclasses.dataclass
-class MessageItem:
-    """One message as the view shows it. ``runs`` (text, is_draft) exist for replies streamed in this session.
-
-    Streamed pieces are kept aside by ``add_run`` (O(1)) and joined into ``text`` and ``runs`` by ``flush``,
-    which the view calls a few times a second and before it reads them.
-    """
-
-    role: str
-    text: str
-    status: str = "complete"
-    message_id: int | None = None
-    runs: list[tuple[str, bool]] | None = None
-    pending: list[tuple[str, bool]] = dataclasses.field(default_factory=list, repr=False, compare=False)
-
-    def add_run(self, text: str, drafted: bool) -> None:
-        self.pending.append((text, drafted))
-
-    def flush(self) -> MessageItem:
-        """Join the pending pieces into ``text`` and ``runs`` (consecutive pieces of one provenance merged)."""
-        if not self.pending:
-            return self
-        pending, self.pending = self.pending, []
-        self.text += "".join(t for t, _ in pending)
-        runs = self.runs if self.runs is not None else []
-        for text, drafted in merge_runs(pending):
-            if runs and runs[-1][1] == drafted:
-                runs[-1] = (runs[-1][0] + text, drafted)
-            else:
-                runs.append((text, drafted))
-        self.runs = runs
-        return self
-
-
-def merge_runs(runs: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
-    """Consecutive runs of the same provenance as one run each (one document insertion instead of many)."""
-    out: list[tuple[str, bool]] = []
-    parts: list[str] = []
-    current: bool | None = None
-    for text, drafted in runs:
-        if drafted is not current and parts:
-            out.append(("".join(parts), bool(current)))
-            parts = []
-        current = drafted
-        parts.append(text)
-    if parts:
-        out.append(("".join(parts), bool(current)))
-    return out
-
-
-def step_runs(step: Any) -> list[tuple[str, bool]]:
-    """Split one step's text into (text, accepted-draft?) runs (see the module docstring)."""
-    pieces = getattr(step, "pieces", None)
-    flags = list(step.drafted)
-    if pieces is not None and len(pieces) >= len(flags):
-        return [(p, d) for p, d in zip(pieces, [*flags, *[False] * (len(pieces) - len(flags))], strict=True) if p]
-    text = step.text
-    if not text or not flags:
-        return [(text, False)] if text else []
-    n_draft = sum(1 for f in flags if f)
-    if n_draft == 0:
-        return [(text, False)]
-    if n_draft == len(flags):
-        return [(text, True)]
-    cut = round(len(text) * n_draft / len(flags))
-    return [(r, d) for r, d in ((text[:cut], True), (text[cut:], False)) if r]
-
-
-class Composer(QPlainTextEdit):
-    """The message box: Enter sends, Shift+Enter starts a new line.
-
-    Signals:
-        submitted(): Enter was pressed (the text is not cleared here).
-    """
-
-    submitted = Signal()
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("composer")
-        self.setPlaceholderText("Message (Enter sends, Shift+Enter new line, Esc stops)")
-        self.setTabChangesFocus(True)
-        self.setMaximumHeight(120)
-
-    def keyPressEvent(self, event: QKeyEvent) -> None:
-        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
-                event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
-            self.submitted.emit()
-            return
-        super().keyPressEvent(event)
 
 
 class ChatView(QWidget):
@@ -160,7 +71,7 @@ class ChatView(QWidget):
         self._editing_id: int | None = None
         self._dirty_markdown = False
         self._queue: collections.deque[tuple[str, bool]] = collections.deque()  # streamed, not yet in the document
-        self._formats: dict[bool | None, QTextCharFormat] = {}  # None: plain; True/False: draft/target token
+        self._formats: RunFormats = {}  # None: plain; True/False: draft/target token
         self._md_frozen = 0  # characters of the streaming text rendered as Markdown for good
         self._md_blocks = 0  # code blocks in that frozen head (numbers the copy links of the tail)
         self._md_tail_pos = 0  # document position where the re-rendered Markdown tail starts
@@ -300,16 +211,7 @@ class ChatView(QWidget):
         self.browser.ensureCursorVisible()
 
     def _rebuild_formats(self) -> None:
-        """The three character formats of streamed text, built once per theme / view (never per token)."""
-        plain = QTextCharFormat()
-        plain.setForeground(QColor(self.colours.text))
-        self._formats = {None: plain}
-        for drafted in (True, False):
-            fmt = QTextCharFormat(plain)
-            if self._provenance:
-                fmt.setBackground(QColor(self.colours.draft_bg if drafted else self.colours.target_bg))
-                fmt.setProperty(QTextCharFormat.Property.UserProperty, "draft" if drafted else "target")
-            self._formats[drafted] = fmt
+        self._formats = run_formats(self.colours, self._provenance)
 
     def _plain_format(self) -> QTextCharFormat:
         return self._formats[None]
@@ -317,43 +219,12 @@ class ChatView(QWidget):
     def _run_format(self, drafted: bool) -> QTextCharFormat:
         return self._formats[drafted]
 
-    def _header_html(self, index: int, item: MessageItem) -> str:
-        who = {"user": "You", "assistant": "Outrider", "system": "System"}.get(item.role, item.role)
-        links = [f'<a href="copy:{index}">Copy</a>']
-        if item.role == "user" and item.message_id is not None:
-            links.append(f'<a href="edit:{index}">Edit &amp; resend</a>')
-        status = ""
-        if item.status == "interrupted":
-            status = f' <span style="color:{self.colours.warning};">— interrupted</span>'
-        elif item.status == "error":
-            status = f' <span style="color:{self.colours.warning};">— failed</span>'
-        elif item.status == "streaming":
-            status = f' <span style="color:{self.colours.muted};">— writing…</span>'
-        return (f'<b>{who}</b>{status} '
-                f'<span style="color:{self.colours.muted};">· {" · ".join(links)}</span>')
-
     def _insert_header(self, cursor: QTextCursor, index: int, item: MessageItem) -> None:
-        """The header line in a block of its own (spacing above it), then an empty block for the body."""
-        header = QTextBlockFormat()
-        header.setTopMargin(12 if index > 0 else 0)
-        header.setBottomMargin(4)
-        if index > 0 or not cursor.atStart():
-            cursor.insertBlock(header, self._plain_format())
-        else:
-            cursor.setBlockFormat(header)
-        cursor.insertHtml(self._header_html(index, item))
-        cursor.insertBlock(QTextBlockFormat(), self._plain_format())  # no margins for the body's lines
-        cursor.setCharFormat(self._plain_format())
+        insert_header(cursor, index, item, self.colours, self._formats)
 
     def _insert_body(self, cursor: QTextCursor, index: int, item: MessageItem) -> None:
-        if item.role == "assistant" and self._provenance and item.runs is not None:
-            for text, drafted in item.runs:
-                cursor.insertText(text, self._run_format(drafted))
-        elif item.role == "assistant" and item is not self._streaming:
-            cursor.insertHtml(render_markdown(item.text, index, self.colours) or "&nbsp;")
-        else:
-            cursor.insertText(item.text, self._plain_format())
-        cursor.setCharFormat(self._plain_format())
+        insert_body(cursor, index, item, self.colours, self._formats, provenance=self._provenance,
+                    streaming=item is self._streaming)
 
     # -- streaming --------------------------------------------------------------------------------------------
     def add_user_message(self, text: str, message_id: int | None = None) -> None:
@@ -473,7 +344,7 @@ class ChatView(QWidget):
             return
         cursor = QTextCursor(block)
         cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
-        cursor.insertHtml(self._header_html(index, item))
+        cursor.insertHtml(header_html(index, item, self.colours))
         self._body_start = cursor.block().next().position()
 
     def _rerender_last(self) -> None:
