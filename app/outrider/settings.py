@@ -27,19 +27,22 @@ DRAFT_MODE_LABELS = {"auto": "Auto k (cost model)", "fixed": "Fixed k", "off": "
 THEMES = ("light", "dark")
 # Settings a chosen pair recommends; the ones the user set in the settings dialog are listed in
 # ``AppSettings.user_overrides`` and then kept when a pair is chosen.
-PAIR_RECOMMENDED = ("draft_mode", "draft_k", "draft_min", "p_min", "context_size")
+PAIR_RECOMMENDED = ("draft_mode", "k", "draft_min", "p_min", "context_size")
+# Keys renamed since a settings file could have been written: old name → new name. Read on load (the new name wins
+# when a file has both), including inside ``user_overrides``; the next save writes the new names only.
+RENAMED_KEYS = {"draft_k": "k"}  # the fixed draft length (draft_mode "fixed") was "draft_k"
 
 
 @dataclasses.dataclass(frozen=True)
 class AppSettings:
-    """Everything the settings dialog edits. ``draft_mode``: auto / fixed (k = ``draft_k``) / off / lookup."""
+    """Everything the settings dialog edits. ``draft_mode``: auto / fixed (draft length ``k``) / off / lookup."""
 
     target_gpu_layers: int = -1
     draft_gpu_layers: int = -1
     context_size: int = 4096
     threads: int = 0
     draft_mode: str = "auto"
-    draft_k: int = 4
+    k: int = 4
     draft_min: int = 0
     p_min: float = 0.0
     temperature: float = 0.0
@@ -61,16 +64,17 @@ class AppSettings:
     def overridden(self) -> set[str]:
         return {n for n in self.user_overrides.split(",") if n}
 
-    def recommended(self, draft_max: int | str, draft_min: int, p_min: float, n_ctx: int) -> dict[str, Any]:
-        """The changes a pair's recommended settings make, leaving out those the user overrode."""
+    def recommended(self, k: int | str, draft_min: int, p_min: float, n_ctx: int) -> dict[str, Any]:
+        """The changes a pair's recommended settings make (``k``: a fixed draft length or ``"auto"``), leaving out
+        those the user overrode."""
         changes: dict[str, Any] = {"draft_min": draft_min, "p_min": p_min, "context_size": n_ctx}
-        if isinstance(draft_max, int) and draft_max > 0:
-            changes.update(draft_mode="fixed", draft_k=draft_max)
+        if isinstance(k, int) and k > 0:
+            changes.update(draft_mode="fixed", k=k)
         else:
             changes["draft_mode"] = "auto"
         keep = self.overridden()
-        if "draft_mode" in keep or "draft_k" in keep:
-            keep |= {"draft_mode", "draft_k"}
+        if "draft_mode" in keep or "k" in keep:
+            keep |= {"draft_mode", "k"}
         return {k: v for k, v in changes.items() if k not in keep}
 
     def validated(self) -> AppSettings:
@@ -80,7 +84,7 @@ class AppSettings:
         checks = {
             "target_gpu_layers": self.target_gpu_layers >= -1, "draft_gpu_layers": self.draft_gpu_layers >= -1,
             "context_size": 256 <= self.context_size <= 1 << 20, "threads": 0 <= self.threads <= 1024,
-            "draft_mode": self.draft_mode in DRAFT_MODES, "draft_k": 1 <= self.draft_k <= 64,
+            "draft_mode": self.draft_mode in DRAFT_MODES, "k": 1 <= self.k <= 64,
             "draft_min": 0 <= self.draft_min <= 64, "p_min": 0.0 <= self.p_min <= 1.0,
             "temperature": 0.0 <= self.temperature <= 5.0, "top_k": 0 <= self.top_k <= 100_000,
             "top_p": 0.0 <= self.top_p <= 1.0, "min_p": 0.0 <= self.min_p <= 1.0, "seed": self.seed >= -1,
@@ -95,6 +99,7 @@ class AppSettings:
     def from_json(cls, data: Any) -> AppSettings:
         if not isinstance(data, dict):
             return cls()
+        data = _migrated(data)
         kwargs: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if f.name not in data:
@@ -124,7 +129,7 @@ class AppSettings:
     def draft_params(self) -> DraftParams:
         k: int | None = None
         if self.draft_mode == "fixed":
-            k = self.draft_k
+            k = self.k
         elif self.draft_mode == "off":
             k = 0
         return DraftParams(k=k, draft_min=self.draft_min, p_min=self.p_min)
@@ -137,6 +142,20 @@ class AppSettings:
                         target_settings=ModelSettings(gpu_layers=self.target_gpu_layers),
                         draft_settings=ModelSettings(gpu_layers=self.draft_gpu_layers),
                         context=ContextSettings(n_ctx=self.context_size, threads=self.threads))
+
+
+def _migrated(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the keys of ``RENAMED_KEYS`` under their new names (in ``user_overrides`` too)."""
+    data = dict(data)
+    for old, new in RENAMED_KEYS.items():
+        if old in data:
+            value = data.pop(old)
+            data.setdefault(new, value)
+    overrides = data.get("user_overrides")
+    if isinstance(overrides, str) and overrides:
+        names = [RENAMED_KEYS.get(n, n) for n in overrides.split(",") if n]
+        data["user_overrides"] = ",".join(dict.fromkeys(names))
+    return data
 
 
 @dataclasses.dataclass(frozen=True)

@@ -70,8 +70,8 @@ def _loaded(info: Any) -> bool:
     return info is not None
 
 
-def _picked(target: Path, draft: Path, draft_max: int | str = 6, n_ctx: int = 8192) -> PairChoice:
-    return PairChoice(target, draft, False, "t+d", "Target + draft", DraftSettings(draft_max, 2, 0.6), n_ctx)
+def _picked(target: Path, draft: Path, k: int | str = 6, n_ctx: int = 8192) -> PairChoice:
+    return PairChoice(target, draft, False, "t+d", "Target + draft", DraftSettings(k, 2, 0.6), n_ctx)
 
 
 def test_chosen_pair_loads_with_recommended_settings_and_is_remembered(qtbot: Any, parts: dict[str, Any]) -> None:
@@ -83,7 +83,7 @@ def test_chosen_pair_loads_with_recommended_settings_and_is_remembered(qtbot: An
     assert spec.target == str(parts["target"]) and spec.draft == str(parts["draft"]) and not refuse
     assert spec.context.n_ctx == 8192
     v = settings.value
-    assert (v.draft_mode, v.draft_k, v.draft_min, v.p_min, v.context_size) == ("fixed", 6, 2, 0.6, 8192)
+    assert (v.draft_mode, v.k, v.draft_min, v.p_min, v.context_size) == ("fixed", 6, 2, 0.6, 8192)
     assert v.draft_params().k == 6
     again = QtSettings(settings.path).value  # next start
     choice = _startup_choice(again)
@@ -95,7 +95,7 @@ def test_user_overrides_are_kept(qtbot: Any, parts: dict[str, Any]) -> None:
     win.apply_user_settings(__import__("dataclasses").replace(settings.value, p_min=0.9, context_size=2048))
     assert settings.value.overridden() == {"context_size", "p_min"}
     with qtbot.waitSignal(win.session.engine_changed, check_params_cb=_loaded):
-        win.choose_pair(_picked(parts["target"], parts["draft"], draft_max="auto"))
+        win.choose_pair(_picked(parts["target"], parts["draft"], k="auto"))
     v = settings.value
     assert (v.draft_mode, v.draft_min, v.p_min, v.context_size) == ("auto", 2, 0.9, 2048)
     assert parts["client"].loads[-1][0].context.n_ctx == 2048

@@ -30,10 +30,10 @@ def test_settings_persist_and_emit_only_on_change(qtbot: Any, tmp_path: Path) ->
     path = tmp_path / "settings.json"
     settings = QtSettings(path)
     with qtbot.waitSignal(settings.changed) as blocker:
-        settings.set(draft_mode="fixed", draft_k=6, temperature=0.7, system_prompt="Be brief.", theme="dark")
-    assert sorted(blocker.args[0]) == ["draft_k", "draft_mode", "system_prompt", "temperature", "theme"]
+        settings.set(draft_mode="fixed", k=6, temperature=0.7, system_prompt="Be brief.", theme="dark")
+    assert sorted(blocker.args[0]) == ["draft_mode", "k", "system_prompt", "temperature", "theme"]
     with qtbot.assertNotEmitted(settings.changed):
-        assert settings.set(draft_k=6) == []
+        assert settings.set(k=6) == []
     again = QtSettings(path)  # "restart"
     assert again.value == settings.value and again.value.draft_params().k == 6
     assert again.value.sampling().temperature == pytest.approx(0.7)

@@ -261,9 +261,9 @@ def tiny_catalogue(path: Path, target: Path, draft: Path, *, repo: str = "org/ti
                  'sha256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"\n'
                  'licence = "apache-2.0"\ngated = false\nfamily = "smollm2"\nn_layer = 30\nn_head_kv = 3\n'
                  'head_dim = 64\n\n[[pairs]]\nid = "smollm2-135m-lookup"\nname = "demo"\nfamily = "smollm2"\n'
-                 'tags = ["chat", "demo"]\ntarget = "smollm2"\ndraft = "prompt-lookup"\ndraft_max = 8\n'
+                 'tags = ["chat", "demo"]\ntarget = "smollm2"\ndraft = "prompt-lookup"\nk = 8\n'
                  'draft_min = 1\np_min = 0.0\n\n')
     text += ('[[pairs]]\nid = "tiny-pair"\nname = "Tiny target + tiny draft"\nfamily = "tiny"\ntags = ["chat"]\n'
-             'target = "tiny-target"\ndraft = "tiny-draft"\ndraft_max = "auto"\ndraft_min = 0\np_min = 0.5\n')
+             'target = "tiny-target"\ndraft = "tiny-draft"\nk = "auto"\ndraft_min = 0\np_min = 0.5\n')
     path.write_text(text, encoding="utf-8")
     return path

@@ -132,9 +132,9 @@ class ModelFile:
 
 @dataclasses.dataclass(frozen=True)
 class DraftSettings:
-    """Recommended speculative settings; ``draft_max`` is a count or ``"auto"``."""
+    """Recommended speculative settings; ``k`` (the draft length) is a fixed count or ``"auto"``."""
 
-    draft_max: int | str
+    k: int | str
     draft_min: int
     p_min: float
 
@@ -268,11 +268,34 @@ _MODEL_REQUIRED: dict[str, type] = {
                    "n_layer": int, "n_head_kv": int, "head_dim": int}
 _PAIR_REQUIRED: dict[str, type | tuple[type, ...]] = {
     "id": str, "name": str, "family": str, "tags": list, "target": str, "draft": str,
-                  "draft_max": (int, str), "draft_min": int, "p_min": (int, float)}
+                  "k": (int, str), "draft_min": int, "p_min": (int, float)}
+
+
+# Pair fields renamed since catalogues were written: old name → new name. The old name is still read (a user's
+# OUTRIDER_CATALOGUE may predate the rename); the new name wins when a pair has both.
+RENAMED_PAIR_FIELDS = {"draft_max": "k"}  # "draft_max" meant the draft length k (fixed count or "auto")
+
+
+def _current_names(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data`` with every pair's renamed fields (``RENAMED_PAIR_FIELDS``) under their new names."""
+    pairs = data.get("pairs")
+    if not isinstance(pairs, list) or not any(isinstance(p, dict) and p.keys() & RENAMED_PAIR_FIELDS for p in pairs):
+        return data
+    renamed = []
+    for p in pairs:
+        if isinstance(p, dict):
+            p = dict(p)
+            for old, new in RENAMED_PAIR_FIELDS.items():
+                if old in p:
+                    value = p.pop(old)
+                    p.setdefault(new, value)
+        renamed.append(p)
+    return {**data, "pairs": renamed}
 
 
 def validate_data(data: Mapping[str, Any]) -> list[str]:
     """Every schema problem in parsed catalogue data (empty when valid)."""
+    data = _current_names(data)
     problems: list[str] = []
     if data.get("schema_version") != 1:
         problems.append("schema_version must be 1")
@@ -345,11 +368,11 @@ def validate_data(data: Mapping[str, Any]) -> list[str]:
             for t in tags:
                 if t not in KNOWN_TAGS:
                     problems.append(f"{where}: unknown tag {t!r}")
-        dm = p.get("draft_max")
-        if isinstance(dm, str) and dm != "auto":
-            problems.append(f"{where}: draft_max must be an integer or 'auto'")
-        if isinstance(dm, int) and dm <= 0:
-            problems.append(f"{where}: draft_max must be > 0")
+        k = p.get("k")
+        if isinstance(k, str) and k != "auto":
+            problems.append(f"{where}: k must be an integer or 'auto'")
+        if isinstance(k, int) and k <= 0:
+            problems.append(f"{where}: k must be > 0")
         pm = p.get("p_min")
         if isinstance(pm, (int, float)) and not 0.0 <= float(pm) <= 1.0:
             problems.append(f"{where}: p_min must be within 0..1")
@@ -439,7 +462,7 @@ def parse_catalogue(data: Mapping[str, Any], path: Path) -> Catalogue:
     A Hugging Face model whose repo or file is unsafe (``..``, an absolute path, an invalid repo id) is skipped
     with the pairs that use it; ``Catalogue.warnings`` says which and why, and the rest loads.
     """
-    data, warnings = _without_unsafe(data)
+    data, warnings = _without_unsafe(_current_names(data))
     problems = validate_data(data)
     if problems:
         raise CatalogueError(f"{path}: {len(problems)} schema problem(s): {problems[0]}", problems)
@@ -449,7 +472,7 @@ def parse_catalogue(data: Mapping[str, Any], path: Path) -> Catalogue:
         pairs.append(Pair(
             id=p["id"], name=p["name"], family=p["family"], tags=tuple(p["tags"]), target=models[p["target"]],
             draft=None if p["draft"] == PROMPT_LOOKUP else models[p["draft"]],
-            settings=DraftSettings(p["draft_max"], p["draft_min"], float(p["p_min"])),
+            settings=DraftSettings(p["k"], p["draft_min"], float(p["p_min"])),
             default_context=int(p.get("default_context", data.get("default_context", 4096))),
             speedup=p.get("speedup", ""), speedup_source=p.get("speedup_source", ""), status=p.get("status", ""),
         ))

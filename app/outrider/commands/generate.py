@@ -85,6 +85,22 @@ def _positive(text: str) -> int:
     return n
 
 
+DEFAULT_K_MAX = 16  # DraftParams.k_max's default
+
+
+class _RenamedOption(argparse.Action):
+    """An option's old name: stores like the new one and prints one note that the option was renamed."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new_name: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new_name = new_name
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        note(f"{option_string} is now {self.new_name}")
+        setattr(namespace, self.dest, values)
+
+
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="target model (GGUF)")
     src = p.add_mutually_exclusive_group()
@@ -98,7 +114,13 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help=f"context size in tokens (llama.cpp raises it to at least {LLAMA_MIN_CTX}, with a note)")
     p.add_argument("--ngram-min", type=_positive, default=1, help="prompt lookup: smallest n-gram")
     p.add_argument("--ngram-max", type=_positive, default=3, help="prompt lookup: largest n-gram")
-    p.add_argument("--draft-max", type=_k_value, default=None, metavar="K|auto", help="draft length (default auto)")
+    p.add_argument("--k", type=_k_value, default=None, metavar="K|auto",
+                   help="draft length k: a fixed count (0 = plain decoding) or auto (the default)")
+    p.add_argument("--k-max", type=_positive, default=DEFAULT_K_MAX, metavar="N",
+                   help=f"the largest k automatic k may choose (default {DEFAULT_K_MAX})")
+    # The old name of --k (it meant the same: a fixed k or auto), kept for scripts and docs that use it.
+    p.add_argument("--draft-max", type=_k_value, dest="k", action=_RenamedOption, new_name="--k",
+                   help=argparse.SUPPRESS)
     p.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this")
     p.add_argument("--draft-p-min", type=float, default=0.0, help="stop drafting below this draft confidence")
     p.add_argument("--temperature", type=float, default=0.0)
@@ -161,7 +183,7 @@ def _text_request(args: argparse.Namespace, *, prompt: str | None = None, chat: 
 
     try:
         sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
-        draft = DraftParams(k=args.draft_max, draft_min=args.draft_min, p_min=args.draft_p_min)
+        draft = DraftParams(k=args.k, k_max=args.k_max, draft_min=args.draft_min, p_min=args.draft_p_min)
         messages = tuple(history) if history is not None else None
         if chat is not None:
             system = getattr(args, "system", None)

@@ -58,8 +58,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise CliError("verify needs --draft D or --lookup")
     if args.temperature <= 0:
         raise CliError("verify needs --temperature > 0 for the sampling check (temperature 0 is always checked)")
-    if args.draft_max == 0:
-        raise CliError("--draft-max 0 drafts nothing: there would be nothing to verify")
+    if args.k == 0:
+        raise CliError("--k 0 drafts nothing: there would be nothing to verify")
 
 
 def _job_request(args: argparse.Namespace, job: Any) -> Any:

@@ -83,8 +83,10 @@ class SamplingParams:
 
 @dataclasses.dataclass(frozen=True)
 class DraftParams:
-    """Drafting settings. ``k=None`` is automatic; ``draft_min`` drops drafts shorter than it;
-    ``p_min`` stops drafting when the draft's probability of its own choice falls below it."""
+    """Drafting settings. ``k``: the draft length, a fixed count (0 = plain decoding) or ``None`` = automatic
+    (the CLI's ``--k auto``, the catalogue's ``k = "auto"``); ``k_max``: the largest k automatic k may choose;
+    ``draft_min`` drops drafts shorter than it; ``p_min`` stops drafting when the draft's probability of its own
+    choice falls below it."""
 
     k: int | None = None
     k_max: int = 16

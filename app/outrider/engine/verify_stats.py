@@ -307,7 +307,7 @@ class VerifyReport:
         if self.verdict == "inconclusive":
             if self.drafted == 0:
                 why = ("nothing was drafted while sampling, so the speculative runs were plain decoding and prove "
-                       "nothing (raise --draft-max, lower --draft-p-min/--draft-min, or use another prompt)")
+                       "nothing (raise --k, lower --draft-p-min/--draft-min, or use another prompt)")
             else:
                 why = ("no position had two tokens frequent enough to compare (every sampled token was rare or all "
                        "samples agreed): raise --samples or lower --top-k")

@@ -212,7 +212,7 @@ class MainWindow(QMainWindow):
         rec = getattr(picked, "settings", None)
         if rec is not None:
             n_ctx = int(getattr(picked, "n_ctx", 0) or s.context_size)
-            changes = s.recommended(rec.draft_max, int(rec.draft_min), float(rec.p_min), n_ctx)
+            changes = s.recommended(rec.k, int(rec.draft_min), float(rec.p_min), n_ctx)
         changes.update(pair_id=choice.pair_id or "", pair_target=str(choice.target),
                        pair_draft=str(choice.draft) if choice.draft else "", pair_lookup=choice.lookup,
                        pair_name=choice.name)

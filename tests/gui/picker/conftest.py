@@ -99,7 +99,7 @@ def _model(key: str, repo: str, path: Path, n_layer: int, *, gated: bool = False
 def _pair(pid: str, name: str, target: str, draft: str, *, speedup: str = "", source: str = "",
           tags: str = '["chat"]', ctx: int = 512) -> str:
     return (f'[[pairs]]\nid = "{pid}"\nname = "{name}"\nfamily = "tiny"\ntags = {tags}\ntarget = "{target}"\n'
-            f'draft = "{draft}"\ndraft_max = 6\ndraft_min = 1\np_min = 0.5\ndefault_context = {ctx}\n'
+            f'draft = "{draft}"\nk = 6\ndraft_min = 1\np_min = 0.5\ndefault_context = {ctx}\n'
             f'speedup = "{speedup}"\nspeedup_source = "{source}"\nstatus = "verified"\n\n')
 
 

@@ -107,7 +107,7 @@ def test_use_catalogue_pair_emits_choice(qtbot: QtBot, open_picker: PickerFactor
     assert isinstance(choice, PairChoice)
     assert choice.target == installed["target"] and choice.draft == installed["draft"]
     assert not choice.lookup and choice.pair_id == "tiny-installed" and choice.n_ctx == 512
-    assert choice.settings.draft_max == 6 and choice.settings.p_min == 0.5
+    assert choice.settings.k == 6 and choice.settings.p_min == 0.5
     spec, params = choice.to_spec(), choice.draft_params()
     assert spec.target == str(installed["target"]) and spec.context.n_ctx == 512
     assert params.k == 6 and params.draft_min == 1 and params.p_min == 0.5
@@ -149,7 +149,7 @@ def test_own_pair_compatible_then_used(qtbot: QtBot, open_picker: PickerFactory,
         dlg.own_use_button.click()
     choice = chosen.args[0]
     assert choice.pair_id is None and choice.target == tiny_family.target and choice.draft == tiny_family.draft
-    assert choice.n_ctx == 2048 and choice.settings.draft_max == "auto" and choice.draft_params().k is None
+    assert choice.n_ctx == 2048 and choice.settings.k == "auto" and choice.draft_params().k is None
 
 
 def test_own_lookup_pair_and_not_a_gguf(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,

@@ -34,7 +34,7 @@ def _evil_model(key: str, repo: str, file: str) -> str:
 
 def _evil_pair(pid: str, target: str) -> str:
     return (f'[[pairs]]\nid = "{pid}"\nname = "evil"\nfamily = "evil"\ntags = ["chat"]\ntarget = "{target}"\n'
-            'draft = "prompt-lookup"\ndraft_max = 4\ndraft_min = 0\np_min = 0.5\n\n')
+            'draft = "prompt-lookup"\nk = 4\ndraft_min = 0\np_min = 0.5\n\n')
 
 
 @pytest.fixture

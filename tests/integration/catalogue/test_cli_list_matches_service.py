@@ -38,7 +38,7 @@ def _model(key: str, path: Path, *, n_layer: int = 2, n_head_kv: int = 4, head_d
 
 def _pair(pid: str, target: str, draft: str) -> str:
     return (f'[[pairs]]\nid = "{pid}"\nname = "{pid}"\nfamily = "tiny"\ntags = ["chat"]\ntarget = "{target}"\n'
-            f'draft = "{draft}"\ndraft_max = 4\ndraft_min = 0\np_min = 0.5\ndefault_context = 512\n\n')
+            f'draft = "{draft}"\nk = 4\ndraft_min = 0\np_min = 0.5\ndefault_context = 512\n\n')
 
 
 def _install(store: ModelStore, src: Path, *, record: bool = True) -> Path:

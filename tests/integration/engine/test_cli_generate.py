@@ -39,7 +39,7 @@ def test_json_stream_contract(tiny_family: Family) -> None:
         "--max-tokens",
         "20",
         "--json",
-        "--draft-max",
+        "--k",
         "3",
         "--ctx",
         "256",
@@ -101,7 +101,7 @@ def test_chat_streams_text_and_summary(smollm_path: Path) -> None:
     [
         (["--target", "/nonexistent.gguf", "--prompt", "x"], "file not found"),
         (["--prompt", "x", "--max-tokens", "0"], "must be at least 1"),
-        (["--prompt", "x", "--draft-max", "lots"], "expected a number or 'auto'"),
+        (["--prompt", "x", "--k", "lots"], "expected a number or 'auto'"),
         (["--prompt", "x", "--temperature", "-2"], "temperature must be >= 0"),
         (["--prompt", "x", "--top-p", "7"], "top-p"),
     ],

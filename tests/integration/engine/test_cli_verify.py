@@ -47,7 +47,7 @@ def check_shape(obj: dict[str, object], samples: int, tokens: int) -> None:
 
 
 def test_json_contract_greedy_identical_and_drafted(tiny_family: Family) -> None:
-    r = outrider(*pair(tiny_family), "--draft-max", "3", "--top-k", "4", "--samples", "40", "--tokens", "5",
+    r = outrider(*pair(tiny_family), "--k", "3", "--top-k", "4", "--samples", "40", "--tokens", "5",
                  "--seed", "3", "--json")
     assert r.returncode in (0, 1), r.stderr
     lines = r.stdout.splitlines()
@@ -61,7 +61,7 @@ def test_json_contract_greedy_identical_and_drafted(tiny_family: Family) -> None
 
 
 def test_readable_summary(tiny_family: Family) -> None:
-    r = outrider(*pair(tiny_family), "--draft-max", "3", "--top-k", "4", "--samples", "20", "--tokens", "3")
+    r = outrider(*pair(tiny_family), "--k", "3", "--top-k", "4", "--samples", "20", "--tokens", "3")
     assert r.returncode in (0, 1), r.stderr
     out = r.stdout
     assert out.startswith("greedy (temperature 0): identical over 3 tokens")
@@ -76,7 +76,7 @@ def test_exact_with_draft_p_min_and_draft_min(tiny_family: Family) -> None:
     drafting; an engine that stops on the *drawn* token's probability (or drops short drafts after drawing)
     skews the output towards the draft's favourite tokens — this check rejects it (p ~ 1e-8 at positions 1-3)."""
     r = outrider(*pair(tiny_family), "--temperature", "1", "--top-k", "2", "--top-p", "1", "--min-p", "0",
-                 "--draft-max", "4", "--draft-p-min", "0.5", "--draft-min", "2", "--samples", "300",
+                 "--k", "4", "--draft-p-min", "0.5", "--draft-min", "2", "--samples", "300",
                  "--tokens", "4", "--seed", "0", "--json")
     assert r.returncode in (0, 1), r.stderr
     obj = json.loads(r.stdout)
@@ -90,7 +90,7 @@ def test_exact_with_draft_p_min_and_draft_min(tiny_family: Family) -> None:
 
 def test_nothing_drafted_is_inconclusive_exit_1(tiny_family: Family) -> None:
     # p-min 1: the draft is never that sure, so nothing is drafted and the check proves nothing.
-    r = outrider(*pair(tiny_family), "--draft-max", "3", "--draft-p-min", "1", "--samples", "5", "--tokens", "2")
+    r = outrider(*pair(tiny_family), "--k", "3", "--draft-p-min", "1", "--samples", "5", "--tokens", "2")
     assert r.returncode == 1, r.stderr
     assert "INCONCLUSIVE" in r.stdout and "nothing was drafted" in r.stdout
     assert r.stderr.strip().splitlines() == ["outrider: verify: inconclusive — nothing was drafted at the sampling "
@@ -99,7 +99,7 @@ def test_nothing_drafted_is_inconclusive_exit_1(tiny_family: Family) -> None:
 
 def test_too_few_samples_to_compare_is_inconclusive(tiny_family: Family) -> None:
     # 10 samples over ~40 likely tokens: every category is rare, nothing is left to compare after pooling.
-    r = outrider(*pair(tiny_family), "--draft-max", "3", "--samples", "10", "--tokens", "3", "--json")
+    r = outrider(*pair(tiny_family), "--k", "3", "--samples", "10", "--tokens", "3", "--json")
     assert r.returncode == 1, r.stderr
     obj = json.loads(r.stdout)
     assert obj["exact"] is False and obj["sampling"]["drafted"] > 0 and obj["greedy"]["identical"]
@@ -116,7 +116,7 @@ def test_too_few_samples_to_compare_is_inconclusive(tiny_family: Family) -> None
         (["--lookup", "--prompt", "x", "--samples", "0"], "must be at least 1"),
         (["--lookup", "--prompt", "x", "--tokens", "x"], "expected a whole number"),
         (["--lookup", "--prompt", "x", "--alpha", "1.5"], "between 0 and 1"),
-        (["--lookup", "--prompt", "x", "--draft-max", "0"], "drafts nothing"),
+        (["--lookup", "--prompt", "x", "--k", "0"], "drafts nothing"),
         (["--lookup", "--prompt", "x", "--top-p", "7"], "top-p"),
         (["--lookup"], "one of the arguments --prompt --chat is required"),
         (["--draft", "/nonexistent-draft.gguf", "--prompt", "x"], "file not found"),

@@ -41,7 +41,7 @@ def test_ask_stores_the_engines_speedup_as_reported(tmp_path: Path, smollm_path:
 
 
 def test_ask_with_the_draft_off_stores_one_and_prints_it(tmp_path: Path, smollm_path: Path) -> None:
-    r = ask(tmp_path, "Say hello.", "--target", str(smollm_path), "--lookup", "--draft-max", "0",
+    r = ask(tmp_path, "Say hello.", "--target", str(smollm_path), "--lookup", "--k", "0",
             "--max-tokens", "12")
     assert r.returncode == 0, r.stderr
     assert "speed-up 1.00×" in r.stderr and "measured in this reply" in r.stderr

@@ -73,7 +73,7 @@ def test_memory_estimate_from_architecture_facts() -> None:
     (lambda d: d["models"]["qwen3-0.6b-q8_0"].update(revision="main"), "pinned 40-hex"),
     (lambda d: d["pairs"][1].update(draft="llama-3.2-1b-instruct-q4_k_m"), "family"),
     (lambda d: d["pairs"][1].update(target="nope"), "not a models key"),
-    (lambda d: d["pairs"][1].update(draft_max="lots"), "draft_max"),
+    (lambda d: d["pairs"][1].update(k="lots"), "k must be"),
     (lambda d: d["pairs"][1].update(speedup_source=""), "speedup_source"),
     (lambda d: d["models"]["qwen3-0.6b-q8_0"].update(file="../../x.gguf"), "relative path inside the repo"),
     (lambda d: d["models"]["qwen3-0.6b-q8_0"].update(file="/etc/passwd"), "relative path inside the repo"),
@@ -113,7 +113,7 @@ def test_outrider_catalogue_env_and_errors(tmp_path: Path, monkeypatch: pytest.M
     other = tiny_catalogue(tmp_path / "c.toml", tiny_family.target, tiny_family.draft)
     monkeypatch.setenv("OUTRIDER_CATALOGUE", str(other))
     assert default_catalogue_path() == other
-    assert load_catalogue().get("tiny-pair").settings.draft_max == "auto"
+    assert load_catalogue().get("tiny-pair").settings.k == "auto"
     (tmp_path / "bad.toml").write_text("schema_version = [", encoding="utf-8")
     with pytest.raises(CatalogueError, match="not valid TOML"):
         load_catalogue(tmp_path / "bad.toml")

@@ -62,7 +62,7 @@ class SettingsDialog(QDialog):
         self.draft_mode.setCurrentIndex(DRAFT_MODES.index(s.draft_mode))
         self.draft_mode.setToolTip("auto: the cost model picks k per step (k = 0 is plain decoding); fixed: always "
                                    "k; off: the target alone; prompt lookup: n-gram drafts from the conversation")
-        self.draft_k = _spin(1, 64, s.draft_k, "Draft length k when the mode is fixed")
+        self.k = _spin(1, 64, s.k, "Draft length k when the mode is fixed")
         self.draft_min = _spin(0, 64, s.draft_min, "Drafts shorter than this are dropped")
         self.p_min = _dspin(0.0, 1.0, 0.05, s.p_min, "Stop drafting when the draft's probability of its own choice "
                             "falls below this")
@@ -80,7 +80,7 @@ class SettingsDialog(QDialog):
         form = QFormLayout()
         rows = (("Target GPU layers", self.target_gpu_layers), ("Draft GPU layers", self.draft_gpu_layers),
                 ("Context size", self.context_size), ("Threads", self.threads), ("Draft mode", self.draft_mode),
-                ("Fixed k", self.draft_k), ("Draft min", self.draft_min), ("Draft p-min", self.p_min),
+                ("Fixed k", self.k), ("Draft min", self.draft_min), ("Draft p-min", self.p_min),
                 ("Temperature", self.temperature), ("Top-k", self.top_k), ("Top-p", self.top_p),
                 ("Min-p", self.min_p), ("Seed", self.seed), ("Max reply tokens", self.max_tokens),
                 ("System prompt", self.system_prompt))
@@ -98,7 +98,7 @@ class SettingsDialog(QDialog):
             self._original,
             target_gpu_layers=self.target_gpu_layers.value(), draft_gpu_layers=self.draft_gpu_layers.value(),
             context_size=self.context_size.value(), threads=self.threads.value(),
-            draft_mode=str(self.draft_mode.currentData()), draft_k=self.draft_k.value(),
+            draft_mode=str(self.draft_mode.currentData()), k=self.k.value(),
             draft_min=self.draft_min.value(), p_min=self.p_min.value(), temperature=self.temperature.value(),
             top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(), seed=self.seed.value(),
             max_tokens=self.max_tokens.value(), system_prompt=self.system_prompt.toPlainText(),

@@ -172,7 +172,7 @@ class CatalogueTab(QWidget):
                  f"Memory: {_esc(describe_memory(r.memory, self.model.memory))}",
                  f"Licence: {_esc(p.licence)}" + (" · <b>gated</b>: needs an approved Hugging Face token"
                                                   if p.gated else ""),
-                 f"Recommended draft: max {p.settings.draft_max}, min {p.settings.draft_min}, "
+                 f"Recommended draft: k {p.settings.k}, min {p.settings.draft_min}, "
                  f"p-min {p.settings.p_min:g}"]
         if p.speedup:
             lines.append(f"Published speed-up: {_esc(p.speedup)} — source: {_esc(p.speedup_source)}")

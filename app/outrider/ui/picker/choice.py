@@ -60,9 +60,9 @@ class PairChoice:
 
     def draft_params(self) -> DraftParams:
         """The recommended draft settings as the engine's DraftParams (``"auto"`` → automatic k)."""
-        dm = self.settings.draft_max
-        if isinstance(dm, int):
-            return DraftParams(k=dm, k_max=max(dm, 1), draft_min=self.settings.draft_min, p_min=self.settings.p_min)
+        k = self.settings.k
+        if isinstance(k, int):
+            return DraftParams(k=k, k_max=max(k, 1), draft_min=self.settings.draft_min, p_min=self.settings.p_min)
         return DraftParams(k=None, draft_min=self.settings.draft_min, p_min=self.settings.p_min)
 
 
