@@ -32,6 +32,8 @@ DECAY = 0.9  # weight of the past in the EWMAs (about a 10-step memory)
 PRIOR_SLOPE = 0.25  # extra verify cost per extra token, as a fraction of c_verify(1), until measured
 PROBE_START, PROBE_MAX = 16, 256  # plain steps between speculation probes while plain decoding is chosen
 PROBE_ACCEPTANCE = 0.8  # a probe drafts the k that would be best at this acceptance: long enough to pay
+WARMUP_STEPS = 8  # speculative steps before a promising pair may be judged not worth drafting
+WARMUP_ACCEPTANCE = 0.5  # ... "promising": acceptance so far at least this
 STALE_AFTER = 64  # observations after which a batch size's measured cost is forgotten (batch 1 is kept fresh)
 SHADOW_START, SHADOW_MAX = 8, 128  # plain steps between scorings of the drafter while plain decoding is chosen
 
@@ -164,6 +166,7 @@ class AutoDraftLength:
         self._plain_streak = 0
         self._probe_interval = PROBE_START
         self._probing = False
+        self._speculative_steps = 0
         self.last_choice = self.k_start
         # Scoring a draft model costs a batched draft pass: while its guesses would not pay, score less often.
         self.shadow_interval = SHADOW_START
@@ -176,6 +179,10 @@ class AutoDraftLength:
         elif best > 0:
             k = best
             self._plain_streak = 0
+        elif self._speculative_steps < WARMUP_STEPS and (m.acceptance or 0.0) >= WARMUP_ACCEPTANCE:
+            # A cold start judges costs from one or two timed passes; while the draft is being accepted, keep
+            # drafting until a few more are averaged in rather than let one noisy pass send k to 0.
+            k = max(2, m.best_k(PROBE_ACCEPTANCE) or self.k_start)
         else:
             k = 0
             self._plain_streak += 1
@@ -192,6 +199,8 @@ class AutoDraftLength:
             plain = self.model.verify_cost(1)
             paid = plain is not None and (accepted + 1) / max(verify_s + draft_s, 1e-9) > 1.0 / plain
             self._probe_interval = PROBE_START if paid else min(self._probe_interval * 2, PROBE_MAX)
+        if drafted > 0:
+            self._speculative_steps += 1
         self.model.observe(batch=batch, verify_s=verify_s, drafted=drafted, accepted=accepted, draft_s=draft_s)
 
     def observe_shadow(self, hits: int, trials: int) -> None:

@@ -121,3 +121,22 @@ def test_a_pass_timed_during_a_load_burst_does_not_keep_k_small() -> None:
         if k == 0 and step % 8 == 7:
             policy.observe_shadow(7, 8)
     assert max(chosen[-50:]) >= 4
+
+
+def test_a_cold_start_is_not_decided_by_one_noisy_pass() -> None:
+    """Medium pair (acceptance 0.75, speculation pays ~1.3x): the first drafted pass is timed 5x too slow.
+    The policy keeps drafting through its warm-up, averages the noise away and ends up speculating."""
+    policy = AutoDraftLength(k_max=8)
+
+    def cost(batch: int) -> float:
+        return 0.024 * (1 + 0.1 * (batch - 1))
+
+    chosen = []
+    for step in range(64):
+        k = policy.choose() if step else 0  # the decoder's first step is plain
+        chosen.append(k)
+        noise = 5.0 if step == 1 else 1.0
+        accepted = min(k, 3) if k else 0
+        policy.observe(batch=k + 1, verify_s=cost(k + 1) * noise, drafted=k, accepted=accepted, draft_s=0.002 * k)
+    assert sum(1 for k in chosen[:20] if k > 0) >= 8
+    assert min(chosen[-20:]) > 0
