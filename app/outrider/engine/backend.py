@@ -30,6 +30,9 @@ FloatArray = npt.NDArray[np.float32]
 _LOG_LEVEL_NAMES = {1: "debug", 2: "info", 3: "warn", 4: "error", 5: "cont"}
 
 
+_INSTALLED_LOG_CALLBACKS: list[Any] = []  # see LlamaLog.install: C keeps pointers to these
+
+
 class LlamaLog:
     """llama.cpp's log, routed through ``llama_log_set`` into a ring buffer of whole lines.
 
@@ -46,6 +49,10 @@ class LlamaLog:
         self._callback = ll.llama_log_callback(self._on_log)
 
     def install(self) -> None:
+        # llama.cpp keeps the last installed sink for the life of the process: a LlamaLog garbage-collected after
+        # another Backend was made would leave it calling freed memory (seen as segfaults at a later model load
+        # or free). Callbacks once installed are therefore kept alive for good.
+        _INSTALLED_LOG_CALLBACKS.append(self._callback)
         ll.llama_log_set(self._callback, ctypes.c_void_p(0))
 
     def _on_log(self, level: int, text: bytes | None, _user_data: Any) -> None:
