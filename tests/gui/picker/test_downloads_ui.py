@@ -27,7 +27,7 @@ def part_files(service: CatalogueService) -> list[str]:
 
 def test_download_shows_progress_then_installs(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
                                                hub: FakeHub) -> None:
-    hub.faults.chunk_delay = 0.03  # about a second in all, so progress is seen
+    hub.faults.chunk_delay = 0.1  # a few seconds in all, so progress (speed, ETA) is surely seen mid-download
     dlg = open_picker(make_service(hub.endpoint))
     assert dlg.select_pair(PAIR) and dlg.download_button.isEnabled()
     dlg.download_button.click()
