@@ -40,7 +40,8 @@ def bench_synthetic(client: EngineClient, n_tokens: int, per_step: int) -> tuple
 
 def bench_real(client: EngineClient, spec: PairSpec, request: TextRequest) -> tuple[float, float]:
     """(in-process decode tokens/s, through-the-worker wall tokens/s) of the same generation."""
-    from outrider.engine import backend, session
+    from outrider.engine import session
+    from outrider.engine.llama import backend
 
     engine = session.Engine()
     engine.load(session.PairSpec(spec.target, draft=spec.draft,

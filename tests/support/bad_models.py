@@ -77,7 +77,7 @@ def future_version(directory: Path, good: Path) -> Path:
 
 def header_only(directory: Path, good: Path) -> Path:
     """The complete header and metadata, no tensor data at all."""
-    from outrider.engine.gguf_header import read_header
+    from outrider.engine.llama.gguf_header import read_header
 
     header = read_header(good, keep_arrays=False)
     path = directory / "header-only.gguf"

@@ -9,7 +9,7 @@ import pytest
 
 from outrider.commands.generate import format_bench_table, format_summary
 from outrider.engine.autodraft import expected_tokens_per_pass
-from outrider.engine.bench import bench_row, bench_summary, predicted_speedup
+from outrider.engine.measure.bench import bench_row, bench_summary, predicted_speedup
 from outrider.engine.stats import GenerationStats
 
 

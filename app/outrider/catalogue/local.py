@@ -9,7 +9,7 @@ from typing import Any
 
 from outrider.catalogue.schema import KV_BYTES_PER_ELEMENT, MemoryEstimate
 from outrider.engine.compat import CompatibilityReport, check_facts, facts_from_header
-from outrider.engine.gguf_header import GGUFHeader, read_header
+from outrider.engine.llama.gguf_header import GGUFHeader, read_header
 
 
 def kv_bytes_from_header(header: GGUFHeader, n_ctx: int) -> int:

@@ -33,7 +33,7 @@ from outrider.catalogue.memory import (
 from outrider.catalogue.schema import Catalogue, MemoryEstimate, Pair, load_catalogue
 from outrider.catalogue.store import FileState, ModelStore, PairState
 from outrider.engine.compat import CompatibilityReport, check_files
-from outrider.engine.gguf_header import GGUFHeaderError, read_header
+from outrider.engine.llama.gguf_header import GGUFHeaderError, read_header
 
 VramProbe = Callable[[], tuple[int | None, int | None]]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from outrider.commands.base import EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, CliError, print_json
-from outrider.engine.bench import DEFAULT_BENCH_PROMPTS, bench_row, bench_summary
+from outrider.engine.measure.bench import DEFAULT_BENCH_PROMPTS, bench_row, bench_summary
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
 

@@ -229,7 +229,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from outrider.catalogue import check_local_pair
-    from outrider.engine.gguf_header import GGUFHeaderError
+    from outrider.engine.llama.gguf_header import GGUFHeaderError
 
     try:
         report = check_local_pair(args.target, args.draft, args.ctx)

@@ -2,7 +2,7 @@
 
 One engine process, one load. Greedy identity first (speculative vs plain at temperature 0, token ids compared),
 then ``--samples`` speculative and plain samples of ``--tokens`` tokens at the given sampling settings, compared
-per position (``outrider.engine.verify_stats``). Exit 0 exact, 1 not exact or inconclusive (nothing drafted),
+per position (``outrider.engine.measure.verify_stats``). Exit 0 exact, 1 not exact or inconclusive (nothing drafted),
 2 bad input, 3 the engine crashed.
 """
 
@@ -71,7 +71,7 @@ def _job_request(args: argparse.Namespace, job: Any) -> Any:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from outrider.engine.verify_stats import VerifyCollector
+    from outrider.engine.measure.verify_stats import VerifyCollector
 
     _check_args(args)
     _pair_spec(args)  # missing files and bad settings fail before the load

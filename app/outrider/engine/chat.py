@@ -37,8 +37,8 @@ from jinja2.nodes import Concat
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from outrider.engine.errors import ContextOverflowError, TemplateError
+from outrider.engine.llama.text import clean_text
 from outrider.engine.params import ChatMessage
-from outrider.engine.text import clean_text
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"

@@ -20,7 +20,7 @@ import os
 from collections.abc import Sequence
 
 from outrider.engine.errors import IncompatiblePairError
-from outrider.engine.gguf_header import GGUFHeader, read_header
+from outrider.engine.llama.gguf_header import GGUFHeader, read_header
 
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_TOKEN_ID = 5

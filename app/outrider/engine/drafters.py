@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from outrider.engine.backend import FloatArray, ModelContext
+from outrider.engine.llama.backend import FloatArray, ModelContext
 from outrider.engine.params import LookupSettings, SamplingParams
 from outrider.engine.sampling import (
     SparseDist,

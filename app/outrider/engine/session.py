@@ -10,12 +10,12 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
-from outrider.engine.backend import Backend, LoadedModel, ModelContext
 from outrider.engine.chat import ChatFormatter, fit_conversation
 from outrider.engine.compat import check_facts
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
 from outrider.engine.errors import EngineError, TemplateError
 from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
+from outrider.engine.llama.backend import Backend, LoadedModel, ModelContext
 from outrider.engine.params import ChatMessage, DraftParams, PairSpec, SamplingParams, TextRequest
 from outrider.engine.speculative import GenerationRequest, SpeculativeDecoder
 

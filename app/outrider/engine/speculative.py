@@ -23,10 +23,11 @@ from typing import Protocol
 import numpy as np
 
 from outrider.engine.autodraft import AutoDraftLength
-from outrider.engine.backend import LoadedModel, ModelContext
 from outrider.engine.drafters import EMPTY_DRAFT, Draft, DraftSource, common_prefix_length
 from outrider.engine.errors import ContextOverflowError, DecodeError
 from outrider.engine.events import DoneEvent, StepEvent
+from outrider.engine.llama.backend import LoadedModel, ModelContext
+from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter
 from outrider.engine.params import DraftParams, SamplingParams
 from outrider.engine.sampling import (
     accept_draft_token,
@@ -36,7 +37,6 @@ from outrider.engine.sampling import (
     sample,
 )
 from outrider.engine.stats import GenerationStats, PlainRateMeter
-from outrider.engine.text import IncrementalDetokenizer, StopStringFilter
 
 STOP_EOG = "stop"  # end-of-generation token or a stop string
 STOP_LENGTH = "length"  # max tokens reached or the context is full

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from outrider.engine.events import ProtocolError as ProtocolError
+from outrider.engine.llama.text import clean_text as clean_text
 from outrider.engine.params import ChatMessage as ChatMessage
 from outrider.engine.params import ContextSettings as ContextSettings
 from outrider.engine.params import DraftParams as DraftParams
@@ -38,7 +39,6 @@ from outrider.engine.params import PairSpec as PairSpec
 from outrider.engine.params import Role as Role
 from outrider.engine.params import SamplingParams as SamplingParams
 from outrider.engine.params import TextRequest as TextRequest
-from outrider.engine.text import clean_text as clean_text
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a longer message from the engine is a protocol violation

@@ -10,8 +10,8 @@ import pytest
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from pytestqt.qtbot import QtBot
 
-from outrider.engine.bench import DEFAULT_BENCH_PROMPTS, predicted_speedup
 from outrider.engine.events import DoneEvent, stats_from_wire
+from outrider.engine.measure.bench import DEFAULT_BENCH_PROMPTS, predicted_speedup
 from outrider.engine.stats import GenerationStats
 from outrider.ui.dialogs.benchmark_dialog import BenchmarkDialog, default_prompt_list
 from outrider.ui.dialogs.benchmark_results import ResultColumn, results_markdown

@@ -12,8 +12,8 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from pytestqt.qtbot import QtBot
 
 from outrider.engine.events import DoneEvent, stats_from_wire
+from outrider.engine.measure.verify_stats import VerifyReport
 from outrider.engine.stats import GenerationStats
-from outrider.engine.verify_stats import VerifyReport
 from outrider.ui.dialogs.benchmark_dialog import BenchmarkDialog
 from outrider.ui.dialogs.verify_panel import verify_summary
 from outrider.worker.protocol import DraftParams, TextRequest

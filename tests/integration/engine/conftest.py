@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from outrider.engine.backend import Backend
+from outrider.engine.llama.backend import Backend
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from outrider.catalogue.local import check_local_pair
-from outrider.engine.backend import Backend, ContextSettings, LoadedModel, ModelSettings
 from outrider.engine.compat import (
     VOCAB_CHECK_START_TOKEN_ID,
     VOCAB_MAX_SIZE_DIFFERENCE,
@@ -27,7 +26,8 @@ from outrider.engine.compat import (
     facts_from_header,
 )
 from outrider.engine.errors import IncompatiblePairError
-from outrider.engine.gguf_header import read_header
+from outrider.engine.llama.backend import Backend, ContextSettings, LoadedModel, ModelSettings
+from outrider.engine.llama.gguf_header import read_header
 from outrider.engine.session import Engine, PairSpec
 from support.tiny_gguf import TinyShape, build_vocab, random_weights, vocab_variant, write_gguf
 

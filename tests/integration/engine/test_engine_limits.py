@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from outrider.engine.backend import Backend, LoadedModel, ModelContext
 from outrider.engine.errors import DecodeError
+from outrider.engine.llama.backend import Backend, LoadedModel, ModelContext
 from outrider.engine.params import ContextSettings, DraftParams, ModelSettings, PairSpec
 from outrider.engine.session import Engine
 from outrider.engine.speculative import DoneEvent, StepEvent

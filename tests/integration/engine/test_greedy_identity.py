@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from outrider.engine.backend import Backend, ContextSettings, LoadedModel, ModelContext, ModelSettings
+from outrider.engine.llama.backend import Backend, ContextSettings, LoadedModel, ModelContext, ModelSettings
 from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent, DraftParams
 from support.tiny_gguf import Family

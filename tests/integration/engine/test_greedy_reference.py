@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from outrider.engine.backend import Backend, ContextSettings
+from outrider.engine.llama.backend import Backend, ContextSettings
 from outrider.engine.params import DraftParams
 from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from outrider.engine.backend import Backend, ContextSettings
 from outrider.engine.chat import ChatMessage
 from outrider.engine.errors import ContextOverflowError
+from outrider.engine.llama.backend import Backend, ContextSettings
 from outrider.engine.session import Engine, PairSpec, TextRequest
 from outrider.engine.speculative import DoneEvent, DraftParams, StepEvent
 
@@ -95,7 +95,7 @@ def test_stop_string_across_token_boundaries(smol: Engine) -> None:
 def test_utf8_is_never_broken(smol: Engine) -> None:
     text = "héllo wörld — 世界 😀 👩‍👩‍👧 مرحبا"
     tokens = smol.target.tokenize(text, add_special=False, parse_special=False)
-    from outrider.engine.text import IncrementalDetokenizer
+    from outrider.engine.llama.text import IncrementalDetokenizer
 
     detok = IncrementalDetokenizer()
     parts = [detok.feed(smol.target.piece(t)) for t in tokens]

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from outrider.engine.backend import Backend, ContextSettings
+from outrider.engine.llama.backend import Backend, ContextSettings
 from outrider.engine.params import DraftParams, SamplingParams
 from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent

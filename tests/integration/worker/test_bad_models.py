@@ -88,7 +88,7 @@ def test_unreadable_file(corpus_dir: Path, good_model: Path, client: EngineClien
 
 def test_permission_precheck(good_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine's pre-check (run in the engine process before llama.cpp sees the file) names the problem."""
-    from outrider.engine import gguf_header
+    from outrider.engine.llama import gguf_header
 
     monkeypatch.setattr(gguf_header.os, "access", lambda *_a, **_k: False)
     with pytest.raises(gguf_header.GGUFHeaderError, match="no permission to read") as info:

@@ -229,7 +229,7 @@ def test_client_never_imports_llama_cpp(tiny_family: Family, tmp_path: Path) -> 
             c.load(PairSpec({str(tiny_family.target)!r}, context=ContextSettings(n_ctx=256)))
             list(c.generate(TextRequest(prompt="the", max_tokens=4)))
         assert "llama_cpp" not in sys.modules, "use"
-        assert not any(m.startswith(("outrider.engine.backend", "outrider.engine.session")) for m in sys.modules)
+        assert not any(m.startswith(("outrider.engine.llama.backend", "outrider.engine.session")) for m in sys.modules)
         print("clean")
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
@@ -242,7 +242,8 @@ def test_engine_request_types_mirror_the_engine() -> None:
     """The protocol's dataclasses keep the engine's field names (engine objects can be passed as they are)."""
     import dataclasses
 
-    from outrider.engine import backend, chat, drafters, events, sampling, session, speculative
+    from outrider.engine import chat, drafters, events, sampling, session, speculative
+    from outrider.engine.llama import backend
     from outrider.engine.stats import GenerationStats
     from outrider.worker import protocol
 
@@ -261,7 +262,8 @@ def test_engine_request_types_mirror_the_engine() -> None:
 
 
 def test_engine_dataclasses_are_accepted(client: EngineClient, tiny_family: Family) -> None:
-    from outrider.engine import backend, session
+    from outrider.engine import session
+    from outrider.engine.llama import backend
 
     spec = session.PairSpec(str(tiny_family.target), draft=str(tiny_family.draft),
                             context=backend.ContextSettings(n_ctx=N_CTX))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from outrider.engine.verify_stats import (
+from outrider.engine.measure.verify_stats import (
     END,
     OTHER,
     VerifyCollector,

@@ -3,11 +3,11 @@
 The same measurement as ``outrider bench``: for each prompt, ``runs`` rounds of plain then speculative generation,
 interleaved so that machine drift hits both alike, greedy sampling, and the per-prompt row (medians, measured
 speed-up = speculative tokens/s ÷ plain tokens/s, the cost model's predicted speed-up) is computed by
-``outrider.engine.bench``, so the GUI and the CLI can never disagree.
+``outrider.engine.measure.bench``, so the GUI and the CLI can never disagree.
 
 The runner is ``outrider.ui.dialogs.benchmark_runner``, the table model and Markdown report
 ``outrider.ui.dialogs.benchmark_results``. "Verify exactness" (``outrider.ui.dialogs.verify_panel``) runs
-``outrider verify``'s check (``outrider.engine.verify_stats``: greedy identity, then the per-position token
+``outrider verify``'s check (``outrider.engine.measure.verify_stats``: greedy identity, then the per-position token
 distributions of speculative vs plain samples) on the loaded pair, cancellable, with progress.
 
 Generations go through the engine bridge (``QtEngineBridge``: ``generate``/``cancel`` return at once, results
@@ -45,9 +45,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.engine.bench import DEFAULT_BENCH_PROMPTS, bench_summary
+from outrider.engine.measure.bench import DEFAULT_BENCH_PROMPTS, bench_summary
+from outrider.engine.measure.verify_stats import VerifyReport
 from outrider.engine.params import DraftParams, SamplingParams
-from outrider.engine.verify_stats import VerifyReport
 from outrider.fileio import atomic_write_text
 from outrider.ui.dialogs.benchmark_results import BenchmarkResultsModel, ResultColumn, results_markdown
 from outrider.ui.dialogs.benchmark_runner import BenchmarkRunner, EngineBridgeLike

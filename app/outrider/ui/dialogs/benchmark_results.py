@@ -9,7 +9,7 @@ from typing import Any
 
 from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, Qt
 
-from outrider.engine.bench import bench_summary, slower_labels
+from outrider.engine.measure.bench import bench_summary, slower_labels
 from outrider.ui.models.table_model import HeaderedTableModel
 
 Index = QModelIndex | QPersistentModelIndex

@@ -1,5 +1,5 @@
 """The benchmark's runner: interleaved plain/speculative generations through the engine bridge, one at a time,
-each prompt's row computed by ``outrider.engine.bench`` (the same maths as ``outrider bench``).
+each prompt's row computed by ``outrider.engine.measure.bench`` (the same maths as ``outrider bench``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Signal
 
-from outrider.engine.bench import bench_row, stats_dict
+from outrider.engine.measure.bench import bench_row, stats_dict
 from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
 from outrider.ui.bridges.engine_bridge import describe_error
 

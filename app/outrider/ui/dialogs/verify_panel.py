@@ -1,6 +1,7 @@
-"""The exactness check of the benchmark dialog: ``outrider verify``'s plan (``outrider.engine.verify_stats``: greedy
-identity, then the per-position token distributions of speculative vs plain samples) run through the engine
-bridge, cancellable, with progress; ``verify_summary`` puts its verdict in words.
+"""The exactness check of the benchmark dialog: ``outrider verify``'s plan
+(``outrider.engine.measure.verify_stats``: greedy identity, then the per-position token distributions of
+speculative vs plain samples) run through the engine bridge, cancellable,
+with progress; ``verify_summary`` puts its verdict in words.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Signal
 
-from outrider.engine.bench import stats_dict
+from outrider.engine.measure.bench import stats_dict
+from outrider.engine.measure.verify_stats import VerifyCollector, VerifyJob, VerifyReport
 from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
-from outrider.engine.verify_stats import VerifyCollector, VerifyJob, VerifyReport
 from outrider.ui.dialogs.benchmark_runner import RunState, describe_failure
 
 
@@ -30,8 +31,9 @@ class VerifyBridgeLike(Protocol):
 
 
 class VerifyRunner(QObject):
-    """Runs ``outrider verify``'s plan (``outrider.engine.verify_stats``) through the bridge, one generation at a
-    time: greedy speculative and plain, then ``samples`` speculative/plain pairs at the sampling settings.
+    """Runs ``outrider verify``'s plan (``outrider.engine.measure.verify_stats``) through the bridge, one
+    generation at a time: greedy speculative and plain, then ``samples`` speculative/plain pairs at the sampling
+    settings.
 
     Signals:
         progressed(int, int): generations done, generations in all.

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from outrider.catalogue.memory import MemoryInfo, describe_memory
 from outrider.catalogue.service import CatalogueService, OwnPairReport
-from outrider.engine.gguf_header import GGUFHeaderError
+from outrider.engine.llama.gguf_header import GGUFHeaderError
 from outrider.ui.bridges.tasks import QtTaskRunner
 from outrider.ui.picker.choice import PairChoice
 

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from outrider.engine.compat import VocabFacts
 from outrider.engine.errors import DecodeError, ModelLoadError
 from outrider.engine.events import ModelFacts
-from outrider.engine.gguf_header import GGUFHeaderError, read_header
+from outrider.engine.llama.gguf_header import GGUFHeaderError, read_header
 from outrider.engine.params import ContextSettings, ModelSettings
 
 FloatArray = npt.NDArray[np.float32]

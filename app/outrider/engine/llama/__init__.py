@@ -1,0 +1,1 @@
+"""What touches llama.cpp and GGUF files directly: the ctypes backend, the GGUF header reader, token text."""
