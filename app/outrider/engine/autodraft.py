@@ -15,8 +15,9 @@ for a geometric run — accepted / (accepted + rejections) — over an exponenti
 Learning while plain: when plain decoding is chosen, the decoder keeps scoring the drafter on the target's own
 tokens (``observe_shadow``: would the draft's greedy guess have matched?), so acceptance is not frozen at the
 value that made speculation stop. Speculation is also probed again after an interval, with a draft long enough
-to pay if acceptance has come back; a probe that pays resets the interval, one that does not doubles it (so a
-pair where speculation never pays loses well under 3%).
+to pay if acceptance has come back; a probe that pays resets the interval, one that does not doubles it. A probe
+is skipped while even a somewhat higher acceptance than the measured one would not pay (``PROBE_MARGIN``): a draft
+the shadow scoring finds useless costs only the scoring (a batched draft pass every 8 to 128 plain tokens).
 
 Costs: ``draft_s`` passed to ``observe`` must be the cost of drafting itself: the decoder leaves out a draft
 model's catch-up on tokens emitted by plain steps (after a plain streak it evaluates them all at once, and that
@@ -32,6 +33,7 @@ DECAY = 0.9  # weight of the past in the EWMAs (about a 10-step memory)
 PRIOR_SLOPE = 0.25  # extra verify cost per extra token, as a fraction of c_verify(1), until measured
 PROBE_START, PROBE_MAX = 16, 256  # plain steps between speculation probes while plain decoding is chosen
 PROBE_ACCEPTANCE = 0.8  # a probe drafts the k that would be best at this acceptance: long enough to pay
+PROBE_MARGIN = 0.2  # probe only while acceptance this much above the measured one would make drafting pay
 WARMUP_STEPS = 8  # speculative steps before a promising pair may be judged not worth drafting
 WARMUP_ACCEPTANCE = 0.5  # ... "promising": acceptance so far at least this
 STALE_AFTER = 64  # observations after which a batch size's measured cost is forgotten (batch 1 is kept fresh)
@@ -67,9 +69,11 @@ class CostModel:
         self._accepted = 0.0
         self._rejections = 0.0
         self._line_cache: tuple[float, float] | None = None
+        self._costs_cache: list[float] | None = None
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
         self._line_cache = None
+        self._costs_cache = None
         self._observations += 1
         if 1 <= batch < len(self.verify):
             self.verify[batch].add(verify_s)
@@ -148,11 +152,35 @@ class CostModel:
         return expected_tokens_per_pass(a, k) / (k * c_d + c_v)
 
     def best_k(self, acceptance: float | None = None) -> int | None:
-        """argmax over k of ``rate(k)``; None until every rate can be estimated."""
-        rates = [(self.rate(k, acceptance), k) for k in range(self.k_max + 1)]
-        if any(r is None for r, _ in rates):
+        """argmax over k of ``rate(k)`` (ties to the larger k); None until every rate can be estimated.
+
+        Called every step: the verify costs are computed once per observation (``_verify_costs``) and E(k) is
+        accumulated as E(k-1) + a^k, so a call costs a few microseconds, not k_max full ``rate`` evaluations."""
+        costs = self._verify_costs()
+        if costs is None:
             return None
-        return max((r, k) for r, k in rates if r is not None)[1]
+        a = self.acceptance if acceptance is None else acceptance
+        c_d = self.draft_per_token.value
+        if a is None or c_d is None:
+            return None
+        best_rate, best = 1.0 / costs[0], 0
+        expected, a_power = 1.0, 1.0
+        for k in range(1, self.k_max + 1):
+            a_power *= a
+            expected += a_power
+            rate = expected / (k * c_d + costs[k])
+            if rate >= best_rate:
+                best_rate, best = rate, k
+        return best
+
+    def _verify_costs(self) -> list[float] | None:
+        """[c_verify(1), ..., c_verify(k_max + 1)], cached until the next observation (None before any)."""
+        if self._costs_cache is None:
+            costs = [self.verify_cost(n) for n in range(1, self.k_max + 2)]
+            if any(c is None for c in costs):
+                return None
+            self._costs_cache = [c for c in costs if c is not None]
+        return self._costs_cache
 
 
 class AutoDraftLength:
@@ -186,12 +214,19 @@ class AutoDraftLength:
         else:
             k = 0
             self._plain_streak += 1
-            if self._plain_streak >= self._probe_interval:
+            if self._plain_streak >= self._probe_interval and self._probe_could_pay():
                 self._plain_streak = 0
                 k = max(1, m.best_k(PROBE_ACCEPTANCE) or self.k_start)
                 self._probing = True
         self.last_choice = k
         return k
+
+    def _probe_could_pay(self) -> bool:
+        """A probe re-measures the costs of drafting; it is worth its price only if an acceptance a little
+        better than the one measured (on speculative steps and by shadow scoring) would make drafting pay. An
+        unrelated draft, scored at ~0 on the target's own tokens, is then never probed."""
+        a = self.model.acceptance
+        return a is None or (self.model.best_k(min(1.0, a + PROBE_MARGIN)) or 0) > 0
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
         if self._probing:

@@ -41,6 +41,7 @@ class Draft:
     synced: int = 0
 
 EMPTY_DRAFT = Draft([])
+SHADOW_WINDOW = 16  # a draft model's guesses scored per shadow scoring (the most recent ones)
 
 
 class DraftSource(Protocol):
@@ -129,14 +130,21 @@ class ModelDraft:
         With ``score_from``, also compare the draft's greedy guess for each of ``committed[score_from:]`` with the
         token actually there; returns (agreements, trials)."""
         keep = min(common_prefix_length(self.cached, committed), len(committed) - 1)
+        if score_from is not None and score_from > 0:
+            # The guess for committed[score_from] is the output at position score_from - 1: re-evaluate that one
+            # token even when it is cached (it is after the previous scoring), so the batch yields its logits.
+            keep = min(keep, score_from - 1)
         self.context.truncate(keep)
         del self.cached[keep:]
         new = committed[keep:]
         hits = trials = 0
         if score_from is not None and keep < score_from < len(committed) and len(new) <= self.context.n_batch:
-            # Output j of this batch predicts committed[keep + j + 1].
-            self.context.decode(new, logits="all")
-            for j in range(score_from - keep - 1, len(new) - 1):
+            # Output j of this batch predicts committed[keep + j + 1]. Only the last SHADOW_WINDOW guesses are
+            # scored: each scored position costs the draft's output head (a vocabulary-sized product), which for a
+            # small draft costs more than its layers; the KV of every new token is needed anyway.
+            first = max(score_from - keep - 1, len(new) - 1 - SHADOW_WINDOW)
+            self.context.decode(new, logits=len(new) - first)
+            for j in range(first, len(new) - 1):
                 trials += 1
                 hits += int(greedy_token(self._logits(j)) == committed[keep + j + 1])
         else:

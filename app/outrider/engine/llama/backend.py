@@ -386,8 +386,9 @@ class ModelContext:
         self.n_past = 0
 
     # -- evaluation -----------------------------------------------------------------------------------------
-    def decode(self, tokens: Sequence[int], *, logits: str = "last", abortable: bool = False) -> None:
-        """Evaluate ``tokens`` at positions ``n_past ..``; ``logits`` is ``last``, ``all`` or ``none``.
+    def decode(self, tokens: Sequence[int], *, logits: str | int = "last", abortable: bool = False) -> None:
+        """Evaluate ``tokens`` at positions ``n_past ..``; ``logits`` is ``last``, ``all``, ``none`` or a count n:
+        the last n positions (the output head costs a vocabulary-sized product per position that has logits).
 
         Longer inputs are split into ``n_batch`` chunks (logits then only for the final chunk). On failure
         the cache is rolled back to where it was and DecodeError is raised.
@@ -431,20 +432,21 @@ class ModelContext:
         """Wait until the device has finished the submitted work (``decode`` may return before on a GPU)."""
         ll.llama_synchronize(self._ctx)
 
-    def _fill_batch(self, tokens: Sequence[int], pos0: int, logits: str) -> None:
+    def _fill_batch(self, tokens: Sequence[int], pos0: int, logits: str | int) -> None:
         b = self._batch
         n = len(tokens)
         b.n_tokens = n
         tok, pos, nseq, seq, out = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
-        want_all = logits == "all"
+        if isinstance(logits, int):
+            first_out = n - max(0, min(logits, n))
+        else:
+            first_out = {"all": 0, "last": n - 1}.get(logits, n)
         for i, t in enumerate(tokens):
             tok[i] = t
             pos[i] = pos0 + i
             nseq[i] = 1
             seq[i][0] = 0
-            out[i] = want_all
-        if logits == "last":
-            out[n - 1] = True
+            out[i] = i >= first_out
 
     def logits_row(self, i: int) -> FloatArray:
         """A read-only numpy *view* of the logits of output ``i`` of the last decode (negative from the end).
