@@ -421,6 +421,29 @@ class HistoryStore:
             ).fetchall()
         return sorted(int(r[0]) for r in rows)
 
+    def reopen_reply(self, message_id: int) -> str:
+        """Set a finished assistant reply that is its conversation's last message back to ``streaming``, to
+        continue it (``ChatTurns.continue_reply``); returns its text. ``finish_reply`` ends it again.
+
+        Raises:
+            MessageNotFoundError: no such message.
+            ValueError: not an assistant reply, still streaming, or not the last message of its conversation.
+        """
+        with self._write() as conn:
+            row = conn.execute("SELECT conversation_id, role, status, text FROM messages WHERE id = ?",
+                               (message_id,)).fetchone()
+            if row is None:
+                raise MessageNotFoundError(message_id)
+            conversation_id, role, status, text = int(row[0]), str(row[1]), str(row[2]), str(row[3])
+            self._require_conversation(conn, conversation_id)
+            later = conn.execute("SELECT 1 FROM messages WHERE conversation_id = ? AND id > ? LIMIT 1",
+                                 (conversation_id, message_id)).fetchone()
+            if role != str(Role.ASSISTANT) or status == str(MessageStatus.STREAMING) or later is not None:
+                raise ValueError("only the last reply of a conversation, once finished, can be continued")
+            conn.execute("UPDATE messages SET status = 'streaming', updated_at = ? WHERE id = ?",
+                         (time.time(), message_id))
+            return text
+
     def edit_message(self, message_id: int, text: str, *, drop_following: bool = False) -> None:
         """Replace a message's text; with ``drop_following`` also remove every later message (one transaction)."""
         now = time.time()
