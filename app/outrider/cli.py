@@ -13,11 +13,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from outrider.commands import ask, chats, generate, models, verify
+from outrider.commands import ask, chats, generate, models, serve, verify
 from outrider.commands.base import CliError
 
 # Command families, each a module with ``register(subparsers)``, in the order ``--help`` lists them.
-COMMAND_MODULES = (generate, models, chats, ask, verify)
+COMMAND_MODULES = (generate, models, chats, ask, verify, serve)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,164 @@
+"""``outrider serve``: the pair over an OpenAI-compatible HTTP API on this machine (docs/server.md).
+
+    outrider serve (--pair ID | --target T [--draft D | --lookup]) [--host 127.0.0.1] [--port 8080]
+                   [--api-key KEY] [draft / sampling / hardware options as in generate]
+
+The pair is loaded in the engine process before the port opens (a bad file is one line, exit 2); the options of
+``generate`` are the defaults of every request, which may override ``temperature``, ``top_p``, ``top_k``,
+``min_p``, ``seed``, ``max_tokens`` and ``stop``. After an engine crash the next request reloads the pair.
+Ctrl-C stops the server (exit 130).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, positive_int
+from outrider.commands.generate import _add_model_options, _pair_spec, _text_request, context_note, note
+
+API_KEY_ENV = "OUTRIDER_API_KEY"
+DEFAULT_MAX_TOKENS_LIMIT = 4096
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve the pair over an OpenAI-compatible HTTP API (localhost by default)")
+    p.add_argument("--pair", help="a catalogue pair id (installed; see `outrider models list`) instead of --target")
+    _add_model_options(p)
+    # --target is required by generate; here --pair may name the models instead (checked in cmd_serve).
+    p._option_string_actions["--target"].required = False
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; another host prints a warning)")
+    p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0 = any free port)")
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' (default ${API_KEY_ENV} when set, else no key)")
+    p.add_argument("--max-tokens-limit", type=positive_int, default=DEFAULT_MAX_TOKENS_LIMIT,
+                   help="the largest max_tokens a request may ask for, and the default when it asks for none "
+                        f"(default {DEFAULT_MAX_TOKENS_LIMIT})")
+    p.add_argument("--max-request-bytes", type=positive_int, default=1 << 20,
+                   help="the largest request body in bytes (default 1 MiB)")
+    p.add_argument("--max-queued", type=int, default=16,
+                   help="requests that may wait for the engine behind the running one (default 16; more get 429)")
+    p.add_argument("--name", help="the model id /v1/models reports (default: the pair id or the target's file name)")
+    p.set_defaults(func=cmd_serve, max_tokens=1)
+
+
+def _resolve_pair(args: argparse.Namespace) -> None:
+    """``--pair ID``: fill in target/draft/lookup (and the pair's recommended k, unless --k was given)."""
+    if args.pair is None:
+        if args.target is None:
+            raise CliError("serve needs --pair ID or --target T")
+        return
+    if args.target is not None or args.draft is not None or args.lookup:
+        raise CliError("--pair names the models itself: give --pair, or --target with --draft/--lookup, not both")
+    from outrider.catalogue import ModelStore, load_catalogue
+    from outrider.catalogue.schema import CatalogueError
+
+    try:
+        catalogue = load_catalogue()
+        pair = catalogue.get(args.pair)
+    except CatalogueError as exc:
+        raise CliError(f"the catalogue cannot be read: {exc}") from None
+    except KeyError as exc:
+        raise CliError(str(exc.args[0])) from None
+    state = ModelStore().pair_state(pair)
+    if not state.installed or state.target_path is None:
+        raise CliError(f"pair {pair.id} is not installed: run `outrider models download {pair.id}`")
+    args.target = str(state.target_path)
+    args.draft = str(state.draft_path) if state.draft_path is not None else None
+    args.lookup = pair.draft is None
+    if args.k is None and isinstance(pair.settings.k, int):
+        args.k = pair.settings.k
+    if args.draft_min == 0:
+        args.draft_min = pair.settings.draft_min
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    key: str | None = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    if key is not None and (not key.strip() or any(c.isspace() or not c.isprintable() for c in key)):
+        raise CliError("the API key must be printable text without spaces")
+    return key
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from outrider.server.app import ServerConfig, create_app
+    from outrider.server.requests import Defaults
+    from outrider.server.runner import BindError, bind, host_warning, serve_forever, url_of
+    from outrider.server.scheduler import EngineScheduler
+
+    _resolve_pair(args)
+    if args.in_process:
+        raise CliError("serve always runs the engine in its own process (--in-process is for generate)")
+    if args.max_queued < 0:
+        raise CliError(f"--max-queued must be >= 0, got {args.max_queued}")
+    key = _api_key(args)
+    spec = _pair_spec(args)
+    probe = _text_request(args, prompt="")  # sampling and draft options, checked before anything loads
+    defaults = Defaults(sampling=probe.sampling, draft=probe.draft, max_tokens_limit=args.max_tokens_limit)
+    name = args.name or args.pair or Path(args.target).name
+    try:
+        sock = bind(args.host, args.port)  # before loading: a busy port is known at once
+    except BindError as exc:
+        raise CliError(str(exc)) from None
+    warning = host_warning(args.host, sock.getsockname()[1], key)
+    if warning:
+        sys.stderr.write(f"outrider: warning: {warning}\n")
+    engine = _ServedEngine(spec)
+    try:
+        engine.load()
+        scheduler = EngineScheduler(engine.client, max_queued=args.max_queued, prepare=engine.reload_if_needed)
+        app = create_app(scheduler, ServerConfig(model_name=lambda: name, api_key=key, defaults=defaults,
+                                                 max_request_bytes=args.max_request_bytes))
+        url = url_of(sock)
+        sys.stderr.write(f"outrider: serving {name} at {url}/v1 (OpenAI-compatible; Ctrl-C to stop)\n")
+        sys.stderr.flush()
+        try:
+            serve_forever(app, sock)
+        finally:
+            scheduler.close(timeout=5.0)
+    finally:
+        engine.close()
+        sock.close()
+    return 0
+
+
+class _ServedEngine:
+    """The engine process for ``serve``: loads the pair, reloads it after a crash (on the scheduler's thread)."""
+
+    def __init__(self, spec: Any) -> None:
+        from outrider.worker.client import EngineClient
+
+        self.client = EngineClient()
+        self._spec = spec
+        self._lock = threading.Lock()
+        self._noted: set[str] = set()
+
+    def load(self) -> None:
+        from outrider.worker.errors import EngineCrashed, EngineRequestError, WorkerError
+
+        try:
+            info = self.client.load(self._spec)
+        except EngineRequestError as exc:
+            raise CliError(str(exc), EXIT_BAD_INPUT) from None
+        except (EngineCrashed, WorkerError) as exc:
+            raise CliError(str(exc), EXIT_RUNTIME) from None
+        for text in info.notes:
+            note(text, self._noted)
+        raised = context_note(self._spec.context.n_ctx, info.n_ctx)
+        if raised:
+            note(raised, self._noted)
+
+    def reload_if_needed(self) -> None:
+        """Before each reply: a crashed engine is started again with the same pair (one note on stderr)."""
+        with self._lock:
+            if self.client.running and self.client.loaded is not None:
+                return
+            note("the engine process had stopped; loading the pair again")
+            self.client.load(self._spec)
+
+    def close(self) -> None:
+        self.client.stop(timeout=5.0)

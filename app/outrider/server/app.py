@@ -1,0 +1,248 @@
+"""The OpenAI-compatible HTTP API (Starlette routes in a FastAPI app; streaming with sse-starlette).
+
+    GET  /health               {"status": "ok" | "no model"}   (no key needed)
+    GET  /v1/models            the served pair as one model
+    POST /v1/chat/completions  chat messages through the model's chat template (as in the app)
+    POST /v1/completions       raw text
+
+Every reply is a ``Job`` of the shared ``EngineScheduler``: queued in arrival order, never interleaved with another
+reply (the GUI's included). A client that disconnects — before its turn or mid-reply — cancels its job. A stream
+starts (HTTP 200) once its reply has produced its first event, so a refused request (context overflow …) is still an
+HTTP error, not a broken stream. Errors have OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from sse_starlette.sse import EventSourceResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from outrider.engine.events import DoneEvent, ErrorKind, StepBatch
+from outrider.server import responses
+from outrider.server.requests import ApiError, Defaults, ParsedRequest, chat_request, completion_request, parse_json
+from outrider.server.scheduler import EngineScheduler, Job, JobEvent, JobFailed, QueueFull, SchedulerClosed
+from outrider.worker.errors import EngineCrashed, EngineNotRunning, EngineRequestError, WorkerError
+
+DEFAULT_MAX_REQUEST_BYTES = 1 << 20  # 1 MiB of JSON: a long conversation fits, a runaway upload does not
+DISCONNECT_POLL_S = 0.25  # how often a waiting non-streaming request checks whether its client is still there
+SSE_PING_S = 15  # keep-alive comments while a stream waits between events
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """How the API answers. ``model_name()`` is the served model's id, None while no pair is loaded (503)."""
+
+    model_name: Callable[[], str | None]
+    api_key: str | None = None
+    defaults: Defaults = Defaults()
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+
+
+def create_app(scheduler: EngineScheduler, config: ServerConfig) -> FastAPI:
+    """The ASGI app serving ``scheduler``'s engine."""
+    app = FastAPI(title="Outrider", docs_url=None, redoc_url=None, openapi_url=None)
+    api = _Api(scheduler, config)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        error = ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=code)
+        return JSONResponse(error.body(), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+        error = ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type_="server_error",
+                         code="internal_error")
+        return JSONResponse(error.body(), status_code=500)
+
+    app.add_api_route("/health", api.health, methods=["GET"])
+    app.add_api_route("/v1/models", api.models, methods=["GET"])
+    app.add_api_route("/v1/chat/completions", api.chat_completions, methods=["POST"])
+    app.add_api_route("/v1/completions", api.completions, methods=["POST"])
+    return app
+
+
+def engine_error(error: BaseException) -> ApiError:
+    """The HTTP answer to a reply the engine could not produce (typed errors become words here, at the edge)."""
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, EngineRequestError):
+        if error.kind in (ErrorKind.CONTEXT_OVERFLOW, ErrorKind.INPUT_TOO_LONG, ErrorKind.BAD_REQUEST,
+                          ErrorKind.TEMPLATE):
+            return ApiError(400, error.message, param="messages", code=error.kind.value)
+        return ApiError(500, error.message, type_="server_error", code=error.kind.value)
+    if isinstance(error, EngineNotRunning):
+        return ApiError(503, "no model is loaded", type_="server_error", code="model_not_loaded")
+    if isinstance(error, EngineCrashed):
+        return ApiError(500, str(error), type_="server_error", code="engine_crashed")
+    if isinstance(error, WorkerError):
+        return ApiError(503, str(error), type_="server_error", code="engine_unavailable")
+    return ApiError(503, str(error) or type(error).__name__, type_="server_error", code="engine_unavailable")
+
+
+class _Reply:
+    """One job's events on the server's event loop (``deliver`` runs on the scheduler's thread)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.events: asyncio.Queue[JobEvent] = asyncio.Queue()
+
+    def deliver(self, event: JobEvent) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone, nobody listens
+            self._loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+
+class _Api:
+    def __init__(self, scheduler: EngineScheduler, config: ServerConfig) -> None:
+        self.scheduler = scheduler
+        self.config = config
+
+    # -- routes -----------------------------------------------------------------------------------------------
+    async def health(self) -> JSONResponse:
+        loaded = self.config.model_name() is not None
+        return JSONResponse({"status": "ok" if loaded else "no model", "waiting": self.scheduler.waiting},
+                            status_code=200 if loaded else 503)
+
+    async def models(self, request: Request) -> JSONResponse:
+        self._authorise(request)
+        name = self.config.model_name()
+        data = [] if name is None else [{"id": name, "object": "model", "created": 0, "owned_by": "outrider"}]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def chat_completions(self, request: Request) -> Response:
+        self._authorise(request)
+        parsed = chat_request(parse_json(await self._body(request)), self.config.defaults)
+        return await self._answer(request, parsed, chat=True)
+
+    async def completions(self, request: Request) -> Response:
+        self._authorise(request)
+        parsed = completion_request(parse_json(await self._body(request)), self.config.defaults)
+        return await self._answer(request, parsed, chat=False)
+
+    # -- checks -----------------------------------------------------------------------------------------------
+    def _authorise(self, request: Request) -> None:
+        key = self.config.api_key
+        if key is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
+            why = "no API key given (Authorization: Bearer …)" if not header else "incorrect API key"
+            raise ApiError(401, why, code="invalid_api_key")
+
+    async def _body(self, request: Request) -> bytes:
+        limit = self.config.max_request_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise ApiError(413, f"the request is {int(declared):,} bytes; this server's limit is {limit:,}",
+                           code="request_too_large")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"the request is over this server's limit of {limit:,} bytes",
+                               code="request_too_large")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    # -- answering --------------------------------------------------------------------------------------------
+    async def _answer(self, request: Request, parsed: ParsedRequest, *, chat: bool) -> Response:
+        name = self.config.model_name()
+        if name is None:
+            raise ApiError(503, "no model is loaded", type_="server_error", code="model_not_loaded")
+        reply = _Reply(asyncio.get_running_loop())
+        try:
+            job = self.scheduler.submit(parsed.text, reply.deliver)
+        except QueueFull as exc:
+            raise ApiError(429, str(exc), type_="server_error", code="queue_full") from None
+        except SchedulerClosed as exc:
+            raise ApiError(503, str(exc), type_="server_error", code="shutting_down") from None
+        ids = responses.ReplyIds("chatcmpl" if chat else "cmpl", name)
+        try:
+            first = await self._next_or_disconnect(request, reply, job)
+        except BaseException:
+            job.cancel()
+            raise
+        if first is None:  # the client left while its request waited or ran
+            return Response(status_code=499)
+        if isinstance(first, JobFailed):
+            raise engine_error(first.error)
+        if parsed.stream:
+            return EventSourceResponse(self._stream(first, reply, job, ids, chat=chat,
+                                                    include_usage=parsed.include_usage),
+                                       ping=SSE_PING_S, sep="\n")
+        return await self._whole(request, first, reply, job, ids, chat=chat)
+
+    async def _next_or_disconnect(self, request: Request, reply: _Reply, job: Job) -> JobEvent | None:
+        """The job's next event; None (and the job cancelled) if the client disconnected meanwhile."""
+        while True:
+            try:
+                return await asyncio.wait_for(reply.events.get(), DISCONNECT_POLL_S)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    job.cancel()
+                    return None
+
+    async def _whole(self, request: Request, event: JobEvent | None, reply: _Reply, job: Job,
+                     ids: responses.ReplyIds, *, chat: bool) -> Response:
+        while event is not None:
+            if isinstance(event, DoneEvent):
+                body = (responses.chat_completion if chat else responses.text_completion)(
+                    ids, event.text, event.stop_reason, event.stats)
+                return JSONResponse(body)
+            if isinstance(event, JobFailed):
+                raise engine_error(event.error)
+            event = await self._next_or_disconnect(request, reply, job)
+        return Response(status_code=499)
+
+    async def _stream(self, first: JobEvent, reply: _Reply, job: Job, ids: responses.ReplyIds, *, chat: bool,
+                      include_usage: bool) -> AsyncIterator[dict[str, str]]:
+        """SSE ``data:`` events: chunks, a last chunk with ``finish_reason`` and ``timings``, then ``[DONE]``.
+
+        A client that disconnects cancels this generator (sse-starlette), which cancels the job."""
+        try:
+            if chat:
+                yield _data(responses.chat_chunk(ids, {"role": "assistant", "content": ""}))
+            event = first
+            while True:
+                if isinstance(event, StepBatch):
+                    text = event.text
+                    if text:
+                        yield _data(responses.chat_chunk(ids, {"content": text}) if chat
+                                    else responses.text_chunk(ids, text))
+                elif isinstance(event, DoneEvent):
+                    reason = responses.FINISH_REASONS.get(event.stop_reason, "stop")
+                    yield _data(responses.chat_chunk(ids, {}, reason, event.stats) if chat
+                                else responses.text_chunk(ids, "", reason, event.stats))
+                    if include_usage:
+                        obj = "chat.completion.chunk" if chat else "text_completion"
+                        yield _data(responses.usage_chunk(ids, obj, event.stats))
+                    yield {"data": "[DONE]"}
+                    return
+                else:  # JobFailed mid-reply: the status line is sent, so the error travels as an event
+                    yield _data(engine_error(event.error).body())
+                    return
+                event = await reply.events.get()
+        finally:
+            if job.result is None:  # left before the end (set before the final event is delivered)
+                job.cancel()
+
+
+def _data(obj: dict[str, Any]) -> dict[str, str]:
+    return {"data": json.dumps(obj, ensure_ascii=False, separators=(",", ":"))}
+

@@ -1,0 +1,262 @@
+"""OpenAI request bodies → the engine's ``TextRequest``, with a precise ``ApiError`` for every bad field.
+
+Only JSON the OpenAI API defines (plus llama-server's ``top_k`` and ``min_p``) is understood. A field Outrider
+cannot honour (``n`` > 1, ``logprobs``, ``tools``, penalties …) is refused by name rather than silently ignored;
+fields that change nothing here (``user``, ``metadata``, ``store``…) are accepted. Ranges follow the OpenAI
+reference: ``temperature`` 0–2, ``top_p`` (0, 1], at most ``MAX_STOP`` stop strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
+
+MAX_STOP = 4  # OpenAI's limit on stop strings
+MAX_STOP_CHARS = 256
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad(message: str, param: str | None = None, code: str = "invalid_value") -> ApiError:
+    """A 400 ``invalid_request_error`` about ``param``."""
+    return ApiError(400, message, param=param, code=code)
+
+
+@dataclasses.dataclass(frozen=True)
+class Defaults:
+    """What a request gets for a field it leaves out (the ``serve`` command's options), and the bounds.
+
+    ``max_tokens_limit``: the largest ``max_tokens`` a request may ask for (also the default when absent).
+    """
+
+    sampling: SamplingParams = SamplingParams()
+    draft: DraftParams = DraftParams()
+    max_tokens_limit: int = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedRequest:
+    """A validated request: what to generate, and how to answer."""
+
+    text: TextRequest
+    stream: bool
+    include_usage: bool  # stream_options.include_usage: a last chunk with ``usage`` and no choices
+    model: str | None
+
+
+# Fields that change nothing for a local single-model server and are accepted as they are.
+_HARMLESS = frozenset({"model", "user", "metadata", "store", "service_tier", "parallel_tool_calls",
+                       "prediction", "modalities", "reasoning_effort", "suffix"})
+_NOT_SUPPORTED = {
+    "tools": "tool calls are not supported", "functions": "function calls are not supported",
+    "tool_choice": "tool calls are not supported", "function_call": "function calls are not supported",
+    "logit_bias": "logit_bias is not supported", "audio": "audio output is not supported",
+    "web_search_options": "web search is not supported", "best_of": "best_of is not supported",
+}
+_CHAT_FIELDS = frozenset({"messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+                          "min_p", "stop", "seed", "stream", "stream_options", "n", "logprobs", "top_logprobs",
+                          "presence_penalty", "frequency_penalty", "response_format"})
+_COMPLETION_FIELDS = frozenset({"prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed",
+                                "stream", "stream_options", "n", "logprobs", "echo", "presence_penalty",
+                                "frequency_penalty"})
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 saying what is wrong with it."""
+    try:
+        data = json.loads(body)
+    except UnicodeDecodeError:
+        raise bad("the request body is not UTF-8", code="invalid_json") from None
+    except json.JSONDecodeError as exc:
+        raise bad(f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                  code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise bad(f"the request body must be a JSON object, got {type(data).__name__}", code="invalid_json")
+    return data
+
+
+def chat_request(data: Mapping[str, Any], defaults: Defaults) -> ParsedRequest:
+    """``POST /v1/chat/completions``."""
+    _check_fields(data, _CHAT_FIELDS)
+    messages = _messages(data.get("messages"))
+    limit = data.get("max_completion_tokens", data.get("max_tokens"))
+    param = "max_completion_tokens" if "max_completion_tokens" in data else "max_tokens"
+    fmt = data.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        raise bad("response_format other than {\"type\": \"text\"} is not supported", "response_format",
+                  "unsupported_value")
+    return _parsed(data, defaults, messages=messages, prompt=None, max_tokens=limit, max_param=param)
+
+
+def completion_request(data: Mapping[str, Any], defaults: Defaults) -> ParsedRequest:
+    """``POST /v1/completions``: raw text, tokenised with the model's BOS rule (no chat template)."""
+    _check_fields(data, _COMPLETION_FIELDS)
+    prompt = data.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise bad("prompt must be a string (or a list of exactly one string)", "prompt",
+                  "missing_required_parameter" if prompt is None else "invalid_type")
+    if data.get("echo"):
+        raise bad("echo is not supported", "echo", "unsupported_parameter")
+    return _parsed(data, defaults, messages=None, prompt=prompt, max_tokens=data.get("max_tokens"),
+                   max_param="max_tokens")
+
+
+def _check_fields(data: Mapping[str, Any], known: frozenset[str]) -> None:
+    for name, value in data.items():
+        if name in _NOT_SUPPORTED and value not in (None, [], {}, "none", "auto"):
+            raise bad(_NOT_SUPPORTED[name], name, "unsupported_parameter")
+        if name not in known and name not in _HARMLESS and name not in _NOT_SUPPORTED:
+            raise bad(f"unknown field {name!r}", name, "unknown_parameter")
+    n = data.get("n", 1)
+    if n != 1 or isinstance(n, bool):
+        raise bad("only n = 1 is supported (one choice per request)", "n", "unsupported_value")
+    if data.get("logprobs") not in (None, False, 0) or data.get("top_logprobs") not in (None, 0):
+        raise bad("logprobs are not supported", "logprobs", "unsupported_parameter")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = data.get(name)
+        if value is not None and _number(value, name) != 0:
+            raise bad(f"{name} is not supported (only 0)", name, "unsupported_value")
+
+
+def _messages(value: Any) -> tuple[ChatMessage, ...]:
+    if value is None:
+        raise bad("messages is required", "messages", "missing_required_parameter")
+    if not isinstance(value, list):
+        raise bad(f"messages must be an array, got {type(value).__name__}", "messages", "invalid_type")
+    if not value:
+        raise bad("messages must not be empty", "messages", "empty_array")
+    out = [_message(m, f"messages[{i}]") for i, m in enumerate(value)]
+    if out[-1].role == "assistant":
+        raise bad("the last message must not be the assistant's (there is nothing to reply to)",
+                  f"messages[{len(out) - 1}].role")
+    return tuple(out)
+
+
+def _message(value: Any, where: str) -> ChatMessage:
+    if not isinstance(value, dict):
+        raise bad(f"{where} must be an object with role and content", where, "invalid_type")
+    role = value.get("role")
+    if role == "developer":
+        role = "system"  # OpenAI's newer name for the system message
+    if role in ("tool", "function"):
+        raise bad(f"{where}.role {role!r}: tool messages are not supported", f"{where}.role",
+                  "unsupported_value")
+    if role not in ("system", "user", "assistant"):
+        raise bad(f"{where}.role must be system, developer, user or assistant, got {role!r}", f"{where}.role")
+    return ChatMessage(role, _content(value.get("content"), f"{where}.content"))
+
+
+def _content(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # content parts: only text ones
+        texts = []
+        for i, part in enumerate(value):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad(f"{where}[{i}] must be a text part ({{\"type\": \"text\", \"text\": …}}); images and "
+                          f"audio are not supported", f"{where}[{i}]", "unsupported_value")
+            texts.append(part["text"])
+        return "".join(texts)
+    if value is None:
+        raise bad(f"{where} is required", where, "missing_required_parameter")
+    raise bad(f"{where} must be a string or an array of text parts, got {type(value).__name__}", where,
+              "invalid_type")
+
+
+def _number(value: Any, param: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise bad(f"{param} must be a number, got {json.dumps(value)}", param, "invalid_type")
+    return float(value)
+
+
+def _integer(value: Any, param: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad(f"{param} must be an integer, got {json.dumps(value)}", param, "invalid_type")
+    return value
+
+
+def _stops(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise bad("stop must be a string or an array of strings", "stop", "invalid_type")
+    if len(stops) > MAX_STOP:
+        raise bad(f"at most {MAX_STOP} stop strings, got {len(stops)}", "stop")
+    if any(not s or len(s) > MAX_STOP_CHARS for s in stops):
+        raise bad(f"each stop string must have 1 to {MAX_STOP_CHARS} characters", "stop")
+    return tuple(stops)
+
+
+def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[ChatMessage, ...] | None,
+            prompt: str | None, max_tokens: Any, max_param: str) -> ParsedRequest:
+    limit = defaults.max_tokens_limit
+    if max_tokens is None:
+        n_max = limit
+    else:
+        n_max = _integer(max_tokens, max_param)
+        if not 1 <= n_max <= limit:
+            raise bad(f"{max_param} must be between 1 and {limit} (this server's limit), got {n_max}", max_param)
+    base = defaults.sampling
+    temperature = base.temperature
+    if data.get("temperature") is not None:
+        temperature = _number(data["temperature"], "temperature")
+        if not 0 <= temperature <= 2:
+            raise bad(f"temperature must be between 0 and 2, got {temperature:g}", "temperature")
+    top_p = base.top_p
+    if data.get("top_p") is not None:
+        top_p = _number(data["top_p"], "top_p")
+        if not 0 < top_p <= 1:
+            raise bad(f"top_p must be in (0, 1], got {top_p:g}", "top_p")
+    top_k = base.top_k
+    if data.get("top_k") is not None:
+        top_k = _integer(data["top_k"], "top_k")
+        if top_k < 0:
+            raise bad(f"top_k must be >= 0, got {top_k}", "top_k")
+    min_p = base.min_p
+    if data.get("min_p") is not None:
+        min_p = _number(data["min_p"], "min_p")
+        if not 0 <= min_p <= 1:
+            raise bad(f"min_p must be in [0, 1], got {min_p:g}", "min_p")
+    seed = base.seed
+    if data.get("seed") is not None:
+        seed = _integer(data["seed"], "seed")
+        if seed < 0:
+            raise bad(f"seed must be >= 0, got {seed}", "seed")
+    stream = data.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise bad("stream must be true or false", "stream", "invalid_type")
+    options = data.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise bad("stream_options must be an object", "stream_options", "invalid_type")
+    include_usage = bool((options or {}).get("include_usage", False))
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise bad("model must be a string", "model", "invalid_type")
+    text = TextRequest(prompt=prompt, messages=messages, max_tokens=n_max,
+                       sampling=SamplingParams(temperature, top_k, top_p, min_p, seed), draft=defaults.draft,
+                       stop=_stops(data.get("stop")))
+    return ParsedRequest(text, stream, include_usage and stream, model)
