@@ -125,7 +125,11 @@ class PairSpec:
 
 @dataclasses.dataclass(frozen=True)
 class TextRequest:
-    """One reply to produce, from raw ``prompt`` text or from chat ``messages`` (exactly one of them)."""
+    """One reply to produce, from raw ``prompt`` text or from chat ``messages`` (exactly one of them).
+
+    ``continue_reply``: the last of ``messages`` is an assistant reply cut short (at the token limit); the model
+    continues its text instead of starting a new reply (the prompt ends with that text, no end of turn).
+    """
 
     prompt: str | None = None
     messages: tuple[ChatMessage, ...] | None = None
@@ -134,9 +138,12 @@ class TextRequest:
     draft: DraftParams = DraftParams()
     stop: tuple[str, ...] = ()
     plain: bool = False
+    continue_reply: bool = False
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("give either a prompt or chat messages")
+        if self.continue_reply and not (self.messages and self.messages[-1].role == "assistant"):
+            raise ValueError("continuing a reply needs the reply as the last chat message")
         if self.max_tokens < 1:
             raise ValueError(f"max tokens must be >= 1, got {self.max_tokens}")

@@ -130,15 +130,25 @@ class Engine:
         """Raw text, tokenised with the model's BOS rule (``--prompt``)."""
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
-    def tokenize_chat(self, messages: Sequence[ChatMessage], *, reserve: int = 0) -> list[int]:
-        """A conversation through the chat template; oldest turns are dropped to leave ``reserve`` tokens."""
+    def tokenize_chat(self, messages: Sequence[ChatMessage], *, reserve: int = 0,
+                      continue_reply: bool = False) -> list[int]:
+        """A conversation through the chat template; oldest turns are dropped to leave ``reserve`` tokens.
+
+        ``continue_reply``: the last message is an assistant reply to continue: the prompt is the conversation
+        before it with the generation prompt, then that reply's text (no end of turn).
+        """
         formatter = self._formatter
         if formatter is None:
             raise EngineError("no model is loaded")
         target = self.target
+        prefix = ""
+        if continue_reply:
+            if not messages or messages[-1].role != "assistant":
+                raise EngineError("continuing a reply needs the reply as the last chat message")
+            messages, prefix = messages[:-1], messages[-1].content
 
         def tokens_of(msgs: Sequence[ChatMessage]) -> list[int]:
-            return target.tokenize(formatter.render(msgs), add_special=False, parse_special=True)
+            return target.tokenize(formatter.render(msgs) + prefix, add_special=False, parse_special=True)
 
         n_ctx = self._decoder_or_raise().context.n_ctx
         budget = max(1, n_ctx - max(0, min(reserve, n_ctx // 2)))
@@ -191,7 +201,7 @@ class Engine:
         """Tokenise ``request`` (chat template or raw prompt) and stream the reply."""
         if request.messages is not None:
             reserve = min(request.max_tokens, 256)
-            tokens = self.tokenize_chat(request.messages, reserve=reserve)
+            tokens = self.tokenize_chat(request.messages, reserve=reserve, continue_reply=request.continue_reply)
         else:
             assert request.prompt is not None
             tokens = self.tokenize_prompt(request.prompt)

@@ -9,14 +9,22 @@ A turn is written in the order docs/history.md requires:
    streaming assistant message to checkpoint into (``ReplyCheckpointer``).
 3. The reply ends as a ``ReplyEnd`` (status, final text, ``ReplyStats``) built by ``reply_finished`` (the
    engine's ``DoneEvent``), ``reply_crashed`` (the engine died: the longest text known is kept),
-   ``reply_failed`` (an engine error) or ``reply_interrupted``; ``ReplyEnd.write`` commits it through the
-   checkpointer. Where each write runs (the GUI's store thread, the CLI's own) is the caller's business.
+   ``reply_failed`` (an engine error) or ``reply_interrupted`` (the user stopped it); ``ReplyEnd.write`` commits
+   it through the checkpointer. Where each write runs (the GUI's store thread, the CLI's own) is the caller's
+   business.
+
+How a reply ended (``EndReason``) is stored in its statistics' ``stop_reason``; ``end_reason`` reads it back, and
+rows written before end reasons existed (an ``interrupted`` reply with no reason) read as ``INTERRUPTED``: cause
+unknown. A reply cut at the token limit can be continued: ``ChatTurns.continue_reply`` reopens it and gives the
+engine the conversation with the reply's text as the start of its answer (``TextRequest.continue_reply``).
+Stored text never ends in a broken character (``whole_text``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 from outrider.engine.params import ChatMessage
@@ -65,12 +73,17 @@ class BegunReply:
 
 @dataclasses.dataclass(frozen=True)
 class Turn:
-    """A whole turn started: the question committed, the reply begun."""
+    """A whole turn started: the question committed, the reply begun.
+
+    ``continued``: the text the reply already had when it is a continuation (``ChatTurns.continue_reply``; the
+    last of ``history`` is then that reply and the engine continues it), else "".
+    """
 
     conversation_id: int
     user_message_id: int
     reply_id: int
     history: tuple[ChatMessage, ...]
+    continued: str = ""
 
 
 class ChatTurns:
@@ -113,12 +126,66 @@ class ChatTurns:
         begun = self.begin_reply(asked.conversation_id)
         return Turn(asked.conversation_id, asked.user_message_id, begun.reply_id, begun.history)
 
+    def continue_reply(self, conversation_id: int, reply_id: int) -> Turn:
+        """Reopen the finished reply ``reply_id`` (the conversation's last message) to continue it.
+
+        The history ends with that reply's text as an assistant message: send it with
+        ``TextRequest(continue_reply=True)``; the reply's final text is ``Turn.continued`` + what the engine adds.
+
+        Raises:
+            ValueError: it is not the conversation's last reply, or it is still streaming.
+            MessageNotFoundError, ConversationNotFoundError: it does not exist.
+        """
+        messages = self.store.get_conversation(conversation_id).messages
+        if not any(isinstance(m, Message) and m.id == reply_id for m in messages):
+            raise ValueError("that reply is not in this conversation")
+        text = self.store.reopen_reply(reply_id)
+        users = [m.id for m in messages if isinstance(m, Message) and m.role is Role.USER and m.id < reply_id]
+        history = (*engine_history([m for m in messages if m.id != reply_id]), ChatMessage("assistant", text))
+        return Turn(conversation_id, users[-1] if users else 0, reply_id, history, continued=text)
+
     def checkpointer(self, reply_id: int) -> ReplyCheckpointer:
         """Rate-limited checkpoints of the streaming reply ``reply_id`` (and its final write)."""
         return ReplyCheckpointer(self.store, reply_id)
 
 
 # -- how a reply ends -------------------------------------------------------------------------------------------
+class EndReason(StrEnum):
+    """How a reply ended, stored in ``ReplyStats.stop_reason`` (the engine's three reasons keep their names)."""
+
+    COMPLETE = "stop"  # the model ended its reply (end of turn or a stop string)
+    LENGTH = "length"  # cut at the token limit (or the context was full): it can be continued
+    STOPPED = "cancelled"  # the user stopped it
+    CRASHED = "crashed"  # the engine process died while writing it
+    FAILED = "error"  # the engine reported an error
+    STREAMING = "streaming"  # still being written
+    INTERRUPTED = "interrupted"  # cut short for a reason not recorded (a row from before end reasons, an app crash)
+
+
+_RECORDED = frozenset(str(r) for r in EndReason) - {EndReason.STREAMING, EndReason.INTERRUPTED}
+
+
+def end_reason(status: MessageStatus | str, stats: ReplyStats | None) -> EndReason:
+    """How a stored reply ended, from its status and statistics (older rows included: see the module doc)."""
+    status = MessageStatus(status)
+    if status is MessageStatus.STREAMING:
+        return EndReason.STREAMING
+    recorded = stats.stop_reason if stats is not None else None
+    if recorded in _RECORDED:
+        reason = EndReason(recorded)
+        if (status is MessageStatus.COMPLETE) == (reason in (EndReason.COMPLETE, EndReason.LENGTH)):
+            return reason
+    if status is MessageStatus.COMPLETE:
+        return EndReason.COMPLETE
+    return EndReason.FAILED if status is MessageStatus.ERROR else EndReason.INTERRUPTED
+
+
+def whole_text(text: str) -> str:
+    """``text`` without a broken character at its end (the U+FFFD a reply cut inside a multi-byte character
+    leaves), so stored text never ends in one."""
+    return text.rstrip("\ufffd")
+
+
 def reply_stats(stats: Any, stop_reason: str, *, pair_id: str | None = None,
                 temperature: float | None = None) -> ReplyStats:
     """The statistics stored with a reply, from the engine's ``GenerationStats`` (``DoneEvent.stats``).
@@ -138,36 +205,48 @@ def reply_stats(stats: Any, stop_reason: str, *, pair_id: str | None = None,
 
 @dataclasses.dataclass(frozen=True)
 class ReplyEnd:
-    """How a reply is finished in the history: its status, final text and statistics (None without a
-    ``DoneEvent``)."""
+    """How a reply is finished in the history: its status, final text and statistics (only ``stop_reason``
+    without a ``DoneEvent``)."""
 
     status: MessageStatus
     text: str
     stats: ReplyStats | None = None
+
+    @property
+    def reason(self) -> EndReason:
+        return end_reason(self.status, self.stats)
 
     def write(self, checkpointer: ReplyCheckpointer) -> None:
         """Commit it (always written, whatever the checkpoint interval)."""
         checkpointer.finish(self.text, self.status, self.stats)
 
 
+def _reason_only(reason: EndReason) -> ReplyStats:
+    return ReplyStats(stop_reason=str(reason))
+
+
 def reply_finished(text: str, stop_reason: str, stats: ReplyStats) -> ReplyEnd:
-    """The engine finished the reply: complete, or interrupted when it was cancelled (the user stopped it)."""
-    status = MessageStatus.INTERRUPTED if stop_reason == "cancelled" else MessageStatus.COMPLETE
-    return ReplyEnd(status, text, stats)
+    """The engine finished the reply: complete (``stop``, or ``length``: cut at the token limit), or
+    interrupted when it was cancelled (the user stopped it)."""
+    status = MessageStatus.INTERRUPTED if stop_reason == EndReason.STOPPED else MessageStatus.COMPLETE
+    return ReplyEnd(status, whole_text(text), stats)
 
 
-def reply_interrupted(text: str) -> ReplyEnd:
-    """Stopped before the engine finished (Ctrl-C, the user, a failed write): the text so far, interrupted."""
-    return ReplyEnd(MessageStatus.INTERRUPTED, text)
+def reply_interrupted(text: str, reason: EndReason = EndReason.STOPPED) -> ReplyEnd:
+    """Cut short before the engine finished — by default stopped by the user (Esc before the first token,
+    Ctrl-C) — with the text so far."""
+    return ReplyEnd(MessageStatus.INTERRUPTED, whole_text(text), _reason_only(reason))
 
 
 def reply_crashed(streamed: str, partial: str | None = None) -> ReplyEnd:
     """The engine process died: interrupted, with the longer of the text streamed here and the ``partial``
     text the engine client saw (it may have received steps not delivered yet)."""
     partial = partial or streamed
-    return ReplyEnd(MessageStatus.INTERRUPTED, partial if len(partial) >= len(streamed) else streamed)
+    text = partial if len(partial) >= len(streamed) else streamed
+    return ReplyEnd(MessageStatus.INTERRUPTED, whole_text(text), _reason_only(EndReason.CRASHED))
 
 
 def reply_failed(streamed: str) -> ReplyEnd:
     """The engine reported an error: an error when nothing was written, else interrupted with the text."""
-    return ReplyEnd(MessageStatus.ERROR if not streamed else MessageStatus.INTERRUPTED, streamed)
+    return ReplyEnd(MessageStatus.ERROR if not streamed else MessageStatus.INTERRUPTED, whole_text(streamed),
+                    _reason_only(EndReason.FAILED))
