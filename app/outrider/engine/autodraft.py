@@ -37,6 +37,7 @@ PROBE_MARGIN = 0.2  # probe only while acceptance this much above the measured o
 WARMUP_STEPS = 8  # speculative steps before a promising pair may be judged not worth drafting
 WARMUP_ACCEPTANCE = 0.5  # ... "promising": acceptance so far at least this
 STALE_AFTER = 64  # observations after which a batch size's measured cost is forgotten (batch 1 is kept fresh)
+OUTLIER_RATIO = 3.0  # a timing above this multiple of its running average is counted as this multiple
 SHADOW_START, SHADOW_MAX = 8, 128  # plain steps between scorings of the drafter while plain decoding is chosen
 
 
@@ -54,7 +55,13 @@ class _Ewma:
     value: float | None = None
 
     def add(self, x: float) -> None:
-        self.value = x if self.value is None else DECAY * self.value + (1 - DECAY) * x
+        """Average in ``x``, capped at OUTLIER_RATIO times the current value: one pass stalled by the machine (a
+        441 ms pass among 10 ms ones was seen) moves a cost by at most 20%, so it cannot flip the choice of k for
+        the rest of a reply, while a lasting change of load is still followed within a few steps."""
+        if self.value is None:
+            self.value = x
+        else:
+            self.value = DECAY * self.value + (1 - DECAY) * min(x, OUTLIER_RATIO * self.value)
 
 
 class CostModel:
@@ -95,15 +102,22 @@ class CostModel:
         return None if total <= 0 else self._accepted / total
 
     def verify_cost(self, n: int) -> float | None:
-        """Estimated seconds for a target pass over n tokens (None before any measurement)."""
+        """Estimated seconds for a target pass over n tokens (None before any measurement).
+
+        Never below the cost of one token for n > 1: a longer batch does not cost less, and noise that made it
+        look cheaper would make drafting "pay" even at acceptance 0."""
         exact = self._fresh(n)
-        if exact is not None:
-            return exact
-        line = self._verify_line()
-        if line is None:
-            return None
-        intercept, slope = line
-        return max(intercept + slope * n, 1e-9)
+        if exact is None:
+            line = self._verify_line()
+            if line is None:
+                return None
+            intercept, slope = line
+            exact = max(intercept + slope * n, 1e-9)
+        if n > 1:
+            single = self.verify_cost(1)
+            if single is not None:
+                return max(exact, single)
+        return exact
 
     def _fresh(self, n: int) -> float | None:
         """The measured cost of a batch of n, unless it was last measured more than STALE_AFTER observations ago:

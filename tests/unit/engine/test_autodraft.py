@@ -140,3 +140,28 @@ def test_a_cold_start_is_not_decided_by_one_noisy_pass() -> None:
         policy.observe(batch=k + 1, verify_s=cost(k + 1) * noise, drafted=k, accepted=accepted, draft_s=0.002 * k)
     assert sum(1 for k in chosen[:20] if k > 0) >= 8
     assert min(chosen[-20:]) > 0
+
+
+def test_one_stalled_plain_pass_does_not_make_drafting_look_free() -> None:
+    """Seen in a benchmark: plain 17.5 ms, one batch of 5 at 53 ms (nothing accepted), then one plain pass stalled
+    at 441 ms by the machine. The line through batch 1 and 5 then sloped down, a batch of 2 looked cheaper than
+    one token, and k = 1 was chosen at acceptance 0 for 16 steps."""
+    m = CostModel(k_max=8)
+    m.observe(batch=1, verify_s=0.0175, drafted=0, accepted=0, draft_s=0.0)
+    m.observe(batch=5, verify_s=0.0534, drafted=4, accepted=0, draft_s=0.011)
+    m.observe(batch=1, verify_s=0.441, drafted=0, accepted=0, draft_s=0.0)
+    assert m.verify_cost(1) == pytest.approx(0.9 * 0.0175 + 0.1 * 3 * 0.0175)  # the stall counts as 3x
+    assert all(m.verify_cost(n) >= m.verify_cost(1) for n in range(2, 10))  # type: ignore[operator]
+    assert m.best_k() == 0
+    policy = AutoDraftLength(k_max=8)
+    policy.model = m
+    assert policy.choose() == 0
+
+
+def test_a_longer_batch_never_costs_less_than_one_token() -> None:
+    m = CostModel(k_max=8)
+    m.observe(batch=1, verify_s=0.020, drafted=0, accepted=0, draft_s=0.0)
+    m.observe(batch=4, verify_s=0.010, drafted=3, accepted=0, draft_s=0.001)  # a fast moment: noise
+    assert m.verify_cost(4) == pytest.approx(0.020)
+    assert m.verify_cost(8) == pytest.approx(0.020)
+    assert m.best_k(0.0) == 0
