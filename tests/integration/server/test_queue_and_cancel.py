@@ -1,0 +1,152 @@
+"""Queueing and cancellation against a real engine process (a tiny generated family): two concurrent streams both
+complete, each equal to the same request served alone; a client that disconnects — mid-stream, while waiting for a
+whole answer, or while still queued — cancels its generation in the engine."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+from conftest import Served
+from outrider.engine.events import DoneEvent
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "the of and"
+LONG = 400  # tokens: far longer than any test waits for
+
+
+def stream_text(served: Served, prompt: str, max_tokens: int, out: dict[str, Any], key: str) -> None:
+    stream = served.api.completions.create(model="tiny", prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                           stream=True)
+    chunks = list(stream)
+    out[key] = ("".join(c.choices[0].text for c in chunks), chunks[-1].choices[0].finish_reason)
+
+
+def test_two_concurrent_streams_both_complete_correctly(tiny: Served) -> None:
+    alone_a = tiny.api.completions.create(model="t", prompt=PROMPT, max_tokens=48, temperature=0)
+    alone_b = tiny.api.completions.create(model="t", prompt="and the of", max_tokens=40, temperature=0)
+    tiny.reset()
+    out: dict[str, Any] = {}
+    threads = [threading.Thread(target=stream_text, args=(tiny, PROMPT, 48, out, "a")),
+               threading.Thread(target=stream_text, args=(tiny, "and the of", 40, out, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert out["a"] == (alone_a.choices[0].text, "length")
+    assert out["b"] == (alone_b.choices[0].text, "length")
+    jobs = tiny.wait_finished(2)
+    assert all(isinstance(j.result, DoneEvent) and j.result.stop_reason == "length" for j in jobs)
+
+
+def test_many_concurrent_requests_are_served_in_turn(tiny: Served) -> None:
+    expected = tiny.api.completions.create(model="t", prompt=PROMPT, max_tokens=12, temperature=0).choices[0].text
+    results: list[str] = []
+    lock = threading.Lock()
+
+    def ask() -> None:
+        text = tiny.api.completions.create(model="t", prompt=PROMPT, max_tokens=12, temperature=0).choices[0].text
+        with lock:
+            results.append(text)
+
+    threads = [threading.Thread(target=ask) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == [expected] * 6
+
+
+def _wait_cancelled(served: Served, count: int) -> DoneEvent:
+    job = served.wait_finished(count)[-1]
+    assert isinstance(job.result, DoneEvent), job.result
+    return job.result
+
+
+def test_a_client_that_disconnects_mid_stream_cancels_its_generation(tiny: Served) -> None:
+    tiny.reset()
+    stream = tiny.api.completions.create(model="t", prompt=PROMPT, max_tokens=LONG, temperature=0, stream=True)
+    first = next(iter(stream))
+    assert first.choices[0].text is not None
+    stream.close()  # the client goes away
+    done = _wait_cancelled(tiny, 1)
+    assert done.stop_reason == "cancelled"
+    assert done.stats.generated < LONG
+    assert tiny.engine.running  # the engine is free and well: the next request is answered
+    assert tiny.api.completions.create(model="t", prompt=PROMPT, max_tokens=4).usage.completion_tokens == 4  # type: ignore[union-attr]
+
+
+def _raw_request(served: Served, body: dict[str, Any]) -> socket.socket:
+    """A non-streaming request sent on a bare socket (so the test can hang up without reading the answer)."""
+    url = urlparse(served.url)
+    sock = socket.create_connection((url.hostname, url.port))
+    data = json.dumps(body).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return sock
+
+
+def test_a_client_that_disconnects_while_waiting_for_a_whole_answer_cancels_it(tiny: Served) -> None:
+    tiny.reset()
+    sock = _raw_request(tiny, {"prompt": PROMPT, "max_tokens": LONG, "temperature": 0})
+    time.sleep(0.5)  # the reply is under way
+    sock.close()
+    done = _wait_cancelled(tiny, 1)
+    assert done.stop_reason == "cancelled" and done.stats.generated < LONG
+
+
+def test_a_queued_request_whose_client_left_never_runs(tiny: Served) -> None:
+    tiny.reset()
+    running = tiny.api.completions.create(model="t", prompt=PROMPT, max_tokens=LONG, temperature=0, stream=True)
+    next(iter(running))  # the first request holds the engine
+    queued = _raw_request(tiny, {"prompt": PROMPT, "max_tokens": LONG})
+    deadline = time.monotonic() + 10
+    while tiny.server.scheduler.waiting < 1:
+        assert time.monotonic() < deadline, "the second request was queued"
+        time.sleep(0.02)
+    queued.close()
+    time.sleep(2 * 0.25 + 0.2)  # the server notices within its disconnect poll
+    running.close()
+    first, second = tiny.wait_finished(2)
+    assert isinstance(second.result, DoneEvent) and second.result.stop_reason == "cancelled"
+    assert second.result.stats.generated == 0 and second.result.stats.prompt_tokens == 0  # never reached the engine
+    assert isinstance(first.result, DoneEvent) and first.result.stop_reason == "cancelled"
+
+
+def test_the_queue_is_bounded(tiny_engine: Any) -> None:
+    from conftest import serve
+
+    served = serve(tiny_engine, "tiny", max_queued=0, max_tokens_limit=512)
+    try:
+        running = served.api.completions.create(model="t", prompt=PROMPT, max_tokens=LONG, stream=True)
+        next(iter(running))
+        url = urlparse(served.url)
+        conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+        conn.request("POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": 2}),
+                     {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 429
+        assert json.loads(response.read())["error"]["code"] == "queue_full"
+        running.close()
+    finally:
+        served.server.stop()
+
+
+def test_stopping_the_server_cancels_the_running_reply(tiny_engine: Any) -> None:
+    from conftest import serve
+
+    served = serve(tiny_engine, "tiny", max_tokens_limit=512)
+    stream = served.api.completions.create(model="t", prompt=PROMPT, max_tokens=LONG, stream=True)
+    next(iter(stream))
+    served.server.stop()
+    done = _wait_cancelled(served, 1)
+    assert done.stop_reason == "cancelled" and done.stats.generated < LONG
+    assert not served.server.running
