@@ -21,28 +21,49 @@ from outrider.engine.params import ContextSettings, DraftParams, ModelSettings, 
 from outrider.fileio import atomic_write_text
 
 SETTINGS_FILENAME = "settings.json"
-DRAFT_MODES = ("auto", "fixed", "off", "lookup")
-DRAFT_MODE_LABELS = {"auto": "Auto k (cost model)", "fixed": "Fixed k", "off": "Off (plain decoding)",
-                     "lookup": "Prompt lookup (n-gram)"}
+# Where the draft tokens come from: the pair's own drafter (its draft model; prompt lookup for a pair that has
+# none), prompt lookup forced, or none (plain decoding: the target alone, k = 0).
+DRAFT_SOURCES = ("model", "lookup", "none")
+DRAFT_SOURCE_LABELS = {"model": "The pair's draft model", "lookup": "Prompt lookup (n-gram)",
+                       "none": "None (plain decoding)"}
+# How the draft length k is chosen: by the cost model per step (0..k_max), or always ``k``.
+K_POLICIES = ("auto", "fixed")
+K_POLICY_LABELS = {"auto": "Automatic (cost model)", "fixed": "Fixed k"}
 THEMES = ("light", "dark")
 # Settings a chosen pair recommends; the ones the user set in the settings dialog are listed in
 # ``AppSettings.user_overrides`` and then kept when a pair is chosen.
-PAIR_RECOMMENDED = ("draft_mode", "k", "draft_min", "p_min", "context_size")
+PAIR_RECOMMENDED = ("draft_source", "k_policy", "k", "draft_min", "p_min", "context_size")
 # Keys renamed since a settings file could have been written: old name → new name. Read on load (the new name wins
 # when a file has both), including inside ``user_overrides``; the next save writes the new names only.
 RENAMED_KEYS = {"draft_k": "k"}  # the fixed draft length (draft_mode "fixed") was "draft_k"
+# The old single "draft_mode" (auto / fixed / off / lookup) is two settings now: the draft source and the k policy.
+# An old file's value is read into both (the new keys win when a file has them); a bad old value is ignored.
+SPLIT_DRAFT_MODE: dict[str, dict[str, str]] = {
+    "auto": {"draft_source": "model", "k_policy": "auto"},
+    "fixed": {"draft_source": "model", "k_policy": "fixed"},
+    "off": {"draft_source": "none"},
+    "lookup": {"draft_source": "lookup"},
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class AppSettings:
-    """Everything the settings dialog edits. ``draft_mode``: auto / fixed (draft length ``k``) / off / lookup."""
+    """Everything the settings dialog edits.
+
+    Drafting: ``draft_source`` (model / lookup / none, see ``DRAFT_SOURCES``) says where draft tokens come from;
+    ``k_policy`` how the draft length k is chosen: ``auto`` (the cost model picks 0..``k_max`` per step) or
+    ``fixed`` (always ``k``). Units: sizes in tokens, ``p_min``, ``top_p`` and ``min_p`` are probabilities 0–1;
+    GPU layers -1 = all, threads 0 = automatic, seed -1 = random.
+    """
 
     target_gpu_layers: int = -1
     draft_gpu_layers: int = -1
     context_size: int = 4096
     threads: int = 0
-    draft_mode: str = "auto"
+    draft_source: str = "model"
+    k_policy: str = "auto"
     k: int = 4
+    k_max: int = 16
     draft_min: int = 0
     p_min: float = 0.0
     temperature: float = 0.0
@@ -67,14 +88,15 @@ class AppSettings:
     def recommended(self, k: int | str, draft_min: int, p_min: float, n_ctx: int) -> dict[str, Any]:
         """The changes a pair's recommended settings make (``k``: a fixed draft length or ``"auto"``), leaving out
         those the user overrode."""
-        changes: dict[str, Any] = {"draft_min": draft_min, "p_min": p_min, "context_size": n_ctx}
+        changes: dict[str, Any] = {"draft_source": "model", "draft_min": draft_min, "p_min": p_min,
+                                   "context_size": n_ctx}
         if isinstance(k, int) and k > 0:
-            changes.update(draft_mode="fixed", k=k)
+            changes.update(k_policy="fixed", k=k)
         else:
-            changes["draft_mode"] = "auto"
+            changes["k_policy"] = "auto"
         keep = self.overridden()
-        if "draft_mode" in keep or "k" in keep:
-            keep |= {"draft_mode", "k"}
+        if "k_policy" in keep or "k" in keep:
+            keep |= {"k_policy", "k"}
         return {k: v for k, v in changes.items() if k not in keep}
 
     def validated(self) -> AppSettings:
@@ -84,7 +106,8 @@ class AppSettings:
         checks = {
             "target_gpu_layers": self.target_gpu_layers >= -1, "draft_gpu_layers": self.draft_gpu_layers >= -1,
             "context_size": 256 <= self.context_size <= 1 << 20, "threads": 0 <= self.threads <= 1024,
-            "draft_mode": self.draft_mode in DRAFT_MODES, "k": 1 <= self.k <= 64,
+            "draft_source": self.draft_source in DRAFT_SOURCES, "k_policy": self.k_policy in K_POLICIES,
+            "k": 1 <= self.k <= 64, "k_max": 1 <= self.k_max <= 64,
             "draft_min": 0 <= self.draft_min <= 64, "p_min": 0.0 <= self.p_min <= 1.0,
             "temperature": 0.0 <= self.temperature <= 5.0, "top_k": 0 <= self.top_k <= 100_000,
             "top_p": 0.0 <= self.top_p <= 1.0, "min_p": 0.0 <= self.min_p <= 1.0, "seed": self.seed >= -1,
@@ -127,16 +150,18 @@ class AppSettings:
                               seed=None if self.seed < 0 else self.seed)
 
     def draft_params(self) -> DraftParams:
+        """The drafting request: k = 0 (plain) with no draft source, ``k`` when fixed, ``None`` (auto) else."""
         k: int | None = None
-        if self.draft_mode == "fixed":
-            k = self.k
-        elif self.draft_mode == "off":
+        if self.draft_source == "none":
             k = 0
-        return DraftParams(k=k, draft_min=self.draft_min, p_min=self.p_min)
+        elif self.k_policy == "fixed":
+            k = self.k
+        return DraftParams(k=k, k_max=self.k_max, draft_min=self.draft_min, p_min=self.p_min)
 
     def pair_spec(self, target: str, draft: str | None, lookup: bool) -> PairSpec:
-        """The load request: ``lookup`` mode forces prompt lookup; otherwise the pair's own drafter."""
-        if self.draft_mode == "lookup":
+        """The load request: the ``lookup`` source forces prompt lookup; otherwise the pair's own drafter (also
+        with no draft source: it then drafts nothing, k = 0, and switching back needs no reload)."""
+        if self.draft_source == "lookup":
             draft, lookup = None, True
         return PairSpec(target=target, draft=draft, lookup=lookup and draft is None,
                         target_settings=ModelSettings(gpu_layers=self.target_gpu_layers),
@@ -145,15 +170,25 @@ class AppSettings:
 
 
 def _migrated(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with the keys of ``RENAMED_KEYS`` under their new names (in ``user_overrides`` too)."""
+    """``data`` with the keys of ``RENAMED_KEYS`` under their new names and an old ``draft_mode`` split into
+    ``draft_source`` and ``k_policy`` (``SPLIT_DRAFT_MODE``), in ``user_overrides`` too. New keys win."""
     data = dict(data)
     for old, new in RENAMED_KEYS.items():
         if old in data:
             value = data.pop(old)
             data.setdefault(new, value)
+    mode = data.pop("draft_mode", None)
+    if isinstance(mode, str):
+        for key, value in SPLIT_DRAFT_MODE.get(mode, {}).items():
+            data.setdefault(key, value)
     overrides = data.get("user_overrides")
     if isinstance(overrides, str) and overrides:
-        names = [RENAMED_KEYS.get(n, n) for n in overrides.split(",") if n]
+        names: list[str] = []
+        for n in overrides.split(","):
+            if n == "draft_mode":
+                names += ["draft_source", "k_policy"]
+            elif n:
+                names.append(RENAMED_KEYS.get(n, n))
         data["user_overrides"] = ",".join(dict.fromkeys(names))
     return data
 

@@ -83,7 +83,8 @@ def test_chosen_pair_loads_with_recommended_settings_and_is_remembered(qtbot: An
     assert spec.target == str(parts["target"]) and spec.draft == str(parts["draft"]) and not refuse
     assert spec.context.n_ctx == 8192
     v = settings.value
-    assert (v.draft_mode, v.k, v.draft_min, v.p_min, v.context_size) == ("fixed", 6, 2, 0.6, 8192)
+    assert (v.draft_source, v.k_policy, v.k, v.draft_min, v.p_min, v.context_size) == ("model", "fixed", 6, 2, 0.6,
+                                                                                         8192)
     assert v.draft_params().k == 6
     again = QtSettings(settings.path).value  # next start
     choice = _startup_choice(again)
@@ -97,7 +98,7 @@ def test_user_overrides_are_kept(qtbot: Any, parts: dict[str, Any]) -> None:
     with qtbot.waitSignal(win.session.engine_changed, check_params_cb=_loaded):
         win.choose_pair(_picked(parts["target"], parts["draft"], k="auto"))
     v = settings.value
-    assert (v.draft_mode, v.draft_min, v.p_min, v.context_size) == ("auto", 2, 0.9, 2048)
+    assert (v.k_policy, v.draft_min, v.p_min, v.context_size) == ("auto", 2, 0.9, 2048)
     assert parts["client"].loads[-1][0].context.n_ctx == 2048
 
 

@@ -30,22 +30,22 @@ def test_settings_persist_and_emit_only_on_change(qtbot: Any, tmp_path: Path) ->
     path = tmp_path / "settings.json"
     settings = QtSettings(path)
     with qtbot.waitSignal(settings.changed) as blocker:
-        settings.set(draft_mode="fixed", k=6, temperature=0.7, system_prompt="Be brief.", theme="dark")
-    assert sorted(blocker.args[0]) == ["draft_mode", "k", "system_prompt", "temperature", "theme"]
+        settings.set(k_policy="fixed", k=6, temperature=0.7, system_prompt="Be brief.", theme="dark")
+    assert sorted(blocker.args[0]) == ["k", "k_policy", "system_prompt", "temperature", "theme"]
     with qtbot.assertNotEmitted(settings.changed):
         assert settings.set(k=6) == []
     again = QtSettings(path)  # "restart"
     assert again.value == settings.value and again.value.draft_params().k == 6
     assert again.value.sampling().temperature == pytest.approx(0.7)
-    path.write_text(json.dumps({"draft_mode": "bogus", "context_size": "x", "top_p": 0.5}))
+    path.write_text(json.dumps({"draft_source": "bogus", "context_size": "x", "top_p": 0.5}))
     value = QtSettings(path).value
-    assert value.draft_mode == "auto" and value.context_size == 4096 and value.top_p == 0.5
+    assert value.draft_source == "model" and value.context_size == 4096 and value.top_p == 0.5
 
 
 def test_settings_map_to_engine_requests() -> None:
-    s = AppSettings(draft_mode="off")
+    s = AppSettings(draft_source="none")
     assert s.draft_params().k == 0
-    spec = AppSettings(draft_mode="lookup", context_size=2048).pair_spec("t.gguf", "d.gguf", False)
+    spec = AppSettings(draft_source="lookup", context_size=2048).pair_spec("t.gguf", "d.gguf", False)
     assert spec.lookup and spec.draft is None and spec.context.n_ctx == 2048
 
 

@@ -43,7 +43,7 @@ def test_old_settings_keys_are_migrated(tmp_path: Path) -> None:
                     encoding="utf-8")
     settings, notice = load_settings(path)
     assert notice is None
-    assert (settings.draft_mode, settings.k, settings.overridden()) == ("fixed", 7, {"k", "p_min"})
+    assert (settings.k_policy, settings.k, settings.overridden()) == ("fixed", 7, {"k", "p_min"})
     assert settings.draft_params().k == 7
     assert "draft_k" not in settings.to_json() and settings.to_json()["k"] == 7
     # A file with both names: the new one wins.

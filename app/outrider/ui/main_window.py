@@ -28,10 +28,10 @@ from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.chat_session import ChatSession
 from outrider.ui.dialogs.benchmark_dialog import BenchmarkDialog
-from outrider.ui.dialogs.settings_dialog import RELOAD_KEYS, SettingsDialog
+from outrider.ui.dialogs.settings_dialog import SettingsDialog
 from outrider.ui.picker.choice import PairChoice, pair_choice_of
 from outrider.ui.picker.dialog import PairPickerDialog
-from outrider.ui.settings import QtSettings
+from outrider.ui.settings import DRAFT_KEYS, QtSettings, drafting_text, reload_needed
 from outrider.ui.theme import app_icon, apply_theme
 from outrider.ui.widgets.chat_view import ChatView
 from outrider.ui.widgets.conversation_list import ConversationListModel, ConversationListView, ConversationRow
@@ -173,8 +173,8 @@ class MainWindow(QMainWindow):
         s.crashed.connect(self._on_session_crashed)
         s.load_failed.connect(self._on_session_load_failed)
         s.busy_changed.connect(c.set_busy)
-        self.stats.draft_off_requested.connect(lambda: self.settings.set(draft_mode="off"))
-        self.stats.draft_auto_requested.connect(lambda: self.settings.set(draft_mode="auto"))
+        self.stats.draft_off_requested.connect(lambda: self.settings.set(draft_source="none"))
+        self.stats.draft_auto_requested.connect(lambda: self.settings.set(k_policy="auto"))
         self.settings.changed.connect(self._on_settings_changed)
         self.settings.save_failed.connect(self.show_notice)
         self.store.conversations_changed.connect(self.refresh_conversations)
@@ -230,12 +230,12 @@ class MainWindow(QMainWindow):
         if info is None:
             self.engine_label.setText(f"Engine: {backend} · {st['state']}")
             return
-        draft = st.get("draft") or ("prompt lookup" if st.get("draft_mode") == "lookup" else "no draft")
         mem = st.get("memory_bytes", 0) / 2**20
         layers = st.get("gpu_layers", (0, 0))
         plain = self.session.last_plain_tps  # measured in the last reply (docs/metrics.md: plain_tps)
         self.engine_label.setText(
-            f"Engine: {backend} · target {st.get('target')} · draft {draft} · {mem:,.0f} MiB "
+            f"Engine: {backend} · target {st.get('target')} · {drafting_text(self.settings.value, info)} · "
+            f"{mem:,.0f} MiB "
             f"(weights + KV, ctx {st.get('n_ctx')}) · GPU layers {layers[0]}/{layers[1]}"
             + (f" · plain {plain:.1f} tok/s (last reply)" if plain else ""))
 
@@ -322,7 +322,7 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_settings(self) -> None:
-        dialog = SettingsDialog(self.settings.value, self)
+        dialog = SettingsDialog(self.settings.value, self, backend=self.bridge.client.backend)
         if dialog.exec():
             self.apply_user_settings(dialog.result_settings())
 
@@ -343,13 +343,12 @@ class MainWindow(QMainWindow):
             self.apply_settings_theme()
         if self._applying_pair:
             return
-        if "draft_mode" in names and self.session.choice is not None and (
-                "lookup" in (self.settings.value.draft_mode,) or self.session.choice.lookup):
-            self.session.reload()  # prompt lookup vs model draft is chosen at load time
-        elif any(n in RELOAD_KEYS for n in names) and self.session.choice is not None:
-            self.session.reload()
-        if "draft_mode" in names:
-            self.show_notice(f"Draft mode: {self.settings.value.draft_mode} (applies from the next reply)")
+        value = self.settings.value
+        if reload_needed(value, names, self.session.choice, self.session.loaded):
+            self.session.reload()  # prompt lookup vs model draft, layers, context: chosen at load time
+        if any(n in DRAFT_KEYS for n in names):
+            self.show_notice(f"Drafting: {drafting_text(value, self.session.loaded)} (applies from the next reply)")
+            self._on_session_engine_changed(self.session.loaded)
 
     def apply_settings_theme(self) -> None:
         app = QApplication.instance()

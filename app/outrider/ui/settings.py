@@ -1,6 +1,7 @@
 """The settings for the GUI: ``QtSettings`` wraps the plain settings of ``outrider.settings`` (``AppSettings``,
 ``load_settings``, ``save_settings``) with change signals: ``set(**changes)`` writes the file and emits
-``changed`` only for keys whose value really changed (STYLE.md §10).
+``changed`` only for keys whose value really changed (STYLE.md §10). ``drafting_text`` and ``reload_needed`` say
+what a change of the drafting settings means for the status bar and the loaded pair.
 """
 
 from __future__ import annotations
@@ -11,7 +12,47 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from outrider.engine.events import LoadedPair
 from outrider.settings import AppSettings, load_settings, save_settings, settings_path
+from outrider.ui.picker.choice import PairChoice
+
+# Settings whose change reloads the pair (they are fixed when the models are loaded).
+RELOAD_KEYS = ("target_gpu_layers", "draft_gpu_layers", "context_size", "threads")
+# Settings of drafting: a change applies from the next reply (the status bar and a notice say so).
+DRAFT_KEYS = ("draft_source", "k_policy", "k", "k_max", "draft_min", "p_min")
+
+
+def drafting_text(value: AppSettings, loaded: LoadedPair | None) -> str:
+    """How the next reply drafts, in words for the status bar: ``draft off (plain decoding)``, ``draft prompt
+    lookup (k auto ≤ 16)``, ``draft d.gguf (k 4)``. The settings win over what is loaded: with no draft source the
+    loaded drafter stays loaded but drafts nothing (k = 0)."""
+    if value.draft_source == "none" or (loaded is not None and loaded.draft_mode == "none"):
+        return "draft off (plain decoding)"
+    if loaded is None:
+        name = "prompt lookup" if value.draft_source == "lookup" else "model"
+    elif loaded.draft_mode == "lookup":
+        name = "prompt lookup"
+    else:
+        name = Path(loaded.draft.path).name if loaded.draft is not None else "model"
+    k = f"k auto ≤ {value.k_max}" if value.k_policy == "auto" else f"k {value.k}"
+    return f"draft {name} ({k})"
+
+
+def reload_needed(value: AppSettings, names: list[str], choice: PairChoice | None,
+                  loaded: LoadedPair | None) -> bool:
+    """Whether the settings ``names`` just changed need the pair loaded again: a ``RELOAD_KEYS`` setting, or a
+    draft source whose drafter differs from the loaded one (prompt lookup vs the draft model is chosen at load
+    time; no draft source keeps the loaded drafter, drafting nothing)."""
+    if choice is None:
+        return False
+    if any(n in RELOAD_KEYS for n in names):
+        return True
+    if "draft_source" not in names or value.draft_source == "none":
+        return False
+    if loaded is None:
+        return True  # loading (or crashed): load again with the new source
+    spec = value.pair_spec(str(choice.target), str(choice.draft) if choice.draft else None, choice.lookup)
+    return spec.draft_mode != loaded.draft_mode
 
 
 class QtSettings(QObject):

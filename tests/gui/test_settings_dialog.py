@@ -1,0 +1,148 @@
+"""The settings: grouped fields with units and help, what does not apply disabled, the CPU-build GPU note, the
+draft source / k policy split (and old settings files with one "draft mode" loading into it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtWidgets import QGroupBox
+
+from outrider.engine.events import LoadedPair, ModelFacts
+from outrider.settings import AppSettings, load_settings, save_settings
+from outrider.ui.dialogs.settings_dialog import GROUPS, SettingsDialog
+from outrider.ui.picker.choice import PairChoice
+from outrider.ui.settings import drafting_text, reload_needed
+
+
+def _dialog(qtbot: Any, settings: AppSettings | None = None, **kw: Any) -> SettingsDialog:
+    dialog = SettingsDialog(settings or AppSettings(), **kw)
+    qtbot.addWidget(dialog)
+    return dialog
+
+
+@pytest.mark.parametrize(("mode", "source", "policy", "k"), [
+    ("auto", "model", "auto", None), ("fixed", "model", "fixed", 7), ("off", "none", "auto", 0),
+    ("lookup", "lookup", "auto", None)])
+def test_an_old_draft_mode_loads_into_source_and_k_policy(tmp_path: Path, mode: str, source: str, policy: str,
+                                                          k: int | None) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"draft_mode": mode, "k": 7, "user_overrides": "draft_mode,p_min"}), encoding="utf-8")
+    settings, notice = load_settings(path)
+    assert notice is None
+    assert (settings.draft_source, settings.k_policy) == (source, policy)
+    assert settings.draft_params().k == k
+    assert settings.overridden() == {"draft_source", "k_policy", "p_min"}
+    save_settings(path, settings)
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    assert "draft_mode" not in saved and saved["draft_source"] == source and saved["k_policy"] == policy
+
+
+def test_new_keys_win_over_an_old_draft_mode_and_a_bad_one_is_ignored() -> None:
+    assert AppSettings.from_json({"draft_mode": "off", "draft_source": "lookup"}).draft_source == "lookup"
+    bad = AppSettings.from_json({"draft_mode": "sideways", "k_max": 99, "k_policy": "sometimes"})
+    assert (bad.draft_source, bad.k_policy, bad.k_max) == ("model", "auto", 16)
+
+
+def test_auto_k_ceiling_reaches_the_engine_request() -> None:
+    params = AppSettings(k_policy="auto", k_max=6).draft_params()
+    assert (params.k, params.k_max) == (None, 6)
+    assert AppSettings(k_policy="fixed", k=3, k_max=6).draft_params().k == 3
+    assert AppSettings(draft_source="none", k_policy="fixed", k=3).draft_params().k == 0
+
+
+def test_fields_come_in_four_groups_with_units_and_help(qtbot: Any) -> None:
+    dialog = _dialog(qtbot)
+    assert tuple(dialog.groups) == GROUPS == ("Drafting", "Sampling", "Hardware", "Context")
+    where = {"draft_source": "Drafting", "k_policy": "Drafting", "k": "Drafting", "k_max": "Drafting",
+             "p_min": "Drafting", "temperature": "Sampling", "top_p": "Sampling", "seed": "Sampling",
+             "target_gpu_layers": "Hardware", "threads": "Hardware", "context_size": "Context",
+             "max_tokens": "Context", "system_prompt": "Context"}
+    for name, group in where.items():
+        widget = getattr(dialog, name)
+        assert dialog.groups[group].isAncestorOf(widget), name
+        assert dialog.help_labels[name].text(), f"{name} has no help line"
+    assert len(dialog.help_labels) == 17  # every field
+    assert dialog.context_size.suffix() == " tokens" and dialog.k.suffix() == " tokens"
+    assert dialog.k_max.suffix() == " tokens" and dialog.target_gpu_layers.suffix() == " layers"
+    assert all(isinstance(b, QGroupBox) for b in dialog.groups.values())
+
+
+def test_fixed_k_is_disabled_under_automatic_k_and_the_ceiling_under_fixed(qtbot: Any) -> None:
+    dialog = _dialog(qtbot, AppSettings(k_policy="auto"))
+    assert not dialog.k.isEnabled() and dialog.k_max.isEnabled()
+    assert "Not used" in dialog.help_labels["k"].text()
+    dialog.k_policy.setCurrentIndex(dialog.k_policy.findData("fixed"))
+    assert dialog.k.isEnabled() and not dialog.k_max.isEnabled()
+    assert "Not used" in dialog.help_labels["k_max"].text()
+
+
+def test_no_draft_source_disables_drafting_and_lookup_disables_p_min(qtbot: Any) -> None:
+    dialog = _dialog(qtbot)
+    assert dialog.p_min.isEnabled() and dialog.draft_min.isEnabled()
+    dialog.draft_source.setCurrentIndex(dialog.draft_source.findData("lookup"))
+    assert not dialog.p_min.isEnabled() and dialog.draft_min.isEnabled() and dialog.k_policy.isEnabled()
+    dialog.draft_source.setCurrentIndex(dialog.draft_source.findData("none"))
+    for w in (dialog.k_policy, dialog.k, dialog.k_max, dialog.draft_min, dialog.p_min):
+        assert not w.isEnabled()
+    assert "Plain decoding" in dialog.help_labels["draft_source"].text()
+
+
+def test_top_k_and_top_p_are_disabled_at_temperature_zero(qtbot: Any) -> None:
+    dialog = _dialog(qtbot, AppSettings(temperature=0.0))
+    for w in (dialog.top_k, dialog.top_p, dialog.min_p, dialog.seed):
+        assert not w.isEnabled()
+    assert "do not apply" in dialog.help_labels["temperature"].text()
+    dialog.temperature.setValue(0.7)
+    for w in (dialog.top_k, dialog.top_p, dialog.min_p, dialog.seed):
+        assert w.isEnabled()
+
+
+def test_a_cpu_build_says_there_is_no_gpu_backend_and_how_to_get_one(qtbot: Any) -> None:
+    cpu = _dialog(qtbot, backend={"name": "CPU", "gpu_offload": False})
+    assert cpu.gpu_note.isVisibleTo(cpu)
+    assert "no GPU backend" in cpu.gpu_note.text() and "rebuild llama-cpp-python" in cpu.gpu_note.text()
+    assert "no GPU backend" in cpu.target_gpu_layers.specialValueText()
+    assert cpu.target_gpu_layers.text().startswith("all")  # -1 = all, shown with the reason
+    gpu = _dialog(qtbot, backend={"name": "CUDA", "gpu_offload": True})
+    assert not gpu.gpu_note.isVisibleTo(gpu) and gpu.target_gpu_layers.specialValueText() == "all"
+    unknown = _dialog(qtbot)  # the engine has not said yet: no claim either way
+    assert not unknown.gpu_note.text()
+
+
+def test_the_dialog_returns_the_split_settings(qtbot: Any) -> None:
+    dialog = _dialog(qtbot, AppSettings(k_policy="fixed", k=5))
+    dialog.draft_source.setCurrentIndex(dialog.draft_source.findData("lookup"))
+    dialog.k_policy.setCurrentIndex(dialog.k_policy.findData("auto"))
+    dialog.k_max.setValue(8)
+    value = dialog.result_settings()
+    assert (value.draft_source, value.k_policy, value.k, value.k_max) == ("lookup", "auto", 5, 8)
+    spec = value.pair_spec("t.gguf", "d.gguf", False)
+    assert spec.lookup and spec.draft is None
+
+
+def _loaded(draft_mode: str) -> LoadedPair:
+    draft = ModelFacts(path="/m/draft.gguf") if draft_mode == "model" else None
+    return LoadedPair(ModelFacts(path="/m/t.gguf"), draft, draft_mode, 2048, "CPU", False, "chatml", 0, 0, ())
+
+
+def test_the_status_text_follows_the_settings_not_the_loaded_drafter() -> None:
+    lookup = _loaded("lookup")
+    assert drafting_text(AppSettings(), lookup) == "draft prompt lookup (k auto ≤ 16)"
+    assert drafting_text(AppSettings(draft_source="none"), lookup) == "draft off (plain decoding)"
+    assert drafting_text(AppSettings(k_policy="fixed", k=3), _loaded("model")) == "draft draft.gguf (k 3)"
+
+
+def test_a_reload_only_when_the_drafter_to_load_changes() -> None:
+    pair = PairChoice(Path("t.gguf"), Path("d.gguf"), False, "t+d", "T + D")
+    model = _loaded("model")
+    assert not reload_needed(AppSettings(draft_source="none"), ["draft_source"], pair, model)  # k = 0 instead
+    assert reload_needed(AppSettings(draft_source="lookup"), ["draft_source"], pair, model)
+    assert not reload_needed(AppSettings(draft_source="model"), ["draft_source"], pair, model)
+    assert not reload_needed(AppSettings(k_policy="fixed"), ["k_policy"], pair, model)
+    assert reload_needed(AppSettings(context_size=8192), ["context_size"], pair, model)
+    demo = PairChoice(Path("t.gguf"), None, True, "demo", "Demo")  # a lookup pair: model = lookup, no reload
+    assert not reload_needed(AppSettings(draft_source="lookup"), ["draft_source"], demo, _loaded("lookup"))
+    assert not reload_needed(AppSettings(), ["draft_source"], None, None)
