@@ -1,0 +1,136 @@
+"""``outrider serve`` as a command: loopback by default, a warning for another host, the address printed, Ctrl-C
+stops it (exit 130, no engine left behind), bad options and a busy port are one line with exit 2."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from outrider.server.runner import host_warning, is_loopback
+from support.tiny_gguf import Family
+
+pytestmark = pytest.mark.slow
+
+
+def outrider(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONIOENCODING="utf-8")
+    return subprocess.run([sys.executable, "-m", "outrider.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)
+
+
+class Serving:
+    """``outrider serve …`` in a child process; ``url`` from its 'serving … at URL/v1' line."""
+
+    def __init__(self, *args: str) -> None:
+        env = dict(os.environ, PYTHONIOENCODING="utf-8")
+        self.proc = subprocess.Popen([sys.executable, "-m", "outrider.cli", "serve", *args], env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.url = ""
+        deadline = time.monotonic() + 120
+        while not self.url:
+            line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            if " at http" in line:
+                self.url = line.split(" at ", 1)[1].split()[0].removesuffix("/v1")
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+            self.lines.put(line)
+
+    def interrupt(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(30)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_loopback_hosts() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and is_loopback("127.0.0.2")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.10") and not is_loopback("example.com")
+    assert host_warning("127.0.0.1", 8080, None) is None
+    warning = host_warning("0.0.0.0", 8080, None)
+    assert warning is not None and "every network interface" in warning and "no --api-key" in warning
+    assert "API key" in (host_warning("192.168.1.10", 8080, "k") or "")
+
+
+def test_serve_binds_loopback_by_default_and_stops_on_ctrl_c(tiny_family: Family) -> None:
+    serving = Serving("--target", str(tiny_family.target), "--draft", str(tiny_family.draft), "--port", "0",
+                      "--ctx", "256", "--threads", "2")
+    try:
+        assert serving.url.startswith("http://127.0.0.1:")
+        assert not any("warning" in line for line in serving.stderr)
+        api = openai.OpenAI(base_url=f"{serving.url}/v1", api_key="none", max_retries=0)
+        assert [m.id for m in api.models.list().data] == [tiny_family.target.name]
+        reply = api.chat.completions.create(model="x", messages=[{"role": "user", "content": "the of"}],
+                                            max_tokens=5, temperature=0)
+        assert reply.usage is not None and reply.usage.completion_tokens == 5
+        assert serving.interrupt() == 130
+    finally:
+        serving.kill()
+
+
+def test_another_host_only_when_asked_and_with_a_warning(tiny_family: Family) -> None:
+    serving = Serving("--target", str(tiny_family.target), "--lookup", "--host", "0.0.0.0", "--port", "0",
+                      "--ctx", "256", "--threads", "2", "--api-key", "k1")
+    try:
+        warnings = [line for line in serving.stderr if "warning" in line]
+        assert len(warnings) == 1 and "every network interface" in warnings[0] and "API key" in warnings[0]
+        port = int(serving.url.rsplit(":", 1)[1])
+        api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k1", max_retries=0)
+        assert len(api.models.list().data) == 1
+    finally:
+        serving.kill()
+
+
+def test_serve_a_catalogue_pair_by_id(smollm_path: Path) -> None:
+    serving = Serving("--pair", "smollm2-135m-lookup", "--port", "0", "--ctx", "512", "--threads", "2")
+    try:
+        api = openai.OpenAI(base_url=f"{serving.url}/v1", api_key="none", max_retries=0)
+        assert [m.id for m in api.models.list().data] == ["smollm2-135m-lookup"]
+        reply = api.chat.completions.create(model="smollm2-135m-lookup", max_tokens=8,
+                                            messages=[{"role": "user", "content": "Hello"}])
+        assert reply.model_extra is not None and reply.model_extra["timings"]["draft_mode"] == "lookup"
+    finally:
+        serving.kill()
+
+
+def test_a_busy_port_is_one_line_and_exit_2(tiny_family: Family) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        r = outrider("serve", "--target", str(tiny_family.target), "--port", str(port), "--ctx", "256")
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in r.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((), "serve needs --pair ID or --target T"),
+    (("--pair", "no-such-pair"), "no pair 'no-such-pair' in the catalogue"),
+    (("--pair", "smollm2-135m-lookup", "--target", "x.gguf"), "--pair names the models itself"),
+    (("--target", "missing.gguf"), "file not found: missing.gguf"),
+    (("--target", "TARGET", "--api-key", "two words"), "the API key must be printable text without spaces"),
+    (("--target", "TARGET", "--port", "70000"), "port must be between 0 and 65535"),
+    (("--target", "TARGET", "--temperature", "-1"), "temperature must be >= 0"),
+])
+def test_bad_options_are_one_line_and_exit_2(tiny_family: Family, args: tuple[str, ...], message: str) -> None:
+    r = outrider("serve", *(str(tiny_family.target) if a == "TARGET" else a for a in args))
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and r.stderr.count("\n") == 1, r.stderr
