@@ -204,6 +204,8 @@ class EngineScheduler:
         while (job := self._next_job()) is not None:
             try:
                 self._run(job)
+            except Exception:  # a deliver callback that raised: its job still ends, the queue goes on
+                pass
             finally:
                 with self._cond:
                     self._running = None
