@@ -81,6 +81,7 @@ class AppSettings:
     pair_lookup: bool = False
     pair_name: str = ""
     user_overrides: str = ""  # comma-separated PAIR_RECOMMENDED names the user set in the settings dialog
+    last_conversation_id: int = 0  # the conversation open when the app was last used, reopened at start (0: none)
 
     def overridden(self) -> set[str]:
         return {n for n in self.user_overrides.split(",") if n}
