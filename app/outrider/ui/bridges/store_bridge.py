@@ -59,8 +59,9 @@ class QtStoreBridge(QObject):
 
     # -- writes (store thread) --------------------------------------------------------------------------------
     def submit(self, fn: Callable[[HistoryStore], Any], on_done: Callable[[Any], None] | None = None,
-               *, notify: bool = False) -> None:
-        """Run ``fn(store)`` on the store thread; ``on_done(result)`` on the GUI thread."""
+               *, notify: bool = False, on_error: Callable[[Exception], None] | None = None) -> None:
+        """Run ``fn(store)`` on the store thread; ``on_done(result)`` on the GUI thread, or ``on_error(exc)``
+        when it failed (without ``on_error`` the failure is emitted as ``error``)."""
         if self._closed:
             return  # a late timer (a checkpoint) after close: the store is gone, the reply was finished or lost
         def done(value: Any) -> None:
@@ -69,7 +70,7 @@ class QtStoreBridge(QObject):
             if notify:
                 self.conversations_changed.emit()
 
-        self._runner.submit(lambda: fn(self.store), done)
+        self._runner.submit(lambda: fn(self.store), done, on_error)
 
     def rename(self, conversation_id: int, title: str) -> None:
         self.submit(lambda s: s.rename_conversation(conversation_id, title), notify=True)
