@@ -1,0 +1,106 @@
+""""Serve on localhost" in the real window (SmolLM2 demo pair, real engine process): the menu action opens the panel,
+the toggle serves the chat's own engine at the address shown (Copy puts it on the clipboard), the official openai
+client gets replies, a request made while the chat is replying waits its turn and both replies are intact, a busy
+port and a non-loopback host are explained, and stopping closes the port."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+import openai
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+
+pytestmark = [pytest.mark.smollm, pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _open_panel(win: Any) -> Any:
+    win.actions_by_id["serve"].trigger()
+    dialog = win.findChild(__import__("outrider.ui.dialogs.serve_dialog", fromlist=["ServeDialog"]).ServeDialog)
+    assert dialog is not None and dialog.isVisible()
+    return dialog
+
+
+def _serve(qtbot: Any, dialog: Any, port: int) -> str:
+    dialog.port.setValue(port)
+    with qtbot.waitSignal(dialog.server.started, timeout=20_000) as blocker:
+        dialog.toggle.click()
+    url = str(blocker.args[0])
+    assert url == f"http://127.0.0.1:{port}/v1"
+    return url
+
+
+def _stop(qtbot: Any, dialog: Any) -> None:
+    with qtbot.waitSignal(dialog.server.stopped, timeout=20_000):
+        dialog.toggle.click()
+
+
+def test_serve_toggle_address_copy_and_a_reply(qtbot: Any, window: Any) -> None:
+    dialog = _open_panel(window)
+    assert not dialog.toggle.isChecked() and not dialog.copy_button.isEnabled()
+    url = _serve(qtbot, dialog, _free_port())
+    assert dialog.toggle.isChecked() and dialog.address.text() == url and not dialog.host.isEnabled()
+    qtbot.mouseClick(dialog.copy_button, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == url
+    api = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=60)
+    assert [m.id for m in api.models.list().data] == ["smollm2-135m-lookup"]
+    with qtbot.waitSignal(dialog.server.request_finished, timeout=60_000):
+        reply = api.chat.completions.create(model="smollm2-135m-lookup", max_tokens=8, temperature=0,
+                                            messages=[{"role": "user", "content": "Say hi."}])
+    assert reply.choices[0].message.content and reply.usage is not None and reply.usage.completion_tokens <= 8
+    assert "1 reply served" in dialog.status.text()
+    assert "from openai import OpenAI" in dialog.client_example() and url in dialog.client_example()
+    _stop(qtbot, dialog)
+    assert dialog.address.text() == "" and dialog.status.text() == "Stopped."
+    with pytest.raises(openai.APIConnectionError):
+        api.models.list()
+
+
+def test_a_server_request_waits_for_the_chat_reply_and_both_are_intact(qtbot: Any, window: Any) -> None:
+    dialog = _open_panel(window)
+    url = _serve(qtbot, dialog, _free_port())
+    api = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
+    messages: Any = [{"role": "user", "content": "Name three fruits."}]
+    alone = api.chat.completions.create(model="m", max_tokens=24, temperature=0, messages=messages)
+    window.session.max_tokens_override = 48
+    results: dict[str, Any] = {}
+
+    def ask() -> None:
+        results["reply"] = api.chat.completions.create(model="m", max_tokens=24, temperature=0, messages=messages)
+
+    with qtbot.waitSignal(window.session.steps_received, timeout=60_000):
+        window.chat.composer.setPlainText("Write a short poem about rain.")
+        qtbot.keyClick(window.chat.composer, Qt.Key.Key_Return)
+    asker = threading.Thread(target=ask)
+    with qtbot.waitSignal(window.session.reply_ended, timeout=120_000) as ended:
+        asker.start()
+    assert ended.args[0] == "complete" and ended.args[1].strip()
+    asker.join(120)
+    assert results["reply"].choices[0].message.content == alone.choices[0].message.content
+    _stop(qtbot, dialog)
+
+
+def test_a_busy_port_and_another_host_are_explained(qtbot: Any, window: Any) -> None:
+    dialog = _open_panel(window)
+    assert not dialog.host_warning.isVisible()
+    dialog.host.setText("0.0.0.0")
+    assert dialog.host_warning.isVisible() and "every network interface" in dialog.host_warning.text()
+    dialog.host.setText("127.0.0.1")
+    assert not dialog.host_warning.isVisible()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        dialog.port.setValue(taken.getsockname()[1])
+        with qtbot.waitSignal(dialog.server.failed, timeout=5_000):
+            dialog.toggle.click()
+    assert "Could not serve: cannot listen on 127.0.0.1" in dialog.status.text()
+    assert not dialog.toggle.isChecked() and not dialog.server.running and dialog.host.isEnabled()
