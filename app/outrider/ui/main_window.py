@@ -149,6 +149,9 @@ class MainWindow(QMainWindow):
         models.addAction(self._action(ACTION_CHOOSE_PAIR, "&Choose pair…", self._on_choose_pair, "Ctrl+P"))
         models.addAction(self._action(ACTION_BENCHMARK, "&Benchmark this pair…", self._on_benchmark, "Ctrl+B"))
         models.addAction(self._action(ACTION_SETTINGS, "&Settings…", self._on_settings, "Ctrl+,"))
+        from outrider.ui.dialogs.serve_dialog import add_serve_action  # the OpenAI-compatible server (docs/server.md)
+
+        add_serve_action(self, models)
         view = bar.addMenu("&View")
         dark = self._action(ACTION_DARK, "&Dark theme", self._on_dark_toggled, "Ctrl+Shift+D")
         dark.setCheckable(True)
