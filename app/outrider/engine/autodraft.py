@@ -37,6 +37,8 @@ PROBE_MARGIN = 0.2  # probe only while acceptance this much above the measured o
 WARMUP_STEPS = 8  # speculative steps before a promising pair may be judged not worth drafting
 WARMUP_ACCEPTANCE = 0.5  # ... "promising": acceptance so far at least this
 STALE_AFTER = 64  # observations after which a batch size's measured cost is forgotten (batch 1 is kept fresh)
+PRIOR_REJECTIONS = 1.0  # a pseudo-count of rejections at a cold start, fading with the window (DECAY per step)
+GROWTH = 2  # k may at most double the longest draft whose verify cost has been measured (not extrapolated)
 OUTLIER_RATIO = 3.0  # a timing above this multiple of its running average is counted as this multiple
 SHADOW_START, SHADOW_MAX = 8, 128  # plain steps between scorings of the drafter while plain decoding is chosen
 
@@ -75,6 +77,7 @@ class CostModel:
         self.draft_per_token = _Ewma()
         self._accepted = 0.0
         self._rejections = 0.0
+        self._prior = PRIOR_REJECTIONS  # a pseudo-rejection that fades with the window (see ``acceptance``)
         self._line_cache: tuple[float, float] | None = None
         self._costs_cache: list[float] | None = None
 
@@ -89,17 +92,24 @@ class CostModel:
             self.draft_per_token.add(draft_s / drafted)
             self._accepted = DECAY * self._accepted + accepted
             self._rejections = DECAY * self._rejections + (1 if accepted < drafted else 0)
+            self._prior *= DECAY
 
     def observe_shadow(self, hits: int, trials: int) -> None:
         """The drafter scored on target tokens while plain: ``hits`` of ``trials`` guesses were right."""
         if trials > 0:
             self._accepted = DECAY * self._accepted + hits
             self._rejections = DECAY * self._rejections + (trials - hits)
+            self._prior *= DECAY
 
     @property
     def acceptance(self) -> float | None:
+        """accepted / (accepted + rejections) over the decaying window, plus a pseudo-rejection that fades with
+        the same window: a cold start's one fully accepted draft of 4 reads 0.8, not 1.0 (which makes the longest
+        k look best), while a settled estimate is left as measured; an acceptance of 0 is never lifted."""
         total = self._accepted + self._rejections
-        return None if total <= 0 else self._accepted / total
+        if total <= 0:
+            return None
+        return self._accepted / (total + self._prior)
 
     def verify_cost(self, n: int) -> float | None:
         """Estimated seconds for a target pass over n tokens (None before any measurement).
@@ -150,6 +160,10 @@ class CostModel:
             line = (my - slope * mx, slope)
         self._line_cache = line
         return line
+
+    def longest_measured_k(self) -> int:
+        """The longest draft length whose verify pass (k + 1 tokens) has a fresh measurement; 0 if none."""
+        return max((n - 1 for n in range(2, len(self.verify)) if self._fresh(n) is not None), default=0)
 
     def rate(self, k: int, acceptance: float | None = None) -> float | None:
         """Expected tokens per second with draft length k (None while a needed estimate is missing); with
@@ -219,7 +233,7 @@ class AutoDraftLength:
         if best is None:  # acceptance or a cost not measured yet: draft, to measure them
             k = self.k_start
         elif best > 0:
-            k = best
+            k = min(best, max(self.k_start, GROWTH * m.longest_measured_k()))
             self._plain_streak = 0
         elif self._speculative_steps < WARMUP_STEPS and (m.acceptance or 0.0) >= WARMUP_ACCEPTANCE:
             # A cold start judges costs from one or two timed passes; while the draft is being accepted, keep

@@ -165,3 +165,20 @@ def test_a_longer_batch_never_costs_less_than_one_token() -> None:
     assert m.verify_cost(4) == pytest.approx(0.020)
     assert m.verify_cost(8) == pytest.approx(0.020)
     assert m.best_k(0.0) == 0
+
+
+def test_a_cold_start_grows_k_step_by_step_and_doubts_one_lucky_draft() -> None:
+    """One fully accepted first draft of 4 must not send k to k_max (seen: k = 16 at 70 ms a pass on a CPU where
+    k = 2 was best): the estimate reads about 0.8 until more evidence comes, and k at most doubles the longest draft
+    whose verify pass was measured."""
+    policy = AutoDraftLength(k_max=16, k_start=4)
+    policy.observe(batch=1, verify_s=0.010, drafted=0, accepted=0, draft_s=0.0)
+    assert policy.choose() == 4
+    policy.observe(batch=5, verify_s=0.011, drafted=4, accepted=4, draft_s=0.0001)
+    assert policy.model.acceptance == pytest.approx(4 / 4.9)  # the pseudo-rejection has faded once
+    assert policy.choose() <= 8
+    for _ in range(60):  # a draft that is always right on a flat verify cost: k grows to the ceiling
+        k = policy.choose()
+        policy.observe(batch=k + 1, verify_s=0.011, drafted=k, accepted=k, draft_s=0.0001 * k)
+    assert policy.model.acceptance > 0.99
+    assert policy.choose() == 16
