@@ -104,3 +104,35 @@ def test_a_busy_port_and_another_host_are_explained(qtbot: Any, window: Any) -> 
             dialog.toggle.click()
     assert "Could not serve: cannot listen on 127.0.0.1" in dialog.status.text()
     assert not dialog.toggle.isChecked() and not dialog.server.running and dialog.host.isEnabled()
+
+
+def test_stopping_the_chat_reply_never_cancels_a_reply_of_the_server(qtbot: Any, window: Any) -> None:
+    """The chat and the server share one engine: the chat's Stop cancels the chat's own reply — here
+    still waiting behind the server's — and the server's reply runs to its full length."""
+    dialog = _open_panel(window)
+    url = _serve(qtbot, dialog, _free_port())
+    api = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
+    stream = api.chat.completions.create(model="m", max_tokens=160, temperature=0, stream=True, messages=[
+        {"role": "user", "content": "Count from one to three hundred in words."}])
+    chunks = iter(stream)
+    next(chunks)  # the server's reply holds the engine
+    finished = threading.Event()
+    collected: list[Any] = []
+
+    def drain() -> None:
+        collected.extend(chunks)
+        finished.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    window.session.max_tokens_override = 200
+    window.chat.composer.setPlainText("Write a long story.")
+    qtbot.keyClick(window.chat.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.bridge.busy, timeout=10_000)  # the chat's reply waits for the engine
+    with qtbot.waitSignal(window.session.reply_ended, timeout=120_000) as ended:
+        window.chat.stop_button.click()
+    assert ended.args[0] == "interrupted"
+    assert finished.wait(120)
+    final = [c for c in collected if c.choices and c.choices[0].finish_reason]
+    assert final and final[-1].choices[0].finish_reason == "length"
+    assert final[-1].model_extra["timings"]["predicted_n"] == 160
+    _stop(qtbot, dialog)

@@ -55,6 +55,10 @@ class _EngineWorker(QObject):
         self._lock = threading.Lock()
         self._buffer: list[StepBatch] = []
         self.closing = False
+        # This bridge's own reply (the local server's replies share the client: cancel must never reach them).
+        self._generation: Any = None
+        self._starting = False  # a generate is waiting for the engine (e.g. behind a reply of the local server)
+        self._cancel_pending = False
 
     def take_batches(self) -> list[StepBatch]:
         with self._lock:
@@ -100,12 +104,32 @@ class _EngineWorker(QObject):
     def do_generate(self, request: Any) -> None:
         if self.closing:
             return
-        with self._job(), self.client.generate(request) as generation:
-            for event in generation:
-                if isinstance(event, StepBatch):
-                    self._push(event)
-                elif isinstance(event, DoneEvent):
-                    self.finished.emit(event)
+        with self._lock:
+            self._starting, self._cancel_pending = True, False
+        try:
+            with self._job(), self.client.generate(request) as generation:
+                with self._lock:
+                    self._generation, self._starting = generation, False
+                    cancel = self._cancel_pending
+                if cancel:  # Stop was pressed while the reply waited for the engine
+                    generation.cancel()
+                for event in generation:
+                    if isinstance(event, StepBatch):
+                        self._push(event)
+                    elif isinstance(event, DoneEvent):
+                        self.finished.emit(event)
+        finally:
+            with self._lock:
+                self._generation, self._starting = None, False
+
+    def cancel(self) -> None:
+        """Cancel this bridge's reply, running or still waiting for the engine (thread-safe, returns at once)."""
+        with self._lock:
+            generation = self._generation
+            if generation is None and self._starting:
+                self._cancel_pending = True
+        if generation is not None:
+            generation.cancel()
 
     @Slot()
     def do_unload(self) -> None:
@@ -191,8 +215,9 @@ class QtEngineBridge(QObject):
         self._generate_requested.emit(request)
 
     def cancel(self) -> None:
-        """Stop the running reply at the next step; ``generation_finished`` follows."""
-        self.client.cancel()
+        """Stop this bridge's reply at the next step (not a reply of the local server sharing the engine);
+        ``generation_finished`` follows."""
+        self._worker.cancel()
 
     def unload(self) -> None:
         self._unload_requested.emit()
