@@ -18,7 +18,7 @@ from outrider.engine.stats import GenerationStats
 from outrider.settings import AppSettings
 from outrider.ui.settings import QtSettings
 from outrider.ui.theme import DARK, LIGHT
-from outrider.ui.widgets.chat_items import MessageItem, step_runs
+from outrider.ui.widgets.chat_items import MessageItem, ReplyText
 from outrider.ui.widgets.chat_view import ChatView
 from outrider.ui.widgets.conversation_list import ConversationListModel, ConversationRow
 from outrider.ui.widgets.live_stats import ReplyMeter, Snapshot, format_speedup
@@ -59,8 +59,9 @@ def test_provenance_colours_each_token_in_the_document(qtbot: Any, colours: Any)
     qtbot.addWidget(view)
     view.set_colours(colours)
     view.add_user_message("hi", 1)
-    view.begin_reply()
-    view.append_steps([_step(["Hello", ",", " world"], [True, True, False]), _step([" again"], [False])])
+    reply = view.begin_reply()
+    reply.add_steps([_step(["Hello", ",", " world"], [True, True, False]), _step([" again"], [False])])
+    view.reply_grew()
     qtbot.waitUntil(lambda: "world again" in view.browser.toPlainText())  # drains are paced to frames
     found: dict[str, set[str]] = {}
     block = view.browser.document().begin()
@@ -82,9 +83,14 @@ def test_provenance_colours_each_token_in_the_document(qtbot: Any, colours: Any)
     assert not view.legend_draft.isVisibleTo(view)
 
 
-def test_step_runs_without_pieces_split_by_token_share() -> None:
-    step = StepEvent([1, 2, 3, 4], [True, True, True, False], ["abcdefgh"], 3)  # an older engine: text only
-    assert step_runs(step) == [("abcdef", True), ("gh", False)]
+def test_reply_text_keeps_each_piece_with_its_provenance() -> None:
+    reply = ReplyText("Earlier ")  # a continued reply: its start is plain (no token known)
+    assert reply.add_steps([_step(["a", "", "b"], [True, True, False]),
+                            StepEvent([], [], ["held"], 0)]) == 3  # the empty piece left out; held text: target
+    assert reply.pieces == [("Earlier ", None), ("a", True), ("b", False), ("held", False)]
+    assert reply.text == "Earlier abheld" and reply.runs() == [("Earlier ", None), ("a", True), ("bheld", False)]
+    reply.add_steps([_step(["!"], [False])])
+    assert reply.text == "Earlier abheld!"  # the join is kept and extended
 
 
 def test_markdown_code_block_is_highlighted_with_copy_link(qtbot: Any) -> None:

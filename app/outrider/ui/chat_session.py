@@ -3,7 +3,12 @@
 It turns user intents (send, edit-and-resend, regenerate, stop, load a pair) into engine requests and store
 writes, in the order docs/history.md requires: the user's message is committed before generation starts, the
 streamed reply is checkpointed at least once a second by a timer, and the reply is finished with its
-statistics — or marked ``interrupted`` with the text so far when the engine crashes or the user stops it.
+statistics — or marked ``interrupted`` with the text so far when the engine crashes or the user stops it, with
+how it ended (``EndReason``: stopped, cut at the token limit, the engine stopped) so the chat can say so.
+
+The reply's text has one owner: the ``ReplyText`` made for it here, appended to from each ``StepBatch``; the chat
+view shows the same object (``reply_started``), the checkpoints and the crash path read it. The conversation
+open last is remembered in the settings and reopened at start (``restore_last_conversation``).
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from outrider.history import (
 )
 from outrider.history.turns import (
     ChatTurns,
+    EndReason,
     ReplyEnd,
     Turn,
+    end_reason,
     reply_crashed,
     reply_failed,
     reply_finished,
@@ -37,7 +44,7 @@ from outrider.ui.bridges.engine_bridge import QtEngineBridge, describe_error
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
-from outrider.ui.widgets.chat_items import MessageItem
+from outrider.ui.widgets.chat_items import MessageItem, ReplyText
 from outrider.ui.widgets.live_stats import ReplyMeter
 
 CHECKPOINT_MS = 1000
@@ -47,7 +54,8 @@ def items_of(messages: list[Any]) -> list[MessageItem]:
     items = []
     for m in messages:
         if isinstance(m, Message):
-            items.append(MessageItem(m.role.value, m.text, m.status.value, m.id))
+            end = str(end_reason(m.status, m.stats)) if m.role is Role.ASSISTANT else ""
+            items.append(MessageItem(m.role.value, m.text, m.status.value, m.id, end=end))
         else:
             items.append(MessageItem("system", f"(message {m.id} {m.label})"))
     return items
@@ -57,9 +65,13 @@ class ChatSession(QObject):
     """Signals:
         conversation_opened(object, list): conversation id (or None for a new one) and its ``MessageItem``s.
         user_message_added(str): show the user's message now (before it is committed).
-        reply_started(): a reply began streaming.
-        steps_received(StepBatch): streamed steps (forwarded from the engine bridge).
-        reply_ended(str, str, object): status (complete / interrupted / error), final text, message id.
+        user_message_stored(int): that message is committed, with this id (Edit & resend can refer to it).
+        reply_started(ReplyText): a reply began streaming; its text grows in this ``ReplyText``.
+        reply_continued(ReplyText): the last reply streams on (Continue); the ``ReplyText`` starts with its text.
+        steps_received(StepBatch): streamed steps (forwarded from the engine bridge), already in the ``ReplyText``.
+        reply_grew(): the streaming ``ReplyText`` has new text.
+        reply_ended(str, str, object): status (complete / interrupted / error), final text, message id;
+            ``last_end.reason`` says how it ended.
         engine_changed(object): new engine state (``LoadedPair`` or None), ``engine_status`` has the details.
         notice(str): a one-line message for the user (errors included).
         crashed(str): the engine died; the text is the reason.
@@ -71,14 +83,18 @@ class ChatSession(QObject):
         loaded: the ``LoadedPair`` of the loaded pair (None when none).
         choice: the ``PairChoice`` loaded or being loaded.
         last_done: the ``DoneEvent`` of the last finished reply.
+        last_end: the ``ReplyEnd`` of the last reply (status, text, ``reason``).
         last_plain_tps: plain-decoding tokens/s the engine measured in the last finished reply of the loaded
             pair (None until one measured it; cleared when a pair is loaded).
     """
 
     conversation_opened = Signal(object, list)
     user_message_added = Signal(str)
-    reply_started = Signal()
+    user_message_stored = Signal(int)
+    reply_started = Signal(object)
+    reply_continued = Signal(object)
     steps_received = Signal(object)
+    reply_grew = Signal()
     reply_ended = Signal(str, str, object)
     engine_changed = Signal(object)
     notice = Signal(str)
@@ -98,12 +114,14 @@ class ChatSession(QObject):
         self.choice: PairChoice | None = None
         self.loading = False
         self.last_done: DoneEvent | None = None
+        self.last_end: ReplyEnd | None = None
         self.last_plain_tps: float | None = None
         self.max_tokens_override: int | None = None
         self._streaming = False
         self._generating = False
         self._stop_requested = False
-        self._parts: list[str] = []  # the streamed text, joined lazily (appending stays O(1))
+        self._reply = ReplyText()  # the streaming reply's text: its one owner
+        self._continuing = False  # the reply streaming is a continuation (its start is in _reply)
         self._reply_id: int | None = None
         self._checkpointer: ReplyCheckpointer | None = None
         self._request: TextRequest | None = None
@@ -186,6 +204,7 @@ class ChatSession(QObject):
         self.meter.reset_conversation()
         if conversation_id is None:
             self.conversation_id = None
+            self._remember(None)
             self.conversation_opened.emit(None, [])
             return
         try:
@@ -194,11 +213,26 @@ class ChatSession(QObject):
             self.notice.emit("That conversation no longer exists.")
             return
         self.conversation_id = conversation_id
-        for m in conv.messages:
-            if isinstance(m, Message) and m.stats is not None and m.stats.tokens_per_s:
-                self.meter.conversation_series.append((len(self.meter.conversation_series) + 1,
-                                                       m.stats.tokens_per_s, m.stats.acceptance_rate))
+        self._remember(conversation_id)
+        self.meter.load_conversation(conv.messages)
         self.conversation_opened.emit(conversation_id, items_of(conv.messages))
+
+    def restore_last_conversation(self) -> bool:
+        """Reopen the conversation that was open when the app was last used (quietly nothing when it is gone)."""
+        cid = self.settings.value.last_conversation_id
+        if cid <= 0 or self._streaming:
+            return False
+        try:
+            self.store.conversation(cid)
+        except ConversationNotFoundError:
+            self._remember(None)
+            return False
+        self.open_conversation(cid)
+        return self.conversation_id == cid
+
+    def _remember(self, conversation_id: int | None) -> None:
+        if self.settings.value.last_conversation_id != (conversation_id or 0):
+            self.settings.set(last_conversation_id=conversation_id or 0)
 
     def send(self, text: str) -> bool:
         text = text.strip()
@@ -219,6 +253,7 @@ class ChatSession(QObject):
                 kept.append(dataclasses.replace(m, text=text))
                 break
             kept.append(m)
+        self.meter.load_conversation(kept)  # the conversation chart loses the replies the resend removes
         self.conversation_opened.emit(self.conversation_id, items_of(kept))
         self._start(text, message_id)
         return True
@@ -232,7 +267,25 @@ class ChatSession(QObject):
             return False
         return self.edit_resend(users[-1].id, users[-1].text)
 
+    def continue_reply(self, message_id: int) -> bool:
+        """Continue the reply ``message_id`` (the last one, cut at the token limit) where it stopped: the engine
+        gets the conversation with that reply's text as the start of its answer; the new text is appended to the
+        same message."""
+        cid = self.conversation_id
+        if cid is None or not self._can_start("continue"):
+            return False
+        self._begin(continuing=True)
+
+        def work(store: HistoryStore) -> Turn:
+            return ChatTurns(store).continue_reply(cid, message_id)
+
+        self.store.submit(work, self._on_store_reply_begun, notify=True,
+                          on_error=lambda exc: self._on_store_turn_failed("Cannot continue that reply", exc))
+        return True
+
     def stop(self) -> None:
+        """Stop the reply: the engine cuts it within one step; before the engine started (the question still
+        being stored) it ends at once as stopped, with no text."""
         if not self._streaming:
             return
         self._stop_requested = True
@@ -250,17 +303,22 @@ class ChatSession(QObject):
             return False
         return True
 
-    def _start(self, text: str, edit_id: int | None) -> None:
+    def _begin(self, *, continuing: bool) -> None:
         self._streaming = True
         self._generating = False
         self._stop_requested = False
-        self._parts = []
+        self._continuing = continuing
+        self._reply = ReplyText()
         self._reply_id = None
         self._checkpointer = None
         self.last_done = None
+        self.last_end = None
         self.meter.begin_reply()
-        self.reply_started.emit()
         self.busy_changed.emit(True)
+
+    def _start(self, text: str, edit_id: int | None) -> None:
+        self._begin(continuing=False)
+        self.reply_started.emit(self._reply)
         s = self.settings.value
         cid = self.conversation_id
 
@@ -270,42 +328,51 @@ class ChatSession(QObject):
             return ChatTurns(store).start(text, conversation_id=cid, system=s.system_prompt.strip() or None,
                                           pair_id=pair_id, edit_id=edit_id)
 
-        self.store.submit(work, self._on_store_reply_begun, notify=True)
+        self.store.submit(work, self._on_store_reply_begun, notify=True,
+                          on_error=lambda exc: self._on_store_turn_failed("Your message could not be stored", exc))
+
+    def _on_store_turn_failed(self, what: str, exc: Exception) -> None:
+        """The turn could not be written (disk full, conversation gone): no reply; the chat is free again."""
+        if self._streaming and self._checkpointer is None:
+            self._end(reply_failed(""), None)
+        self.notice.emit(f"{what}: {exc}")
 
     def _on_store_reply_begun(self, turn: Turn) -> None:
         history = turn.history
+        if self.conversation_id != turn.conversation_id:
+            self._remember(turn.conversation_id)
         self.conversation_id = turn.conversation_id
         self._reply_id = turn.reply_id
         self._checkpointer = ReplyCheckpointer(self.store.store, turn.reply_id)
+        if self._continuing:
+            self._reply = ReplyText(turn.continued)
+            self.reply_continued.emit(self._reply)
+        elif turn.user_message_id:
+            self.user_message_stored.emit(turn.user_message_id)
         if self._stop_requested:
-            self._end(reply_interrupted(""), None)
+            self._end(reply_interrupted(self._reply.text), None)
             return
         s = self.settings.value
         request = TextRequest(messages=history, max_tokens=self.max_tokens_override or s.max_tokens,
-                              sampling=s.sampling(), draft=s.draft_params())
+                              sampling=s.sampling(), draft=s.draft_params(), continue_reply=self._continuing)
         self._request = request
         self._generating = True
         self._timer.start()
         self.bridge.generate(request)
 
-    def _joined(self) -> str:
-        """The reply's text so far (the parts are joined once and kept joined)."""
-        text = "".join(self._parts)
-        self._parts = [text] if text else []
-        return text
-
     @Slot(object)
     def _on_bridge_step_received(self, batch: StepBatch) -> None:
         if not self._streaming:
             return
-        self._parts.append(batch.text)
+        self._reply.add_steps(batch.steps)
         self.meter.add(batch.stats, batch.k)
         self.steps_received.emit(batch)
+        self.reply_grew.emit()
 
     @Slot()
     def _on_checkpoint_timer_timeout(self) -> None:
         if self._checkpointer is not None and self._streaming:
-            self.store.checkpoint(self._checkpointer, self._joined())
+            self.store.checkpoint(self._checkpointer, self._reply.text)
 
     @Slot(object)
     def _on_bridge_generation_finished(self, done: DoneEvent) -> None:
@@ -315,20 +382,21 @@ class ChatSession(QObject):
         s = self.settings.value
         stats = reply_stats(done.stats, done.stop_reason, pair_id=self.choice.pair_id if self.choice else None,
                             temperature=s.temperature)
-        self._end(reply_finished(done.text, done.stop_reason, stats), done)
+        text = self._reply.text if self._continuing else done.text  # a continuation's DoneEvent has the new part
+        self._end(reply_finished(text, done.stop_reason, stats), done)
 
     @Slot(object)
     def _on_bridge_crashed(self, exc: Exception) -> None:
         self.loaded = None
         self.engine_changed.emit(None)
         if self._streaming:
-            self._end(reply_crashed(self._joined(), getattr(exc, "partial_text", "")), None)
+            self._end(reply_crashed(self._reply.text), None)
         self.crashed.emit(describe_error(exc))
 
     @Slot(object)
     def _on_bridge_error(self, exc: Exception) -> None:
         if self._streaming:
-            self._end(reply_failed(self._joined()), None)
+            self._end(reply_failed(self._reply.text), None)
         self.notice.emit(describe_error(exc))
 
     def _end(self, end: ReplyEnd, done: DoneEvent | None) -> None:
@@ -346,5 +414,9 @@ class ChatSession(QObject):
         if self._checkpointer is not None:
             self.store.finish(self._checkpointer, end.text, end.status, end.stats)
         self._checkpointer = None
+        self.last_end = end
         self.reply_ended.emit(str(end.status), end.text, reply_id)
         self.busy_changed.emit(False)
+
+
+__all__ = ["ChatSession", "EndReason", "items_of"]

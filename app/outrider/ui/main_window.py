@@ -128,6 +128,7 @@ class MainWindow(QMainWindow):
         self.apply_settings_theme()
         self.refresh_conversations()
         self.chat.set_provenance(settings.value.show_provenance)
+        self.session.restore_last_conversation()
         self.chat.composer.setFocus()
 
     # -- construction -----------------------------------------------------------------------------------------
@@ -168,8 +169,11 @@ class MainWindow(QMainWindow):
         c.provenance_toggled.connect(lambda on: self.settings.set(show_provenance=on))
         s.conversation_opened.connect(self._on_session_conversation_opened)
         s.user_message_added.connect(c.add_user_message)
+        s.user_message_stored.connect(c.set_last_user_id)
         s.reply_started.connect(c.begin_reply)
-        s.steps_received.connect(lambda batch: c.append_steps(batch.steps))
+        s.reply_continued.connect(c.continue_reply)
+        s.reply_grew.connect(c.reply_grew)
+        c.continue_requested.connect(s.continue_reply)
         s.reply_ended.connect(self._on_session_reply_ended)
         s.engine_changed.connect(self._on_session_engine_changed)
         s.notice.connect(self.show_notice)
@@ -278,7 +282,8 @@ class MainWindow(QMainWindow):
 
     @Slot(str, str, object)
     def _on_session_reply_ended(self, status: str, text: str, message_id: Any) -> None:
-        self.chat.end_reply(status, text, message_id)
+        end = self.session.last_end
+        self.chat.end_reply(status, text, message_id, str(end.reason) if end is not None else "")
         if self.session.loaded is not None:
             self._on_session_engine_changed(self.session.loaded)  # the plain rate this reply measured
 

@@ -22,7 +22,10 @@ class Generation(Iterator[Event]):
     """One streaming reply: iterate for ``StepBatch`` ... ``DoneEvent`` (``outrider.engine.events``): each batch is
     one wire message, steps and the statistics after them. Close (or exhaust) it to free the engine.
 
-    ``text`` is the reply so far. On a crash, ``EngineCrashed.partial_text`` holds it and ``interrupted`` is set.
+    It keeps no copy of the text it streams: whoever iterates owns the reply text (the app's ``ChatSession``
+    keeps it in a ``ReplyText``, ``outrider ask`` in its own string); ``text`` is the ``DoneEvent``'s whole text once
+    the reply ended, "" before. On a crash ``interrupted`` is set; the text streamed so far is what the consumer
+    received (every batch this client read is yielded before the crash is raised).
     ``notes`` collects what the engine said about this reply (e.g. the model's chat template was replaced by the
     built-in one); they arrive before the first step.
     """
@@ -30,7 +33,6 @@ class Generation(Iterator[Event]):
     def __init__(self, client: EngineClient, rid: int) -> None:
         self._client = client
         self.id = rid
-        self._parts: list[str] = []
         self.done: DoneEvent | None = None
         self.interrupted = False
         self.notes: list[str] = []
@@ -38,7 +40,7 @@ class Generation(Iterator[Event]):
 
     @property
     def text(self) -> str:
-        return self.done.text if self.done is not None else "".join(self._parts)
+        return self.done.text if self.done is not None else ""
 
     @property
     def finished(self) -> bool:
@@ -56,7 +58,7 @@ class Generation(Iterator[Event]):
             except EngineCrashed as exc:
                 self._finish()
                 self.interrupted = True
-                raise exc.with_partial("".join(self._parts)) from None
+                raise exc from None
             except BaseException:
                 self._finish()
                 raise
@@ -67,8 +69,7 @@ class Generation(Iterator[Event]):
                 except ProtocolError as exc:
                     self._finish()
                     self.interrupted = True
-                    raise self._client._protocol_violation(str(exc)).with_partial("".join(self._parts)) from None
-                self._parts.append(batch.text)
+                    raise self._client._protocol_violation(str(exc)) from None
                 return batch
             elif kind == "note":
                 self.notes.append(str(msg.get("text", "")))

@@ -95,7 +95,7 @@ def test_kill_9_mid_generation_reports_promptly_with_partial_text(
     assert time.monotonic() - t_kill < 10.0
     crash = info.value
     assert str(crash) == "engine crashed (SIGKILL) while generating"
-    assert crash.partial_text.startswith(first.text) and crash.partial_text == gen.text
+    assert first.text and gen.text == ""  # the text streamed so far is the consumer's (Generation keeps none)
     assert gen.interrupted
     assert _pid_gone(pid, 10.0), "the killed engine was reaped (no zombie)"  # returns as soon as it is
     client.load(family_spec(tiny_family))  # a new process, at once

@@ -1,82 +1,107 @@
-"""The chat's messages as the view holds them, and how streamed steps become provenance runs (no Qt).
+"""The chat's messages as the view holds them, and the text of the reply being streamed (no Qt).
 
-With provenance on, each token's background shows where it came from (accepted draft token vs target token,
-docs/metrics.md "Provenance"). The wire protocol sends one text per step, not per token, so a step that mixes
-both kinds is split by the share of its tokens (the accepted draft tokens come first in a step, the target's own
-token last); a step that carries ``pieces`` is split exactly. Consecutive pieces of one provenance are merged into
-one run, so the view inserts one run per provenance change instead of one piece per token.
+``ReplyText`` is the one owner of a streaming reply's text in the app: ``ChatSession`` appends each
+``StepBatch`` to it, and the chat view's ``MessageItem`` for that reply refers to the same object, reading the
+pieces it has not shown yet. Each piece keeps its provenance (docs/metrics.md "Provenance"): the engine sends the
+text each token released (``StepEvent.pieces``, aligned with ``StepEvent.drafted``), so no step is ever split by
+guesswork. Consecutive pieces of one provenance are merged into one run only when a whole message is drawn.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+Provenance = bool | None  # True: an accepted draft token; False: the target's own; None: plain (no token known)
+Run = tuple[str, Provenance]
+
+
+class ReplyText:
+    """The text of one streaming reply, piece by piece with provenance; appended to, never rewritten.
+
+    ``start`` is text the reply already had (a reply being continued): one plain piece. ``text`` joins the
+    pieces lazily and keeps the join, so reading it once a second costs only what arrived since.
+
+    Attributes:
+        pieces: (text, provenance) in arrival order; empty pieces (a held partial character) are left out.
+    """
+
+    def __init__(self, start: str = "") -> None:
+        self.pieces: list[Run] = [(start, None)] if start else []
+        self._joined = ""
+        self._n_joined = 0
+
+    def add_steps(self, steps: Iterable[Any]) -> int:
+        """Append each step's pieces (``StepEvent``: ``pieces`` with their ``drafted`` flags; a final piece with no
+        token — held-back text — is the target's). Returns the number of pieces added."""
+        before = len(self.pieces)
+        for step in steps:
+            flags = step.drafted
+            self.pieces.extend((piece, bool(flags[i]) if i < len(flags) else False)
+                               for i, piece in enumerate(step.pieces) if piece)
+        return len(self.pieces) - before
+
+    @property
+    def text(self) -> str:
+        if self._n_joined < len(self.pieces):
+            self._joined += "".join(p for p, _ in self.pieces[self._n_joined:])
+            self._n_joined = len(self.pieces)
+        return self._joined
+
+    def runs(self) -> list[Run]:
+        return merge_runs(self.pieces)
 
 
 @dataclasses.dataclass
 class MessageItem:
-    """One message as the view shows it. ``runs`` (text, is_draft) exist for replies streamed in this session.
+    """One message as the view shows it.
 
-    Streamed pieces are kept aside by ``add_run`` (O(1)) and joined into ``text`` and ``runs`` by ``flush``,
-    which the view calls a few times a second and before it reads them.
+    ``end``: how an assistant reply ended (an ``EndReason`` value; "" for other messages). ``reply``: the
+    ``ReplyText`` of a reply streaming now (``text`` follows it on ``flush``); ``runs``: the provenance runs of a
+    reply streamed in this session, kept once it ended (None for messages loaded from the history).
     """
 
     role: str
     text: str
     status: str = "complete"
     message_id: int | None = None
-    runs: list[tuple[str, bool]] | None = None
-    pending: list[tuple[str, bool]] = dataclasses.field(default_factory=list, repr=False, compare=False)
-
-    def add_run(self, text: str, drafted: bool) -> None:
-        self.pending.append((text, drafted))
+    runs: list[Run] | None = None
+    end: str = ""
+    reply: ReplyText | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def flush(self) -> MessageItem:
-        """Join the pending pieces into ``text`` and ``runs`` (consecutive pieces of one provenance merged)."""
-        if not self.pending:
-            return self
-        pending, self.pending = self.pending, []
-        self.text += "".join(t for t, _ in pending)
-        runs = self.runs if self.runs is not None else []
-        for text, drafted in merge_runs(pending):
-            if runs and runs[-1][1] == drafted:
-                runs[-1] = (runs[-1][0] + text, drafted)
-            else:
-                runs.append((text, drafted))
-        self.runs = runs
+        """Bring ``text`` up to date with the streaming reply (cheap: the reply keeps its join)."""
+        if self.reply is not None:
+            self.text = self.reply.text
         return self
 
+    def provenance_runs(self) -> list[Run] | None:
+        """(text, provenance) runs of the whole message, or None when its tokens are not known."""
+        return self.reply.runs() if self.reply is not None else self.runs
 
-def merge_runs(runs: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    def finish(self, status: str, text: str, end: str) -> None:
+        """The reply ended: keep its runs (when they still spell ``text``) and let go of the ``ReplyText``."""
+        if self.reply is not None:
+            runs = self.reply.runs()
+            self.runs = runs if "".join(r for r, _ in runs) == text else None
+            self.reply = None
+        elif self.runs is not None and "".join(r for r, _ in self.runs) != text:
+            self.runs = None
+        self.status, self.text, self.end = status, text, end
+
+
+def merge_runs(runs: Sequence[Run]) -> list[Run]:
     """Consecutive runs of the same provenance as one run each (one document insertion instead of many)."""
-    out: list[tuple[str, bool]] = []
+    out: list[Run] = []
     parts: list[str] = []
-    current: bool | None = None
+    current: Provenance = None
     for text, drafted in runs:
         if drafted is not current and parts:
-            out.append(("".join(parts), bool(current)))
+            out.append(("".join(parts), current))
             parts = []
         current = drafted
         parts.append(text)
     if parts:
-        out.append(("".join(parts), bool(current)))
+        out.append(("".join(parts), current))
     return out
-
-
-def step_runs(step: Any) -> list[tuple[str, bool]]:
-    """Split one step's text into (text, accepted-draft?) runs (see the module docstring)."""
-    pieces = getattr(step, "pieces", None)
-    flags = list(step.drafted)
-    if pieces is not None and len(pieces) >= len(flags):
-        return [(p, d) for p, d in zip(pieces, [*flags, *[False] * (len(pieces) - len(flags))], strict=True) if p]
-    text = step.text
-    if not text or not flags:
-        return [(text, False)] if text else []
-    n_draft = sum(1 for f in flags if f)
-    if n_draft == 0:
-        return [(text, False)]
-    if n_draft == len(flags):
-        return [(text, True)]
-    cut = round(len(text) * n_draft / len(flags))
-    return [(r, d) for r, d in ((text[:cut], True), (text[cut:], False)) if r]

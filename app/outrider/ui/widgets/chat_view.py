@@ -1,26 +1,25 @@
 """The chat: one QTextBrowser document for the conversation, a composer, and the reply controls.
 
-Streaming is O(1) per batch: tokens are inserted with a ``QTextCursor`` at the end of the document. Only the
-message being streamed is ever re-rendered (its Markdown, at most a few times a second by a timer, and once at
-the end); earlier messages are rendered when a conversation opens or the theme / provenance view changes.
+Streaming is O(1) per batch: the streaming reply's text lives in one ``ReplyText`` (``chat_items``), which
+``ChatSession`` appends to; ``reply_grew`` asks this view to show the pieces it has not shown yet, inserted with a
+``QTextCursor`` at the end of the document, at most ``APPEND_CHARS_PER_TURN`` characters per ``FRAME_MS`` frame.
+Only the message being streamed is ever re-rendered (its Markdown, at most a few times a second by a timer, and
+once at the end); earlier messages are rendered when a conversation opens or the theme / provenance view changes.
 
 With provenance on, each token's background shows where it came from (accepted draft token vs target token,
-docs/metrics.md "Provenance"); the message is then shown as streamed text instead of rendered Markdown, so that
-every coloured character is exactly a token's text.
+docs/metrics.md "Provenance"): while a reply streams, as streamed text; once it ended, as rendered Markdown with
+the backgrounds laid over it (``chat_format.paint_provenance``).
 
-The messages and the splitting of steps into provenance runs are in ``chat_items`` (no Qt); how a header and a
-body are drawn is in ``chat_format``. This module keeps the widget and the streaming: the frame-paced queue of
-pieces on their way into the document and the incremental Markdown tail of the streaming message.
+The view follows the end of the conversation while a reply streams, unless the user scrolled up; an empty chat
+shows sample prompts (``chat_format.welcome_html``); a reply says how it ended in its header.
 """
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Sequence
-from typing import Any
 
 from PySide6.QtCore import QElapsedTimer, QEvent, QObject, Qt, QTimer, QUrl, Signal, Slot
-from PySide6.QtGui import QGuiApplication, QKeyEvent, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QTextBlock, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
@@ -32,8 +31,20 @@ from PySide6.QtWidgets import (
 )
 
 from outrider.ui.theme import LIGHT, ThemeColours
-from outrider.ui.widgets.chat_format import RunFormats, header_html, insert_body, insert_header, run_formats
-from outrider.ui.widgets.chat_items import MessageItem, merge_runs, step_runs
+from outrider.ui.widgets.chat_format import (
+    HEADER_PROPERTY,
+    PLACEHOLDER,
+    SAMPLE_PROMPTS,
+    RunFormats,
+    header_html,
+    insert_body,
+    insert_header,
+    mark_header,
+    muted_format,
+    run_formats,
+    welcome_html,
+)
+from outrider.ui.widgets.chat_items import MessageItem, ReplyText, merge_runs
 from outrider.ui.widgets.composer import Composer
 from outrider.ui.widgets.live_stats import TOOLTIPS
 from outrider.ui.widgets.markdown import code_blocks, render_markdown, stable_prefix
@@ -42,6 +53,7 @@ MARKDOWN_INTERVAL_MS = 350  # re-render the streaming message's Markdown tail at
 FRAME_MS = 16  # streamed text reaches the document at most once per frame (one layout and repaint per frame)
 APPEND_CHARS_PER_TURN = 2048  # a drain inserts at most this much text per event-loop turn; the rest waits a turn
 MARKDOWN_TAIL_CHARS = 3000  # a streaming paragraph longer than this is frozen at a line break (see stable_prefix)
+FOLLOW_SLACK_PX = 4  # the view counts as "at the end" this close to the bottom
 
 
 class ChatView(QWidget):
@@ -52,6 +64,7 @@ class ChatView(QWidget):
         edit_resend_requested(int, str): replace the user message with this id and everything after it.
         stop_requested(): stop the reply being streamed.
         regenerate_requested(): produce the last reply again.
+        continue_requested(int): continue the reply with this id (it was cut at the token limit).
         provenance_toggled(bool): the provenance view was switched.
     """
 
@@ -59,6 +72,7 @@ class ChatView(QWidget):
     edit_resend_requested = Signal(int, str)
     stop_requested = Signal()
     regenerate_requested = Signal()
+    continue_requested = Signal(int)
     provenance_toggled = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -70,7 +84,11 @@ class ChatView(QWidget):
         self._body_start = 0
         self._editing_id: int | None = None
         self._dirty_markdown = False
-        self._queue: collections.deque[tuple[str, bool]] = collections.deque()  # streamed, not yet in the document
+        self._shown = 0  # pieces of the streaming reply already in the document
+        self._placeholder = False  # the streaming reply's body shows PLACEHOLDER (no text yet)
+        self._follow = True  # keep the end of the conversation in view (off while the user reads further up)
+        self._busy = False
+        self._scrolling = False  # the view itself is moving the scroll bar
         self._formats: RunFormats = {}  # None: plain; True/False: draft/target token
         self._md_frozen = 0  # characters of the streaming text rendered as Markdown for good
         self._md_blocks = 0  # code blocks in that frozen head (numbers the copy links of the tail)
@@ -91,12 +109,15 @@ class ChatView(QWidget):
         self.composer.installEventFilter(self)
 
         self.send_button = QPushButton("Send", self)
+        self.send_button.setObjectName("sendButton")
         self.send_button.setToolTip("Send the message (Enter)")
         self.send_button.clicked.connect(self._on_composer_submitted)
         self.stop_button = QPushButton("Stop", self)
+        self.stop_button.setObjectName("stopButton")
         self.stop_button.setToolTip("Stop the reply (Esc); the text so far is kept")
         self.stop_button.clicked.connect(self.stop_requested)
         self.regenerate_button = QPushButton("Regenerate", self)
+        self.regenerate_button.setObjectName("regenerateButton")
         self.regenerate_button.setToolTip("Produce the last reply again")
         self.regenerate_button.clicked.connect(self.regenerate_requested)
         self.provenance_box = QCheckBox("Show provenance", self)
@@ -138,9 +159,12 @@ class ChatView(QWidget):
         self._drain_timer.timeout.connect(self._on_drain_timer_timeout)
         self._since_drain = QElapsedTimer()
         self._since_drain.start()
+        bar = self.browser.verticalScrollBar()
+        bar.valueChanged.connect(self._on_scroll_value_changed)
+        bar.rangeChanged.connect(self._on_scroll_range_changed)
         self.set_busy(False)
-        self._rebuild_formats()
-        self._update_legend()
+        self._style_controls()
+        self.render_all()
 
     # -- state ------------------------------------------------------------------------------------------------
     @property
@@ -153,6 +177,7 @@ class ChatView(QWidget):
 
     def set_colours(self, colours: ThemeColours) -> None:
         self.colours = colours
+        self._style_controls()
         self._update_legend()
         self.render_all()
 
@@ -165,10 +190,22 @@ class ChatView(QWidget):
             self.render_all()
 
     def set_busy(self, busy: bool) -> None:
-        """Engine busy with a reply: Stop on, Send and Regenerate off."""
+        """Engine busy with a reply: Stop on, Send and Regenerate off (Regenerate needs a question to answer)."""
+        self._busy = busy
         self.stop_button.setEnabled(busy)
         self.send_button.setEnabled(not busy)
-        self.regenerate_button.setEnabled(not busy and any(m.role == "assistant" for m in self.messages))
+        self.regenerate_button.setEnabled(not busy and any(m.role == "user" for m in self.messages))
+
+    def _style_controls(self) -> None:
+        """A disabled button looks disabled (muted text, no fill, dashed border); Stop, when it can stop, stands
+        out in the warning colour."""
+        c = self.colours
+        self.setStyleSheet(
+            f"QPushButton#sendButton:disabled, QPushButton#stopButton:disabled, "
+            f"QPushButton#regenerateButton:disabled {{ color: {c.muted}; background: transparent; "
+            f"border: 1px dashed {c.muted}; border-radius: 3px; padding: 3px 10px; }}"
+            f"QPushButton#stopButton:enabled {{ color: {c.background}; background: {c.warning}; "
+            f"border: 1px solid {c.warning}; border-radius: 3px; padding: 3px 10px; font-weight: bold; }}")
 
     def _update_legend(self) -> None:
         c = self.colours
@@ -183,32 +220,38 @@ class ChatView(QWidget):
         self._streaming = None
         self._markdown_timer.stop()
         self._drain_timer.stop()
-        self._queue.clear()
+        self._follow = True
         self.render_all()
         self.set_busy(False)
 
     def render_all(self) -> None:
-        """Rebuild the whole document (conversation opened, theme or provenance view changed)."""
+        """Rebuild the whole document (conversation opened, theme or provenance view changed); an empty chat
+        shows the first-run page with sample prompts."""
         self._rebuild_formats()
         self._update_legend()
-        self._queue.clear()  # the streaming item holds those pieces too: they are rendered from it below
         self._drain_timer.stop()
         doc = self.browser.document()
         doc.clear()
         doc.setDefaultStyleSheet(f"a {{ color: {self.colours.link}; }}")
         cursor = QTextCursor(doc)
         cursor.beginEditBlock()
+        if not self.messages:
+            cursor.insertHtml(welcome_html(self.colours))
+        last = len(self.messages) - 1
         for index, item in enumerate(self.messages):
             item.flush()
-            self._insert_header(cursor, index, item)
+            self._insert_header(cursor, index, item, last=index == last)
             start = cursor.position()
             self._insert_body(cursor, index, item)
             if item is self._streaming:
                 self._body_start = start
+                self._shown = len(item.reply.pieces) if item.reply is not None else 0
+                self._placeholder = False
+                if not item.text:
+                    self._insert_placeholder(cursor)
         cursor.endEditBlock()
         self._reset_markdown_tail()
-        self.browser.moveCursor(QTextCursor.MoveOperation.End)
-        self.browser.ensureCursorVisible()
+        self._scroll_to_end()
 
     def _rebuild_formats(self) -> None:
         self._formats = run_formats(self.colours, self._provenance)
@@ -216,60 +259,118 @@ class ChatView(QWidget):
     def _plain_format(self) -> QTextCharFormat:
         return self._formats[None]
 
-    def _run_format(self, drafted: bool) -> QTextCharFormat:
-        return self._formats[drafted]
-
-    def _insert_header(self, cursor: QTextCursor, index: int, item: MessageItem) -> None:
-        insert_header(cursor, index, item, self.colours, self._formats)
+    def _insert_header(self, cursor: QTextCursor, index: int, item: MessageItem, *, last: bool = True) -> None:
+        insert_header(cursor, index, item, self.colours, self._formats, last=last)
 
     def _insert_body(self, cursor: QTextCursor, index: int, item: MessageItem) -> None:
         insert_body(cursor, index, item, self.colours, self._formats, provenance=self._provenance,
                     streaming=item is self._streaming)
 
+    def _header_block(self, index: int) -> QTextBlock:
+        """The header block of message ``index`` (searched from the end: recent messages are found at once)."""
+        block = self.browser.document().lastBlock()
+        while block.isValid():
+            if block.blockFormat().property(HEADER_PROPERTY) == index:
+                return block
+            block = block.previous()
+        return block
+
+    def _redraw_header(self, index: int) -> None:
+        """Redo the header line of message ``index`` in place (its id, status or end changed)."""
+        block = self._header_block(index)
+        if not block.isValid():
+            return
+        cursor = QTextCursor(block)
+        cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
+        cursor.insertHtml(header_html(index, self.messages[index], self.colours,
+                                      last=index == len(self.messages) - 1))
+        mark_header(cursor, index)
+
     # -- streaming --------------------------------------------------------------------------------------------
     def add_user_message(self, text: str, message_id: int | None = None) -> None:
+        """Show the user's message now; its id (for Edit & resend) may follow with ``set_last_user_id``."""
         item = MessageItem("user", text, message_id=message_id)
         self.messages.append(item)
-        cursor = QTextCursor(self.browser.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        self._insert_header(cursor, len(self.messages) - 1, item)
-        self._insert_body(cursor, len(self.messages) - 1, item)
-        self._scroll_to_end()
+        self._follow = True
+        if len(self.messages) == 1:
+            self.render_all()  # the first message replaces the first-run page
+        else:
+            if len(self.messages) > 1:
+                self._redraw_header(len(self.messages) - 2)  # no longer the last message: no Continue
+            cursor = QTextCursor(self.browser.document())
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+            self._insert_header(cursor, len(self.messages) - 1, item)
+            self._insert_body(cursor, len(self.messages) - 1, item)
+            self._scroll_to_end()
+        self.set_busy(self._busy)
 
     def set_last_user_id(self, message_id: int) -> None:
-        for item in reversed(self.messages):
+        """The last user message was stored as ``message_id``: its header gains Edit & resend."""
+        for index in range(len(self.messages) - 1, -1, -1):
+            item = self.messages[index]
             if item.role == "user":
                 item.message_id = message_id
+                self._redraw_header(index)
                 return
 
-    def begin_reply(self) -> None:
-        item = MessageItem("assistant", "", status="streaming", runs=[])
+    def begin_reply(self, reply: ReplyText | None = None) -> ReplyText:
+        """Show a new streaming reply whose text is ``reply`` (a new one when None; returned). Until text arrives
+        its body says ``PLACEHOLDER``; text already in ``reply`` (a continued reply's start) is shown at once."""
+        reply = reply if reply is not None else ReplyText()
+        item = MessageItem("assistant", "", status="streaming", reply=reply)
+        if self.messages:
+            self._redraw_header(len(self.messages) - 1)
         self.messages.append(item)
         self._streaming = item
+        self._follow = True
         cursor = QTextCursor(self.browser.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         self._insert_header(cursor, len(self.messages) - 1, item)
         self._body_start = cursor.position()
-        self._queue.clear()
+        self._shown = 0
+        self._placeholder = False
+        self._insert_placeholder(cursor)
         self._reset_markdown_tail()
         self._dirty_markdown = False
         self._markdown_timer.start()
         self.set_busy(True)
+        self._scroll_to_end()
+        if reply.pieces:
+            self.reply_grew()
+        return reply
 
-    def append_steps(self, steps: Sequence[Any]) -> None:
-        """Queue a batch of streamed steps and append (part of) it at the end of the document (no re-render).
+    def continue_reply(self, reply: ReplyText) -> None:
+        """The last message (a reply cut at the token limit) streams on: it is redrawn as the streaming ``reply``,
+        which starts with its text."""
+        if self.messages and self.messages[-1].role == "assistant":
+            self.messages.pop()
+            self.render_all()
+        self.begin_reply(reply)
+
+    def _insert_placeholder(self, cursor: QTextCursor) -> None:
+        cursor.insertText(PLACEHOLDER, muted_format(self.colours))
+        cursor.setCharFormat(self._plain_format())
+        self._placeholder = True
+
+    def _remove_placeholder(self) -> None:
+        if not self._placeholder:
+            return
+        cursor = QTextCursor(self.browser.document())
+        cursor.setPosition(self._body_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        cursor.setCharFormat(self._plain_format())
+        self._placeholder = False
+
+    def reply_grew(self) -> None:
+        """The streaming reply has new pieces: append (part of) them at the end of the document (no re-render).
 
         One drain inserts at most ``APPEND_CHARS_PER_TURN`` characters, consecutive pieces of one provenance as
         one insertion, inside one edit block (one layout pass); the rest follows on a later event-loop turn.
-        Drains are paced to one per ``FRAME_MS``: a batch arriving sooner waits for the frame's timer.
+        Drains are paced to one per ``FRAME_MS``: new text arriving sooner waits for the frame's timer.
         """
-        item = self._streaming
-        if item is None:
+        if self._streaming is None:
             return
-        for step in steps:
-            for text, drafted in step_runs(step):
-                item.add_run(text, drafted)
-                self._queue.append((text, drafted))
         self._dirty_markdown = True
         if self._drain_timer.isActive():
             return
@@ -280,72 +381,60 @@ class ChatView(QWidget):
             self._drain_timer.start(int(wait))
 
     def _drain(self, budget: int) -> None:
-        queue = self._queue
-        if not queue:
+        item = self._streaming
+        reply = item.reply if item is not None else None
+        if reply is None or self._shown >= len(reply.pieces):
             return
         self._since_drain.restart()
-        taken: list[tuple[str, bool]] = []
-        while queue and budget > 0:
-            taken.append(queue.popleft())
-            budget -= len(taken[-1][0])
-        runs = merge_runs(taken) if self._provenance else [("".join(t for t, _ in taken), False)]
-        bar = self.browser.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 4
+        pieces = reply.pieces
+        first = self._shown
+        while self._shown < len(pieces) and budget > 0:
+            budget -= len(pieces[self._shown][0])
+            self._shown += 1
+        taken = pieces[first:self._shown]
+        runs = merge_runs(taken) if self._provenance else [("".join(t for t, _ in taken), None)]
+        self._remove_placeholder()
         cursor = QTextCursor(self.browser.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         cursor.beginEditBlock()
         for text, drafted in runs:
-            cursor.insertText(text, self._run_format(drafted))
+            cursor.insertText(text, self._formats[drafted])
         cursor.endEditBlock()
-        if at_bottom:
-            bar.setValue(bar.maximum())
-        if queue:
+        if self._follow:
+            self._scroll_to_end()
+        if self._shown < len(pieces):
             self._drain_timer.start(0)  # the next event-loop turn: input, paints and other timers go first
 
     @Slot()
     def _on_drain_timer_timeout(self) -> None:
         self._drain(APPEND_CHARS_PER_TURN)
 
-    def end_reply(self, status: str, text: str | None = None, message_id: int | None = None) -> None:
-        """The reply ended: only its header (status) and, in the Markdown view, its unrendered tail are redone.
-
-        The whole message is re-rendered only when the engine's final text differs from what streamed.
+    def end_reply(self, status: str, text: str | None = None, message_id: int | None = None, end: str = "") -> None:
+        """The reply ended (``end``: how, an ``EndReason`` value): its header says so; in the Markdown view its
+        unrendered tail is rendered. The whole message is re-rendered only when it must be: the engine's final
+        text differs from what streamed, it ended empty, or the provenance view lays its colours over Markdown.
         """
         item = self._streaming
         if item is None:
             return
         self._markdown_timer.stop()
         self._drain_timer.stop()
-        item.flush()
-        item.status = status
-        item.message_id = message_id
+        streamed = item.flush().text
+        final = streamed if text is None else text
         index = len(self.messages) - 1
-        if text is not None and text != item.text:
-            item.text = text  # the engine's final text is the reference (stop strings trimmed, …)
-            if item.runs is not None and "".join(r for r, _ in item.runs) != text:
-                item.runs = None
+        if final == streamed and final and not self._provenance:
+            self._render_markdown_tail(final=True)  # the Markdown view: only the unrendered tail is left
+            item.finish(status, final, end)
+            item.message_id = message_id
             self._streaming = None
-            self._queue.clear()
-            self._rerender_last()
+            self._redraw_header(index)
         else:
-            if self._provenance:
-                self._drain(len(item.text) + 1)  # the rest of the queue, at once
-            else:
-                self._render_markdown_tail(final=True)
+            item.finish(status, final, end)
+            item.message_id = message_id
             self._streaming = None
-            self._replace_header(index, item)
+            self._placeholder = False
+            self._rerender_last()
         self.set_busy(False)
-
-    def _replace_header(self, index: int, item: MessageItem) -> None:
-        """Redo the header line of the last message in place (its status changed)."""
-        doc = self.browser.document()
-        block = doc.findBlock(self._body_start).previous()
-        if not block.isValid():
-            return
-        cursor = QTextCursor(block)
-        cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
-        cursor.insertHtml(header_html(index, item, self.colours))
-        self._body_start = cursor.block().next().position()
 
     def _rerender_last(self) -> None:
         """Replace the last message (header and body) in place: the only re-render during a conversation."""
@@ -354,17 +443,19 @@ class ChatView(QWidget):
         index = len(self.messages) - 1
         doc = self.browser.document()
         cursor = QTextCursor(doc)
-        # The last message starts at its header: find the block before the body start.
-        header_block = doc.findBlock(self._body_start).previous()
+        header_block = self._header_block(index)
         cursor.setPosition(header_block.position() if header_block.isValid() else 0)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.beginEditBlock()
         cursor.removeSelectedText()
         if index > 0:
             cursor.deletePreviousChar()  # the block separator; _insert_header adds it back
         self._insert_header(cursor, index, self.messages[index])
         self._body_start = cursor.position()
         self._insert_body(cursor, index, self.messages[index])
-        self._scroll_to_end()
+        cursor.endEditBlock()
+        if self._follow:
+            self._scroll_to_end()
 
     @Slot()
     def _on_markdown_timer_timeout(self) -> None:
@@ -391,11 +482,12 @@ class ChatView(QWidget):
         if item is None:
             return
         text = item.flush().text
-        self._queue.clear()  # the re-rendered tail covers every piece streamed so far
+        if not text:
+            return  # the placeholder stays until the first text
+        self._remove_placeholder()
+        self._shown = len(item.reply.pieces) if item.reply is not None else 0  # the tail covers every piece
         self._drain_timer.stop()
         index = len(self.messages) - 1
-        bar = self.browser.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 4
         cut = len(text) if final else stable_prefix(text, self._md_frozen, MARKDOWN_TAIL_CHARS)
         cursor = QTextCursor(self.browser.document())
         cursor.beginEditBlock()
@@ -419,12 +511,27 @@ class ChatView(QWidget):
             cursor.insertHtml("&nbsp;")
         cursor.setCharFormat(self._plain_format())
         cursor.endEditBlock()
-        if at_bottom:
+        if self._follow:
             self._scroll_to_end()
 
+    # -- following the end ------------------------------------------------------------------------------------
     def _scroll_to_end(self) -> None:
         bar = self.browser.verticalScrollBar()
-        bar.setValue(bar.maximum())
+        self._scrolling = True
+        try:
+            bar.setValue(bar.maximum())
+        finally:
+            self._scrolling = False
+
+    @Slot(int)
+    def _on_scroll_value_changed(self, value: int) -> None:
+        if not self._scrolling:  # the user moved it: follow again only once back at the end
+            self._follow = value >= self.browser.verticalScrollBar().maximum() - FOLLOW_SLACK_PX
+
+    @Slot(int, int)
+    def _on_scroll_range_changed(self, _minimum: int, _maximum: int) -> None:
+        if self._follow:  # the document grew (or was laid out late): keep its end in view
+            self._scroll_to_end()
 
     # -- user actions -----------------------------------------------------------------------------------------
     def composer_text(self) -> str:
@@ -455,8 +562,15 @@ class ChatView(QWidget):
         kind, _, rest = url.toString().partition(":")
         try:
             numbers = [int(x) for x in rest.split(":")]
+        except ValueError:
+            return
+        if kind == "sample":
+            if 0 <= numbers[0] < len(SAMPLE_PROMPTS) and not self.streaming:
+                self.send_requested.emit(SAMPLE_PROMPTS[numbers[0]].text)
+            return
+        try:
             item = self.messages[numbers[0]]
-        except (ValueError, IndexError):
+        except IndexError:
             return
         item.flush()
         if kind == "copy":
@@ -467,6 +581,8 @@ class ChatView(QWidget):
                 QGuiApplication.clipboard().setText(blocks[numbers[1]].code)
         elif kind == "edit" and item.message_id is not None and not self.streaming:
             self.start_edit(item)
+        elif kind == "continue" and item.message_id is not None and not self.streaming:
+            self.continue_requested.emit(item.message_id)
 
     def start_edit(self, item: MessageItem) -> None:
         self._editing_id = item.message_id

@@ -1,0 +1,283 @@
+"""The chat through the real window, with a scripted engine client behind the real ``QtEngineBridge``: no stale
+state (Edit & resend on a message sent now, a placeholder while the prompt is read, Esc in that phase, Regenerate
+only with a question, the last conversation reopened), replies that say how they ended (stopped, cut at the token
+limit with a Continue that really continues, the engine stopped), never a broken character stored, and the
+first-run sample prompts."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QKeySequence
+
+from outrider.engine.events import DoneEvent, LoadedPair, ModelFacts, StepBatch, StepEvent
+from outrider.engine.stats import GenerationStats
+from outrider.history import HistoryStore, MessageStatus, Role
+from outrider.ui.bridges.engine_bridge import QtEngineBridge
+from outrider.ui.bridges.store_bridge import QtStoreBridge
+from outrider.ui.main_window import ACTION_NEW_CHAT, MainWindow
+from outrider.ui.picker.choice import PairChoice
+from outrider.ui.settings import QtSettings
+from outrider.ui.widgets.chat_format import PLACEHOLDER, SAMPLE_PROMPTS
+from outrider.worker.errors import EngineCrashed
+
+
+class Script:
+    """One scripted reply: ``pieces`` (text, drafted) streamed one step each, then the end.
+
+    ``hold``: wait (like a prompt being read) until the test releases it or the reply is cancelled; ``crash``: the
+    engine dies after the pieces; ``stop``: the engine's stop reason.
+    """
+
+    def __init__(self, pieces: list[tuple[str, bool]], stop: str = "stop", *, hold: bool = False,
+                 crash: bool = False) -> None:
+        self.pieces, self.stop, self.hold, self.crash = pieces, stop, hold, crash
+
+
+class _Reply:
+    def __init__(self, script: Script, client: ScriptedClient) -> None:
+        self.script, self.client = script, client
+
+    def __enter__(self) -> _Reply:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def cancel(self) -> None:
+        self.client.cancel()
+
+    def __iter__(self) -> Iterator[Any]:
+        stats = GenerationStats(generated=len(self.script.pieces), draft_mode="model")
+        if self.script.hold:
+            self.client.release.wait(30.0)
+        if self.client.cancelled.is_set():
+            yield DoneEvent("cancelled", stats, "")
+            return
+        for text, drafted in self.script.pieces:
+            yield StepBatch((StepEvent([1], [drafted], [text], 2),), stats)
+        if self.script.crash:
+            raise EngineCrashed("SIGKILL", "generating")
+        yield DoneEvent(self.script.stop, stats, "".join(t for t, _ in self.script.pieces))
+
+
+class ScriptedClient:
+    """Stands in for ``EngineClient``: loads at once; each reply follows the next script; requests are kept."""
+
+    pid = None
+    log_path = None
+    loaded = None
+
+    def __init__(self) -> None:
+        self.backend: dict[str, Any] = {"name": "CPU"}
+        self.scripts: list[Script] = []
+        self.requests: list[Any] = []
+        self.release = threading.Event()
+        self.cancelled = threading.Event()
+
+    def load(self, spec: Any, **_: Any) -> LoadedPair:
+        return LoadedPair(ModelFacts(path=str(spec.target)), ModelFacts(path="draft.gguf"), "model", 2048, "CPU",
+                          False, "chatml", 0, 0, ())
+
+    def generate(self, request: Any) -> _Reply:
+        self.requests.append(request)
+        self.cancelled.clear()
+        self.release.clear()
+        return _Reply(self.scripts.pop(0), self)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        self.release.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.cancel()
+
+    def unload(self) -> None: ...
+
+
+def _open(qtbot: Any, store: QtStoreBridge, client: ScriptedClient, tmp_path: Path) -> MainWindow:
+    bridge = QtEngineBridge(client)  # type: ignore[arg-type]
+    win = MainWindow(bridge, store, QtSettings())
+    qtbot.addWidget(win)
+    win.show()
+    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=lambda info: info is not None):
+        win.load_pair(PairChoice(tmp_path / "target.gguf", tmp_path / "draft.gguf", False, "t+d", "T + D"))
+    return win
+
+
+@pytest.fixture
+def chat(qtbot: Any, tmp_path: Path) -> Iterator[tuple[MainWindow, ScriptedClient]]:
+    store = QtStoreBridge(HistoryStore.open())
+    client = ScriptedClient()
+    win = _open(qtbot, store, client, tmp_path)
+    yield win, client
+    win.close()
+    win.bridge.shutdown()
+    store.close()
+
+
+def _send(qtbot: Any, win: MainWindow, text: str, script: Script, client: ScriptedClient) -> tuple[Any, ...]:
+    client.scripts.append(script)
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+        win.chat.composer.setPlainText(text)
+        qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
+    return tuple(blocker.args)
+
+
+def _stored(win: MainWindow) -> list[Any]:
+    cid = win.session.conversation_id
+    assert cid is not None
+    return list(win.store.store.get_conversation(cid).messages)
+
+
+def _settled(qtbot: Any, win: MainWindow) -> None:
+    """The store thread has written the reply's end."""
+    qtbot.waitUntil(lambda: _stored(win)[-1].status is not MessageStatus.STREAMING, timeout=5000)
+
+
+def test_edit_and_resend_is_offered_on_a_message_sent_now(qtbot: Any, chat: Any) -> None:
+    win, client = chat
+    _send(qtbot, win, "Hello there", Script([("Hi", False)]), client)
+    assert "edit:0" in win.chat.browser.toHtml()  # the header was redrawn once the id was known
+    user = win.chat.messages[0]
+    assert user.message_id == _stored(win)[0].id
+    win.chat._on_browser_anchor_clicked(QUrl("edit:0"))
+    assert win.chat.composer.toPlainText() == "Hello there" and win.chat.edit_label.isVisibleTo(win)
+
+
+def test_placeholder_while_the_prompt_is_read_and_esc_then_says_stopped(qtbot: Any, chat: Any) -> None:
+    win, client = chat
+    client.scripts.append(Script([("never", False)], hold=True))
+    win.chat.composer.setPlainText("A long question")
+    qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: bool(client.requests))
+    assert PLACEHOLDER in win.chat.browser.toPlainText()
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+        qtbot.keyClick(win, Qt.Key.Key_Escape)
+    assert blocker.args[0] == "interrupted"
+    shown = win.chat.browser.toPlainText()
+    assert PLACEHOLDER not in shown and "— stopped" in shown and "(stopped before any text)" in shown
+    assert "interrupted" not in shown  # "stopped" by the user, not a word that reads like a crash
+    _settled(qtbot, win)
+    reply = _stored(win)[-1]
+    assert reply.status is MessageStatus.INTERRUPTED and reply.stats is not None
+    assert reply.stats.stop_reason == "cancelled"
+    win.session.open_conversation(win.session.conversation_id)  # reopened: it still says so
+    assert "— stopped" in win.chat.browser.toPlainText()
+
+
+def test_esc_before_the_question_is_stored_ends_the_reply_as_stopped(qtbot: Any, chat: Any) -> None:
+    win, client = chat
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+        assert win.session.send("Quick question")
+        win.session.stop()  # the store thread has not answered yet: the engine never starts
+    assert blocker.args[0] == "interrupted" and not client.requests
+    assert "(stopped before any text)" in win.chat.browser.toPlainText()
+    assert win.chat.send_button.isEnabled() and not win.chat.stop_button.isEnabled()
+
+
+def test_a_reply_cut_at_the_token_limit_says_so_and_continue_really_continues(qtbot: Any, chat: Any) -> None:
+    win, client = chat
+    _send(qtbot, win, "Tell me about foxes", Script([("The quick", True), (" brown", False)], stop="length"),
+          client)
+    shown = win.chat.browser.toPlainText()
+    assert "cut at the token limit" in shown and "continue:1" in win.chat.browser.toHtml()
+    _settled(qtbot, win)
+    reply_id = _stored(win)[-1].id
+    client.scripts.append(Script([(" fox", True), (" jumps.", False)]))
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+        win.chat._on_browser_anchor_clicked(QUrl("continue:1"))
+    request = client.requests[-1]
+    assert request.continue_reply  # the engine continues the reply's text, no new turn
+    assert request.messages[-1].role == "assistant" and request.messages[-1].content == "The quick brown"
+    assert list(blocker.args) == ["complete", "The quick brown fox jumps.", reply_id]
+    _settled(qtbot, win)
+    stored = _stored(win)
+    assert [m.role for m in stored] == [Role.USER, Role.ASSISTANT]  # the same message, grown
+    assert stored[-1].id == reply_id and stored[-1].text == "The quick brown fox jumps."
+    assert stored[-1].status is MessageStatus.COMPLETE and stored[-1].stats.stop_reason == "stop"
+    shown = win.chat.browser.toPlainText()
+    assert "The quick brown fox jumps." in shown and "cut at the token limit" not in shown
+    assert "continue:" not in win.chat.browser.toHtml()
+
+
+def test_an_engine_crash_says_the_engine_stopped_and_keeps_the_text(qtbot: Any, chat: Any) -> None:
+    win, client = chat
+    _send(qtbot, win, "Go", Script([("Partial ", False), ("answer", True)], crash=True), client)
+    assert "interrupted — the engine stopped" in win.chat.browser.toPlainText()
+    _settled(qtbot, win)
+    reply = _stored(win)[-1]
+    assert reply.text == "Partial answer" and reply.stats is not None and reply.stats.stop_reason == "crashed"
+
+
+def test_a_reply_cut_inside_a_character_is_stored_without_the_broken_piece(qtbot: Any, chat: Any) -> None:
+    win, client = chat
+    args = _send(qtbot, win, "Emoji?", Script([("Sure ", False), ("\ufffd", False)], stop="length"), client)
+    assert args[1] == "Sure "
+    _settled(qtbot, win)
+    assert _stored(win)[-1].text == "Sure "
+    assert "\ufffd" not in win.chat.browser.toPlainText()
+
+
+def test_regenerate_needs_a_question_and_new_chat_clears_it(qtbot: Any, chat: Any) -> None:
+    win, client = chat
+    assert not win.chat.regenerate_button.isEnabled()  # an empty chat
+    _send(qtbot, win, "Hi", Script([("Hello", False)]), client)
+    assert win.chat.regenerate_button.isEnabled()
+    qtbot.keySequence(win, QKeySequence(QKeySequence.StandardKey.New))
+    assert not win.chat.regenerate_button.isEnabled() and not win.chat.messages
+    win.actions_by_id[ACTION_NEW_CHAT].trigger()
+    assert not win.chat.regenerate_button.isEnabled()
+
+
+def test_the_stop_button_looks_disabled_when_it_is(qtbot: Any, chat: Any) -> None:
+    win, _client = chat
+    button = win.chat.stop_button
+
+    def mean_colour() -> tuple[float, float, float]:
+        image = button.grab().toImage()
+        pixels = [image.pixelColor(x, y) for x in range(0, image.width(), 2) for y in range(0, image.height(), 2)]
+        return tuple(sum(getattr(p, c)() for p in pixels) / len(pixels) for c in ("red", "green", "blue"))  # type: ignore[return-value]
+
+    disabled = mean_colour()
+    button.setEnabled(True)
+    enabled = mean_colour()
+    button.setEnabled(False)
+    assert sum(abs(a - b) for a, b in zip(disabled, enabled, strict=True)) > 60  # clearly different, not a tint
+
+
+def test_the_last_open_conversation_is_reopened_at_start(qtbot: Any, tmp_path: Path) -> None:
+    store = QtStoreBridge(HistoryStore.open())
+    client = ScriptedClient()
+    win = _open(qtbot, store, client, tmp_path)
+    _send(qtbot, win, "Remember me", Script([("I will", False)]), client)
+    _settled(qtbot, win)
+    cid = win.session.conversation_id
+    win.close()
+    win.bridge.shutdown()
+    again = _open(qtbot, store, ScriptedClient(), tmp_path)  # the next start: same data folder
+    try:
+        assert again.session.conversation_id == cid
+        assert [m.text for m in again.chat.messages] == ["Remember me", "I will"]
+        again.session.open_conversation(None)  # a new chat is what the next start shows
+        assert QtSettings().value.last_conversation_id == 0
+    finally:
+        again.close()
+        again.bridge.shutdown()
+        store.close()
+
+
+def test_a_sample_prompt_of_an_empty_chat_is_sent_when_clicked(qtbot: Any, chat: Any) -> None:
+    win, client = chat
+    html = win.chat.browser.toHtml()
+    assert "sample:0" in html and "sample:1" in html and "acceptance" in win.chat.browser.toPlainText()
+    client.scripts.append(Script([("The lighthouse keeper", True)]))
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+        win.chat._on_browser_anchor_clicked(QUrl("sample:0"))
+    assert client.requests[-1].messages[-1].content == SAMPLE_PROMPTS[0].text
+    assert "sample:0" not in win.chat.browser.toHtml()  # the first message replaced the first-run page
