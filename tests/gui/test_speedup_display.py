@@ -63,12 +63,14 @@ class ScriptedClient:
         self.backend: dict[str, Any] = {"name": "CPU"}
         self.finals = list(finals)
         self.hold: threading.Event | None = None
+        self.requests: list[Any] = []
 
     def load(self, spec: Any, **_: Any) -> LoadedPair:
         return LoadedPair(ModelFacts(path=str(spec.target)), ModelFacts(path="draft.gguf"), "model", 2048, "CPU",
                           False, "chatml", 0, 0, ())
 
     def generate(self, request: Any) -> _Reply:
+        self.requests.append(request)
         return _Reply(self.finals.pop(0), self.hold)
 
     def cancel(self) -> None:
@@ -175,3 +177,36 @@ def test_slower_warning_cleared_by_a_new_reply_and_a_new_chat(qtbot: Any, script
     new_chat.trigger()
     win.stats.refresh()
     assert not win.stats.warning.isVisibleTo(win) and win.stats.speedup_label.text() == "–"
+
+
+def test_draft_off_from_the_warning_reaches_the_status_bar_and_the_next_request(qtbot: Any, scripted: Any) -> None:
+    win, client = scripted
+    client.finals = [reply_stats(speedup=0.62, speedup_error=0.03), reply_stats(speedup=1.0, drafted=0, accepted=0)]
+    _send(qtbot, win, "first")
+    win.stats.refresh()
+    assert "draft draft.gguf (k auto ≤ 16)" in win.engine_label.text()
+    assert win.stats.warning.isVisibleTo(win)
+    win.stats.draft_off_button.click()
+    assert win.settings.value.draft_source == "none"
+    assert "draft off (plain decoding)" in win.engine_label.text() and "draft.gguf" not in win.engine_label.text()
+    _send(qtbot, win, "second")
+    assert client.requests[-1].draft.k == 0  # plain decoding, with no reload of the pair
+    assert "draft off (plain decoding)" in win.engine_label.text()
+
+
+def test_edit_and_resend_leaves_only_the_remaining_replies_in_the_conversation_chart(qtbot: Any,
+                                                                                     scripted: Any) -> None:
+    win, client = scripted
+    client.finals = [reply_stats(decode_tps=10.0 * (i + 1)) for i in range(4)]
+    for text in ("one", "two", "three"):
+        _send(qtbot, win, text)
+    assert [p[0] for p in win.meter.conversation_series] == [1, 2, 3]
+    cid = win.session.conversation_id
+    store = win.session.store.store
+    qtbot.waitUntil(lambda: len(store.get_conversation(cid).messages) == 6, timeout=5000)
+    second = next(m for m in store.get_conversation(cid).messages if m.text == "two")
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+        assert win.session.edit_resend(second.id, "two, again")
+        assert [p[0] for p in win.meter.conversation_series] == [1]  # at once: replies 2 and 3 are gone
+    assert [p[0] for p in win.meter.conversation_series] == [1, 2]
+    assert win.meter.conversation_series[1][1] == pytest.approx(40.0)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from outrider.engine.stats import GenerationStats
+from outrider.history import Message, Role
 
 NOW_WINDOW_S = 1.0  # "tok/s now" = tokens decoded over the last second of engine decode time
 SLOWER_MARGIN = 0.95  # measured speed-up below this (with enough tokens) counts as "slower than plain"
@@ -47,6 +49,24 @@ TOOLTIPS: dict[str, str] = {
     "generated": "generated — tokens emitted in the reply (accepted draft tokens + target tokens).",
     "provenance": "Accepted draft token: the drafter proposed it and the target agreed. Target token: the token "
                   "the target chose itself after a rejection, or its bonus token after a fully accepted draft.",
+}
+
+
+# One line beside each statistic for a first-time user: what it means, in plain words (docs/metrics.md).
+EXPLANATIONS: dict[str, str] = {
+    "speedup": "how much faster than the target alone; below 1× drafting and checking cost more time than the "
+               "accepted tokens save",
+    "decode_now": "tokens per second over the last second",
+    "decode_tps": "tokens per second over the whole reply",
+    "acceptance_rate": "share of drafted tokens the target kept",
+    "token_acceptance": "chance a draft token is kept if the one before was",
+    "tokens_per_pass": "tokens gained per read of the target (never below 1)",
+    "k": "tokens drafted for the last step (0 = plain step)",
+    "plain_tps": "the target alone, timed between drafted steps",
+    "ttft_s": "from sending to the first token",
+    "prompt_tps": "prompt tokens read per second",
+    "time_share": "where decoding time went",
+    "generated": "tokens in this reply",
 }
 
 
@@ -98,7 +118,10 @@ class ReplyMeter:
 
     Attributes:
         reply_series: (seconds since the reply started, tok/s now, acceptance so far) per tick.
-        conversation_series: (reply number, decode_tps, acceptance_rate) per finished reply.
+        conversation_series: (reply number, decode_tps, acceptance_rate) per finished reply that has statistics;
+            the reply number counts every reply of the conversation shown (``replies``), so a reply without
+            statistics (stopped before its first token, stored by an old version) leaves a gap.
+        replies: replies of the conversation shown, with or without statistics.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -110,6 +133,7 @@ class ReplyMeter:
         self.streaming = False
         self.reply_series: list[tuple[float, float, float | None]] = []
         self.conversation_series: list[tuple[int, float, float | None]] = []
+        self.replies = 0
         self._dirty = False
 
     # -- feeding ----------------------------------------------------------------------------------------------
@@ -137,16 +161,31 @@ class ReplyMeter:
             self._stats = stats
         self.streaming = False
         snap = self.snapshot()
+        self.replies += 1
         if snap.decode_tps:
-            self.conversation_series.append((len(self.conversation_series) + 1, snap.decode_tps,
-                                             snap.acceptance_rate))
+            self.conversation_series.append((self.replies, snap.decode_tps, snap.acceptance_rate))
         self._dirty = True
 
     def reset_conversation(self) -> None:
+        """A new (empty) conversation: no reply, no series, nothing left of the last reply's statistics."""
         self.conversation_series = []
+        self.replies = 0
         self.reply_series = []
         self._stats = None
+        self._k = None
+        self._window.clear()
         self.streaming = False
+        self._dirty = True
+
+    def load_conversation(self, messages: Iterable[Any]) -> None:
+        """The conversation chart of the messages shown (history ``Message``s, in order; see ``reply_points``).
+        Replaces the series: opening a conversation, or an edit-and-resend that removed the later replies."""
+        self.conversation_series = []
+        self.replies = 0
+        for tps, acceptance in reply_points(messages):
+            self.replies += 1
+            if tps:
+                self.conversation_series.append((self.replies, tps, acceptance))
         self._dirty = True
 
     # -- reading ----------------------------------------------------------------------------------------------
@@ -186,6 +225,16 @@ class ReplyMeter:
             prompt_tps=s.prompt_tps, draft_share=share(s.draft_s), verify_share=share(s.verify_s),
             other_share=share(s.other_s), draft_mode=s.draft_mode, streaming=self.streaming,
         )
+
+
+def reply_points(messages: Iterable[Any]) -> list[tuple[float | None, float | None]]:
+    """(decode tok/s, acceptance rate) of each assistant reply among a conversation's ``messages`` (history
+    ``Message``s; other entries are skipped), for ``ReplyMeter.load_conversation``."""
+    points: list[tuple[float | None, float | None]] = []
+    for m in messages:
+        if isinstance(m, Message) and m.role is Role.ASSISTANT:
+            points.append((m.stats.tokens_per_s, m.stats.acceptance_rate) if m.stats is not None else (None, None))
+    return points
 
 
 def fmt(value: float | int | None, spec: str, suffix: str = "") -> str:

@@ -3,7 +3,9 @@
 It redraws on its own timer (``REFRESH_MS``, about 4 Hz) from a ``ReplyMeter`` and only when something
 changed — never per token (STYLE.md §6); the charts at most once per ``CHART_MS`` while a reply streams, with
 axis ranges that grow in "nice" steps (a repaint whose axes did not change replays their cached drawing).
-Every label carries the definition from docs/metrics.md as tooltip.
+Every label carries the definition from docs/metrics.md as tooltip and a one-line explanation under its name
+(``EXPLANATIONS``). The charts have labelled axes with units (seconds since the request; reply number), a legend
+for the two curves, and a plain sentence instead of empty axes until there is something to draw.
 """
 
 from __future__ import annotations
@@ -11,23 +13,26 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
-from PySide6.QtCore import QElapsedTimer, QTimer, Signal, Slot
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
-    QFormLayout,
     QFrame,
+    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from outrider.ui.theme import LIGHT, ThemeColours
-from outrider.ui.widgets.live_stats import TOOLTIPS, ReplyMeter, Snapshot, fmt, format_speedup
+from outrider.ui.widgets.live_stats import EXPLANATIONS, TOOLTIPS, ReplyMeter, Snapshot, fmt, format_speedup
 
 REFRESH_MS = 250
 CHART_MS = 1000  # chart redraws while streaming (a pyqtgraph repaint costs milliseconds)
+REPLY_EMPTY = "This reply: decode tokens/s and acceptance appear here, second by second, while a reply streams."
+CONVERSATION_EMPTY = "Conversation: each reply's tokens/s and acceptance appear here once it has finished."
 
 
 def nice_ceil(value: float) -> float:
@@ -81,20 +86,30 @@ class StatsPanel(QWidget):
         self.speedup_label.setObjectName("speedupValue")
         self.speedup_label.setToolTip(TOOLTIPS["speedup"])
         self.speedup_label.setAccessibleName("Measured speed-up")
-        caption = QLabel("speed-up vs plain, measured in this reply", self)
+        caption = QLabel("speed-up vs plain decoding, measured in this reply", self)
         caption.setToolTip(TOOLTIPS["speedup"])
+        self.explanations: dict[str, QLabel] = {}
+        speedup_help = self._explanation("speedup")
 
         self.values: dict[str, QLabel] = {}
-        form = QFormLayout()
-        for key, title in ROWS:
+        form = QGridLayout()
+        form.setVerticalSpacing(0)
+        form.setColumnStretch(0, 1)
+        for row, (key, title) in enumerate(ROWS):
             name = QLabel(title, self)
             value = QLabel("–", self)
             value.setObjectName("statValue")
+            value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
             for w in (name, value):
                 w.setToolTip(TOOLTIPS[key])
             value.setAccessibleName(title)
+            value.setAccessibleDescription(EXPLANATIONS[key])
             self.values[key] = value
-            form.addRow(name, value)
+            form.addWidget(name, 2 * row, 0)
+            form.addWidget(value, 2 * row, 1)
+            explanation = self._explanation(key)
+            explanation.setContentsMargins(0, 0, 0, 4)
+            form.addWidget(explanation, 2 * row + 1, 0, 1, 2)
 
         self.warning = QFrame(self)
         self.warning.setObjectName("slowerWarning")
@@ -120,20 +135,26 @@ class StatsPanel(QWidget):
                                    "axis, 0–1), against seconds since the request")
         self.conv_plot = pg.PlotWidget(self)
         self.conv_plot.setToolTip("This conversation: each reply's average decode tokens/s (line) and "
-                                  "acceptance rate (dashed, right axis)")
+                                  "acceptance rate (dashed, right axis), by reply number")
         self._tps_curves = []
         self._acc_curves = []
+        self.legends = []
         self._ranges: dict[int, tuple[float, float, float, float]] = {}
         self._since_chart = QElapsedTimer()
         self._since_chart.start()
-        for plot, title in ((self.reply_plot, "This reply"), (self.conv_plot, "Conversation")):
+        charts = ((self.reply_plot, "This reply", "time since the request", "s"),
+                  (self.conv_plot, "Conversation", "reply number", ""))
+        for plot, title, x_label, x_unit in charts:
             plot.setMinimumHeight(120)
             plot.setMouseEnabled(x=False, y=False)
             plot.disableAutoRange()
             plot.hideButtons()
             plot.setTitle(title)
-            plot.setLabel("left", "tok/s")
-            self._tps_curves.append(plot.plot([], []))
+            plot.setLabel("left", "decode", units="tok/s")
+            plot.setLabel("bottom", x_label, units=x_unit or None)
+            legend = plot.addLegend(offset=(-4, 4), labelTextSize="8pt")
+            self.legends.append(legend)
+            self._tps_curves.append(plot.plot([], [], name="tok/s"))
             acc_view = pg.ViewBox()
             acc_view.disableAutoRange()
             acc_view.setYRange(0, 1)
@@ -142,9 +163,10 @@ class StatsPanel(QWidget):
             plot.getAxis("right").linkToView(acc_view)
             acc_view.setXLink(plot)
             plot.showAxis("right")
-            plot.setLabel("right", "acceptance")
+            plot.setLabel("right", "acceptance (0–1)")
             curve = pg.PlotDataItem([], [])
             acc_view.addItem(curve)
+            legend.addItem(curve, "acceptance")
             self._acc_curves.append((acc_view, curve))
             plot.getViewBox().sigResized.connect(
                 lambda vb=plot.getViewBox(), av=acc_view: av.setGeometry(vb.sceneBoundingRect()))
@@ -152,22 +174,46 @@ class StatsPanel(QWidget):
         head = QVBoxLayout()
         head.addWidget(self.speedup_label)
         head.addWidget(caption)
+        head.addWidget(speedup_help)
         box = QGroupBox("Live statistics", self)
         bl = QVBoxLayout(box)
         bl.addLayout(head)
         bl.addWidget(self.warning)
         bl.addLayout(form)
+        self.reply_chart, self.reply_empty = self._chart_stack(self.reply_plot, REPLY_EMPTY)
+        self.conv_chart, self.conv_empty = self._chart_stack(self.conv_plot, CONVERSATION_EMPTY)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(box)
-        layout.addWidget(self.reply_plot, 1)
-        layout.addWidget(self.conv_plot, 1)
+        layout.addWidget(self.reply_chart, 1)
+        layout.addWidget(self.conv_chart, 1)
 
         self.timer = QTimer(self)
         self.timer.setInterval(REFRESH_MS)
         self.timer.timeout.connect(self._on_timer_timeout)
         self.timer.start()
         self.set_colours(LIGHT)
+
+    def _explanation(self, key: str) -> QLabel:
+        """The one-line explanation of statistic ``key`` (muted, small; ``EXPLANATIONS``)."""
+        label = QLabel(EXPLANATIONS[key], self)
+        label.setObjectName("statHelp")
+        label.setWordWrap(True)
+        label.setToolTip(TOOLTIPS[key])
+        self.explanations[key] = label
+        return label
+
+    def _chart_stack(self, plot: pg.PlotWidget, empty_text: str) -> tuple[QStackedWidget, QLabel]:
+        """The chart, or a plain sentence in its place while it has nothing to draw (no meaningless axes)."""
+        stack = QStackedWidget(self)
+        empty = QLabel(empty_text, stack)
+        empty.setObjectName("chartEmpty")
+        empty.setWordWrap(True)
+        empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        empty.setMinimumHeight(60)
+        stack.addWidget(empty)
+        stack.addWidget(plot)
+        return stack, empty
 
     def set_colours(self, colours: ThemeColours) -> None:
         self.colours = colours
@@ -181,6 +227,11 @@ class StatsPanel(QWidget):
             curve.setPen(pg.mkPen(colours.chart_tps, width=2))
         for _, curve in self._acc_curves:
             curve.setPen(pg.mkPen(colours.chart_accept, width=2, style=pg.QtCore.Qt.PenStyle.DashLine))
+        for legend in self.legends:
+            legend.setLabelTextColor(colours.text)
+        muted = f"color: {colours.muted};"
+        for label in (*self.explanations.values(), self.reply_empty, self.conv_empty):
+            label.setStyleSheet(muted + (" font-size: 8pt;" if label.objectName() == "statHelp" else ""))
         self.meter._dirty = True
         self.refresh()
 
@@ -233,6 +284,7 @@ class StatsPanel(QWidget):
     def _draw(self) -> None:
         self._since_chart.restart()
         series = self.meter.reply_series
+        self.reply_chart.setCurrentWidget(self.reply_plot if series else self.reply_empty)
         xs = [p[0] for p in series]
         ys = [p[1] for p in series]
         self._set_ranges(0, 0.0, nice_ceil(max(xs, default=1.0)), nice_ceil(max(ys, default=1.0) * 1.05))
@@ -240,8 +292,12 @@ class StatsPanel(QWidget):
         acc = [(p[0], p[2]) for p in series if p[2] is not None]
         self._acc_curves[0][1].setData([a[0] for a in acc], [a[1] for a in acc])
         conv = self.meter.conversation_series
+        self.conv_chart.setCurrentWidget(self.conv_plot if conv else self.conv_empty)
         cys = [p[1] for p in conv]
-        self._set_ranges(1, 0.5, max(len(conv), 5) + 0.5, nice_ceil(max(cys, default=1.0) * 1.05))
+        last = max(self.meter.replies, len(conv), 5)
+        self._set_ranges(1, 0.5, last + 0.5, nice_ceil(max(cys, default=1.0) * 1.05))
+        step = nice_ceil(last / 6) if last > 6 else 1.0  # whole reply numbers, at most about six labels
+        self.conv_plot.getAxis("bottom").setTickSpacing(major=step, minor=step)
         self._tps_curves[1].setData([p[0] for p in conv], cys, symbol="o", symbolSize=6)
         cacc = [(p[0], p[2]) for p in conv if p[2] is not None]
-        self._acc_curves[1][1].setData([a[0] for a in cacc], [a[1] for a in cacc])
+        self._acc_curves[1][1].setData([a[0] for a in cacc], [a[1] for a in cacc], symbol="t", symbolSize=6)

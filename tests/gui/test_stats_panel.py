@@ -1,0 +1,120 @@
+"""The statistics panel: a one-line explanation per statistic, labelled charts with units and a legend, a plain
+sentence instead of empty axes, tokens per pass as the engine defines it (never below 1), and a conversation chart
+that follows the replies shown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from outrider.engine.stats import GenerationStats
+from outrider.history import Message, MessageStatus, ReplyStats, Role
+from outrider.ui.widgets.live_stats import EXPLANATIONS, ReplyMeter, reply_points
+from outrider.ui.widgets.stats_panel import CONVERSATION_EMPTY, REPLY_EMPTY, ROWS, StatsPanel
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def panel(qtbot: Any) -> tuple[StatsPanel, ReplyMeter, Clock]:
+    clock = Clock()
+    meter = ReplyMeter(clock)
+    widget = StatsPanel(meter)
+    widget.timer.stop()  # the test refreshes by hand
+    qtbot.addWidget(widget)
+    widget.resize(340, 800)
+    widget.show()
+    return widget, meter, clock
+
+
+def _stats(generated: int, **kw: Any) -> GenerationStats:
+    base: dict[str, Any] = {"generated": generated, "drafted": generated, "accepted": generated // 2,
+                            "rejections": generated // 4, "passes": max(1, generated // 2),
+                            "pass_tokens": generated, "decode_s": generated / 40, "draft_mode": "model"}
+    return GenerationStats(**{**base, **kw})
+
+
+def _stream_reply(panel: StatsPanel, meter: ReplyMeter, clock: Clock, generated: int = 40) -> None:
+    meter.begin_reply()
+    for n in range(4, generated + 1, 4):
+        clock.now += 0.25
+        meter.add(_stats(n), 3)
+        panel.refresh()
+    meter.finish_reply(_stats(generated))
+    panel.refresh()
+
+
+def _message(mid: int, role: Role, stats: ReplyStats | None = None,
+             status: MessageStatus = MessageStatus.COMPLETE) -> Message:
+    return Message(mid, 1, role, f"m{mid}", status, 0.0, 0.0, stats)
+
+
+def test_each_statistic_has_a_one_line_explanation(panel: Any) -> None:
+    widget, _, _ = panel
+    assert set(widget.explanations) == {key for key, _ in ROWS} | {"speedup"}
+    for key, label in widget.explanations.items():
+        assert label.text() == EXPLANATIONS[key] and label.isVisibleTo(widget), key
+    assert "never below 1" in EXPLANATIONS["tokens_per_pass"]
+    assert "below 1×" in EXPLANATIONS["speedup"]
+    assert "drafted tokens" in EXPLANATIONS["acceptance_rate"]
+
+
+def test_charts_say_what_will_appear_until_there_is_data(panel: Any) -> None:
+    widget, meter, clock = panel
+    widget.refresh()
+    assert widget.reply_chart.currentWidget() is widget.reply_empty
+    assert widget.conv_chart.currentWidget() is widget.conv_empty
+    assert widget.reply_empty.text() == REPLY_EMPTY and widget.conv_empty.text() == CONVERSATION_EMPTY
+    _stream_reply(widget, meter, clock)
+    assert widget.reply_chart.currentWidget() is widget.reply_plot
+    assert widget.conv_chart.currentWidget() is widget.conv_plot
+    meter.reset_conversation()  # a new chat
+    widget.refresh()
+    assert widget.reply_chart.currentWidget() is widget.reply_empty
+    assert widget.conv_chart.currentWidget() is widget.conv_empty
+
+
+def test_chart_axes_have_units_and_a_legend(panel: Any) -> None:
+    widget, _, _ = panel
+    reply, conv = widget.reply_plot.getPlotItem(), widget.conv_plot.getPlotItem()
+    assert (reply.getAxis("bottom").labelText, reply.getAxis("bottom").labelUnits) == ("time since the request", "s")
+    assert conv.getAxis("bottom").labelText == "reply number" and not conv.getAxis("bottom").labelUnits
+    for plot in (reply, conv):
+        assert (plot.getAxis("left").labelText, plot.getAxis("left").labelUnits) == ("decode", "tok/s")
+        assert plot.getAxis("right").labelText == "acceptance (0–1)"
+    for legend in widget.legends:
+        assert [label.text for _, label in legend.items] == ["tok/s", "acceptance"]
+
+
+def test_tokens_per_pass_is_the_engines_and_never_below_one(panel: Any) -> None:
+    widget, meter, _ = panel
+    meter.begin_reply()
+    # 99 tokens shown in 100 passes: the last pass yielded the end-of-generation token (docs/metrics.md).
+    meter.add(GenerationStats(generated=99, passes=100, pass_tokens=100, decode_s=1.0, draft_mode="lookup"), 0)
+    widget.refresh()
+    assert widget.values["tokens_per_pass"].text() == "1.00"
+
+
+def test_conversation_chart_numbers_replies_and_follows_the_replies_shown(panel: Any) -> None:
+    widget, meter, clock = panel
+    for _ in range(3):
+        _stream_reply(widget, meter, clock)
+    assert [p[0] for p in meter.conversation_series] == [1, 2, 3]
+    stats = ReplyStats(tokens_per_s=30.0, acceptance_rate=0.5)
+    shown = [_message(1, Role.USER), _message(2, Role.ASSISTANT, stats),
+             _message(3, Role.USER), _message(4, Role.ASSISTANT, status=MessageStatus.INTERRUPTED),  # no stats
+             _message(5, Role.USER)]
+    assert reply_points(shown) == [(30.0, 0.5), (None, None)]
+    meter.load_conversation(shown)  # an edit-and-resend of message 5: later replies are gone
+    widget.refresh()
+    assert meter.conversation_series == [(1, 30.0, 0.5)] and meter.replies == 2
+    assert list(widget._tps_curves[1].getData()[0]) == [1]
+    _stream_reply(widget, meter, clock)
+    assert [p[0] for p in meter.conversation_series] == [1, 3]  # the new reply is the third of the chat
