@@ -166,8 +166,8 @@ def paint_provenance(cursor: QTextCursor, start: int, runs: list[tuple[str, Prov
 
     Markdown drops its syntax (``**``, fences, link targets) but keeps the order of the source's characters, so
     the rendered characters are matched to the source's in order (whitespace to whitespace): the next source
-    character when it matches, else the next place the following ``RESYNC_CHARS`` rendered characters occur
-    (within ``RESYNC_WINDOW``), else a close single character. A rendered character with no match (a code block's
+    character when it matches, else the next place where the following 8, or else 4 (``RESYNC_CHARS``), rendered
+    characters occur together (within ``RESYNC_WINDOW``). A rendered character with no match (a code block's
     label line) is left unpainted. Consecutive characters of one provenance are painted as one range.
     """
     end = cursor.position()
@@ -180,10 +180,11 @@ def paint_provenance(cursor: QTextCursor, start: int, runs: list[tuple[str, Prov
     span_start, span_kind = -1, None
     for i, ch in enumerate(rendered):
         kind: Provenance = None
-        k = j if j < len(source) and source[j] == ch else source.find(rendered[i:i + RESYNC_CHARS], j,
-                                                                     j + RESYNC_WINDOW)
-        if k < 0:
-            k = source.find(ch, j, j + RESYNC_CHARS)
+        k = j if j < len(source) and source[j] == ch else -1
+        for size in RESYNC_CHARS:
+            if k >= 0:
+                break
+            k = source.find(rendered[i:i + size], j, j + RESYNC_WINDOW)
         if k >= 0:
             kind, j = kinds[k], k + 1
         if kind is not span_kind:
@@ -192,7 +193,7 @@ def paint_provenance(cursor: QTextCursor, start: int, runs: list[tuple[str, Prov
     _paint_span(paint, start, span_start, len(rendered), span_kind, formats)
 
 
-RESYNC_CHARS = 8
+RESYNC_CHARS = (8, 4)  # a match elsewhere must be confirmed by this many rendered characters in a row
 RESYNC_WINDOW = 2000
 
 
