@@ -60,6 +60,29 @@ def test_cli_generates_through_the_engine_process(exe: Path, env: dict[str, str]
     assert done["event"] == "done" and done["stats"]["generated"] == 8
 
 
+def test_serve_answers_an_openai_request_from_the_frozen_binary(exe: Path, env: dict[str, str]) -> None:
+    """`outrider serve` in the bundle: uvicorn's modules are there, the API answers on loopback."""
+    import urllib.request
+
+    proc = subprocess.Popen([str(exe), "serve", "--target", str(_demo(exe)), "--lookup", "--port", "0", "--ctx",
+                             "512"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        while line and " at http" not in line:
+            line = proc.stderr.readline()
+        assert " at http://127.0.0.1:" in line, line
+        base = line.split(" at ", 1)[1].split()[0]
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
+        request = urllib.request.Request(f"{base}/chat/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            reply = json.loads(response.read())
+        assert reply["usage"]["completion_tokens"] <= 4 and reply["timings"]["draft_mode"] == "lookup"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_engine_process_and_module_helpers_start_from_the_frozen_binary(exe: Path, env: dict[str, str]) -> None:
     r = _run(exe, "-m", "outrider.worker", env=env)  # starts `<bundle>/outrider --outrider-engine-process`
     assert r.returncode == 0, r.stderr

@@ -56,6 +56,8 @@ def test_spec_runs_and_collects_what_the_app_needs(monkeypatch: pytest.MonkeyPat
     hidden = set(analysis["hiddenimports"])
     assert {"outrider.ui.app", "outrider.worker.server", "outrider.catalogue.download",
             "outrider.commands.generate"} <= hidden
+    assert {"outrider.server.app", "outrider.commands.serve", "uvicorn.protocols.http.h11_impl",
+            "uvicorn.loops.asyncio", "uvicorn.lifespan.off"} <= hidden  # outrider serve in the bundle
     assert [Path(p).name for p in analysis["_args"][0]] == ["outrider_entry.py"]
     exe = calls["EXE"]
     assert exe["name"] == "outrider" and exe["console"] is False
