@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from PySide6.QtCore import Qt, Slot
+from PySide6.QtCore import Qt, QTimer, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
@@ -128,7 +128,7 @@ class MainWindow(QMainWindow):
         self.apply_settings_theme()
         self.refresh_conversations()
         self.chat.set_provenance(settings.value.show_provenance)
-        self.session.restore_last_conversation()
+        QTimer.singleShot(0, self.session, self.session.restore_last_conversation)  # after the first paint
         self.chat.composer.setFocus()
 
     # -- construction -----------------------------------------------------------------------------------------
