@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,63 @@ def test_markdown_flags_slower_prompts() -> None:
     text = results_markdown(rows, [("prose", "x | y")], runs=1, max_tokens=8)
     assert "Slower than plain decoding on: prose." in text
     assert "| prose | 20.0% | 1.20 | 50.0 | 40.0 | 0.80× | 0.90× | 0.89 |" in text
+
+
+def _five_rows(dialog: BenchmarkDialog) -> None:
+    for i, label in enumerate(["you #1", "code", "structured", "quoting", "prose"]):
+        dialog.results.append({"label": label, "prompt": "p", "plain_tps": 50.0 + i, "spec_tps": 180.25,
+                               "acceptance_rate": 0.755, "token_acceptance": 0.8, "tokens_per_pass": 4.0,
+                               "k_mean": 4.0, "speedup": 3.6 - 0.7 * i, "predicted_speedup": 3.71,
+                               "measured_over_predicted": 0.94})
+        dialog._update_chart()
+
+
+def test_columns_fit_without_a_horizontal_scroll(qtbot: QtBot, dialog: BenchmarkDialog) -> None:
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    _five_rows(dialog)
+    qtbot.waitUntil(lambda: dialog.table.horizontalHeader().length() > 0)
+    assert dialog.table.horizontalScrollBar().maximum() == 0
+    header = dialog.table.horizontalHeader()
+    assert header.length() <= dialog.table.viewport().width()
+    for column in ResultColumn:  # every header readable in full
+        title = dialog.results.headerData(column, Qt.Orientation.Horizontal)
+        assert header.sectionSize(column) >= dialog.table.fontMetrics().horizontalAdvance(title), title
+
+
+def test_chart_y_labels_do_not_overlap(qtbot: QtBot, dialog: BenchmarkDialog) -> None:
+    from PySide6.QtGui import QFontMetrics
+
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    _five_rows(dialog)
+    line = QFontMetrics(dialog.font()).height()
+    for plot in (dialog.speedup_plot, dialog.accept_plot):
+        axis = plot.getAxis("left")
+        major = axis._tickLevels[0]  # the ticks the dialog set
+        values = sorted(v for v, _ in major)
+        low, high = plot.getViewBox().viewRange()[1]
+        pixels = plot.getViewBox().height()
+        assert 2 <= len(values) <= 3 and values[0] == 0.0
+        gaps = [(b - a) / (high - low) * pixels for a, b in itertools.pairwise(values)]
+        assert min(gaps) >= line, (plot.titleLabel.text, gaps, line)
+    speedup_ticks = [label for _, label in dialog.speedup_plot.getAxis("left")._tickLevels[0]]
+    assert speedup_ticks == ["0", "2.5", "5"]  # the top above 3.6×; the plain line at 1× is labelled itself
+
+
+def test_predicted_column_is_the_cost_model_on_per_token_acceptance(qtbot: QtBot, dialog: BenchmarkDialog) -> None:
+    tick_only(dialog, {"prose"})
+    dialog.runs_spin.setValue(1)
+    dialog.tokens_spin.setValue(64)
+    with qtbot.waitSignal(dialog.benchmark_finished, timeout=5000) as blocker:
+        dialog.start()
+    row = blocker.args[0][0]
+    spec, plain = fake_stats(False, 64).to_dict(), fake_stats(True, 64).to_dict()
+    assert spec["token_acceptance"] != spec["acceptance_rate"]  # 1.0 (no rejection) vs 0.75
+    honest = predicted_speedup(spec, plain)
+    on_acceptance_rate = predicted_speedup({**spec, "token_acceptance": spec["acceptance_rate"]}, plain)
+    assert honest is not None and on_acceptance_rate is not None and honest > on_acceptance_rate
+    assert row["predicted_speedup"] == pytest.approx(honest)
+    assert dialog.results.index(0, ResultColumn.Predicted).data() == f"{honest:.2f}×"
+    tip = dialog.results.headerData(ResultColumn.Predicted, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
+    assert "per-token acceptance" in tip

@@ -17,6 +17,7 @@ arrive as signals), one at a time; nothing here blocks the GUI thread.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -56,6 +57,17 @@ from outrider.ui.dialogs.verify_panel import VerifyBridgeLike, VerifyRunner, ver
 SPEEDUP_BRUSH = (31, 119, 180)  # blue and orange read on light and dark backgrounds alike
 ACCEPT_BRUSH = (255, 127, 14)
 
+
+
+def speedup_axis_top(speedups: Sequence[float]) -> float:
+    """The top of the speed-up axis: 1, 2 or 5 × 10^n above the largest bar with a tenth to spare, at least 2
+    (so the plain-decoding line at 1× always shows; with labels at 0, half and the top, 2 labels it too)."""
+    top = max([*speedups, 1.0]) * 1.1
+    scale = 10.0 ** math.floor(math.log10(top))
+    for m in (1.0, 2.0, 5.0, 10.0):
+        if top <= m * scale:
+            return max(2.0, m * scale)
+    return max(2.0, 10.0 * scale)
 
 
 def default_prompt_list(conversation: Sequence[str]) -> list[tuple[str, str]]:
@@ -142,7 +154,11 @@ class BenchmarkDialog(QDialog):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.verticalHeader().hide()
         self.table.setTabKeyNavigation(False)  # Tab leaves the table; arrows move inside
-        self.table.horizontalHeader().setSectionResizeMode(ResultColumn.Prompt, QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)  # numbers: as wide as they need
+        header.setSectionResizeMode(ResultColumn.Prompt, QHeaderView.ResizeMode.Stretch)  # the prompt: the rest
+        header.setMinimumSectionSize(40)
+        self.table.setWordWrap(False)
         self.chart = self._build_chart()
 
         form = QFormLayout()
@@ -167,6 +183,7 @@ class BenchmarkDialog(QDialog):
         split.addWidget(left)
         split.addWidget(right)
         split.setStretchFactor(1, 3)
+        split.setSizes([220, 740])
         buttons = QHBoxLayout()
         buttons.addWidget(self.run_button)
         buttons.addWidget(self.stop_button)
@@ -195,10 +212,14 @@ class BenchmarkDialog(QDialog):
         chart = pg.GraphicsLayoutWidget(self)
         chart.setBackground(pal.color(QPalette.ColorRole.Base))
         chart.setToolTip("Per prompt: measured speed-up (dashed line: plain decoding) and acceptance rate")
-        chart.setMinimumHeight(220)
-        self.speedup_plot = chart.addPlot(row=0, col=0, title="Speed-up (×)")
+        chart.setMinimumHeight(240)
+        self.speedup_plot = chart.addPlot(row=0, col=0, title="Measured speed-up")
         self.accept_plot = chart.addPlot(row=1, col=0, title="Acceptance")
-        self.accept_plot.setYRange(0, 1)
+        self.speedup_plot.setLabel("left", "×")
+        self.accept_plot.setLabel("left", "%")
+        self.accept_plot.setYRange(0, 1, padding=0)
+        # Three evenly spaced y labels (a short plot stacked more on top of each other): 0, half and the top.
+        self.accept_plot.getAxis("left").setTicks([[(0.0, "0"), (0.5, "50"), (1.0, "100")], []])
         for plot in (self.speedup_plot, self.accept_plot):
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
@@ -206,7 +227,8 @@ class BenchmarkDialog(QDialog):
             for axis in ("left", "bottom"):
                 plot.getAxis(axis).setTextPen(fg)
                 plot.getAxis(axis).setPen(fg)
-        self.speedup_plot.addLine(y=1.0, pen=pg.mkPen(fg, style=Qt.PenStyle.DashLine))
+        self.speedup_plot.addLine(y=1.0, pen=pg.mkPen(fg, style=Qt.PenStyle.DashLine), label="plain 1×",
+                                  labelOpts={"position": 0.97, "color": fg, "anchors": [(1, 1), (1, 1)]})
         self.speedup_bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=pg.mkBrush(*SPEEDUP_BRUSH))
         self.accept_bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=pg.mkBrush(*ACCEPT_BRUSH))
         self.speedup_plot.addItem(self.speedup_bars)
@@ -281,8 +303,9 @@ class BenchmarkDialog(QDialog):
         for plot in (self.speedup_plot, self.accept_plot):
             plot.getAxis("bottom").setTicks(ticks)
             plot.setXRange(-0.5, max(len(rows), 1) - 0.5, padding=0.05)
-        top = max([float(r["speedup"] or 0.0) for r in rows] + [1.2])
-        self.speedup_plot.setYRange(0, top * 1.1, padding=0)
+        top = speedup_axis_top([float(r["speedup"] or 0.0) for r in rows])
+        self.speedup_plot.setYRange(0, top, padding=0)
+        self.speedup_plot.getAxis("left").setTicks([[(v, f"{v:g}") for v in (0.0, top / 2, top)], []])
 
     def bar_heights(self) -> tuple[list[float], list[float]]:
         """(speed-ups, acceptance rates) as drawn (for tests and screenshots)."""

@@ -28,22 +28,34 @@ class ResultColumn(enum.IntEnum):
     Ratio = 7
 
 
-# (header, row key, format, tooltip) — definitions as in docs/metrics.md
+# (header, row key, format, tooltip) — definitions as in docs/metrics.md. Headers are short so that every column
+# fits the dialog without a horizontal scroll; the tooltip says what each one is in full.
 _RESULT_COLUMNS: dict[ResultColumn, tuple[str, str, str, str]] = {
     ResultColumn.Prompt: ("Prompt", "label", "", "The prompt (its start); full text in the Markdown report"),
     ResultColumn.Acceptance: ("Acceptance", "acceptance_rate", ".1%",
-                              "accepted / drafted: the share of drafted tokens the target accepted (median)"),
-    ResultColumn.TokensPerPass: ("Tokens/pass", "tokens_per_pass", ".2f",
-                                 "generated / target passes: tokens each read of the target's weights bought"),
+                              "Acceptance: accepted / drafted, the share of drafted tokens the target accepted "
+                              "(median)"),
+    ResultColumn.TokensPerPass: ("Tok/pass", "tokens_per_pass", ".2f",
+                                 "Tokens per target pass: pass_tokens / passes, the tokens each read of the "
+                                 "target's weights bought (never below 1; median)"),
     ResultColumn.PlainTps: ("Plain tok/s", "plain_tps", ".1f", "Decode tokens/s without a draft (median)"),
-    ResultColumn.SpecTps: ("Speculative tok/s", "spec_tps", ".1f", "Decode tokens/s with the draft (median)"),
+    ResultColumn.SpecTps: ("Spec. tok/s", "spec_tps", ".1f", "Speculative decode tokens/s, with the draft (median)"),
     ResultColumn.Speedup: ("Speed-up", "speedup", ".2f",
-                           "speculative tok/s ÷ plain tok/s, measured; below 1 the draft makes this prompt slower"),
+                           "Measured speed-up: speculative tok/s ÷ plain tok/s; below 1 the draft makes this "
+                           "prompt slower"),
     ResultColumn.Predicted: ("Predicted", "predicted_speedup", ".2f",
-                             "What the cost model predicts from the measured acceptance and step costs"),
-    ResultColumn.Ratio: ("Measured/predicted", "measured_over_predicted", ".2f",
-                         "Far from 1: the cost model misjudges this machine or prompt"),
+                             "Predicted speed-up: the cost model of docs/metrics.md, E(a, k) · c_plain / "
+                             "(k · c_draft + c_verify), from the per-token acceptance a = accepted / (accepted + "
+                             "rejections) and the measured draft and verify costs (outrider bench's figure)"),
+    ResultColumn.Ratio: ("Meas./pred.", "measured_over_predicted", ".2f",
+                         "Measured ÷ predicted speed-up; far from 1: the cost model misjudges this machine or "
+                         "prompt"),
 }
+
+
+# The Markdown report has room for the full names.
+_MARKDOWN_HEADERS = ("Prompt", "Acceptance", "Tokens/pass", "Plain tok/s", "Speculative tok/s", "Speed-up",
+                     "Predicted", "Measured/predicted")
 
 
 class BenchmarkResultsModel(HeaderedTableModel):
@@ -112,7 +124,7 @@ def results_markdown(rows: Sequence[dict[str, Any]], prompts: Sequence[tuple[str
     stamp = (when or _dt.datetime.now().astimezone()).strftime("%Y-%m-%d %H:%M %Z").strip()
     title = f"# Outrider benchmark{': ' + pair_name if pair_name else ''}"
     out = [title, "", f"{stamp} · {runs} run(s) per mode, interleaved · up to {max_tokens} tokens · greedy", ""]
-    heads = [_RESULT_COLUMNS[c][0] for c in ResultColumn]
+    heads = list(_MARKDOWN_HEADERS)
     out.append("| " + " | ".join(heads) + " |")
     out.append("|" + "|".join([":--"] + ["--:"] * (len(heads) - 1)) + "|")
     for r in rows:
