@@ -118,3 +118,31 @@ def test_conversation_chart_numbers_replies_and_follows_the_replies_shown(panel:
     assert list(widget._tps_curves[1].getData()[0]) == [1]
     _stream_reply(widget, meter, clock)
     assert [p[0] for p in meter.conversation_series] == [1, 3]  # the new reply is the third of the chat
+
+
+def test_the_warning_always_quotes_the_headline_and_goes_when_the_reply_recovers(qtbot: Any, panel: Any) -> None:
+    from support.stats import measured_stats
+
+    widget, meter, clock = panel
+    meter.begin_reply()
+    warned = []
+    for speedup, accepted in ((0.62, 10), (0.93, 19), (1.06, 26)):
+        clock.now += 0.25
+        meter.add(measured_stats(generated=64, drafted=40, accepted=accepted, passes=20, pass_tokens=64,
+                                 decode_s=1.0, draft_mode="model", speedup=speedup, speedup_error=0.01), 3)
+        widget.refresh()
+        headline = widget.speedup_label.text()
+        acceptance = widget.values["acceptance_rate"].text().split("%")[0].strip()
+        if widget.warning.isVisibleTo(widget):
+            warned.append(headline)
+            assert headline in widget.warning_label.text() and f"acceptance {acceptance} %" in \
+                widget.warning_label.text()
+    assert warned == ["0.62× ± 0.01", "0.93× ± 0.01"]
+    assert widget.speedup_label.text() == "1.06× ± 0.01" and not widget.warning.isVisibleTo(widget)
+    widget.timer.start()  # from here on, only the panel's own timer redraws
+    meter.finish_reply(measured_stats(generated=64, drafted=40, accepted=10, passes=20, pass_tokens=64,
+                                      decode_s=1.0, draft_mode="model", speedup=0.6, speedup_error=0.01))
+    qtbot.waitUntil(lambda: widget.warning.isVisibleTo(widget), timeout=2000)
+    meter.reset_conversation()  # Ctrl+N
+    qtbot.waitUntil(lambda: not widget.warning.isVisibleTo(widget), timeout=2000)
+    assert widget.speedup_label.text() == "–" and widget.values["tokens_per_pass"].text() == "–"
