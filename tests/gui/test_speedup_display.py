@@ -17,7 +17,7 @@ from outrider.engine.stats import GenerationStats
 from outrider.history import HistoryStore, MessageStatus
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
-from outrider.ui.main_window import ACTION_NEW_CHAT, MainWindow
+from outrider.ui.main_window import ACTION_NEW_CHAT, ACTION_SETTINGS, MainWindow
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
 from support.stats import measured_stats
@@ -210,3 +210,22 @@ def test_edit_and_resend_leaves_only_the_remaining_replies_in_the_conversation_c
         assert [p[0] for p in win.meter.conversation_series] == [1]  # at once: replies 2 and 3 are gone
     assert [p[0] for p in win.meter.conversation_series] == [1, 2]
     assert win.meter.conversation_series[1][1] == pytest.approx(40.0)
+
+
+def test_settings_opened_from_the_window_know_the_engines_backend(qtbot: Any, scripted: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from outrider.ui.dialogs.settings_dialog import SettingsDialog
+
+    win, client = scripted
+    client.backend = {"name": "CPU", "gpu_offload": False}  # as the engine's hello said
+    opened: list[SettingsDialog] = []
+
+    def fake_exec(dialog: SettingsDialog) -> int:
+        opened.append(dialog)
+        dialog.k_max.setValue(9)
+        return 1
+
+    monkeypatch.setattr(SettingsDialog, "exec", fake_exec)
+    win.actions_by_id[ACTION_SETTINGS].trigger()
+    assert opened and "no GPU backend" in opened[0].gpu_note.text()
+    assert win.settings.value.k_max == 9 and "draft.gguf (k auto ≤ 9)" in win.engine_label.text()

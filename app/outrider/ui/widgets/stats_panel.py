@@ -117,10 +117,11 @@ class StatsPanel(QWidget):
         self.warning_label = QLabel("", self.warning)
         self.warning_label.setWordWrap(True)
         self.draft_off_button = QPushButton("Draft off", self.warning)
-        self.draft_off_button.setToolTip("Decode plainly with the target alone (draft mode: off)")
+        self.draft_off_button.setToolTip("Decode plainly with the target alone (Settings: draft source none)")
         self.draft_off_button.clicked.connect(self.draft_off_requested)
         self.draft_auto_button = QPushButton("Auto k", self.warning)
-        self.draft_auto_button.setToolTip("Let the cost model choose k per step, including k = 0 (draft mode: auto)")
+        self.draft_auto_button.setToolTip("Let the cost model choose k per step, including k = 0 "
+                                          "(Settings: draft length k automatic)")
         self.draft_auto_button.clicked.connect(self.draft_auto_requested)
         buttons = QHBoxLayout()
         buttons.addWidget(self.draft_off_button)
