@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from PySide6.QtCore import Qt, Slot
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -143,11 +144,10 @@ class SettingsDialog(QDialog):
             "Drafting": (
                 ("draft_source", "Draft source", self.draft_source, ""),
                 ("k_policy", "Draft length k", self.k_policy, ""),
-                ("k", "Fixed k", self.k, "Tokens the drafter proposes each step."),
-                ("k_max", "Automatic k up to", self.k_max, "The ceiling of automatic k (the cost model picks "
-                 "0 … this)."),
+                ("k", "Fixed k", self.k, "Tokens drafted each step."),
+                ("k_max", "Automatic k up to", self.k_max, "Automatic k chooses from 0 to this."),
                 ("draft_min", "Draft min", self.draft_min, "Shorter drafts are dropped."),
-                ("p_min", "Draft p-min", self.p_min, "Probability 0–1; the draft stops below it."),
+                ("p_min", "Draft p-min", self.p_min, "Probability 0–1: the draft stops below it."),
             ),
             "Sampling": (
                 ("temperature", "Temperature", self.temperature, ""),
@@ -177,8 +177,11 @@ class SettingsDialog(QDialog):
             for name, label, widget, help_text in rows:
                 hint = QLabel(help_text, box)
                 hint.setObjectName("settingHelp")
-                hint.setWordWrap(True)
-                hint.setTextFormat(Qt.TextFormat.PlainText)
+                hint.setTextFormat(Qt.TextFormat.PlainText)  # one short line: no wrapping to squeeze
+                font = hint.font()
+                font.setPointSizeF(font.pointSizeF() * 0.9)
+                hint.setFont(font)
+                hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)
                 self.help_labels[name] = hint
                 cell = QVBoxLayout()
                 cell.setSpacing(1)
@@ -215,31 +218,27 @@ class SettingsDialog(QDialog):
             box.setEnabled(not greedy)
         h = self.help_labels
         h["draft_source"].setText({
-            "model": "The pair's draft model proposes tokens; the target checks them in one pass.",
-            "lookup": "Drafts are copied from earlier text of the conversation (no draft model).",
-            "none": "Plain decoding: the target alone (speed-up 1.00×).",
+            "model": "The pair's draft model proposes, the target checks.",
+            "lookup": "Drafts copied from earlier text (no draft model).",
+            "none": "Plain decoding: the target alone (1.00×).",
         }[source])
-        h["k_policy"].setText("Drafting is off." if not drafting else
-                              "Always the fixed k below." if fixed else
-                              "The cost model picks k each step (0 = a plain step).")
-        h["k"].setText("Tokens the drafter proposes each step." if fixed or not drafting else
+        h["k_policy"].setText("Drafting is off." if not drafting else "Always the fixed k below." if fixed else
+                              "The cost model picks k each step (0 = plain).")
+        h["k"].setText("Tokens drafted each step." if fixed or not drafting else
                        "Not used: automatic k chooses the length.")
-        h["k_max"].setText("Not used: k is fixed." if fixed and drafting else
-                           "The ceiling of automatic k (the cost model picks 0 … this).")
-        h["p_min"].setText("Probability 0–1; the draft model stops below it." if source == "model" else
-                           "Only for a draft model (prompt lookup has no probabilities).")
-        h["temperature"].setText("0 = greedy: exactly the target's own output; top-k, top-p, min-p and seed do "
-                                 "not apply." if greedy else "Higher = more varied replies (same distribution "
-                                 "as the target alone).")
-        h["top_k"].setText("Not used at temperature 0." if greedy else "Sample among this many most likely "
-                           "tokens (0 = off).")
+        h["k_max"].setText("Not used: k is fixed." if fixed and drafting else "Automatic k chooses from 0 to this.")
+        h["p_min"].setText("Probability 0–1: the draft stops below it." if source == "model" else
+                           "Only for a draft model (lookup has none).")
+        h["temperature"].setText("0 = greedy; top-k, top-p, min-p, seed do not apply." if greedy else
+                                 "Higher = more varied (same distribution as target).")
+        h["top_k"].setText("Not used at temperature 0." if greedy else "Sample among this many top tokens.")
         self._refresh_gpu_help()
 
     def _refresh_gpu_help(self) -> None:
         cpu_only = bool(self.gpu_note.text())
         for name in ("target_gpu_layers", "draft_gpu_layers"):
-            self.help_labels[name].setText("Layers on the CPU: this build has no GPU backend." if cpu_only else
-                                           "-1 = all layers on the GPU; 0 = CPU only.")
+            self.help_labels[name].setText("On the CPU: this build has no GPU backend." if cpu_only else
+                                           "All = every layer on the GPU; 0 = CPU only.")
 
     # -- result -----------------------------------------------------------------------------------------------
     def result_settings(self) -> AppSettings:

@@ -152,6 +152,7 @@ class StatsPanel(QWidget):
             plot.hideButtons()
             plot.setTitle(title)
             plot.setLabel("left", "decode", units="tok/s")
+            plot.getAxis("left").enableAutoSIPrefix(False)  # "ktok/s" reads as a typo
             plot.setLabel("bottom", x_label, units=x_unit or None)
             legend = plot.addLegend(offset=(-4, 4), labelTextSize="8pt")
             self.legends.append(legend)
