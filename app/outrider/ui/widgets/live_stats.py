@@ -54,8 +54,7 @@ TOOLTIPS: dict[str, str] = {
 
 # One line beside each statistic for a first-time user: what it means, in plain words (docs/metrics.md).
 EXPLANATIONS: dict[str, str] = {
-    "speedup": "how much faster than the target alone; below 1× drafting and checking cost more time than the "
-               "accepted tokens save",
+    "speedup": "below 1×, drafting and checking cost more time than the accepted tokens save",
     "decode_now": "tokens per second over the last second",
     "decode_tps": "tokens per second over the whole reply",
     "acceptance_rate": "share of drafted tokens the target kept",
