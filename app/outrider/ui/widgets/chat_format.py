@@ -9,8 +9,10 @@ plain text; the header is one line of HTML (who, how a reply ended, Copy / Edit 
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import html
+import itertools
 
 from PySide6.QtGui import QColor, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat
 
@@ -124,7 +126,10 @@ def insert_header(cursor: QTextCursor, index: int, item: MessageItem, colours: T
 
 
 def mark_header(cursor: QTextCursor, index: int) -> None:
-    """Tag the cursor's block as the header of message ``index`` (inserted HTML may replace the block format)."""
+    """Tag the cursor's block as the header of message ``index`` (inserted HTML may replace the block format; a
+    block format change lays the rest of the document out again, so only when it did)."""
+    if cursor.blockFormat().property(HEADER_PROPERTY) == index:
+        return
     fmt = QTextBlockFormat()
     fmt.setTopMargin(12 if index > 0 else 0)
     fmt.setBottomMargin(4)
@@ -165,52 +170,130 @@ def paint_provenance(cursor: QTextCursor, start: int, runs: list[tuple[str, Prov
     """Lay each token's provenance background over rendered Markdown from ``start`` to ``cursor``'s position.
 
     Markdown drops its syntax (``**``, fences, link targets) but keeps the order of the source's characters, so
-    the rendered characters are matched to the source's in order (whitespace to whitespace): the next source
-    character when it matches, else the next place where the following 8, or else 4 (``RESYNC_CHARS``), rendered
-    characters occur together (within ``RESYNC_WINDOW``). A rendered character with no match (a code block's
-    label line) is left unpainted. Consecutive characters of one provenance are painted as one range.
+    the rendered text (its blocks, joined by one space) is matched to the source's in order, whitespace to
+    whitespace: the longest common run at the current places, else the next place where the following 8, or
+    else 4 (``RESYNC_CHARS``), rendered characters occur together (within ``RESYNC_WINDOW``). A rendered character
+    with no match (a code block's label line) is left unpainted. Matching is by whole runs (string compares in C),
+    so plain paragraphs cost one compare each; painting is one format merge per provenance change.
     """
     end = cursor.position()
     doc = cursor.document()
-    rendered = "".join(_norm(doc.characterAt(p)) for p in range(start, end))
-    source = "".join(_norm(ch) for text, _ in runs for ch in text)
-    kinds = [drafted for text, drafted in runs for _ in text]
-    paint = QTextCursor(doc)
-    j = 0
-    span_start, span_kind = -1, None
-    for i, ch in enumerate(rendered):
-        kind: Provenance = None
-        k = j if j < len(source) and source[j] == ch else -1
+    blocks: list[tuple[int, int, int]] = []  # (index in rendered, document position, length) of each block
+    parts: list[str] = []
+    at = 0
+    block = doc.findBlock(start)
+    while block.isValid() and block.position() < end:
+        lo, hi = max(start, block.position()), min(end, block.position() + block.length() - 1)
+        if hi > lo:
+            text = block.text()[lo - block.position():hi - block.position()]
+            blocks.append((at, lo, len(text)))
+            parts.append(text)
+            at += len(text) + 1
+        block = block.next()
+    rendered = " ".join(parts).translate(_SPACES)
+    source = "".join(text for text, _ in runs).translate(_SPACES)
+    run_ends = list(itertools.accumulate(len(text) for text, _ in runs))
+    kinds = [kind for _, kind in runs]
+    matched: list[tuple[int, int, int]] = []  # (rendered index, source index, length)
+    i = j = 0
+    while i < len(rendered):
+        n = _common_length(rendered, i, source, j)
+        if n:
+            matched.append((i, j, n))
+            i, j = i + n, j + n
+            continue
         for size in RESYNC_CHARS:
-            if k >= 0:
-                break
             k = source.find(rendered[i:i + size], j, j + RESYNC_WINDOW)
-        if k >= 0:
-            kind, j = kinds[k], k + 1
-        if kind is not span_kind:
-            _paint_span(paint, start, span_start, i, span_kind, formats)
-            span_start, span_kind = i, kind
-    _paint_span(paint, start, span_start, len(rendered), span_kind, formats)
+            if k >= 0:
+                j = k
+                break
+        else:
+            i += 1
+    painter = _Painter(QTextCursor(doc), formats)
+    for r, src, n in matched:
+        for doc_pos, src_at, length in _in_document(blocks, r, n):
+            _paint_source_range(painter, doc_pos, src + src_at, length, run_ends, kinds)
+    painter.flush()
 
 
 RESYNC_CHARS = (8, 4)  # a match elsewhere must be confirmed by this many rendered characters in a row
 RESYNC_WINDOW = 2000
+_SPACES = str.maketrans({c: " " for c in "\n\t\r\x0b\x0c\u2028\u2029\u00a0\ufffc"})
 
 
-def _norm(ch: str) -> str:
-    return " " if ch.isspace() or ch in "\u2029\u2028\u00a0\ufffc" else ch
+def _common_length(a: str, i: int, b: str, j: int) -> int:
+    """The length of the common prefix of ``a[i:]`` and ``b[j:]`` (binary search over C string compares)."""
+    lo, hi = 0, min(len(a) - i, len(b) - j)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if b.startswith(a[i:i + mid], j):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
-def _paint_span(cursor: QTextCursor, base: int, begin: int, end: int, kind: Provenance, formats: RunFormats) -> None:
-    if begin < 0 or kind is None or end <= begin:
-        return
-    cursor.setPosition(base + begin)
-    cursor.setPosition(base + end, QTextCursor.MoveMode.KeepAnchor)
-    fmt = QTextCharFormat()
-    source = formats[kind]
-    fmt.setBackground(source.background())
-    fmt.setProperty(QTextCharFormat.Property.UserProperty, source.property(QTextCharFormat.Property.UserProperty))
-    cursor.mergeCharFormat(fmt)
+def _in_document(blocks: list[tuple[int, int, int]], r: int, n: int) -> list[tuple[int, int, int]]:
+    """The rendered range ``r``..``r + n`` as (document position, offset in the range, length) per block (the
+    spaces joining blocks are no characters of the document)."""
+    out = []
+    index = bisect.bisect_right(blocks, r, key=lambda b: b[0]) - 1
+    while index < len(blocks) and n > 0:
+        at, pos, length = blocks[index]
+        lo = max(r, at)
+        hi = min(r + n, at + length)
+        if hi > lo:
+            out.append((pos + lo - at, lo - r, hi - lo))
+        if r + n <= at + length + 1:
+            break
+        index += 1
+    return out
+
+
+def _paint_source_range(painter: _Painter, doc_pos: int, src: int, length: int, run_ends: list[int],
+                        kinds: list[Provenance]) -> None:
+    """Paint ``length`` document characters from ``doc_pos`` with the provenance of source characters
+    ``src``.. (split where the source's runs change)."""
+    index = bisect.bisect_right(run_ends, src)
+    while length > 0 and index < len(run_ends):
+        take = min(length, run_ends[index] - src)
+        painter.add(doc_pos, take, kinds[index])
+        doc_pos, src, length, index = doc_pos + take, src + take, length - take, index + 1
+
+
+class _Painter:
+    """Merges adjacent ranges of one provenance, then applies one format merge per range."""
+
+    def __init__(self, cursor: QTextCursor, formats: RunFormats) -> None:
+        self.cursor = cursor
+        self.formats: dict[Provenance, QTextCharFormat] = {}
+        for kind in (True, False):
+            fmt = QTextCharFormat()
+            fmt.setBackground(formats[kind].background())
+            fmt.setProperty(QTextCharFormat.Property.UserProperty,
+                            formats[kind].property(QTextCharFormat.Property.UserProperty))
+            self.formats[kind] = fmt
+        self.pending: tuple[int, int, Provenance] | None = None
+
+    def add(self, pos: int, length: int, kind: Provenance) -> None:
+        if self.pending is not None:
+            start, end, current = self.pending
+            if current is kind and end == pos:
+                self.pending = (start, pos + length, kind)
+                return
+            self.flush()
+        self.pending = (pos, pos + length, kind)
+
+    def flush(self) -> None:
+        if self.pending is None:
+            return
+        start, end, kind = self.pending
+        self.pending = None
+        if kind is None:
+            return
+        self.cursor.setPosition(start)
+        self.cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        self.cursor.mergeCharFormat(self.formats[kind])
 
 
 def welcome_html(colours: ThemeColours) -> str:

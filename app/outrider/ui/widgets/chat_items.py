@@ -77,14 +77,14 @@ class MessageItem:
         return self
 
     def provenance_runs(self) -> list[Run] | None:
-        """(text, provenance) runs of the whole message, or None when its tokens are not known."""
+        """(text, provenance) runs of the whole message (consecutive ones may share a provenance), or None when its
+        tokens are not known."""
         return self.reply.runs() if self.reply is not None else self.runs
 
     def finish(self, status: str, text: str, end: str) -> None:
         """The reply ended: keep its runs (when they still spell ``text``) and let go of the ``ReplyText``."""
-        if self.reply is not None:
-            runs = self.reply.runs()
-            self.runs = runs if "".join(r for r, _ in runs) == text else None
+        if self.reply is not None:  # its pieces become the runs (merged where drawn): no copy, no pass over them
+            self.runs = self.reply.pieces if self.reply.text == text else None
             self.reply = None
         elif self.runs is not None and "".join(r for r, _ in self.runs) != text:
             self.runs = None

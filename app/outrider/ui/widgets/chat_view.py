@@ -54,6 +54,9 @@ FRAME_MS = 16  # streamed text reaches the document at most once per frame (one 
 APPEND_CHARS_PER_TURN = 2048  # a drain inserts at most this much text per event-loop turn; the rest waits a turn
 MARKDOWN_TAIL_CHARS = 3000  # a streaming paragraph longer than this is frozen at a line break (see stable_prefix)
 FOLLOW_SLACK_PX = 4  # the view counts as "at the end" this close to the bottom
+# A finished reply in the provenance view is redrawn as Markdown with its colours (about 2 ms per 1000 characters
+# on one core); a longer one keeps its streamed text until the conversation is drawn again.
+PROVENANCE_MARKDOWN_MAX_CHARS = 30_000
 
 
 class ChatView(QWidget):
@@ -88,6 +91,7 @@ class ChatView(QWidget):
         self._placeholder = False  # the streaming reply's body shows PLACEHOLDER (no text yet)
         self._follow = True  # keep the end of the conversation in view (off while the user reads further up)
         self._busy = False
+        self._headers: dict[int, QTextBlock] = {}  # header block of each message index, as drawn
         self._scrolling = False  # the view itself is moving the scroll bar
         self._formats: RunFormats = {}  # None: plain; True/False: draft/target token
         self._md_frozen = 0  # characters of the streaming text rendered as Markdown for good
@@ -232,6 +236,7 @@ class ChatView(QWidget):
         self._drain_timer.stop()
         doc = self.browser.document()
         doc.clear()
+        self._headers.clear()
         doc.setDefaultStyleSheet(f"a {{ color: {self.colours.link}; }}")
         cursor = QTextCursor(doc)
         cursor.beginEditBlock()
@@ -261,13 +266,17 @@ class ChatView(QWidget):
 
     def _insert_header(self, cursor: QTextCursor, index: int, item: MessageItem, *, last: bool = True) -> None:
         insert_header(cursor, index, item, self.colours, self._formats, last=last)
+        self._headers[index] = cursor.block().previous()
 
     def _insert_body(self, cursor: QTextCursor, index: int, item: MessageItem) -> None:
         insert_body(cursor, index, item, self.colours, self._formats, provenance=self._provenance,
                     streaming=item is self._streaming)
 
     def _header_block(self, index: int) -> QTextBlock:
-        """The header block of message ``index`` (searched from the end: recent messages are found at once)."""
+        """The header block of message ``index``: remembered when drawn, else searched from the end."""
+        block = self._headers.get(index, QTextBlock())
+        if block.isValid() and block.blockFormat().property(HEADER_PROPERTY) == index:
+            return block
         block = self.browser.document().lastBlock()
         while block.isValid():
             if block.blockFormat().property(HEADER_PROPERTY) == index:
@@ -422,8 +431,11 @@ class ChatView(QWidget):
         streamed = item.flush().text
         final = streamed if text is None else text
         index = len(self.messages) - 1
-        if final == streamed and final and not self._provenance:
-            self._render_markdown_tail(final=True)  # the Markdown view: only the unrendered tail is left
+        if final == streamed and final and (not self._provenance or len(final) > PROVENANCE_MARKDOWN_MAX_CHARS):
+            if self._provenance:
+                self._drain(len(final) + 1)  # a very long reply keeps its streamed runs: the rest, at once
+            else:
+                self._render_markdown_tail(final=True)  # the Markdown view: only the unrendered tail is left
             item.finish(status, final, end)
             item.message_id = message_id
             self._streaming = None
