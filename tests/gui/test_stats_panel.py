@@ -146,3 +146,19 @@ def test_the_warning_always_quotes_the_headline_and_goes_when_the_reply_recovers
     meter.reset_conversation()  # Ctrl+N
     qtbot.waitUntil(lambda: not widget.warning.isVisibleTo(widget), timeout=2000)
     assert widget.speedup_label.text() == "–" and widget.values["tokens_per_pass"].text() == "–"
+
+
+def test_a_continued_reply_keeps_its_number_in_the_conversation_chart(panel: Any) -> None:
+    widget, meter, clock = panel
+    _stream_reply(widget, meter, clock)
+    _stream_reply(widget, meter, clock, generated=20)
+    assert [p[0] for p in meter.conversation_series] == [1, 2]
+    meter.begin_reply(continuing=True)  # Continue after the token limit: the same message streams on
+    clock.now += 0.25
+    meter.add(_stats(80, decode_s=1.0), 3)
+    meter.finish_reply(_stats(80, decode_s=1.0))
+    assert meter.replies == 2
+    assert [p[0] for p in meter.conversation_series] == [1, 2]
+    assert meter.conversation_series[-1][1] == pytest.approx(80.0)  # the continued reply's point, updated
+    _stream_reply(widget, meter, clock)
+    assert [p[0] for p in meter.conversation_series] == [1, 2, 3]

@@ -313,7 +313,7 @@ class ChatSession(QObject):
         self._checkpointer = None
         self.last_done = None
         self.last_end = None
-        self.meter.begin_reply()
+        self.meter.begin_reply(continuing=continuing)
         self.busy_changed.emit(True)
 
     def _start(self, text: str, edit_id: int | None) -> None:

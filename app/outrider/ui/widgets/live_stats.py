@@ -133,10 +133,14 @@ class ReplyMeter:
         self.reply_series: list[tuple[float, float, float | None]] = []
         self.conversation_series: list[tuple[int, float, float | None]] = []
         self.replies = 0
+        self._continuing = False
         self._dirty = False
 
     # -- feeding ----------------------------------------------------------------------------------------------
-    def begin_reply(self) -> None:
+    def begin_reply(self, *, continuing: bool = False) -> None:
+        """A reply starts streaming; ``continuing``: it continues the last reply (Continue after the token limit),
+        so at its end that reply's point in the conversation chart is updated rather than a new one added."""
+        self._continuing = continuing and self.replies > 0
         self._stats = None
         self._k = None
         self._window.clear()
@@ -160,7 +164,11 @@ class ReplyMeter:
             self._stats = stats
         self.streaming = False
         snap = self.snapshot()
-        self.replies += 1
+        if self._continuing:
+            self.conversation_series = [p for p in self.conversation_series if p[0] != self.replies]
+        else:
+            self.replies += 1
+        self._continuing = False
         if snap.decode_tps:
             self.conversation_series.append((self.replies, snap.decode_tps, snap.acceptance_rate))
         self._dirty = True
