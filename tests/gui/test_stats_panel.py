@@ -162,3 +162,20 @@ def test_a_continued_reply_keeps_its_number_in_the_conversation_chart(panel: Any
     assert meter.conversation_series[-1][1] == pytest.approx(80.0)  # the continued reply's point, updated
     _stream_reply(widget, meter, clock)
     assert [p[0] for p in meter.conversation_series] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("key", ["acceptance_rate", "token_acceptance", "tokens_per_pass", "decode_tps",
+                                 "prompt_tps", "ttft_s", "generated"])
+def test_the_panels_definitions_are_those_of_docs_metrics(key: str) -> None:
+    """Each figure's tooltip carries the formula of its row in docs/metrics.md (defined once, shown the same)."""
+    import re
+    from pathlib import Path
+
+    from outrider.ui.widgets.live_stats import TOOLTIPS
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text(encoding="utf-8")
+    row = next(line for line in doc.splitlines() if line.startswith(f"| `{key}`") or
+               line.startswith(f"| **`{key}`**"))
+    definition = row.split("|")[2].strip().strip("*")
+    formula = re.split(r"\*\* — | — ", definition)[0].strip("* ")
+    assert formula.replace("**", "") in TOOLTIPS[key]

@@ -177,6 +177,7 @@ class ReplyMeter:
         """A new (empty) conversation: no reply, no series, nothing left of the last reply's statistics."""
         self.conversation_series = []
         self.replies = 0
+        self._continuing = False
         self.reply_series = []
         self._stats = None
         self._k = None
