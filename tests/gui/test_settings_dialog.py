@@ -146,3 +146,24 @@ def test_a_reload_only_when_the_drafter_to_load_changes() -> None:
     demo = PairChoice(Path("t.gguf"), None, True, "demo", "Demo")  # a lookup pair: model = lookup, no reload
     assert not reload_needed(AppSettings(draft_source="lookup"), ["draft_source"], demo, _loaded("lookup"))
     assert not reload_needed(AppSettings(), ["draft_source"], None, None)
+
+
+def test_tab_goes_through_the_groups_in_order(qtbot: Any) -> None:
+    dialog = _dialog(qtbot, AppSettings(temperature=0.5))
+    order = ["draft_source", "k_policy", "k_max", "draft_min", "p_min", "temperature", "top_k", "top_p", "min_p",
+             "seed", "target_gpu_layers", "draft_gpu_layers", "threads", "context_size", "max_tokens",
+             "system_prompt"]  # k is disabled under automatic k: Tab skips it
+    widgets = {getattr(dialog, name): name for name in order}
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    dialog.draft_source.setFocus()
+    seen: list[str] = []
+    for _ in range(60):
+        focused = dialog.focusWidget()
+        name = widgets.get(focused) or widgets.get(focused.parentWidget())  # a spin box's line edit
+        if name and (not seen or seen[-1] != name):
+            seen.append(name)
+        if len(seen) == len(order):
+            break
+        dialog.focusNextChild()
+    assert seen == order
