@@ -30,7 +30,6 @@ from outrider.history import (
 )
 from outrider.history.turns import (
     ChatTurns,
-    EndReason,
     ReplyEnd,
     Turn,
     end_reason,
@@ -418,5 +417,3 @@ class ChatSession(QObject):
         self.reply_ended.emit(str(end.status), end.text, reply_id)
         self.busy_changed.emit(False)
 
-
-__all__ = ["ChatSession", "EndReason", "items_of"]
