@@ -281,3 +281,22 @@ def test_a_sample_prompt_of_an_empty_chat_is_sent_when_clicked(qtbot: Any, chat:
         win.chat._on_browser_anchor_clicked(QUrl("sample:0"))
     assert client.requests[-1].messages[-1].content == SAMPLE_PROMPTS[0].text
     assert "sample:0" not in win.chat.browser.toHtml()  # the first message replaced the first-run page
+
+
+def test_a_message_that_cannot_be_stored_is_given_back_and_said_why(qtbot: Any, chat: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from outrider.history import DiskFullError
+
+    win, client = chat
+
+    def full(*_: Any, **__: Any) -> Any:
+        raise DiskFullError(Path("history.sqlite3"))
+
+    monkeypatch.setattr(HistoryStore, "start_conversation", full)
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+        win.chat.composer.setPlainText("Important thought")
+        qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
+    assert blocker.args[0] == "error" and not client.requests  # the engine never started
+    assert win.chat.composer.toPlainText() == "Important thought"  # given back, to send again
+    assert "Your message could not be stored" in win.notice_label.text()
+    assert win.chat.send_button.isEnabled() and not win.session.streaming

@@ -65,6 +65,7 @@ class ChatSession(QObject):
         conversation_opened(object, list): conversation id (or None for a new one) and its ``MessageItem``s.
         user_message_added(str): show the user's message now (before it is committed).
         user_message_stored(int): that message is committed, with this id (Edit & resend can refer to it).
+        message_not_stored(str): that message could not be committed (disk full…): its text, to give back.
         reply_started(ReplyText): a reply began streaming; its text grows in this ``ReplyText``.
         reply_continued(ReplyText): the last reply streams on (Continue); the ``ReplyText`` starts with its text.
         steps_received(StepBatch): streamed steps (forwarded from the engine bridge), already in the ``ReplyText``.
@@ -90,6 +91,7 @@ class ChatSession(QObject):
     conversation_opened = Signal(object, list)
     user_message_added = Signal(str)
     user_message_stored = Signal(int)
+    message_not_stored = Signal(str)
     reply_started = Signal(object)
     reply_continued = Signal(object)
     steps_received = Signal(object)
@@ -327,8 +329,11 @@ class ChatSession(QObject):
             return ChatTurns(store).start(text, conversation_id=cid, system=s.system_prompt.strip() or None,
                                           pair_id=pair_id, edit_id=edit_id)
 
-        self.store.submit(work, self._on_store_reply_begun, notify=True,
-                          on_error=lambda exc: self._on_store_turn_failed("Your message could not be stored", exc))
+        def not_stored(exc: Exception) -> None:
+            self._on_store_turn_failed("Your message could not be stored", exc)
+            self.message_not_stored.emit(text)
+
+        self.store.submit(work, self._on_store_reply_begun, notify=True, on_error=not_stored)
 
     def _on_store_turn_failed(self, what: str, exc: Exception) -> None:
         """The turn could not be written (disk full, conversation gone): no reply; the chat is free again."""

@@ -170,6 +170,7 @@ class MainWindow(QMainWindow):
         s.conversation_opened.connect(self._on_session_conversation_opened)
         s.user_message_added.connect(c.add_user_message)
         s.user_message_stored.connect(c.set_last_user_id)
+        s.message_not_stored.connect(c.composer.setPlainText)  # nothing typed is lost
         s.reply_started.connect(c.begin_reply)
         s.reply_continued.connect(c.continue_reply)
         s.reply_grew.connect(c.reply_grew)

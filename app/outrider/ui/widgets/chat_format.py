@@ -35,7 +35,7 @@ END_LABELS = {
 EMPTY_REPLY = {  # the body of a reply that ended before any text
     "cancelled": "(stopped before any text)",
     "crashed": "(the engine stopped before any text)",
-    "error": "(no reply: the engine reported an error)",
+    "error": "(no reply — why is shown above the conversation)",
 }
 
 
