@@ -295,6 +295,11 @@ class ChatView(QWidget):
                                       last=index == len(self.messages) - 1))
         mark_header(cursor, index)
 
+    def _redraw_previous_reply(self) -> None:
+        """A message was just appended: the reply before it is no longer the last one (no Continue link)."""
+        if len(self.messages) > 1 and self.messages[-2].role == "assistant" and self.messages[-2].end == "length":
+            self._redraw_header(len(self.messages) - 2)
+
     # -- streaming --------------------------------------------------------------------------------------------
     def add_user_message(self, text: str, message_id: int | None = None) -> None:
         """Show the user's message now; its id (for Edit & resend) may follow with ``set_last_user_id``."""
@@ -304,8 +309,7 @@ class ChatView(QWidget):
         if len(self.messages) == 1:
             self.render_all()  # the first message replaces the first-run page
         else:
-            if len(self.messages) > 1:
-                self._redraw_header(len(self.messages) - 2)  # no longer the last message: no Continue
+            self._redraw_previous_reply()
             cursor = QTextCursor(self.browser.document())
             cursor.movePosition(QTextCursor.MoveOperation.End)
             self._insert_header(cursor, len(self.messages) - 1, item)
@@ -327,9 +331,8 @@ class ChatView(QWidget):
         its body says ``PLACEHOLDER``; text already in ``reply`` (a continued reply's start) is shown at once."""
         reply = reply if reply is not None else ReplyText()
         item = MessageItem("assistant", "", status="streaming", reply=reply)
-        if self.messages:
-            self._redraw_header(len(self.messages) - 1)
         self.messages.append(item)
+        self._redraw_previous_reply()
         self._streaming = item
         self._follow = True
         cursor = QTextCursor(self.browser.document())
