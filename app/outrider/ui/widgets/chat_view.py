@@ -207,7 +207,7 @@ class ChatView(QWidget):
         self.setStyleSheet(
             f"QPushButton#sendButton:disabled, QPushButton#stopButton:disabled, "
             f"QPushButton#regenerateButton:disabled {{ color: {c.muted}; background: transparent; "
-            f"border: 1px dashed {c.muted}; border-radius: 3px; padding: 3px 10px; }}"
+            f"border: 1px dashed {c.muted}; border-radius: 3px; padding: 3px 10px; font-weight: normal; }}"
             f"QPushButton#stopButton:enabled {{ color: {c.background}; background: {c.warning}; "
             f"border: 1px solid {c.warning}; border-radius: 3px; padding: 3px 10px; font-weight: bold; }}")
 
