@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import hmac
 import json
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -95,15 +96,40 @@ def engine_error(error: BaseException) -> ApiError:
 
 
 class _Reply:
-    """One job's events on the server's event loop (``deliver`` runs on the scheduler's thread)."""
+    """One job's events, handed from the scheduler's thread to the server's event loop in batches.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    ``deliver`` (scheduler thread) appends to a buffer and wakes the loop only when the buffer was empty; ``take``
+    (event loop) returns everything buffered. A consumer that keeps up sees each event at once; one that falls
+    behind gets them together (one SSE chunk for several engine messages), never one loop wake-up per token.
+    A whole (non-streamed) answer keeps only the final event: its steps need not cross threads at all.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, keep_steps: bool) -> None:
         self._loop = loop
-        self.events: asyncio.Queue[JobEvent] = asyncio.Queue()
+        self._keep_steps = keep_steps
+        self._lock = threading.Lock()
+        self._pending: list[JobEvent] = []
+        self._ready = asyncio.Event()
 
     def deliver(self, event: JobEvent) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone, nobody listens
-            self._loop.call_soon_threadsafe(self.events.put_nowait, event)
+        if not self._keep_steps and isinstance(event, StepBatch):
+            return
+        with self._lock:
+            wake = not self._pending
+            self._pending.append(event)
+        if wake:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone, nobody listens
+                self._loop.call_soon_threadsafe(self._ready.set)
+
+    async def take(self) -> list[JobEvent]:
+        """Every event delivered since the last call (waits for at least one)."""
+        while True:
+            self._ready.clear()
+            with self._lock:
+                if self._pending:
+                    events, self._pending = self._pending, []
+                    return events
+            await self._ready.wait()
 
 
 class _Api:
@@ -165,7 +191,7 @@ class _Api:
         name = self.config.model_name()
         if name is None:
             raise ApiError(503, "no model is loaded", type_="server_error", code="model_not_loaded")
-        reply = _Reply(asyncio.get_running_loop())
+        reply = _Reply(asyncio.get_running_loop(), keep_steps=parsed.stream)
         try:
             job = self.scheduler.submit(parsed.text, reply.deliver)
         except QueueFull as exc:
@@ -174,70 +200,64 @@ class _Api:
             raise ApiError(503, str(exc), type_="server_error", code="shutting_down") from None
         ids = responses.ReplyIds("chatcmpl" if chat else "cmpl", name)
         try:
-            first = await self._next_or_disconnect(request, reply, job)
+            first = await self._take_or_disconnect(request, reply, job)
         except BaseException:
             job.cancel()
             raise
         if first is None:  # the client left while its request waited or ran
             return Response(status_code=499)
-        if isinstance(first, JobFailed):
-            raise engine_error(first.error)
+        if isinstance(first[0], JobFailed):
+            raise engine_error(first[0].error)
         if parsed.stream:
             return EventSourceResponse(self._stream(first, reply, job, ids, chat=chat,
                                                     include_usage=parsed.include_usage),
                                        ping=SSE_PING_S, sep="\n")
-        return await self._whole(request, first, reply, job, ids, chat=chat)
+        done = first[-1]  # a whole answer receives its final event only
+        if not isinstance(done, DoneEvent):
+            raise ApiError(500, "the reply ended without a result", type_="server_error", code="internal_error")
+        body = (responses.chat_completion if chat else responses.text_completion)(
+            ids, done.text, done.stop_reason, done.stats)
+        return JSONResponse(body)
 
-    async def _next_or_disconnect(self, request: Request, reply: _Reply, job: Job) -> JobEvent | None:
-        """The job's next event; None (and the job cancelled) if the client disconnected meanwhile."""
+    async def _take_or_disconnect(self, request: Request, reply: _Reply, job: Job) -> list[JobEvent] | None:
+        """The job's next events; None (and the job cancelled) if the client disconnected meanwhile."""
         while True:
             try:
-                return await asyncio.wait_for(reply.events.get(), DISCONNECT_POLL_S)
+                return await asyncio.wait_for(reply.take(), DISCONNECT_POLL_S)
             except TimeoutError:
                 if await request.is_disconnected():
                     job.cancel()
                     return None
 
-    async def _whole(self, request: Request, event: JobEvent | None, reply: _Reply, job: Job,
-                     ids: responses.ReplyIds, *, chat: bool) -> Response:
-        while event is not None:
-            if isinstance(event, DoneEvent):
-                body = (responses.chat_completion if chat else responses.text_completion)(
-                    ids, event.text, event.stop_reason, event.stats)
-                return JSONResponse(body)
-            if isinstance(event, JobFailed):
-                raise engine_error(event.error)
-            event = await self._next_or_disconnect(request, reply, job)
-        return Response(status_code=499)
-
-    async def _stream(self, first: JobEvent, reply: _Reply, job: Job, ids: responses.ReplyIds, *, chat: bool,
-                      include_usage: bool) -> AsyncIterator[dict[str, str]]:
+    async def _stream(self, first: list[JobEvent], reply: _Reply, job: Job, ids: responses.ReplyIds, *,
+                      chat: bool, include_usage: bool) -> AsyncIterator[dict[str, str]]:
         """SSE ``data:`` events: chunks, a last chunk with ``finish_reason`` and ``timings``, then ``[DONE]``.
 
-        A client that disconnects cancels this generator (sse-starlette), which cancels the job."""
+        Steps that arrived together go out as one chunk. A client that disconnects cancels this generator
+        (sse-starlette), which cancels the job."""
         try:
             if chat:
                 yield _data(responses.chat_chunk(ids, {"role": "assistant", "content": ""}))
-            event = first
+            events = first
             while True:
-                if isinstance(event, StepBatch):
-                    text = event.text
-                    if text:
-                        yield _data(responses.chat_chunk(ids, {"content": text}) if chat
-                                    else responses.text_chunk(ids, text))
-                elif isinstance(event, DoneEvent):
-                    reason = responses.FINISH_REASONS.get(event.stop_reason, "stop")
-                    yield _data(responses.chat_chunk(ids, {}, reason, event.stats) if chat
-                                else responses.text_chunk(ids, "", reason, event.stats))
+                text = "".join(e.text for e in events if isinstance(e, StepBatch))
+                if text:
+                    yield _data(responses.chat_chunk(ids, {"content": text}) if chat
+                                else responses.text_chunk(ids, text))
+                final = next((e for e in events if not isinstance(e, StepBatch)), None)
+                if isinstance(final, DoneEvent):
+                    reason = responses.FINISH_REASONS.get(final.stop_reason, "stop")
+                    yield _data(responses.chat_chunk(ids, {}, reason, final.stats) if chat
+                                else responses.text_chunk(ids, "", reason, final.stats))
                     if include_usage:
                         obj = "chat.completion.chunk" if chat else "text_completion"
-                        yield _data(responses.usage_chunk(ids, obj, event.stats))
+                        yield _data(responses.usage_chunk(ids, obj, final.stats))
                     yield {"data": "[DONE]"}
                     return
-                else:  # JobFailed mid-reply: the status line is sent, so the error travels as an event
-                    yield _data(engine_error(event.error).body())
+                if isinstance(final, JobFailed):  # mid-reply: the status line is sent, so the error is an event
+                    yield _data(engine_error(final.error).body())
                     return
-                event = await reply.events.get()
+                events = await reply.take()
         finally:
             if job.result is None:  # left before the end (set before the final event is delivered)
                 job.cancel()

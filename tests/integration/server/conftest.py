@@ -24,7 +24,7 @@ from outrider.worker.client import EngineClient
 from support.tiny_gguf import Family
 
 DEMO_CTX = 1024
-TINY_CTX = 512
+TINY_CTX = 2048
 
 
 @dataclasses.dataclass

@@ -20,7 +20,7 @@ from outrider.engine.events import DoneEvent
 pytestmark = pytest.mark.slow
 
 PROMPT = "the of and"
-LONG = 400  # tokens: far longer than any test waits for
+LONG = 1800  # tokens: seconds of generation, far longer than any test waits for
 
 
 def stream_text(served: Served, prompt: str, max_tokens: int, out: dict[str, Any], key: str) -> None:
@@ -97,7 +97,10 @@ def _raw_request(served: Served, body: dict[str, Any]) -> socket.socket:
 def test_a_client_that_disconnects_while_waiting_for_a_whole_answer_cancels_it(tiny: Served) -> None:
     tiny.reset()
     sock = _raw_request(tiny, {"prompt": PROMPT, "max_tokens": LONG, "temperature": 0})
-    time.sleep(0.5)  # the reply is under way
+    deadline = time.monotonic() + 10
+    while not tiny.server.scheduler.busy:  # the reply is under way
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     sock.close()
     done = _wait_cancelled(tiny, 1)
     assert done.stop_reason == "cancelled" and done.stats.generated < LONG
@@ -124,7 +127,7 @@ def test_a_queued_request_whose_client_left_never_runs(tiny: Served) -> None:
 def test_the_queue_is_bounded(tiny_engine: Any) -> None:
     from conftest import serve
 
-    served = serve(tiny_engine, "tiny", max_queued=0, max_tokens_limit=512)
+    served = serve(tiny_engine, "tiny", max_queued=0, max_tokens_limit=LONG)
     try:
         running = served.api.completions.create(model="t", prompt=PROMPT, max_tokens=LONG, stream=True)
         next(iter(running))
@@ -143,7 +146,7 @@ def test_the_queue_is_bounded(tiny_engine: Any) -> None:
 def test_stopping_the_server_cancels_the_running_reply(tiny_engine: Any) -> None:
     from conftest import serve
 
-    served = serve(tiny_engine, "tiny", max_tokens_limit=512)
+    served = serve(tiny_engine, "tiny", max_tokens_limit=LONG)
     stream = served.api.completions.create(model="t", prompt=PROMPT, max_tokens=LONG, stream=True)
     next(iter(stream))
     served.server.stop()
