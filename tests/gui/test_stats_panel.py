@@ -179,3 +179,40 @@ def test_the_panels_definitions_are_those_of_docs_metrics(key: str) -> None:
     definition = row.split("|")[2].strip().strip("*")
     formula = re.split(r"\*\* — | — ", definition)[0].strip("* ")
     assert formula.replace("**", "") in TOOLTIPS[key]
+
+
+def _slow_reply(widget: StatsPanel, meter: ReplyMeter) -> None:
+    from support.stats import measured_stats
+
+    meter.begin_reply()
+    meter.finish_reply(measured_stats(generated=64, drafted=40, accepted=10, passes=20, pass_tokens=64,
+                                      decode_s=1.0, draft_mode="model", speedup=0.6, speedup_error=0.01))
+    widget.refresh()
+
+
+def test_a_fix_taken_from_the_warning_says_when_it_applies(qtbot: Any, panel: Any) -> None:
+    widget, meter, _ = panel
+    _slow_reply(widget, meter)
+    assert widget.warning.isVisibleTo(widget) and widget.draft_off_button.isEnabled()
+    with qtbot.waitSignal(widget.draft_off_requested):
+        widget.draft_off_button.click()
+    assert "Drafting is off from the next reply." in widget.warning_label.text()
+    assert not widget.draft_off_button.isEnabled() and not widget.draft_auto_button.isEnabled()
+    widget.refresh()  # the panel's tick keeps saying so
+    assert "Drafting is off from the next reply." in widget.warning_label.text()
+    _slow_reply(widget, meter)  # the next reply, slow again: its warning offers the fixes again
+    assert "from the next reply" not in widget.warning_label.text() and widget.draft_auto_button.isEnabled()
+    with qtbot.waitSignal(widget.draft_auto_requested):
+        widget.draft_auto_button.click()
+    assert "Automatic k applies from the next reply." in widget.warning_label.text()
+
+
+def test_the_panel_fits_a_laptop_screen(panel: Any) -> None:
+    """The numbers scroll rather than hold the window taller than a 768-pixel screen."""
+    widget, meter, _ = panel
+    _slow_reply(widget, meter)
+    assert widget.warning.isVisibleTo(widget)
+    assert widget.minimumSizeHint().height() <= 520
+    widget.resize(340, 1400)  # room enough: everything shows, nothing scrolls
+    widget.layout().activate()
+    assert widget.numbers.height() >= widget.numbers.widget().sizeHint().height()

@@ -121,6 +121,7 @@ class ReplyMeter:
             the reply number counts every reply of the conversation shown (``replies``), so a reply without
             statistics (stopped before its first token, stored by an old version) leaves a gap.
         replies: replies of the conversation shown, with or without statistics.
+        started: replies begun since the meter was made (never reset): which reply the statistics are of.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -133,6 +134,7 @@ class ReplyMeter:
         self.reply_series: list[tuple[float, float, float | None]] = []
         self.conversation_series: list[tuple[int, float, float | None]] = []
         self.replies = 0
+        self.started = 0  # replies begun since the meter was made: tells one reply from the next
         self._continuing = False
         self._dirty = False
 
@@ -141,6 +143,7 @@ class ReplyMeter:
         """A reply starts streaming; ``continuing``: it continues the last reply (Continue after the token limit),
         so at its end that reply's point in the conversation chart is updated rather than a new one added."""
         self._continuing = continuing and self.replies > 0
+        self.started += 1
         self._stats = None
         self._k = None
         self._window.clear()

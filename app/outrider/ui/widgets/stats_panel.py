@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
-from PySide6.QtCore import QElapsedTimer, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QElapsedTimer, QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QFrame,
     QGridLayout,
@@ -21,6 +21,8 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QScrollArea,
+    QSizePolicy,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -45,6 +47,12 @@ def nice_ceil(value: float) -> float:
             return m * scale
     return 10.0 * scale
 
+def axis_ticks(top: float) -> list[tuple[float, str]]:
+    """Three y labels, 0, half and ``top``: a chart a hundred pixels high has room for no more (pyqtgraph's own
+    choice stacked six labels on top of each other)."""
+    return [(v, f"{v:g}") for v in (0.0, top / 2, top)]
+
+
 ROWS = (
     ("decode_now", "Decode now"),
     ("decode_tps", "Reply average"),
@@ -58,6 +66,25 @@ ROWS = (
     ("time_share", "Draft / verify / other"),
     ("generated", "Generated"),
 )
+
+
+class FittingScrollArea(QScrollArea):
+    """A scroll area as tall as its contents when there is room, scrolling only on a short screen (the numbers
+    and their explanations would otherwise hold the window taller than a laptop's screen)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setMinimumHeight(160)
+
+    def sizeHint(self) -> QSize:  # Qt override
+        inner = self.widget()
+        if inner is None:
+            return super().sizeHint()
+        hint = inner.sizeHint()
+        return QSize(hint.width() + self.verticalScrollBar().sizeHint().width(), hint.height())
 
 
 class StatsPanel(QWidget):
@@ -118,11 +145,13 @@ class StatsPanel(QWidget):
         self.warning_label.setWordWrap(True)
         self.draft_off_button = QPushButton("Draft off", self.warning)
         self.draft_off_button.setToolTip("Decode plainly with the target alone (Settings: draft source none)")
-        self.draft_off_button.clicked.connect(self.draft_off_requested)
+        self.draft_off_button.clicked.connect(self._on_draft_off_button_clicked)
         self.draft_auto_button = QPushButton("Auto k", self.warning)
         self.draft_auto_button.setToolTip("Let the cost model choose k per step, including k = 0 "
                                           "(Settings: draft length k automatic)")
-        self.draft_auto_button.clicked.connect(self.draft_auto_requested)
+        self.draft_auto_button.clicked.connect(self._on_draft_auto_button_clicked)
+        self._acted = ""  # what the user did about the warning shown, and for which reply (ReplyMeter.started)
+        self._acted_on = -1
         buttons = QHBoxLayout()
         buttons.addWidget(self.draft_off_button)
         buttons.addWidget(self.draft_auto_button)
@@ -163,6 +192,7 @@ class StatsPanel(QWidget):
             acc_view.setMouseEnabled(x=False, y=False)
             plot.scene().addItem(acc_view)
             plot.getAxis("right").linkToView(acc_view)
+            plot.getAxis("right").setTicks([axis_ticks(1.0), []])
             acc_view.setXLink(plot)
             plot.showAxis("right")
             plot.setLabel("right", "acceptance (0–1)")
@@ -177,7 +207,7 @@ class StatsPanel(QWidget):
         head.addWidget(self.speedup_label)
         head.addWidget(caption)
         head.addWidget(speedup_help)
-        box = QGroupBox("Live statistics", self)
+        box = QGroupBox("Live statistics")
         bl = QVBoxLayout(box)
         bl.addLayout(head)
         bl.addWidget(self.warning)
@@ -186,7 +216,9 @@ class StatsPanel(QWidget):
         self.conv_chart, self.conv_empty = self._chart_stack(self.conv_plot, CONVERSATION_EMPTY)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(box)
+        self.numbers = FittingScrollArea(self)
+        self.numbers.setWidget(box)
+        layout.addWidget(self.numbers)
         layout.addWidget(self.reply_chart, 1)
         layout.addWidget(self.conv_chart, 1)
 
@@ -208,6 +240,9 @@ class StatsPanel(QWidget):
     def _chart_stack(self, plot: pg.PlotWidget, empty_text: str) -> tuple[QStackedWidget, QLabel]:
         """The chart, or a plain sentence in its place while it has nothing to draw (no meaningless axes)."""
         stack = QStackedWidget(self)
+        # The numbers have the first claim on the height; a chart takes what is left, at least its minimum.
+        stack.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Ignored)
+        stack.setMinimumHeight(130)
         empty = QLabel(empty_text, stack)
         empty.setObjectName("chartEmpty")
         empty.setWordWrap(True)
@@ -235,6 +270,18 @@ class StatsPanel(QWidget):
         for label in (*self.explanations.values(), self.reply_empty, self.conv_empty):
             label.setStyleSheet(muted + (" font-size: 8pt;" if label.objectName() == "statHelp" else ""))
         self.meter._dirty = True
+        self.refresh()
+
+    @Slot()
+    def _on_draft_off_button_clicked(self) -> None:
+        self._acted, self._acted_on = "Drafting is off", self.meter.started
+        self.draft_off_requested.emit()
+        self.refresh()
+
+    @Slot()
+    def _on_draft_auto_button_clicked(self) -> None:
+        self._acted, self._acted_on = "Automatic k applies", self.meter.started
+        self.draft_auto_requested.emit()
         self.refresh()
 
     @Slot()
@@ -267,12 +314,19 @@ class StatsPanel(QWidget):
                                    if s.has_reply else "–")
         # The warning reads the same snapshot as the numbers: it goes with the reply shown (a new reply or a new
         # chat clears it), never a verdict left over from an earlier reply.
+        if self._acted_on != self.meter.started or not s.has_reply:
+            self._acted = ""  # a new reply or chat: the next warning offers its fixes again
         if s.slower_than_plain:
             self.warning_label.setText(
                 f"Speculation is slower than plain decoding for this pair and prompt "
                 f"({format_speedup(s.speedup, s.speedup_error)} measured in this reply, acceptance "
-                f"{fmt(None if s.acceptance_rate is None else s.acceptance_rate * 100, '.0f', ' %')}).")
-        self.warning.setVisible(s.slower_than_plain)
+                f"{fmt(None if s.acceptance_rate is None else s.acceptance_rate * 100, '.0f', ' %')})."
+                + (f" {self._acted} from the next reply." if self._acted else ""))
+        self.draft_off_button.setEnabled(not self._acted)
+        self.draft_auto_button.setEnabled(not self._acted)
+        if self.warning.isVisibleTo(self) != s.slower_than_plain:
+            self.warning.setVisible(s.slower_than_plain)
+            self.numbers.updateGeometry()  # a scroll area does not pass its contents' new height on by itself
         if not s.streaming or self._since_chart.elapsed() >= CHART_MS:
             self._draw()
 
@@ -282,6 +336,7 @@ class StatsPanel(QWidget):
             self._ranges[which] = ranges
             plot = (self.reply_plot, self.conv_plot)[which]
             plot.setRange(xRange=(x0, x1), yRange=(0.0, y1), padding=0)
+            plot.getAxis("left").setTicks([axis_ticks(y1), []])
 
     def _draw(self) -> None:
         self._since_chart.restart()
