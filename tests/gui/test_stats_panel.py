@@ -4,6 +4,7 @@ that follows the replies shown."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -216,3 +217,23 @@ def test_the_panel_fits_a_laptop_screen(panel: Any) -> None:
     widget.resize(340, 1400)  # room enough: everything shows, nothing scrolls
     widget.layout().activate()
     assert widget.numbers.height() >= widget.numbers.widget().sizeHint().height()
+
+
+def test_chart_y_labels_do_not_overlap_on_a_short_screen(qtbot: Any, panel: Any) -> None:
+    from PySide6.QtGui import QFontMetrics
+
+    widget, meter, clock = panel
+    widget.resize(340, 520)
+    for _ in range(2):
+        _stream_reply(widget, meter, clock)
+    qtbot.wait(50)
+    line = QFontMetrics(widget.font()).height()
+    for plot in (widget.reply_plot.getPlotItem(), widget.conv_plot.getPlotItem()):
+        pixels = plot.getViewBox().height()
+        for side in ("left", "right"):
+            values = sorted(v for v, _ in plot.getAxis(side)._tickLevels[0])
+            view = plot.getViewBox() if side == "left" else plot.getAxis("right").linkedView()
+            low, high = view.viewRange()[1]
+            assert len(values) == 3 and values[0] == 0.0 and values[-1] == pytest.approx(high)
+            gaps = [(b - a) / (high - low) * pixels for a, b in itertools.pairwise(values)]
+            assert min(gaps) >= line, (side, gaps, line)

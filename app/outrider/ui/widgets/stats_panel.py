@@ -188,7 +188,7 @@ class StatsPanel(QWidget):
             self._tps_curves.append(plot.plot([], [], name="tok/s"))
             acc_view = pg.ViewBox()
             acc_view.disableAutoRange()
-            acc_view.setYRange(0, 1)
+            acc_view.setYRange(0, 1, padding=0)
             acc_view.setMouseEnabled(x=False, y=False)
             plot.scene().addItem(acc_view)
             plot.getAxis("right").linkToView(acc_view)
