@@ -259,3 +259,14 @@ def test_predicted_column_is_the_cost_model_on_per_token_acceptance(qtbot: QtBot
     assert dialog.results.index(0, ResultColumn.Predicted).data() == f"{honest:.2f}×"
     tip = dialog.results.headerData(ResultColumn.Predicted, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
     assert "per-token acceptance" in tip
+
+
+def test_the_dialog_says_when_drafting_is_off(qtbot: QtBot, bridge: FakeBridge) -> None:
+    from outrider.ui.dialogs.benchmark_dialog import DRAFT_OFF_NOTE, READY_NOTE
+
+    off = BenchmarkDialog(bridge, [], draft=DraftParams(k=0))
+    qtbot.addWidget(off)
+    assert off.status.text() == DRAFT_OFF_NOTE and "draft source" in DRAFT_OFF_NOTE
+    on = BenchmarkDialog(bridge, [], draft=DraftParams(k=None))
+    qtbot.addWidget(on)
+    assert on.status.text() == READY_NOTE

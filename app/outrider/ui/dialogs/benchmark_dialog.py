@@ -54,6 +54,9 @@ from outrider.ui.dialogs.benchmark_results import BenchmarkResultsModel, ResultC
 from outrider.ui.dialogs.benchmark_runner import BenchmarkRunner, EngineBridgeLike
 from outrider.ui.dialogs.verify_panel import VerifyBridgeLike, VerifyRunner, verify_summary
 
+READY_NOTE = "Choose prompts and press Run."
+DRAFT_OFF_NOTE = ("Drafting is off (Settings: draft source none), so the speculative runs decode plainly too and "
+                  "the speed-up reads about 1×. Choose a draft source to measure what drafting gains.")
 SPEEDUP_BRUSH = (31, 119, 180)  # blue and orange read on light and dark backgrounds alike
 ACCEPT_BRUSH = (255, 127, 14)
 
@@ -145,7 +148,7 @@ class BenchmarkDialog(QDialog):
         self.close_button = QPushButton("&Close", self)
         self.progress = QProgressBar(self)
         self.progress.setToolTip("Generations done")
-        self.status = QLabel("Choose prompts and press Run.", self)
+        self.status = QLabel(DRAFT_OFF_NOTE if draft is not None and draft.k == 0 else READY_NOTE, self)
         self.status.setObjectName("benchmarkStatus")
         self.status.setWordWrap(True)
         self.table = QTableView(self)
