@@ -229,3 +229,23 @@ def test_settings_opened_from_the_window_know_the_engines_backend(qtbot: Any, sc
     win.actions_by_id[ACTION_SETTINGS].trigger()
     assert opened and "no GPU backend" in opened[0].gpu_note.text()
     assert win.settings.value.k_max == 9 and "draft.gguf (k auto ≤ 9)" in win.engine_label.text()
+
+
+def test_draft_off_on_the_real_demo_pair_decodes_plainly_without_a_reload(qtbot: Any, window: MainWindow) -> None:
+    """The demo pair (SmolLM2 + prompt lookup) through the real engine: Draft off keeps the pair loaded and the
+    next reply drafts nothing, its speed-up 1.00× (docs/metrics.md)."""
+    win = window
+    loaded = win.session.loaded
+    win.session.max_tokens_override = 24
+    with qtbot.assertNotEmitted(win.session.engine_changed):
+        win.stats.draft_off_requested.emit()
+    assert win.session.loaded is loaded and "draft off (plain decoding)" in win.engine_label.text()
+    with qtbot.waitSignal(win.session.reply_ended, timeout=120_000):
+        win.chat.composer.setPlainText("Repeat after me: the cat sat on the mat, the cat sat on the mat.")
+        win.chat.send_button.click()
+    done = win.session.last_done
+    assert done is not None and done.stats.generated > 0
+    # 1.00× as shown: the loaded drafter's bookkeeping (it still indexes the text) is the only difference
+    assert done.stats.drafted == 0 and done.stats.speedup == pytest.approx(1.0, abs=0.005)
+    win.stats.refresh()
+    assert win.stats.speedup_label.text().startswith("1.00×") and not win.stats.warning.isVisibleTo(win)
