@@ -84,6 +84,8 @@ def test_no_draft_source_disables_drafting_and_lookup_disables_p_min(qtbot: Any)
     assert dialog.p_min.isEnabled() and dialog.draft_min.isEnabled()
     dialog.draft_source.setCurrentIndex(dialog.draft_source.findData("lookup"))
     assert not dialog.p_min.isEnabled() and dialog.draft_min.isEnabled() and dialog.k_policy.isEnabled()
+    assert not dialog.draft_gpu_layers.isEnabled()
+    assert "no draft model" in dialog.help_labels["draft_gpu_layers"].text()
     dialog.draft_source.setCurrentIndex(dialog.draft_source.findData("none"))
     for w in (dialog.k_policy, dialog.k, dialog.k_max, dialog.draft_min, dialog.p_min):
         assert not w.isEnabled()

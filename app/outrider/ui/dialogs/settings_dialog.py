@@ -214,6 +214,7 @@ class SettingsDialog(QDialog):
         self.k_max.setEnabled(drafting and not fixed)
         self.draft_min.setEnabled(drafting)
         self.p_min.setEnabled(source == "model")
+        self.draft_gpu_layers.setEnabled(source != "lookup")  # prompt lookup loads no draft model
         for box in (self.top_k, self.top_p, self.min_p, self.seed):
             box.setEnabled(not greedy)
         h = self.help_labels
@@ -239,6 +240,8 @@ class SettingsDialog(QDialog):
         for name in ("target_gpu_layers", "draft_gpu_layers"):
             self.help_labels[name].setText("On the CPU: this build has no GPU backend." if cpu_only else
                                            "All = every layer on the GPU; 0 = CPU only.")
+        if not self.draft_gpu_layers.isEnabled():
+            self.help_labels["draft_gpu_layers"].setText("Not used: prompt lookup loads no draft model.")
 
     # -- result -----------------------------------------------------------------------------------------------
     def result_settings(self) -> AppSettings:
