@@ -300,3 +300,12 @@ def test_a_message_that_cannot_be_stored_is_given_back_and_said_why(qtbot: Any, 
     assert win.chat.composer.toPlainText() == "Important thought"  # given back, to send again
     assert "Your message could not be stored" in win.notice_label.text()
     assert win.chat.send_button.isEnabled() and not win.session.streaming
+
+
+def test_esc_cancels_an_edit_in_the_window(qtbot: Any, chat: Any) -> None:
+    win, client = chat
+    _send(qtbot, win, "First words", Script([("Reply", False)]), client)
+    win.chat._on_browser_anchor_clicked(QUrl("edit:0"))
+    assert win.chat.edit_label.isVisibleTo(win) and win.chat.composer.hasFocus()
+    qtbot.keyClick(win.chat.composer, Qt.Key.Key_Escape)
+    assert not win.chat.edit_label.isVisibleTo(win) and win.chat.composer.toPlainText() == ""

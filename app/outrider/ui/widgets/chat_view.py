@@ -608,8 +608,14 @@ class ChatView(QWidget):
         self.composer.setFocus()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if (watched is self.composer and event.type() == QEvent.Type.KeyPress and isinstance(event, QKeyEvent)
-                and event.key() == Qt.Key.Key_Escape and self._editing_id is not None and not self.streaming):
+        """Esc in the composer cancels an edit. While editing, the composer claims Esc (``ShortcutOverride``) so the
+        window's Esc shortcut (stop the reply) does not swallow it."""
+        editing_esc = (watched is self.composer and isinstance(event, QKeyEvent)
+                       and event.key() == Qt.Key.Key_Escape and self._editing_id is not None and not self.streaming)
+        if editing_esc and event.type() == QEvent.Type.ShortcutOverride:
+            event.accept()
+            return True
+        if editing_esc and event.type() == QEvent.Type.KeyPress:
             self._editing_id = None
             self.edit_label.hide()
             self.composer.clear()
