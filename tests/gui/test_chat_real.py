@@ -24,7 +24,7 @@ def test_continue_grows_the_same_reply_through_the_real_engine(qtbot: Any, windo
     assert status == "complete" and first and win.session.last_done.stop_reason == "length"
     assert "cut at the token limit" in win.chat.browser.toPlainText()
     with qtbot.waitSignal(win.session.reply_ended, timeout=60_000) as blocker:
-        win.chat._on_browser_anchor_clicked(QUrl("continue:1"))
+        win.chat._on_browser_anchor_clicked(QUrl("continue:1"))  # the header's link
     status, text, again_id = blocker.args
     assert again_id == reply_id and text.startswith(first) and len(text) > len(first)
     assert win.session.last_done.stats.generated > 0

@@ -187,11 +187,12 @@ def test_a_reply_cut_at_the_token_limit_says_so_and_continue_really_continues(qt
           client)
     shown = win.chat.browser.toPlainText()
     assert "cut at the token limit" in shown and "continue:1" in win.chat.browser.toHtml()
+    assert win.chat.continue_button.isVisibleTo(win)  # also a button, reachable with Tab
     _settled(qtbot, win)
     reply_id = _stored(win)[-1].id
     client.scripts.append(Script([(" fox", True), (" jumps.", False)]))
     with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
-        win.chat._on_browser_anchor_clicked(QUrl("continue:1"))
+        qtbot.mouseClick(win.chat.continue_button, Qt.MouseButton.LeftButton)
     request = client.requests[-1]
     assert request.continue_reply  # the engine continues the reply's text, no new turn
     assert request.messages[-1].role == "assistant" and request.messages[-1].content == "The quick brown"
@@ -203,7 +204,7 @@ def test_a_reply_cut_at_the_token_limit_says_so_and_continue_really_continues(qt
     assert stored[-1].status is MessageStatus.COMPLETE and stored[-1].stats.stop_reason == "stop"
     shown = win.chat.browser.toPlainText()
     assert "The quick brown fox jumps." in shown and "cut at the token limit" not in shown
-    assert "continue:" not in win.chat.browser.toHtml()
+    assert "continue:" not in win.chat.browser.toHtml() and not win.chat.continue_button.isVisibleTo(win)
 
 
 def test_an_engine_crash_says_the_engine_stopped_and_keeps_the_text(qtbot: Any, chat: Any) -> None:

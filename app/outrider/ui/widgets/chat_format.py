@@ -32,6 +32,7 @@ END_LABELS = {
     "error": "failed",
     "interrupted": "interrupted",
 }
+CALM_ENDS = frozenset({"length", "cancelled"})  # ends the user asked for (a limit, Esc): said quietly, not as errors
 EMPTY_REPLY = {  # the body of a reply that ended before any text
     "cancelled": "(stopped before any text)",
     "crashed": "(the engine stopped before any text)",
@@ -101,7 +102,8 @@ def header_html(index: int, item: MessageItem, colours: ThemeColours, *, last: b
     elif label is None and item.status == "error":
         label = END_LABELS["error"]
     if label and item.status != "streaming":
-        status = f' <span style="color:{colours.warning};">— {html.escape(label)}</span>'
+        colour = colours.muted if item.end in CALM_ENDS else colours.warning
+        status = f' <span style="color:{colour};">— {html.escape(label)}</span>'
     return (f'<b>{who}</b>{status} '
             f'<span style="color:{colours.muted};">· {" · ".join(links)}</span>')
 

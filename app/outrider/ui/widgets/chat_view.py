@@ -124,6 +124,10 @@ class ChatView(QWidget):
         self.regenerate_button.setObjectName("regenerateButton")
         self.regenerate_button.setToolTip("Produce the last reply again")
         self.regenerate_button.clicked.connect(self.regenerate_requested)
+        self.continue_button = QPushButton("Continue", self)
+        self.continue_button.setObjectName("continueButton")
+        self.continue_button.setToolTip("The last reply was cut at the token limit: write on from where it stopped")
+        self.continue_button.clicked.connect(self._on_continue_button_clicked)
         self.provenance_box = QCheckBox("Show provenance", self)
         self.provenance_box.setToolTip(TOOLTIPS["provenance"])
         self.provenance_box.setChecked(True)
@@ -140,6 +144,7 @@ class ChatView(QWidget):
         controls.addWidget(self.legend_draft)
         controls.addWidget(self.legend_target)
         controls.addStretch(1)
+        controls.addWidget(self.continue_button)
         controls.addWidget(self.regenerate_button)
         controls.addWidget(self.stop_button)
         controls.addWidget(self.send_button)
@@ -151,7 +156,8 @@ class ChatView(QWidget):
         layout.addLayout(controls)
         self.setTabOrder(self.composer, self.send_button)
         self.setTabOrder(self.send_button, self.stop_button)
-        self.setTabOrder(self.stop_button, self.regenerate_button)
+        self.setTabOrder(self.stop_button, self.continue_button)
+        self.setTabOrder(self.continue_button, self.regenerate_button)
         self.setTabOrder(self.regenerate_button, self.provenance_box)
         self.setTabOrder(self.provenance_box, self.browser)
 
@@ -199,6 +205,20 @@ class ChatView(QWidget):
         self.stop_button.setEnabled(busy)
         self.send_button.setEnabled(not busy)
         self.regenerate_button.setEnabled(not busy and any(m.role == "user" for m in self.messages))
+        self.continue_button.setVisible(not busy and self._continuable() is not None)
+
+    def _continuable(self) -> int | None:
+        """The id of the last message when it is a reply cut at the token limit (it can be continued)."""
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.role == "assistant" and last.end == "length" and self._streaming is None:
+            return last.message_id
+        return None
+
+    @Slot()
+    def _on_continue_button_clicked(self) -> None:
+        message_id = self._continuable()
+        if message_id is not None:
+            self.continue_requested.emit(message_id)
 
     def _style_controls(self) -> None:
         """A disabled button looks disabled (muted text, no fill, dashed border); Stop, when it can stop, stands
