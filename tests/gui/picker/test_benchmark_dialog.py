@@ -103,6 +103,7 @@ def test_runs_interleaved_and_shows_table_chart_markdown(qtbot: QtBot, dialog: B
     tick_only(dialog, {"you #1", "structured"})
     dialog.runs_spin.setValue(2)
     dialog.tokens_spin.setValue(64)
+    assert dialog.chart_stack.currentWidget() is dialog.chart_empty  # no empty axes before a measurement
     with qtbot.waitSignal(dialog.benchmark_finished, timeout=5000) as blocker:
         dialog.run_button.click()
         assert not dialog.run_button.isEnabled() and dialog.stop_button.isEnabled()
@@ -126,6 +127,7 @@ def test_runs_interleaved_and_shows_table_chart_markdown(qtbot: QtBot, dialog: B
     assert "accepted / drafted" in model.headerData(ResultColumn.Acceptance, Qt.Orientation.Horizontal,
                                                     Qt.ItemDataRole.ToolTipRole)
     # chart: one bar per prompt
+    assert dialog.chart_stack.currentWidget() is dialog.chart
     speedups, acceptance = dialog.bar_heights()
     assert speedups == pytest.approx([1.6, 1.6]) and acceptance == pytest.approx([0.75, 0.75])
     assert "Median speed-up 1.60×" in dialog.status.text()

@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QSplitter,
+    QStackedWidget,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -55,6 +56,7 @@ from outrider.ui.dialogs.benchmark_runner import BenchmarkRunner, EngineBridgeLi
 from outrider.ui.dialogs.verify_panel import VerifyBridgeLike, VerifyRunner, verify_summary
 
 READY_NOTE = "Choose prompts and press Run."
+CHART_EMPTY = "Each prompt's measured speed-up and acceptance appear here as bars once it has been measured."
 DRAFT_OFF_NOTE = ("Drafting is off (Settings: draft source none), so the speculative runs decode plainly too and "
                   "the speed-up reads about 1×. Choose a draft source to measure what drafting gains.")
 SPEEDUP_BRUSH = (31, 119, 180)  # blue and orange read on light and dark backgrounds alike
@@ -163,6 +165,13 @@ class BenchmarkDialog(QDialog):
         header.setMinimumSectionSize(40)
         self.table.setWordWrap(False)
         self.chart = self._build_chart()
+        self.chart_empty = QLabel(CHART_EMPTY, self)
+        self.chart_empty.setObjectName("chartEmpty")
+        self.chart_empty.setWordWrap(True)
+        self.chart_empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.chart_stack = QStackedWidget(self)  # a sentence in place of empty axes until a prompt is measured
+        self.chart_stack.addWidget(self.chart_empty)
+        self.chart_stack.addWidget(self.chart)
 
         form = QFormLayout()
         runs_label = QLabel("R&uns:", self)
@@ -181,7 +190,7 @@ class BenchmarkDialog(QDialog):
         left_layout.addLayout(form)
         right = QSplitter(Qt.Orientation.Vertical, self)
         right.addWidget(self.table)
-        right.addWidget(self.chart)
+        right.addWidget(self.chart_stack)
         split = QSplitter(Qt.Orientation.Horizontal, self)
         split.addWidget(left)
         split.addWidget(right)
@@ -299,6 +308,7 @@ class BenchmarkDialog(QDialog):
 
     def _update_chart(self) -> None:
         rows = self.results.rows
+        self.chart_stack.setCurrentWidget(self.chart if rows else self.chart_empty)
         xs = list(range(len(rows)))
         self.speedup_bars.setOpts(x=xs, height=[float(r["speedup"] or 0.0) for r in rows], width=0.6)
         self.accept_bars.setOpts(x=xs, height=[float(r["acceptance_rate"] or 0.0) for r in rows], width=0.6)
