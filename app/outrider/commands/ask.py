@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from outrider.commands.base import EXIT_RUNTIME, CliError, print_json
+from outrider.commands.base import EXIT_ENGINE_CRASHED, EXIT_RUNTIME, CliError, print_json
 from outrider.commands.generate import (
     EngineLike,
     _add_model_options,
@@ -25,6 +25,9 @@ from outrider.commands.generate import (
     is_done,
     open_engine,
 )
+
+if TYPE_CHECKING:
+    from outrider.history.turns import EndReason
 
 
 def register(sub: Any) -> None:
@@ -119,8 +122,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
                     else:
                         sys.stdout.write(event.text)
                         sys.stdout.flush()
-            except (KeyboardInterrupt, CliError):
-                reply_interrupted(text).write(checkpointer)  # the partial reply is kept, interrupted
+            except (KeyboardInterrupt, CliError) as exc:  # the partial reply is kept, with how it ended
+                reply_interrupted(text, _end_reason_of(exc)).write(checkpointer)
                 raise
             except StoreError as exc:  # the disk filled up while the reply was being stored
                 with contextlib.suppress(StoreError):
@@ -138,3 +141,15 @@ def cmd_ask(args: argparse.Namespace) -> int:
             if engine is not None:
                 engine.close()
     return 0
+
+
+def _end_reason_of(exc: BaseException) -> EndReason:
+    """How a reply cut short by ``exc`` ended: Ctrl-C stopped it, an engine crash (exit status 3) interrupted it,
+    anything else failed it (``EndReason``, stored with the reply)."""
+    from outrider.history.turns import EndReason
+
+    if isinstance(exc, KeyboardInterrupt):
+        return EndReason.STOPPED
+    if isinstance(exc, CliError) and exc.exit_code == EXIT_ENGINE_CRASHED:
+        return EndReason.CRASHED
+    return EndReason.FAILED

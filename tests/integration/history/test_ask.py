@@ -75,6 +75,7 @@ def test_engine_crash_keeps_the_question_and_marks_the_reply(tmp_path: Path) -> 
         messages = store.get_conversation(summary.id).messages  # type: ignore[union-attr]
     assert [m.text for m in messages if m.role.value == "user"] == ["hello there"]  # type: ignore[union-attr]
     assert messages[-1].status == MessageStatus.INTERRUPTED  # type: ignore[union-attr]
+    assert messages[-1].stats.stop_reason == "crashed"  # type: ignore[union-attr]  # not "stopped by the user"
 
 
 def test_unknown_conversation_is_bad_input(tmp_path: Path, smollm_path: Path) -> None:
