@@ -249,3 +249,18 @@ def test_draft_off_on_the_real_demo_pair_decodes_plainly_without_a_reload(qtbot:
     assert done.stats.drafted == 0 and done.stats.speedup == pytest.approx(1.0, abs=0.005)
     win.stats.refresh()
     assert win.stats.speedup_label.text().startswith("1.00×") and not win.stats.warning.isVisibleTo(win)
+
+
+def test_the_warning_offers_automatic_k_only_while_k_is_fixed(qtbot: Any, scripted: Any) -> None:
+    win, client = scripted
+    client.finals = [reply_stats(speedup=0.62, speedup_error=0.03), reply_stats(speedup=0.62, speedup_error=0.03)]
+    _send(qtbot, win, "under automatic k")
+    win.stats.refresh()
+    assert win.stats.warning.isVisibleTo(win) and win.stats.draft_off_button.isVisibleTo(win)
+    assert not win.stats.draft_auto_button.isVisibleTo(win)  # already automatic: drafting off is what is left
+    win.settings.set(k_policy="fixed", k=8)
+    _send(qtbot, win, "with a fixed k")
+    win.stats.refresh()
+    assert win.stats.draft_auto_button.isVisibleTo(win)
+    win.stats.draft_auto_button.click()
+    assert win.settings.value.k_policy == "auto" and "k auto ≤ 16" in win.engine_label.text()

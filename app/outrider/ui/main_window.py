@@ -82,7 +82,7 @@ class MainWindow(QMainWindow):
         self.list_model = ConversationListModel(self)
         self.conversations = ConversationListView(self.list_model, self)
         self.chat = ChatView(self)
-        self.stats = StatsPanel(self.meter, self)
+        self.stats = StatsPanel(self.meter, self, settings=settings)
 
         self.crash_banner, self.crash_label, crash_layout = _banner("crashBanner", self)
         self.reload_button = QPushButton("Reload", self.crash_banner)

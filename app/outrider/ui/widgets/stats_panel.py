@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from outrider.ui.settings import QtSettings
 from outrider.ui.theme import LIGHT, ThemeColours
 from outrider.ui.widgets.live_stats import EXPLANATIONS, TOOLTIPS, ReplyMeter, Snapshot, fmt, format_speedup
 
@@ -96,15 +97,18 @@ class StatsPanel(QWidget):
 
     Attributes:
         meter: the ``ReplyMeter`` it reads.
+        settings: the settings (optional): the warning offers "Auto k" only while k is fixed.
         snapshot: the last snapshot shown.
     """
 
     draft_off_requested = Signal()
     draft_auto_requested = Signal()
 
-    def __init__(self, meter: ReplyMeter, parent: QWidget | None = None) -> None:
+    def __init__(self, meter: ReplyMeter, parent: QWidget | None = None, *,
+                 settings: QtSettings | None = None) -> None:
         super().__init__(parent)
         self.meter = meter
+        self.settings = settings
         self.snapshot = Snapshot()
         self.colours: ThemeColours = LIGHT
         self.setMinimumWidth(300)
@@ -324,6 +328,8 @@ class StatsPanel(QWidget):
                 + (f" {self._acted} from the next reply." if self._acted else ""))
         self.draft_off_button.setEnabled(not self._acted)
         self.draft_auto_button.setEnabled(not self._acted)
+        # Automatic k is a fix only for a fixed k: under automatic k already, drafting off is what is left.
+        self.draft_auto_button.setVisible(self.settings is None or self.settings.value.k_policy == "fixed")
         if self.warning.isVisibleTo(self) != s.slower_than_plain:
             self.warning.setVisible(s.slower_than_plain)
             self.numbers.updateGeometry()  # a scroll area does not pass its contents' new height on by itself
