@@ -139,7 +139,7 @@ class StatsPanel(QWidget):
             form.addWidget(name, 2 * row, 0)
             form.addWidget(value, 2 * row, 1)
             explanation = self._explanation(key)
-            explanation.setContentsMargins(0, 0, 0, 4)
+            explanation.setContentsMargins(0, 0, 0, 2)
             form.addWidget(explanation, 2 * row + 1, 0, 1, 2)
 
         self.warning = QFrame(self)
@@ -246,7 +246,7 @@ class StatsPanel(QWidget):
         stack = QStackedWidget(self)
         # The numbers have the first claim on the height; a chart takes what is left, at least its minimum.
         stack.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Ignored)
-        stack.setMinimumHeight(130)
+        stack.setMinimumHeight(120)
         empty = QLabel(empty_text, stack)
         empty.setObjectName("chartEmpty")
         empty.setWordWrap(True)
