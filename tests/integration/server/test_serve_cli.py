@@ -134,3 +134,31 @@ def test_bad_options_are_one_line_and_exit_2(tiny_family: Family, args: tuple[st
     r = outrider("serve", *(str(tiny_family.target) if a == "TARGET" else a for a in args))
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(p) for p in text]
+    return found
+
+
+def test_after_an_engine_crash_the_next_request_loads_the_pair_again(tiny_family: Family) -> None:
+    serving = Serving("--target", str(tiny_family.target), "--draft", str(tiny_family.draft), "--port", "0",
+                      "--ctx", "256", "--threads", "2")
+    try:
+        api = openai.OpenAI(base_url=f"{serving.url}/v1", api_key="none", max_retries=0, timeout=120)
+        first = api.completions.create(model="x", prompt="the of", max_tokens=6, temperature=0)
+        (engine_pid,) = _children(serving.proc.pid)
+        os.kill(engine_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while engine_pid in _children(serving.proc.pid):  # reaped by the client once it sees the pipe close
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        again = api.completions.create(model="x", prompt="the of", max_tokens=6, temperature=0)
+        assert again.choices[0].text == first.choices[0].text
+        assert _children(serving.proc.pid) != [engine_pid]
+        assert any("loading the pair again" in line for line in serving.stderr)
+    finally:
+        serving.kill()
