@@ -310,3 +310,17 @@ def test_esc_cancels_an_edit_in_the_window(qtbot: Any, chat: Any) -> None:
     assert win.chat.edit_label.isVisibleTo(win) and win.chat.composer.hasFocus()
     qtbot.keyClick(win.chat.composer, Qt.Key.Key_Escape)
     assert not win.chat.edit_label.isVisibleTo(win) and win.chat.composer.toPlainText() == ""
+
+
+def test_regenerate_in_a_long_conversation_keeps_the_new_reply_in_view(qtbot: Any, chat: Any) -> None:
+    win, client = chat
+    for n in range(4):
+        _send(qtbot, win, f"Question {n}", Script([(f"Answer {n}. " + "Some text. " * 60 + "\n\n", False)] * 3),
+              client)
+    bar = win.chat.browser.verticalScrollBar()
+    assert bar.maximum() > 0
+    client.scripts.append(Script([("A new answer, ", True)] + [("line after line.\n\n", False)] * 40))
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+        qtbot.mouseClick(win.chat.regenerate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum())
+    assert "A new answer" in win.chat.browser.toPlainText() and len(win.chat.messages) == 8
