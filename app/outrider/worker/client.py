@@ -8,7 +8,7 @@
 
 Failures are exceptions (``errors.py``): ``EngineRequestError`` (bad model file, incompatible pair, context
 overflow, bad settings: the engine process is still alive and usable) and ``EngineCrashed`` (the process died:
-signal, abort, OOM kill, or a load that never finished; ``partial_text`` keeps what was streamed). After a crash
+signal, abort, OOM kill, or a load that never finished; what was streamed is the consumer's). After a crash
 the next ``load`` starts a fresh process. An engine that goes silent — no heartbeat for ``heartbeat_timeout``
 seconds (stopped with SIGSTOP, frozen) — is killed and reported as ``EngineUnresponsive`` (an ``EngineCrashed``).
 The reply iterator is ``generation.py``; starting the process, its command line and logs are ``launch.py``.

@@ -45,14 +45,13 @@ class EngineCrashed(WorkerError):
     """The engine process died (or was stopped because it hung). ``str()`` is the one-line message."""
 
     def __init__(self, cause: str, phase: str, model: str | None = None, *, exitcode: int | None = None,
-                 log_tail: tuple[str, ...] = (), log_path: str | None = None, partial_text: str = "") -> None:
+                 log_tail: tuple[str, ...] = (), log_path: str | None = None) -> None:
         self.cause = cause  # "SIGSEGV", "SIGKILL", "exit status 1", ...
         self.phase = phase  # "loading", "generating", "unloading", "starting", "idle"
         self.model = model
         self.exitcode = exitcode
         self.log_tail = log_tail
         self.log_path = log_path
-        self.partial_text = partial_text
         self.detail = _key_line(log_tail)  # the most telling log line (GGML_ASSERT, fatal error, ...) or ""
         super().__init__(self._message())
 
@@ -61,14 +60,6 @@ class EngineCrashed(WorkerError):
                  "generating": " while generating",
                  "unloading": " while unloading", "starting": " while starting"}.get(self.phase, "")
         return f"engine crashed ({self.cause}){where}"
-
-    def with_partial(self, text: str) -> EngineCrashed:
-        """The same error (same class and message) carrying the reply streamed so far."""
-        crash = type(self).__new__(type(self))
-        crash.__dict__.update(self.__dict__)
-        crash.args = self.args
-        crash.partial_text = text
-        return crash
 
 
 def _key_line(lines: tuple[str, ...]) -> str:

@@ -76,7 +76,7 @@ def test_in_reply_speedup_crosses_the_wire_and_unload(client: EngineClient, tiny
         generate_text(client)
 
 
-def test_kill_9_mid_generation_reports_promptly_with_partial_text(
+def test_kill_9_mid_generation_reports_promptly_after_the_streamed_steps(
     client: EngineClient, tiny_family: Family
 ) -> None:
     client.load(family_spec(tiny_family))

@@ -152,8 +152,8 @@ class QtEngineBridge(QObject):
         load_progress(LoadProgress): llama.cpp started reading a model file.
         step_received(StepBatch): streamed steps of the running reply (coalesced, see the module docstring).
         generation_finished(DoneEvent): the reply ended (``stop_reason`` stop / length / cancelled).
-        crashed(EngineCrashed): the engine process died while generating; ``partial_text``
-            holds what was streamed. The next ``load`` starts a fresh process.
+        crashed(EngineCrashed): the engine process died while generating (every batch read before it was
+            delivered as ``step_received`` first). The next ``load`` starts a fresh process.
         error(Exception): any other failure of a request (``EngineRequestError``: context overflow, …).
         busy_changed(bool): a request started (True) or ended (False).
         unloaded(): the models were freed.
