@@ -11,8 +11,7 @@ from urllib.parse import urlparse
 
 import openai
 import pytest
-
-from conftest import TINY_CTX, Served, serve
+from server_helpers import TINY_CTX, Served, serve
 
 pytestmark = pytest.mark.slow
 

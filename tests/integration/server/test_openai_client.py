@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from conftest import DEMO_CTX, Served
+from server_helpers import DEMO_CTX, Served
 
 pytestmark = [pytest.mark.smollm, pytest.mark.slow]
 

@@ -13,8 +13,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
+from server_helpers import Served, serve
 
-from conftest import Served
 from outrider.engine.events import DoneEvent
 
 pytestmark = pytest.mark.slow
@@ -125,7 +125,6 @@ def test_a_queued_request_whose_client_left_never_runs(tiny: Served) -> None:
 
 
 def test_the_queue_is_bounded(tiny_engine: Any) -> None:
-    from conftest import serve
 
     served = serve(tiny_engine, "tiny", max_queued=0, max_tokens_limit=LONG)
     try:
@@ -144,7 +143,6 @@ def test_the_queue_is_bounded(tiny_engine: Any) -> None:
 
 
 def test_stopping_the_server_cancels_the_running_reply(tiny_engine: Any) -> None:
-    from conftest import serve
 
     served = serve(tiny_engine, "tiny", max_tokens_limit=LONG)
     stream = served.api.completions.create(model="t", prompt=PROMPT, max_tokens=LONG, stream=True)
