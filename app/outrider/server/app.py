@@ -230,7 +230,7 @@ class _Api:
                     return None
 
     async def _stream(self, first: list[JobEvent], reply: _Reply, job: Job, ids: responses.ReplyIds, *,
-                      chat: bool, include_usage: bool) -> AsyncIterator[dict[str, str]]:
+                      chat: bool, include_usage: bool) -> AsyncIterator[bytes]:
         """SSE ``data:`` events: chunks, a last chunk with ``finish_reason`` and ``timings``, then ``[DONE]``.
 
         Steps that arrived together go out as one chunk. A client that disconnects cancels this generator
@@ -252,7 +252,7 @@ class _Api:
                     if include_usage:
                         obj = "chat.completion.chunk" if chat else "text_completion"
                         yield _data(responses.usage_chunk(ids, obj, final.stats))
-                    yield {"data": "[DONE]"}
+                    yield _data("[DONE]")
                     return
                 if isinstance(final, JobFailed):  # mid-reply: the status line is sent, so the error is an event
                     yield _data(engine_error(final.error).body())
@@ -263,6 +263,8 @@ class _Api:
                 job.cancel()
 
 
-def _data(obj: dict[str, Any]) -> dict[str, str]:
-    return {"data": json.dumps(obj, ensure_ascii=False, separators=(",", ":"))}
+def _data(obj: dict[str, Any] | str) -> bytes:
+    """One SSE ``data:`` event, encoded here (compact JSON has no line breaks: one ``data:`` line suffices)."""
+    text = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return b"data: " + text.encode() + b"\n\n"
 
