@@ -220,3 +220,20 @@ def test_the_engine_continues_a_reply_instead_of_starting_a_new_turn(smollm_path
         assert text.strip() and not text.lstrip().startswith("Sure")
     finally:
         engine.unload()
+
+
+def test_a_very_long_reply_keeps_its_streamed_tokens_in_the_provenance_view(qtbot: Any) -> None:
+    from outrider.ui.widgets.chat_format import PROVENANCE_MARKDOWN_MAX_CHARS
+
+    view = _view(qtbot)
+    view.add_user_message("Long", 1)
+    reply = view.begin_reply()
+    words = PROVENANCE_MARKDOWN_MAX_CHARS // 10 + 1
+    reply.add_steps([_step(["**word**", "  "], [True, False]) for _ in range(words)])
+    view.reply_grew()
+    view.end_reply("complete", reply.text, 2, "stop")  # no long re-render at the end of a long reply
+    assert view.browser.toPlainText().count("**word**") == words and _tags(view, "**word**") == {"draft"}
+    view.render_all()  # drawn again (theme change): still its tokens, not a slow Markdown paint
+    assert view.browser.toPlainText().count("**word**") == words
+    view.set_provenance(False)  # the Markdown view renders it
+    assert "**" not in view.browser.toPlainText()

@@ -34,6 +34,7 @@ from outrider.ui.theme import LIGHT, ThemeColours
 from outrider.ui.widgets.chat_format import (
     HEADER_PROPERTY,
     PLACEHOLDER,
+    PROVENANCE_MARKDOWN_MAX_CHARS,
     SAMPLE_PROMPTS,
     RunFormats,
     header_html,
@@ -54,9 +55,6 @@ FRAME_MS = 16  # streamed text reaches the document at most once per frame (one 
 APPEND_CHARS_PER_TURN = 2048  # a drain inserts at most this much text per event-loop turn; the rest waits a turn
 MARKDOWN_TAIL_CHARS = 3000  # a streaming paragraph longer than this is frozen at a line break (see stable_prefix)
 FOLLOW_SLACK_PX = 4  # the view counts as "at the end" this close to the bottom
-# A finished reply in the provenance view is redrawn as Markdown with its colours (about 2 ms per 1000 characters
-# on one core); a longer one keeps its streamed text until the conversation is drawn again.
-PROVENANCE_MARKDOWN_MAX_CHARS = 30_000
 
 
 class ChatView(QWidget):
