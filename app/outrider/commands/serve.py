@@ -44,6 +44,9 @@ def register(sub: Any) -> None:
     p.add_argument("--max-queued", type=int, default=16,
                    help="requests that may wait for the engine behind the running one (default 16; more get 429)")
     p.add_argument("--name", help="the model id /v1/models reports (default: the pair id or the target's file name)")
+    p.add_argument("--stream-interval-ms", type=float, default=30.0,
+                   help="a stream sends text at most this often; steps in between are joined (default 30; "
+                        "0 = a chunk per engine step)")
     p.set_defaults(func=cmd_serve, max_tokens=1)
 
 
@@ -95,6 +98,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError("serve always runs the engine in its own process (--in-process is for generate)")
     if args.max_queued < 0:
         raise CliError(f"--max-queued must be >= 0, got {args.max_queued}")
+    if not 0 <= args.stream_interval_ms <= 1000:
+        raise CliError(f"--stream-interval-ms must be between 0 and 1000, got {args.stream_interval_ms:g}")
     key = _api_key(args)
     spec = _pair_spec(args)
     probe = _text_request(args, prompt="")  # sampling and draft options, checked before anything loads
@@ -112,7 +117,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         engine.load()
         scheduler = EngineScheduler(engine.client, max_queued=args.max_queued, prepare=engine.reload_if_needed)
         app = create_app(scheduler, ServerConfig(model_name=lambda: name, api_key=key, defaults=defaults,
-                                                 max_request_bytes=args.max_request_bytes))
+                                                 max_request_bytes=args.max_request_bytes,
+                                                 stream_interval_s=args.stream_interval_ms / 1000.0))
         url = url_of(sock)
         sys.stderr.write(f"outrider: serving {name} at {url}/v1 (OpenAI-compatible; Ctrl-C to stop)\n")
         sys.stderr.flush()

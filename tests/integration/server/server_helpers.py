@@ -9,7 +9,7 @@ import threading
 import openai
 
 from outrider.engine.params import DraftParams
-from outrider.server.app import ServerConfig
+from outrider.server.app import DEFAULT_STREAM_INTERVAL_S, ServerConfig
 from outrider.server.local import LocalServer
 from outrider.server.requests import Defaults
 from outrider.server.scheduler import Job
@@ -46,7 +46,8 @@ class Served:
 
 
 def serve(engine: EngineClient, name: str, *, api_key: str | None = None, max_tokens_limit: int = 4096,
-          max_request_bytes: int = 1 << 20, max_queued: int = 16, k: int | None = None) -> Served:
+          max_request_bytes: int = 1 << 20, max_queued: int = 16, k: int | None = None,
+          stream_interval_s: float = DEFAULT_STREAM_INTERVAL_S) -> Served:
     finished: list[Job] = []
     done = threading.Condition()
 
@@ -57,7 +58,7 @@ def serve(engine: EngineClient, name: str, *, api_key: str | None = None, max_to
 
     config = ServerConfig(model_name=lambda: name, api_key=api_key,
                           defaults=Defaults(draft=DraftParams(k=k), max_tokens_limit=max_tokens_limit),
-                          max_request_bytes=max_request_bytes)
+                          max_request_bytes=max_request_bytes, stream_interval_s=stream_interval_s)
     server = LocalServer(engine, config, port=0, max_queued=max_queued, on_finished=on_finished)
     server.start()
     api = openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key or "no-key", max_retries=0, timeout=120)

@@ -151,3 +151,25 @@ def test_stopping_the_server_cancels_the_running_reply(tiny_engine: Any) -> None
     done = _wait_cancelled(served, 1)
     assert done.stop_reason == "cancelled" and done.stats.generated < LONG
     assert not served.server.running
+
+
+def _content_chunks(served: Served, max_tokens: int) -> tuple[list[str], float]:
+    t0 = time.perf_counter()
+    chunks = [c.choices[0].text for c in served.api.completions.create(
+        model="t", prompt=PROMPT, max_tokens=max_tokens, temperature=0, stream=True) if c.choices[0].text]
+    return chunks, time.perf_counter() - t0
+
+
+def test_a_fast_stream_is_sent_in_chunks_at_most_every_interval(tiny_engine: Any) -> None:
+    every_step = serve(tiny_engine, "tiny", max_tokens_limit=LONG, stream_interval_s=0.0)
+    try:
+        fine, _ = _content_chunks(every_step, 600)
+    finally:
+        every_step.server.stop()
+    paced = serve(tiny_engine, "tiny", max_tokens_limit=LONG, stream_interval_s=0.1)
+    try:
+        coarse, seconds = _content_chunks(paced, 600)
+    finally:
+        paced.server.stop()
+    assert "".join(coarse) == "".join(fine)  # the same text, in fewer pieces
+    assert len(coarse) <= seconds / 0.1 + 2 < len(fine)

@@ -129,6 +129,7 @@ def test_a_busy_port_is_one_line_and_exit_2(tiny_family: Family) -> None:
     (("--target", "TARGET", "--api-key", "two words"), "the API key must be printable text without spaces"),
     (("--target", "TARGET", "--port", "70000"), "port must be between 0 and 65535"),
     (("--target", "TARGET", "--temperature", "-1"), "temperature must be >= 0"),
+    (("--target", "TARGET", "--stream-interval-ms", "-5"), "--stream-interval-ms must be between 0 and 1000"),
 ])
 def test_bad_options_are_one_line_and_exit_2(tiny_family: Family, args: tuple[str, ...], message: str) -> None:
     r = outrider("serve", *(str(tiny_family.target) if a == "TARGET" else a for a in args))
