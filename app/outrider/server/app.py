@@ -104,9 +104,9 @@ def engine_error(error: BaseException) -> ApiError:
 class _Reply:
     """One job's events, handed from the scheduler's thread to the server's event loop in batches.
 
-    ``deliver`` (scheduler thread) appends to a buffer and wakes the loop only when the buffer was empty; ``take``
-    (event loop) returns everything buffered. A consumer that keeps up sees each event at once; one that falls
-    behind gets them together (one SSE chunk for several engine messages), never one loop wake-up per token.
+    ``deliver`` (scheduler thread) appends to a buffer and wakes the loop only when ``take`` (event loop) is
+    waiting; ``take`` returns everything buffered. A consumer that waits sees each event at once; one that is busy
+    (or pacing its chunks) gets them together, with no loop wake-up per engine message.
     A whole (non-streamed) answer keeps only the final event: its steps need not cross threads at all.
     """
 
@@ -115,23 +115,18 @@ class _Reply:
         self._keep_steps = keep_steps
         self._lock = threading.Lock()
         self._pending: list[JobEvent] = []
+        self._waiting = False  # take() is waiting: the next event must wake the loop (else it is just buffered)
         self._ready = asyncio.Event()
 
     def deliver(self, event: JobEvent) -> None:
         if not self._keep_steps and isinstance(event, StepBatch):
             return
         with self._lock:
-            wake = not self._pending
+            wake, self._waiting = self._waiting, False
             self._pending.append(event)
         if wake:
             with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone, nobody listens
                 self._loop.call_soon_threadsafe(self._ready.set)
-
-    def take_nowait(self) -> list[JobEvent]:
-        """Every event delivered since the last call, perhaps none."""
-        with self._lock:
-            events, self._pending = self._pending, []
-        return events
 
     async def take(self) -> list[JobEvent]:
         """Every event delivered since the last call (waits for at least one)."""
@@ -140,7 +135,9 @@ class _Reply:
             with self._lock:
                 if self._pending:
                     events, self._pending = self._pending, []
+                    self._waiting = False
                     return events
+                self._waiting = True
             await self._ready.wait()
 
 
@@ -273,11 +270,10 @@ class _Api:
                 if isinstance(final, JobFailed):  # mid-reply: the status line is sent, so the error is an event
                     yield _data(engine_error(final.error).body())
                     return
-                events = await reply.take()
                 wait = sent_at + self.config.stream_interval_s - loop.time()
-                if wait > 0 and all(isinstance(e, StepBatch) for e in events):
-                    await asyncio.sleep(wait)  # the last chunk went out just now: let the next steps join this one
-                    events += reply.take_nowait()
+                if wait > 0:
+                    await asyncio.sleep(wait)  # a chunk went out just now: the next steps join the next one
+                events = await reply.take()
         finally:
             if job.result is None:  # left before the end (set before the final event is delivered)
                 job.cancel()
