@@ -47,6 +47,7 @@ def register(sub: Any) -> None:
     p.add_argument("--stream-interval-ms", type=float, default=30.0,
                    help="a stream sends text at most this often; steps in between are joined (default 30; "
                         "0 = a chunk per engine step)")
+    p.add_argument("--quiet", action="store_true", help="no line on stderr per reply")
     p.set_defaults(func=cmd_serve, max_tokens=1)
 
 
@@ -115,7 +116,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     engine = _ServedEngine(spec)
     try:
         engine.load()
-        scheduler = EngineScheduler(engine.client, max_queued=args.max_queued, prepare=engine.reload_if_needed)
+        scheduler = EngineScheduler(engine.client, max_queued=args.max_queued, prepare=engine.reload_if_needed,
+                                    on_finished=None if args.quiet else _log_reply)
         app = create_app(scheduler, ServerConfig(model_name=lambda: name, api_key=key, defaults=defaults,
                                                  max_request_bytes=args.max_request_bytes,
                                                  stream_interval_s=args.stream_interval_ms / 1000.0))
@@ -130,6 +132,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
         engine.close()
         sock.close()
     return 0
+
+
+def reply_line(job: Any) -> str:
+    """One line per finished reply: its number, tokens, how it ended, speed and the speculative figures."""
+    from outrider.engine.events import DoneEvent
+
+    result = job.result
+    if not isinstance(result, DoneEvent):
+        return f"reply {job.number}: failed: {getattr(result, 'error', result)}"
+    st = result.stats
+    parts = [f"reply {job.number}: {st.generated} tokens, {result.stop_reason}"]
+    if st.decode_tps is not None:
+        parts.append(f"{st.decode_tps:.1f} tok/s")
+    if st.acceptance_rate is not None:
+        parts.append(f"acceptance {st.acceptance_rate:.0%} ({st.accepted}/{st.drafted})")
+    if st.speedup is not None:
+        parts.append(f"speed-up {st.speedup:.2f}×")
+    return ", ".join(parts)
+
+
+def _log_reply(job: Any) -> None:
+    sys.stderr.write(f"outrider: {reply_line(job)}\n")
+    sys.stderr.flush()
 
 
 class _ServedEngine:

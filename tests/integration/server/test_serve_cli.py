@@ -37,7 +37,8 @@ class Serving:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines: queue.Queue[str] = queue.Queue()
         self.stderr: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         self.url = ""
         deadline = time.monotonic() + 120
         while not self.url:
@@ -53,7 +54,9 @@ class Serving:
 
     def interrupt(self) -> int:
         self.proc.send_signal(signal.SIGINT)
-        return self.proc.wait(30)
+        code = self.proc.wait(30)
+        self._reader.join(10)  # every line it wrote is in self.stderr
+        return code
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -82,6 +85,8 @@ def test_serve_binds_loopback_by_default_and_stops_on_ctrl_c(tiny_family: Family
                                             max_tokens=5, temperature=0)
         assert reply.usage is not None and reply.usage.completion_tokens == 5
         assert serving.interrupt() == 130
+        logged = [line for line in serving.stderr if line.startswith("outrider: reply 1: 5 tokens, length")]
+        assert len(logged) == 1 and "tok/s" in logged[0], serving.stderr
     finally:
         serving.kill()
 
