@@ -5,6 +5,8 @@ port and a non-loopback host are explained, and stopping closes the port."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import socket
 import threading
 from typing import Any
@@ -57,8 +59,15 @@ def test_serve_toggle_address_copy_and_a_reply(qtbot: Any, window: Any) -> None:
         reply = api.chat.completions.create(model="smollm2-135m-lookup", max_tokens=8, temperature=0,
                                             messages=[{"role": "user", "content": "Say hi."}])
     assert reply.choices[0].message.content and reply.usage is not None and reply.usage.completion_tokens <= 8
-    assert "1 reply served" in dialog.status.text()
-    assert "from openai import OpenAI" in dialog.client_example() and url in dialog.client_example()
+    qtbot.waitUntil(lambda: "1 reply served" in dialog.status.text(), timeout=5_000)
+    qtbot.mouseClick(dialog.example_button, Qt.MouseButton.LeftButton)
+    example = QGuiApplication.clipboard().text()
+    assert example.startswith("from openai import OpenAI\n") and f'base_url="{url}"' in example
+    assert len(example.splitlines()) == 3 and 'model="smollm2-135m-lookup"' in example
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(example, "example", "exec"), {})  # the example runs as copied
+    assert printed.getvalue().strip()
     _stop(qtbot, dialog)
     assert dialog.address.text() == "" and dialog.status.text() == "Stopped."
     with pytest.raises(openai.APIConnectionError):

@@ -43,7 +43,8 @@ class ServeDialog(QDialog):
 
     Attributes:
         toggle: the Serve / Stop button (checkable).
-        address: the base URL (read-only) once serving; ``copy_button`` copies it.
+        address: the base URL (read-only) once serving; ``copy_button`` copies it, ``example_button`` copies three
+            lines of Python that use it with the official ``openai`` client.
         status: one line: stopped, starting, serving (with the count of replies), or why it failed.
     """
 
@@ -72,6 +73,9 @@ class ServeDialog(QDialog):
         self.copy_button = QPushButton("Copy")
         self.copy_button.setEnabled(False)
         self.copy_button.setToolTip("copy the base URL for an OpenAI client")
+        self.example_button = QPushButton("Copy Python example")
+        self.example_button.setEnabled(False)
+        self.example_button.setToolTip("three lines of Python using this server with the openai package")
         self.status = QLabel("Stopped.")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -79,6 +83,7 @@ class ServeDialog(QDialog):
         self.host.textChanged.connect(self._on_host_text_changed)
         self.toggle.toggled.connect(self._on_toggle_toggled)
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
+        self.example_button.clicked.connect(self._on_example_button_clicked)
         server.started.connect(self._on_server_started)
         server.stopped.connect(self._on_server_stopped)
         server.failed.connect(self._on_server_failed)
@@ -93,6 +98,7 @@ class ServeDialog(QDialog):
         url_row = QHBoxLayout()
         url_row.addWidget(self.address, 1)
         url_row.addWidget(self.copy_button)
+        url_row.addWidget(self.example_button)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.host_warning)
@@ -111,6 +117,7 @@ class ServeDialog(QDialog):
         self.toggle.setText("Stop serving" if running else "Serve")
         self.address.setText(self.server.url or "")
         self.copy_button.setEnabled(bool(self.server.url))
+        self.example_button.setEnabled(bool(self.server.url))
         self._on_host_text_changed(self.host.text())
 
     def client_example(self) -> str:
@@ -144,6 +151,12 @@ class ServeDialog(QDialog):
         if self.server.url:
             QGuiApplication.clipboard().setText(self.server.url)
             self.status.setText(f"Copied {self.server.url}")
+
+    @Slot()
+    def _on_example_button_clicked(self) -> None:
+        if self.server.url:
+            QGuiApplication.clipboard().setText(self.client_example())
+            self.status.setText("Copied a Python example using this server.")
 
     @Slot(str)
     def _on_server_started(self, url: str) -> None:
