@@ -15,6 +15,7 @@ import openai
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QLabel
 
 pytestmark = [pytest.mark.smollm, pytest.mark.slow]
 
@@ -51,6 +52,9 @@ def test_serve_toggle_address_copy_and_a_reply(qtbot: Any, window: Any) -> None:
     assert not dialog.toggle.isChecked() and not dialog.copy_button.isEnabled()
     url = _serve(qtbot, dialog, _free_port())
     assert dialog.toggle.isChecked() and dialog.address.text() == url and not dialog.host.isEnabled()
+    indicator = window.statusBar().findChild(QLabel, "serve_indicator")
+    assert indicator.isVisible() and indicator.text() == f"Serving {url}"
+    assert window.actions_by_id["serve"].text() == f"Serving at {url}…"
     qtbot.mouseClick(dialog.copy_button, Qt.MouseButton.LeftButton)
     assert QGuiApplication.clipboard().text() == url
     api = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=60)
@@ -70,6 +74,7 @@ def test_serve_toggle_address_copy_and_a_reply(qtbot: Any, window: Any) -> None:
     assert printed.getvalue().strip()
     _stop(qtbot, dialog)
     assert dialog.address.text() == "" and dialog.status.text() == "Stopped."
+    assert not indicator.isVisible() and window.actions_by_id["serve"].text() == "Serve on &localhost…"
     with pytest.raises(openai.APIConnectionError):
         api.models.list()
 

@@ -29,6 +29,7 @@ from outrider.server.runner import DEFAULT_HOST, DEFAULT_PORT, host_warning
 from outrider.ui.bridges.server_bridge import QtServerBridge
 
 ACTION_SERVE = "serve"
+SERVE_TEXT = "Serve on &localhost…"
 CLIENT_EXAMPLE = ('from openai import OpenAI\n'
                   'client = OpenAI(base_url="{url}", api_key="{key}")\n'
                   'print(client.chat.completions.create(model="{model}", '
@@ -203,9 +204,29 @@ def add_serve_action(window: Any, menu: QMenu) -> QAction:
             dialog[0].raise_()  # already open behind the window: bring it forward
         dialog[0].show()
 
-    action = QAction("Serve on &localhost…", window)
+    action = QAction(SERVE_TEXT, window)
     action.setObjectName(ACTION_SERVE)
     action.triggered.connect(open_dialog)
     menu.addAction(action)
     window.actions_by_id[ACTION_SERVE] = action
+    # While serving, the status bar says where (the panel may be closed): a click-free reminder that the port is open.
+    indicator = QLabel()
+    indicator.setObjectName("serve_indicator")
+    indicator.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    indicator.setVisible(False)
+    window.statusBar().addPermanentWidget(indicator)
+
+    def on_started(url: str) -> None:
+        indicator.setText(f"Serving {url}")
+        indicator.setToolTip("OpenAI-compatible server on the chat's engine (Models → Serve on localhost…)")
+        indicator.setVisible(True)
+        action.setText(f"Serving at {url}…")
+
+    def on_stopped(*_: object) -> None:
+        indicator.setVisible(False)
+        action.setText(SERVE_TEXT)
+
+    server.started.connect(on_started)
+    server.stopped.connect(on_stopped)
+    server.failed.connect(on_stopped)
     return action
