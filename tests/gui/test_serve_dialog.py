@@ -150,3 +150,12 @@ def test_stopping_the_chat_reply_never_cancels_a_reply_of_the_server(qtbot: Any,
     assert final and final[-1].choices[0].finish_reason == "length"
     assert final[-1].model_extra["timings"]["predicted_n"] == 160
     _stop(qtbot, dialog)
+
+
+def test_closing_the_window_stops_serving(qtbot: Any, window: Any) -> None:
+    dialog = _open_panel(window)
+    url = _serve(qtbot, dialog, _free_port())
+    window.close()
+    assert not window.server_bridge.running
+    with pytest.raises(openai.APIConnectionError):
+        openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=10).models.list()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, Qt, Slot
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Slot
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import (
     QDialog,
@@ -181,6 +181,19 @@ class ServeDialog(QDialog):
                                 "served.")
 
 
+class _StopOnClose(QObject):
+    """Stops the server when the main window closes (the chat's engine is about to go with it)."""
+
+    def __init__(self, server: QtServerBridge, parent: QObject) -> None:
+        super().__init__(parent)
+        self._server = server
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # Qt override
+        if event.type() == QEvent.Type.Close and event.isAccepted():
+            self._server.shutdown()
+        return False
+
+
 def add_serve_action(window: Any, menu: QMenu) -> QAction:
     """Add "Serve on localhost…" to ``menu`` of the main ``window`` (its ``bridge``, ``session``, ``settings`` and
     ``actions_by_id``). The server follows the chat's pair and stops when the app quits."""
@@ -191,6 +204,7 @@ def add_serve_action(window: Any, menu: QMenu) -> QAction:
     app = QCoreApplication.instance()
     if app is not None:
         app.aboutToQuit.connect(server.shutdown)
+    window.installEventFilter(_StopOnClose(server, window))
     dialog: list[ServeDialog] = []
 
     def defaults() -> tuple[Any, Any]:
