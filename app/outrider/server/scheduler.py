@@ -153,6 +153,11 @@ class EngineScheduler:
         with self._cond:
             return len(self._queue)
 
+    def queued_jobs(self) -> list[Job]:
+        """The jobs waiting behind the running one, in order (a snapshot)."""
+        with self._cond:
+            return list(self._queue)
+
     @property
     def busy(self) -> bool:
         with self._cond:

@@ -112,11 +112,15 @@ def test_a_queued_request_whose_client_left_never_runs(tiny: Served) -> None:
     next(iter(running))  # the first request holds the engine
     queued = _raw_request(tiny, {"prompt": PROMPT, "max_tokens": LONG})
     deadline = time.monotonic() + 10
-    while tiny.server.scheduler.waiting < 1:
+    while not tiny.server.scheduler.queued_jobs():
         assert time.monotonic() < deadline, "the second request was queued"
         time.sleep(0.02)
+    (waiting,) = tiny.server.scheduler.queued_jobs()
     queued.close()
-    time.sleep(2 * 0.25 + 0.2)  # the server notices within its disconnect poll
+    deadline = time.monotonic() + 10
+    while not waiting.cancelled:  # the server notices within its disconnect poll (0.25 s)
+        assert time.monotonic() < deadline, "the queued request was cancelled when its client left"
+        time.sleep(0.02)
     running.close()
     first, second = tiny.wait_finished(2)
     assert isinstance(second.result, DoneEvent) and second.result.stop_reason == "cancelled"
