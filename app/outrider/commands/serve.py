@@ -31,6 +31,7 @@ def register(sub: Any) -> None:
     _add_model_options(p)
     # --target is required by generate; here --pair may name the models instead (checked in cmd_serve).
     p._option_string_actions["--target"].required = False
+    p._option_string_actions["--in-process"].help = argparse.SUPPRESS  # the server always uses the engine process
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; another host prints a warning)")
     p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0 = any free port)")
@@ -38,7 +39,7 @@ def register(sub: Any) -> None:
                    help=f"require 'Authorization: Bearer KEY' (default ${API_KEY_ENV} when set, else no key)")
     p.add_argument("--max-tokens-limit", type=positive_int, default=DEFAULT_MAX_TOKENS_LIMIT,
                    help="the largest max_tokens a request may ask for, and the default when it asks for none "
-                        f"(default {DEFAULT_MAX_TOKENS_LIMIT})")
+                        f"(default {DEFAULT_MAX_TOKENS_LIMIT}, at most the context size)")
     p.add_argument("--max-request-bytes", type=positive_int, default=1 << 20,
                    help="the largest request body in bytes (default 1 MiB)")
     p.add_argument("--max-queued", type=int, default=16,
@@ -104,7 +105,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     key = _api_key(args)
     spec = _pair_spec(args)
     probe = _text_request(args, prompt="")  # sampling and draft options, checked before anything loads
-    defaults = Defaults(sampling=probe.sampling, draft=probe.draft, max_tokens_limit=args.max_tokens_limit)
     name = args.name or args.pair or Path(args.target).name
     try:
         sock = bind(args.host, args.port)  # before loading: a busy port is known at once
@@ -115,7 +115,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sys.stderr.write(f"outrider: warning: {warning}\n")
     engine = _ServedEngine(spec)
     try:
-        engine.load()
+        n_ctx = engine.load()
+        # No reply can be longer than the context: the limit (and the default of a request without max_tokens).
+        defaults = Defaults(sampling=probe.sampling, draft=probe.draft,
+                            max_tokens_limit=min(args.max_tokens_limit, n_ctx))
         scheduler = EngineScheduler(engine.client, max_queued=args.max_queued, prepare=engine.reload_if_needed,
                                     on_finished=None if args.quiet else _log_reply)
         app = create_app(scheduler, ServerConfig(model_name=lambda: name, api_key=key, defaults=defaults,
@@ -168,7 +171,8 @@ class _ServedEngine:
         self._lock = threading.Lock()
         self._noted: set[str] = set()
 
-    def load(self) -> None:
+    def load(self) -> int:
+        """Load the pair (notes on stderr); returns the context size llama.cpp gave, in tokens."""
         from outrider.worker.errors import EngineCrashed, EngineRequestError, WorkerError
 
         try:
@@ -182,6 +186,7 @@ class _ServedEngine:
         raised = context_note(self._spec.context.n_ctx, info.n_ctx)
         if raised:
             note(raised, self._noted)
+        return info.n_ctx
 
     def reload_if_needed(self) -> None:
         """Before each reply: a crashed engine is started again with the same pair (one note on stderr)."""

@@ -84,6 +84,9 @@ def test_serve_binds_loopback_by_default_and_stops_on_ctrl_c(tiny_family: Family
         reply = api.chat.completions.create(model="x", messages=[{"role": "user", "content": "the of"}],
                                             max_tokens=5, temperature=0)
         assert reply.usage is not None and reply.usage.completion_tokens == 5
+        with pytest.raises(openai.BadRequestError) as caught:  # no reply can outgrow the 256-token context
+            api.completions.create(model="x", prompt="the", max_tokens=257)
+        assert "between 1 and 256" in caught.value.message
         assert serving.interrupt() == 130
         logged = [line for line in serving.stderr if line.startswith("outrider: reply 1: 5 tokens, length")]
         assert len(logged) == 1 and "tok/s" in logged[0], serving.stderr
