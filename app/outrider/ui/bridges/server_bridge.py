@@ -84,6 +84,9 @@ class QtServerBridge(QObject):
         ``sampling``/``draft``: defaults of requests that leave them out (the chat's own settings)."""
         if self._server is not None:
             return True
+        loaded = self._client.loaded
+        if loaded is not None:  # no reply can outgrow the context of the pair loaded now
+            max_tokens_limit = min(max_tokens_limit, loaded.n_ctx)
         defaults = Defaults(sampling=sampling or SamplingParams(), draft=draft or DraftParams(),
                             max_tokens_limit=max_tokens_limit)
         config = ServerConfig(model_name=self.served_model, api_key=api_key or None, defaults=defaults)
