@@ -2,6 +2,7 @@
 
     GET  /health               {"status": "ok" | "no model"}   (no key needed)
     GET  /v1/models            the served pair as one model
+    GET  /v1/models/{id}       that model, or 404 model_not_found
     POST /v1/chat/completions  chat messages through the model's chat template (as in the app)
     POST /v1/completions       raw text
 
@@ -78,6 +79,7 @@ def create_app(scheduler: EngineScheduler, config: ServerConfig) -> FastAPI:
 
     app.add_api_route("/health", api.health, methods=["GET"])
     app.add_api_route("/v1/models", api.models, methods=["GET"])
+    app.add_api_route("/v1/models/{model_id:path}", api.model, methods=["GET"])
     app.add_api_route("/v1/chat/completions", api.chat_completions, methods=["POST"])
     app.add_api_route("/v1/completions", api.completions, methods=["POST"])
     return app
@@ -157,6 +159,14 @@ class _Api:
         name = self.config.model_name()
         data = [] if name is None else [{"id": name, "object": "model", "created": 0, "owned_by": "outrider"}]
         return JSONResponse({"object": "list", "data": data})
+
+    async def model(self, request: Request, model_id: str) -> JSONResponse:
+        self._authorise(request)
+        name = self.config.model_name()
+        if name is None or model_id != name:
+            raise ApiError(404, f"the model {model_id!r} does not exist (this server serves "
+                           f"{repr(name) if name else 'no model yet'})", param="model", code="model_not_found")
+        return JSONResponse({"id": name, "object": "model", "created": 0, "owned_by": "outrider"})
 
     async def chat_completions(self, request: Request) -> Response:
         self._authorise(request)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from server_helpers import DEMO_CTX, Served
 
@@ -33,6 +34,11 @@ def test_models_list_names_the_served_pair(demo: Served) -> None:
     models = demo.api.models.list()
     assert [m.id for m in models.data] == ["smollm2-135m-lookup"]
     assert models.data[0].owned_by == "outrider"
+    assert demo.api.models.retrieve("smollm2-135m-lookup").id == "smollm2-135m-lookup"
+    with pytest.raises(openai.NotFoundError) as caught:
+        demo.api.models.retrieve("gpt-4o")
+    body: Any = caught.value.body
+    assert body["code"] == "model_not_found" and body["param"] == "model"
 
 
 def test_greedy_chat_equals_outrider_generate(demo: Served, smollm_path: Path) -> None:
