@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,31 @@ def test_timings_carry_the_speculative_statistics(demo: Served) -> None:
     assert t["predicted_per_second"] == pytest.approx(t["predicted_n"] / (t["predicted_ms"] / 1000))
     assert t["tokens_per_pass"] >= 1.0
     assert t["speedup"] is None or t["speedup"] > 0
+
+
+def test_concurrent_requests_each_equal_the_same_request_alone(demo: Served) -> None:
+    """Two streams and two whole answers at once: queued, never interleaved, each exactly as if served alone."""
+    asks: list[tuple[str, bool]] = [("Name a colour.", True), ("Name a fruit.", True), ("Name a city.", False),
+                                    ("Name an animal.", False)]
+    alone = {q: demo.api.chat.completions.create(model="m", temperature=0, max_tokens=24, messages=[
+        {"role": "user", "content": q}]).choices[0].message.content for q, _ in asks}
+    got: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def ask(question: str, stream: bool) -> None:
+        messages: Any = [{"role": "user", "content": question}]
+        if stream:
+            text = "".join(c.choices[0].delta.content or "" for c in demo.api.chat.completions.create(
+                model="m", temperature=0, max_tokens=24, messages=messages, stream=True) if c.choices)
+        else:
+            text = demo.api.chat.completions.create(model="m", temperature=0, max_tokens=24,
+                                                    messages=messages).choices[0].message.content or ""
+        with lock:
+            got[question] = text
+
+    threads = [threading.Thread(target=ask, args=a) for a in asks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert got == alone
