@@ -21,10 +21,7 @@ from collections.abc import Sequence
 from PySide6.QtCore import QElapsedTimer, QEvent, QObject, Qt, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QTextBlock, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QHBoxLayout,
     QLabel,
-    QPushButton,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -47,13 +44,13 @@ from outrider.ui.widgets.chat_format import (
 )
 from outrider.ui.widgets.chat_items import MessageItem, ReplyText, merge_runs
 from outrider.ui.widgets.composer import Composer
-from outrider.ui.widgets.live_stats import TOOLTIPS
-from outrider.ui.widgets.markdown import code_blocks, render_markdown, stable_prefix
+from outrider.ui.widgets.markdown import code_blocks
+from outrider.ui.widgets.markdown_tail import MarkdownTail
+from outrider.ui.widgets.reply_controls import ReplyControls
 
 MARKDOWN_INTERVAL_MS = 350  # re-render the streaming message's Markdown tail at most ~3 times a second
 FRAME_MS = 16  # streamed text reaches the document at most once per frame (one layout and repaint per frame)
 APPEND_CHARS_PER_TURN = 2048  # a drain inserts at most this much text per event-loop turn; the rest waits a turn
-MARKDOWN_TAIL_CHARS = 3000  # a streaming paragraph longer than this is frozen at a line break (see stable_prefix)
 FOLLOW_SLACK_PX = 4  # the view counts as "at the end" this close to the bottom
 
 
@@ -84,7 +81,6 @@ class ChatView(QWidget):
         self._streaming: MessageItem | None = None
         self._body_start = 0
         self._editing_id: int | None = None
-        self._dirty_markdown = False
         self._shown = 0  # pieces of the streaming reply already in the document
         self._placeholder = False  # the streaming reply's body shows PLACEHOLDER (no text yet)
         self._follow = True  # keep the end of the conversation in view (off while the user reads further up)
@@ -92,9 +88,7 @@ class ChatView(QWidget):
         self._headers: dict[int, QTextBlock] = {}  # header block of each message index, as drawn
         self._scrolling = False  # the view itself is moving the scroll bar
         self._formats: RunFormats = {}  # None: plain; True/False: draft/target token
-        self._md_frozen = 0  # characters of the streaming text rendered as Markdown for good
-        self._md_blocks = 0  # code blocks in that frozen head (numbers the copy links of the tail)
-        self._md_tail_pos = 0  # document position where the re-rendered Markdown tail starts
+        self._md = MarkdownTail()  # the streaming reply's rendered Markdown (head frozen, tail re-rendered)
 
         self.browser = QTextBrowser(self)
         self.browser.setObjectName("chatView")
@@ -110,48 +104,29 @@ class ChatView(QWidget):
         self.composer.submitted.connect(self._on_composer_submitted)
         self.composer.installEventFilter(self)
 
-        self.send_button = QPushButton("Send", self)
-        self.send_button.setObjectName("sendButton")
-        self.send_button.setToolTip("Send the message (Enter)")
+        self.controls = ReplyControls(self)
+        # The row's widgets under their own names: the window, its shortcuts and the tests reach them here.
+        self.send_button = self.controls.send_button
+        self.stop_button = self.controls.stop_button
+        self.regenerate_button = self.controls.regenerate_button
+        self.continue_button = self.controls.continue_button
+        self.provenance_box = self.controls.provenance_box
+        self.legend_draft = self.controls.legend_draft
+        self.legend_target = self.controls.legend_target
         self.send_button.clicked.connect(self._on_composer_submitted)
-        self.stop_button = QPushButton("Stop", self)
-        self.stop_button.setObjectName("stopButton")
-        self.stop_button.setToolTip("Stop the reply (Esc); the text so far is kept")
         self.stop_button.clicked.connect(self.stop_requested)
-        self.regenerate_button = QPushButton("Regenerate", self)
-        self.regenerate_button.setObjectName("regenerateButton")
-        self.regenerate_button.setToolTip("Produce the last reply again")
         self.regenerate_button.clicked.connect(self.regenerate_requested)
-        self.continue_button = QPushButton("Continue", self)
-        self.continue_button.setObjectName("continueButton")
-        self.continue_button.setToolTip("The last reply was cut at the token limit: write on from where it stopped")
         self.continue_button.clicked.connect(self._on_continue_button_clicked)
-        self.provenance_box = QCheckBox("Show provenance", self)
-        self.provenance_box.setToolTip(TOOLTIPS["provenance"])
-        self.provenance_box.setChecked(True)
         self.provenance_box.toggled.connect(self._on_provenance_box_toggled)
-        self.legend_draft = QLabel("accepted draft token", self)
-        self.legend_target = QLabel("target token", self)
-        for label in (self.legend_draft, self.legend_target):
-            label.setToolTip(TOOLTIPS["provenance"])
         self.edit_label = QLabel("", self)
         self.edit_label.hide()
 
-        controls = QHBoxLayout()
-        controls.addWidget(self.provenance_box)
-        controls.addWidget(self.legend_draft)
-        controls.addWidget(self.legend_target)
-        controls.addStretch(1)
-        controls.addWidget(self.continue_button)
-        controls.addWidget(self.regenerate_button)
-        controls.addWidget(self.stop_button)
-        controls.addWidget(self.send_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.browser, 1)
         layout.addWidget(self.edit_label)
         layout.addWidget(self.composer)
-        layout.addLayout(controls)
+        layout.addWidget(self.controls)
         self.setTabOrder(self.composer, self.send_button)
         self.setTabOrder(self.send_button, self.stop_button)
         self.setTabOrder(self.stop_button, self.continue_button)
@@ -171,7 +146,7 @@ class ChatView(QWidget):
         bar.valueChanged.connect(self._on_scroll_value_changed)
         bar.rangeChanged.connect(self._on_scroll_range_changed)
         self.set_busy(False)
-        self._style_controls()
+        self._update_legend()
         self.render_all()
 
     # -- state ------------------------------------------------------------------------------------------------
@@ -185,7 +160,6 @@ class ChatView(QWidget):
 
     def set_colours(self, colours: ThemeColours) -> None:
         self.colours = colours
-        self._style_controls()
         self._update_legend()
         self.render_all()
 
@@ -200,10 +174,8 @@ class ChatView(QWidget):
     def set_busy(self, busy: bool) -> None:
         """Engine busy with a reply: Stop on, Send and Regenerate off (Regenerate needs a question to answer)."""
         self._busy = busy
-        self.stop_button.setEnabled(busy)
-        self.send_button.setEnabled(not busy)
-        self.regenerate_button.setEnabled(not busy and any(m.role == "user" for m in self.messages))
-        self.continue_button.setVisible(not busy and self._continuable() is not None)
+        self.controls.set_state(busy=busy, can_regenerate=any(m.role == "user" for m in self.messages),
+                                can_continue=self._continuable() is not None)
 
     def _continuable(self) -> int | None:
         """The id of the last message when it is a reply cut at the token limit (it can be continued)."""
@@ -218,23 +190,8 @@ class ChatView(QWidget):
         if message_id is not None:
             self.continue_requested.emit(message_id)
 
-    def _style_controls(self) -> None:
-        """A disabled button looks disabled (muted text, no fill, dashed border); Stop, when it can stop, stands
-        out in the warning colour."""
-        c = self.colours
-        self.setStyleSheet(
-            f"QPushButton#sendButton:disabled, QPushButton#stopButton:disabled, "
-            f"QPushButton#regenerateButton:disabled {{ color: {c.muted}; background: transparent; "
-            f"border: 1px dashed {c.muted}; border-radius: 3px; padding: 3px 10px; font-weight: normal; }}"
-            f"QPushButton#stopButton:enabled {{ color: {c.background}; background: {c.warning}; "
-            f"border: 1px solid {c.warning}; border-radius: 3px; padding: 3px 10px; font-weight: bold; }}")
-
     def _update_legend(self) -> None:
-        c = self.colours
-        self.legend_draft.setStyleSheet(f"background:{c.draft_bg}; color:{c.text}; padding:1px 4px;")
-        self.legend_target.setStyleSheet(f"background:{c.target_bg}; color:{c.text}; padding:1px 4px;")
-        self.legend_draft.setVisible(self._provenance)
-        self.legend_target.setVisible(self._provenance)
+        self.controls.set_colours(self.colours, provenance=self._provenance)
 
     # -- whole document ---------------------------------------------------------------------------------------
     def set_messages(self, messages: Sequence[MessageItem]) -> None:
@@ -361,7 +318,7 @@ class ChatView(QWidget):
         self._placeholder = False
         self._insert_placeholder(cursor)
         self._reset_markdown_tail()
-        self._dirty_markdown = False
+        self._md.dirty = False
         self._markdown_timer.start()
         self.set_busy(True)
         self._scroll_to_end()
@@ -401,7 +358,7 @@ class ChatView(QWidget):
         """
         if self._streaming is None:
             return
-        self._dirty_markdown = True
+        self._md.dirty = True
         if self._drain_timer.isActive():
             return
         wait = FRAME_MS - self._since_drain.elapsed()
@@ -493,24 +450,16 @@ class ChatView(QWidget):
     @Slot()
     def _on_markdown_timer_timeout(self) -> None:
         item = self._streaming
-        if item is None or not self._dirty_markdown or self._provenance:
+        if item is None or not self._md.dirty or self._provenance:
             return  # provenance view shows the streamed tokens themselves
-        self._dirty_markdown = False
         self._render_markdown_tail(final=False)
 
     def _reset_markdown_tail(self) -> None:
-        self._md_frozen = 0
-        self._md_blocks = 0
-        self._md_tail_pos = self._body_start
-        self._dirty_markdown = True
+        self._md.reset(self._body_start)
 
     def _render_markdown_tail(self, final: bool) -> None:
-        """Render the streaming message's Markdown, only from its last stable boundary on.
-
-        The head up to the last block boundary outside a code fence (``stable_prefix``) is rendered once and
-        kept ("frozen"); each tick removes and re-renders only the tail after it, so a tick costs the size of
-        the newest paragraph, not of the message. ``final``: the reply ended, render all that is left.
-        """
+        """Render the streaming message's Markdown, only from its last stable boundary on (``MarkdownTail``).
+        ``final``: the reply ended, render all that is left."""
         item = self._streaming
         if item is None:
             return
@@ -520,30 +469,8 @@ class ChatView(QWidget):
         self._remove_placeholder()
         self._shown = len(item.reply.pieces) if item.reply is not None else 0  # the tail covers every piece
         self._drain_timer.stop()
-        index = len(self.messages) - 1
-        cut = len(text) if final else stable_prefix(text, self._md_frozen, MARKDOWN_TAIL_CHARS)
-        cursor = QTextCursor(self.browser.document())
-        cursor.beginEditBlock()
-        cursor.setPosition(self._md_tail_pos)
-        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
-        cursor.removeSelectedText()
-        if cut > self._md_frozen:
-            head = text[self._md_frozen:cut]
-            html = render_markdown(head, index, self.colours, self._md_blocks)
-            if html:
-                cursor.insertHtml(html)
-                if not final:
-                    cursor.insertBlock()  # keeps the tail out of the head's last block
-                self._md_tail_pos = cursor.position()
-            self._md_frozen = cut
-            self._md_blocks += len(code_blocks(head))
-        tail = text[cut:]
-        if tail:
-            cursor.insertHtml(render_markdown(tail, index, self.colours, self._md_blocks) or "&nbsp;")
-        elif cursor.position() == self._body_start:
-            cursor.insertHtml("&nbsp;")
-        cursor.setCharFormat(self._plain_format())
-        cursor.endEditBlock()
+        self._md.render(self.browser.document(), text, index=len(self.messages) - 1, colours=self.colours,
+                        final=final, body_start=self._body_start, plain=self._plain_format())
         if self._follow:
             self._scroll_to_end()
 
