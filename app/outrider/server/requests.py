@@ -89,6 +89,8 @@ def parse_json(body: bytes) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise bad(f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
                   code="invalid_json") from None
+    except RecursionError:
+        raise bad("the request body nests too deeply", code="invalid_json") from None
     if not isinstance(data, dict):
         raise bad(f"the request body must be a JSON object, got {type(data).__name__}", code="invalid_json")
     return data

@@ -42,7 +42,8 @@ def still_serving(served: Served) -> None:
     assert reply.usage is not None and reply.usage.completion_tokens == 3
 
 
-@pytest.mark.parametrize("body", [b"{not json", b"", b"\xff\xfe", b"[1, 2]", b'"text"'])
+@pytest.mark.parametrize("body", [b"{not json", b"", b"\xff\xfe", b"[1, 2]", b'"text"',
+                                  b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"])
 def test_malformed_json_is_400(tiny: Served, body: bytes) -> None:
     status, data = raw(tiny, "POST", "/v1/chat/completions", body)
     assert status == 400
