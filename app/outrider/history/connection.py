@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ from typing import Any, Final, TypeVar
 
 from outrider import paths
 from outrider.fileio import fsync_directory
+from outrider.history.database import classify_error
 from outrider.history.errors import (
     CorruptionNotice,
     DataDirectoryError,
@@ -47,12 +47,6 @@ BUSY_TIMEOUT_S: Final = 5.0
 # SQLite primary result codes that mean "this file is damaged", as opposed to busy/locked/IO trouble.
 _SQLITE_CORRUPT: Final = 11
 _SQLITE_NOTADB: Final = 26
-_SQLITE_READONLY: Final = 8
-_SQLITE_IOERR: Final = 10
-_SQLITE_FULL: Final = 13
-# Below this much free space an I/O error while writing is reported as "disk full" (SQLite reports ENOSPC on
-# its shared-memory and sync paths as a generic "disk I/O error").
-_LOW_SPACE_BYTES: Final = 1 << 20
 _SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 
 T = TypeVar("T")
@@ -92,27 +86,6 @@ def connection_settings(conn: sqlite3.Connection) -> dict[str, Any]:
         "synchronous": int(conn.execute("PRAGMA synchronous").fetchone()[0]),
         "foreign_keys": int(conn.execute("PRAGMA foreign_keys").fetchone()[0]),
     }
-
-
-def _low_space(directory: Path) -> bool:
-    try:
-        return shutil.disk_usage(directory).free < _LOW_SPACE_BYTES
-    except OSError:
-        return False
-
-
-def classify_error(exc: sqlite3.Error, db_path: Path) -> StoreError | None:
-    """A typed error for the failures people can act on (disk full, read-only); ``None`` for the others."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
-    text = str(exc).lower()
-    if primary == _SQLITE_FULL or "database or disk is full" in text:
-        return DiskFullError(db_path, "database or disk is full")
-    if (primary == _SQLITE_IOERR or "disk i/o error" in text) and _low_space(db_path.parent):
-        return DiskFullError(db_path, "no space left on the device")
-    if primary == _SQLITE_READONLY or "readonly database" in text:
-        return StoreReadOnlyError(db_path)
-    return None
 
 
 def _private_files(db_path: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from outrider.history.models import (
@@ -20,6 +20,7 @@ from outrider.history.models import (
     ReplyStatsRow,
     Role,
     SearchHit,
+    UnreadableRecord,
 )
 
 CONVERSATION_COLUMNS: Final = (
@@ -86,6 +87,22 @@ def parse_conversation(row: Sequence[Any]) -> ConversationSummary:
     )
 
 
+def parse_conversations(rows: Sequence[Sequence[Any]]) -> list[ConversationSummary | UnreadableRecord]:
+    """Rows of ``CONVERSATION_COLUMNS``, in order; one that cannot be decoded is an ``UnreadableRecord``."""
+    result: list[ConversationSummary | UnreadableRecord] = []
+    for row in rows:
+        try:
+            result.append(parse_conversation(row))
+        except (ValueError, TypeError) as exc:
+            result.append(UnreadableRecord("conversation", int(row[0]), int(row[0]), str(exc)))
+    return result
+
+
+def settings_json(settings: Mapping[str, Any]) -> str:
+    """A conversation's settings as stored (a JSON object; NaN and infinities are refused with ``ValueError``)."""
+    return json.dumps(dict(settings), ensure_ascii=False, allow_nan=False)
+
+
 def parse_stats(raw: object) -> ReplyStats | None:
     if raw is None:
         return None
@@ -110,6 +127,17 @@ def parse_message(row: Sequence[Any]) -> Message:
         updated_at=created if row[6] is None else check_number(row[6], "updated time"),
         stats=parse_stats(row[7]),
     )
+
+
+def parse_messages(rows: Sequence[Sequence[Any]], conversation_id: int) -> list[Message | UnreadableRecord]:
+    """Rows of ``MESSAGE_COLUMNS`` of one conversation; one that cannot be decoded is an ``UnreadableRecord``."""
+    result: list[Message | UnreadableRecord] = []
+    for row in rows:
+        try:
+            result.append(parse_message(row))
+        except (ValueError, TypeError) as exc:
+            result.append(UnreadableRecord("message", int(row[0]), conversation_id, str(exc)))
+    return result
 
 
 def stats_json(stats: ReplyStats | None) -> str | None:

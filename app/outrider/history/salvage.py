@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from outrider.history.database import transaction
+
 # A table scan that stops at a damaged page continues by probing rowids one by one, up to the highest rowid
 # known (AUTOINCREMENT's sqlite_sequence or max(rowid)); without one, until this many rowids in a row were
 # missing. The probe never runs longer than MAX_PROBES lookups (a garbage max rowid must not hang the app).
@@ -241,16 +243,8 @@ def salvage_into(damaged: Path, dst: sqlite3.Connection, workdir: Path) -> Salva
             # "writable" (only then does it read what is there). Nothing is written through this connection.
             with contextlib.suppress(sqlite3.Error):
                 src.execute("PRAGMA writable_schema = ON")
-            dst.execute("BEGIN IMMEDIATE")
-            try:
-                result = _copy(src, dst)
-                dst.execute("COMMIT")
-            except BaseException:
-                if dst.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        dst.execute("ROLLBACK")
-                raise
-            return result
+            with transaction(dst):
+                return _copy(src, dst)
         finally:
             src.close()
     finally:

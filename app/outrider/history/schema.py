@@ -12,6 +12,8 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from outrider.history.database import transaction
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -107,16 +109,10 @@ def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration], 
     pending = [m for m in migrations if m.version > from_version]
     if not pending:
         return from_version
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(conn):
         for migration in pending:
             migration.apply(conn)
             conn.execute("UPDATE schema_version SET version = ?", (migration.version,))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     return pending[-1].version
 
 

@@ -13,36 +13,30 @@ Every multi-row change (edit, delete, import, migration) is one transaction: who
 
 from __future__ import annotations
 
-import contextlib
-import json
 import sqlite3
-import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
 from outrider.fileio import atomic_write_text
 from outrider.history import exchange
-from outrider.history.connection import DB_FILENAME, OpenedDatabase, classify_error, connection_settings, open_database
+from outrider.history.connection import DB_FILENAME, OpenedDatabase, connection_settings, open_database
+from outrider.history.database import Database
 from outrider.history.errors import (
     ConversationNotFoundError,
-    CorruptionNotice,
     ImportFormatError,
     MessageNotFoundError,
     RecordUnreadableError,
     ReplyNotStreamingError,
-    StoreError,
 )
 from outrider.history.exchange import ExportFormat
-from outrider.history.lock import DirectoryLock
 from outrider.history.models import (
     Conversation,
     ConversationSummary,
     ImportResult,
-    Message,
     MessageStatus,
     ReplyStats,
     ReplyStatsRow,
@@ -57,9 +51,11 @@ from outrider.history.rows import (
     SEARCH_HIT_COLUMNS,
     fts_query,
     parse_conversation,
-    parse_message,
+    parse_conversations,
+    parse_messages,
     parse_reply_stats,
     parse_search_hit,
+    settings_json,
     stats_json,
 )
 from outrider.history.schema import MIGRATIONS, Migration, read_version
@@ -71,7 +67,8 @@ class HistoryStore:
     """The one writer of a data directory's chat history.
 
     Open it with ``HistoryStore.open()``; it holds an exclusive lock on the directory until ``close()``.
-    All methods are thread-safe (one connection behind a lock) and commit before they return.
+    All methods are thread-safe (one connection behind a lock, ``database.Database``) and commit before they
+    return; after ``close()`` they raise ``StoreError``.
 
     Attributes:
         db_path: the database file.
@@ -82,20 +79,11 @@ class HistoryStore:
         backup_path: the pre-migration backup made by this open, if a migration ran.
     """
 
-    def __init__(
-        self,
-        conn: sqlite3.Connection,
-        lock: DirectoryLock,
-        db_path: Path,
-        notice: CorruptionNotice | None,
-        backup_path: Path | None,
-    ) -> None:
-        self._conn: sqlite3.Connection | None = conn
-        self._dir_lock = lock
-        self._mutex = threading.RLock()
-        self.db_path = db_path
-        self.notice = notice
-        self.backup_path = backup_path
+    def __init__(self, opened: OpenedDatabase) -> None:
+        self._db = Database(opened.conn, opened.lock, opened.db_path)
+        self.db_path = opened.db_path
+        self.notice = opened.notice
+        self.backup_path = opened.backup_path
         self.recovered_reply_ids: list[int] = []
 
     # ----------------------------------------------------------------------------------- lifecycle
@@ -121,7 +109,7 @@ class HistoryStore:
         """
 
         def build(db: OpenedDatabase) -> HistoryStore:
-            store = cls(db.conn, db.lock, db.db_path, db.notice, db.backup_path)
+            store = cls(db)
             store.recovered_reply_ids = store.recover_interrupted()
             return store
 
@@ -129,11 +117,7 @@ class HistoryStore:
 
     def close(self) -> None:
         """Close the connection (checkpointing the WAL) and release the directory lock."""
-        with self._mutex:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-            self._dir_lock.release()
+        self._db.close()
 
     def __enter__(self) -> HistoryStore:
         return self
@@ -145,49 +129,13 @@ class HistoryStore:
 
     @property
     def schema_version(self) -> int:
-        with self._read() as conn:
+        with self._db.read() as conn:
             version = read_version(conn)
         return version or 0
 
     def connection_settings(self) -> dict[str, Any]:
-        with self._read() as conn:
+        with self._db.read() as conn:
             return connection_settings(conn)
-
-    @contextlib.contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        """A consistent snapshot for multi-statement reads."""
-        with self._mutex:
-            if self._conn is None:
-                raise StoreError("the history store is closed")
-            conn = self._conn
-            conn.execute("BEGIN")
-            try:
-                yield conn
-            finally:
-                conn.execute("COMMIT")
-
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: all of it is committed (and fsynced), or none of it."""
-        with self._mutex:
-            if self._conn is None:
-                raise StoreError("the history store is closed")
-            conn = self._conn
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        with contextlib.suppress(sqlite3.Error):
-                            conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                typed = classify_error(exc, self.db_path)
-                if typed is not None:
-                    raise typed from exc  # "disk full: …", never a bare "disk I/O error"
-                raise
 
     # ------------------------------------------------------------------------------- conversations
 
@@ -199,9 +147,9 @@ class HistoryStore:
         settings: Mapping[str, Any] | None = None,
     ) -> int:
         now = time.time()
-        settings_json = json.dumps(dict(settings or {}), ensure_ascii=False, allow_nan=False)
-        with self._write() as conn:
-            return self._insert_conversation(conn, title, now, pair_id, settings_json)
+        settings_text = settings_json(settings or {})
+        with self._db.write() as conn:
+            return self._insert_conversation(conn, title, now, pair_id, settings_text)
 
     def start_conversation(
         self,
@@ -218,13 +166,13 @@ class HistoryStore:
         empty conversation is left behind. Returns ``(conversation_id, user_message_id)``.
         """
         now = time.time()
-        settings_json = json.dumps(dict(settings or {}), ensure_ascii=False, allow_nan=False)
+        settings_text = settings_json(settings or {})
         insert_message = (
             "INSERT INTO messages (conversation_id, role, text, status, created_at, updated_at) "
             "VALUES (?, ?, ?, 'complete', ?, ?)"
         )
-        with self._write() as conn:
-            conversation_id = self._insert_conversation(conn, title, now, pair_id, settings_json)
+        with self._db.write() as conn:
+            conversation_id = self._insert_conversation(conn, title, now, pair_id, settings_text)
             if system:
                 conn.execute(insert_message, (conversation_id, str(Role.SYSTEM), system, now, now))
             cur = conn.execute(insert_message, (conversation_id, str(Role.USER), user_text, now, now))
@@ -232,28 +180,28 @@ class HistoryStore:
 
     @staticmethod
     def _insert_conversation(
-        conn: sqlite3.Connection, title: str, now: float, pair_id: str | None, settings_json: str
+        conn: sqlite3.Connection, title: str, now: float, pair_id: str | None, settings_text: str
     ) -> int:
         cur = conn.execute(
             "INSERT INTO conversations (uuid, title, created_at, updated_at, pair_id, settings_json) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (uuid.uuid4().hex, title, now, now, pair_id, settings_json),
+            (uuid.uuid4().hex, title, now, now, pair_id, settings_text),
         )
         return int(cur.lastrowid or 0)
 
     def update_conversation_settings(
         self, conversation_id: int, *, pair_id: str | None, settings: Mapping[str, Any]
     ) -> None:
-        settings_json = json.dumps(dict(settings), ensure_ascii=False, allow_nan=False)
-        with self._write() as conn:
+        settings_text = settings_json(settings)
+        with self._db.write() as conn:
             self._require_conversation(conn, conversation_id)
             conn.execute(
                 "UPDATE conversations SET pair_id = ?, settings_json = ?, updated_at = ? WHERE id = ?",
-                (pair_id, settings_json, time.time(), conversation_id),
+                (pair_id, settings_text, time.time(), conversation_id),
             )
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
-        with self._write() as conn:
+        with self._db.write() as conn:
             self._require_conversation(conn, conversation_id)
             conn.execute(
                 "UPDATE conversations SET title = ?, updated_at = ? WHERE id = ?",
@@ -262,13 +210,13 @@ class HistoryStore:
 
     def delete_conversation(self, conversation_id: int) -> None:
         """Soft delete: hidden from lists and search until ``restore_conversation`` or ``purge_deleted``."""
-        with self._write() as conn:
+        with self._db.write() as conn:
             self._require_conversation(conn, conversation_id)
             conn.execute("UPDATE conversations SET deleted_at = ? WHERE id = ?", (time.time(), conversation_id))
 
     def restore_conversation(self, conversation_id: int) -> None:
         """Undo ``delete_conversation``."""
-        with self._write() as conn:
+        with self._db.write() as conn:
             cur = conn.execute(
                 "UPDATE conversations SET deleted_at = NULL WHERE id = ? AND deleted_at IS NOT NULL",
                 (conversation_id,),
@@ -278,7 +226,7 @@ class HistoryStore:
 
     def purge_deleted(self, older_than_s: float = 0.0) -> int:
         """Permanently remove conversations deleted at least ``older_than_s`` ago (messages cascade)."""
-        with self._write() as conn:
+        with self._db.write() as conn:
             cur = conn.execute(
                 "DELETE FROM conversations WHERE deleted_at IS NOT NULL AND deleted_at <= ?",
                 (time.time() - older_than_s,),
@@ -288,17 +236,11 @@ class HistoryStore:
     def list_conversations(self, *, include_deleted: bool = False) -> list[ConversationSummary | UnreadableRecord]:
         """Newest first. A row that cannot be decoded is an ``UnreadableRecord``; it never hides the others."""
         where = "" if include_deleted else "WHERE c.deleted_at IS NULL"
-        with self._read() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(
                 f"SELECT {CONVERSATION_COLUMNS} FROM conversations c {where} ORDER BY c.updated_at DESC, c.id DESC"
             ).fetchall()
-        result: list[ConversationSummary | UnreadableRecord] = []
-        for row in rows:
-            try:
-                result.append(parse_conversation(row))
-            except (ValueError, TypeError) as exc:
-                result.append(UnreadableRecord("conversation", int(row[0]), int(row[0]), str(exc)))
-        return result
+        return parse_conversations(rows)
 
     def get_conversation(self, conversation_id: int, *, include_deleted: bool = False) -> Conversation:
         """The conversation with its messages; undecodable messages come back as ``UnreadableRecord``.
@@ -307,7 +249,7 @@ class HistoryStore:
             ConversationNotFoundError: no such (undeleted) conversation.
             RecordUnreadableError: the conversation row itself cannot be decoded (see ``export_raw``).
         """
-        with self._read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(
                 f"SELECT {CONVERSATION_COLUMNS} FROM conversations c WHERE c.id = ?", (conversation_id,)
             ).fetchone()
@@ -321,13 +263,7 @@ class HistoryStore:
             summary = parse_conversation(row)
         except (ValueError, TypeError) as exc:
             raise RecordUnreadableError("conversation", conversation_id, str(exc)) from None
-        messages: list[Message | UnreadableRecord] = []
-        for mrow in rows:
-            try:
-                messages.append(parse_message(mrow))
-            except (ValueError, TypeError) as exc:
-                messages.append(UnreadableRecord("message", int(mrow[0]), conversation_id, str(exc)))
-        return Conversation(summary=summary, messages=messages)
+        return Conversation(summary=summary, messages=parse_messages(rows, conversation_id))
 
     def _require_conversation(self, conn: sqlite3.Connection, conversation_id: int) -> None:
         row = conn.execute(
@@ -349,7 +285,7 @@ class HistoryStore:
     ) -> int:
         """Append a message and commit it (durably) before returning its id."""
         now = time.time()
-        with self._write() as conn:
+        with self._db.write() as conn:
             self._require_conversation(conn, conversation_id)
             cur = conn.execute(
                 "INSERT INTO messages (conversation_id, role, text, status, created_at, updated_at, stats_json) "
@@ -369,7 +305,7 @@ class HistoryStore:
 
     def checkpoint_reply(self, message_id: int, text: str) -> None:
         """Commit the reply's text so far. Call at least once a second while streaming."""
-        with self._write() as conn:
+        with self._db.write() as conn:
             cur = conn.execute(
                 "UPDATE messages SET text = ?, updated_at = ? WHERE id = ? AND status = 'streaming'",
                 (text, time.time(), message_id),
@@ -389,7 +325,7 @@ class HistoryStore:
         if status is MessageStatus.STREAMING:
             raise ValueError("finish_reply needs a final status, not 'streaming'")
         now = time.time()
-        with self._write() as conn:
+        with self._db.write() as conn:
             cur = conn.execute(
                 "UPDATE messages SET text = ?, status = ?, stats_json = ?, updated_at = ? "
                 "WHERE id = ? AND status = 'streaming'",
@@ -414,7 +350,7 @@ class HistoryStore:
 
         ``open`` already does this; calling it while this process is streaming a reply would interrupt that too.
         """
-        with self._write() as conn:
+        with self._db.write() as conn:
             rows = conn.execute(
                 "UPDATE messages SET status = 'interrupted', updated_at = ? WHERE status = 'streaming' RETURNING id",
                 (time.time(),),
@@ -429,7 +365,7 @@ class HistoryStore:
             MessageNotFoundError: no such message.
             ValueError: not an assistant reply, still streaming, or not the last message of its conversation.
         """
-        with self._write() as conn:
+        with self._db.write() as conn:
             row = conn.execute("SELECT conversation_id, role, status, text FROM messages WHERE id = ?",
                                (message_id,)).fetchone()
             if row is None:
@@ -447,7 +383,7 @@ class HistoryStore:
     def edit_message(self, message_id: int, text: str, *, drop_following: bool = False) -> None:
         """Replace a message's text; with ``drop_following`` also remove every later message (one transaction)."""
         now = time.time()
-        with self._write() as conn:
+        with self._db.write() as conn:
             row = conn.execute("SELECT conversation_id FROM messages WHERE id = ?", (message_id,)).fetchone()
             if row is None:
                 raise MessageNotFoundError(message_id)
@@ -465,7 +401,7 @@ class HistoryStore:
         query = fts_query(text)
         if query is None:
             return []
-        with self._read() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(
                 f"SELECT {SEARCH_HIT_COLUMNS} FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
                 "JOIN conversations c ON c.id = m.conversation_id "
@@ -483,7 +419,7 @@ class HistoryStore:
 
     def reply_stats(self, *, pair_id: str | None = None) -> list[ReplyStatsRow]:
         """Statistics of every stored reply (oldest first), to compare pairs and settings over time."""
-        with self._read() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(
                 f"SELECT {REPLY_STATS_COLUMNS} FROM messages "
                 "WHERE role = 'assistant' AND stats_json IS NOT NULL ORDER BY id"
@@ -532,7 +468,7 @@ class HistoryStore:
 
     def export_raw(self, conversation_id: int) -> str:
         """A JSON dump of a conversation exactly as stored (undecodable bytes as base64), even if unreadable."""
-        with self._read() as conn:
+        with self._db.read() as conn:
             return exchange.raw_document(conn, conversation_id)
 
     def import_json(self, path: Path) -> ImportResult:
@@ -553,5 +489,5 @@ class HistoryStore:
             ImportFormatError: the document is not a valid Outrider history export (nothing was imported).
         """
         conversations = exchange.parse_json_document(text)
-        with self._write() as conn:
+        with self._db.write() as conn:
             return exchange.insert_conversations(conn, conversations)

@@ -102,8 +102,8 @@ def test_ask_on_a_full_disk_keeps_nothing_half_done_and_says_disk_full(
 
     def full_disk_open(cls: type[HistoryStore], *args: Any, **kwargs: Any) -> HistoryStore:
         store: HistoryStore = original(cls, *args, **kwargs)
-        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]  # type: ignore[union-attr]
-        store._conn.execute(f"PRAGMA max_page_count = {pages}")  # type: ignore[union-attr]
+        pages = store._db.conn.execute("PRAGMA page_count").fetchone()[0]
+        store._db.conn.execute(f"PRAGMA max_page_count = {pages}")
         return store
 
     monkeypatch.setenv("OUTRIDER_HOME", str(home))

@@ -255,7 +255,7 @@ def test_messages_whose_conversation_row_is_lost_are_kept_under_a_placeholder(tm
         assert store.notice is not None and store.notice.recovered_messages == 6
         after = _all_texts(store)
         assert after == before
-        titles = {s.title for s in store.list_conversations()}  # type: ignore[union-attr]
+        titles = {s.title for s in store.list_conversations()}
         assert titles == {f"Recovered conversation {i}" for i in (1, 2, 3)}
 
 
@@ -277,7 +277,7 @@ def _cap_database_size(store: HistoryStore) -> None:
         pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
     finally:
         conn.close()
-    store._conn.execute(f"PRAGMA max_page_count = {pages}")  # type: ignore[union-attr]
+    store._db.conn.execute(f"PRAGMA max_page_count = {pages}")
 
 
 def test_disk_full_when_starting_a_conversation_stores_nothing(tmp_path: Path) -> None:
@@ -288,9 +288,9 @@ def test_disk_full_when_starting_a_conversation_stores_nothing(tmp_path: Path) -
         line = str(info.value)
         assert line.startswith("disk full:") and "\n" not in line and "disk I/O error" not in line
         assert store.list_conversations() == []  # no empty conversation left behind
-        store._conn.execute("PRAGMA max_page_count = 1073741823")  # type: ignore[union-attr]
+        store._db.conn.execute("PRAGMA max_page_count = 1073741823")
         cid, _ = store.start_conversation("small", "hello", system="Be brief.")
-        roles = [(m.role.value, m.text) for m in store.get_conversation(cid).messages]  # type: ignore[union-attr]
+        roles = [(m.role.value, m.text) for m in store.get_conversation(cid).messages]
         assert roles == [("system", "Be brief."), ("user", "hello")]
 
 
@@ -302,7 +302,7 @@ def test_disk_full_on_a_reply_checkpoint_keeps_the_question(tmp_path: Path) -> N
         with pytest.raises(DiskFullError):
             store.checkpoint_reply(rid, "y" * 200_000)
         messages = store.get_conversation(cid).messages
-        assert [m.text for m in messages] == ["the question", ""]  # type: ignore[union-attr]
+        assert [m.text for m in messages] == ["the question", ""]
 
 
 # -------------------------------------------------------------------------- import: text SQLite can't store
