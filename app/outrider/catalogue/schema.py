@@ -24,6 +24,16 @@ MAX_FILE_PATH = 1000
 MAX_CATALOGUE_BYTES = 8 * 1024 * 1024
 MAX_CATALOGUE_LINE = 8192  # tomllib is quadratic in the depth of a dotted key (a.a.a…): bound it by line length
 KV_BYTES_PER_ELEMENT = 2  # llama.cpp's default KV cache type is F16
+LINK_RE = re.compile(r"^https://[A-Za-z0-9.-]+\.[A-Za-z]{2,}(?:/[^\s<>\"]*)?$")
+DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+# A pair's ``status``: what is known about it, in words a user reads in the picker and in ``outrider models list``.
+PAIR_STATUSES: dict[str, str] = {
+    "demo": "Offline demo: ships with the app, no download",
+    "measured": "Speed-up measured and published by others",
+    "recommended": "Recommended by its publisher or a llama.cpp front end; no speed-up published",
+    "compatible": "Same tokenizer as a measured pair; no speed-up published yet",
+}
 
 
 class CatalogueError(Exception):
@@ -94,7 +104,7 @@ class ModelFile:
     package_version: str = ""
     sha256_missing_reason: str = ""
     gated_note: str = ""
-    evidence: str = ""
+    checked: str = ""  # YYYY-MM-DD: when `outrider models refresh --write` last matched it against the Hub
 
     @property
     def filename(self) -> str:
@@ -182,6 +192,17 @@ class Pair:
     speedup: str
     speedup_source: str
     status: str
+    source: str = ""  # a link about this pair a user can open (the model page, or where it is recommended)
+
+    @property
+    def status_text(self) -> str:
+        """``status`` in words (the catalogue's own text when it is not a known status)."""
+        return PAIR_STATUSES.get(self.status, self.status)
+
+    @property
+    def source_url(self) -> str:
+        """The pair's link: its ``source``, else the target's page."""
+        return self.source or self.target.page_url
 
     @property
     def draft_kind(self) -> str:
@@ -225,6 +246,7 @@ class Pair:
             "default_context": self.default_context, "size": self.size, "licence": self.licence,
             "gated": self.gated, "memory": self.memory().to_json(), "speedup": self.speedup or None,
             "speedup_source": self.speedup_source or None, "status": self.status,
+            "status_text": self.status_text, "source": self.source_url,
         }
 
 
@@ -318,6 +340,9 @@ def validate_data(data: Mapping[str, Any]) -> list[str]:
         for field in ("n_layer", "n_head_kv", "head_dim"):
             if isinstance(m.get(field), int) and m[field] <= 0:
                 problems.append(f"{where}: {field} must be > 0")
+        checked = m.get("checked", "")
+        if checked and (not isinstance(checked, str) or not DATE_RE.match(checked)):
+            problems.append(f"{where}: checked must be a date YYYY-MM-DD")
         sha = m.get("sha256")
         if sha is None or sha == "":
             if not str(m.get("sha256_missing_reason", "")).strip():
@@ -378,6 +403,7 @@ def validate_data(data: Mapping[str, Any]) -> list[str]:
             problems.append(f"{where}: p_min must be within 0..1")
         if p.get("speedup") and not p.get("speedup_source"):
             problems.append(f"{where}: a published speed-up needs its speedup_source")
+        problems.extend(_pair_text_problems(where, p))
         family = p.get("family")
         for role in ("target", "draft"):
             key = p.get(role)
@@ -402,6 +428,20 @@ def validate_data(data: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _pair_text_problems(where: str, p: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a pair's user-facing text: ``status`` one of ``PAIR_STATUSES``, ``source`` and
+    ``speedup_source`` one https link each (no notes, no lists)."""
+    problems: list[str] = []
+    status = p.get("status", "")
+    if status != "" and status not in PAIR_STATUSES:
+        problems.append(f"{where}: status must be one of {', '.join(PAIR_STATUSES)}, not {str(status)[:40]!r}")
+    for field in ("source", "speedup_source"):
+        value = p.get(field, "")
+        if value and (not isinstance(value, str) or not LINK_RE.match(value)):
+            problems.append(f"{where}: {field} must be one https:// link, not {str(value)[:60]!r}")
+    return problems
+
+
 def _model_from(key: str, m: Mapping[str, Any]) -> ModelFile:
     sha = m.get("sha256") or None
     return ModelFile(
@@ -410,7 +450,7 @@ def _model_from(key: str, m: Mapping[str, Any]) -> ModelFile:
         head_dim=m["head_dim"], repo=m.get("repo", ""), revision=m.get("revision", ""),
         package=m.get("package", ""), package_version=m.get("package_version", ""),
         sha256_missing_reason=m.get("sha256_missing_reason", ""), gated_note=m.get("gated_note", ""),
-        evidence=m.get("evidence", ""),
+        checked=m.get("checked", ""),
     )
 
 
@@ -475,6 +515,7 @@ def parse_catalogue(data: Mapping[str, Any], path: Path) -> Catalogue:
             settings=DraftSettings(p["k"], p["draft_min"], float(p["p_min"])),
             default_context=int(p.get("default_context", data.get("default_context", 4096))),
             speedup=p.get("speedup", ""), speedup_source=p.get("speedup_source", ""), status=p.get("status", ""),
+            source=p.get("source", ""),
         ))
     return Catalogue(path=path, models=models, pairs=tuple(pairs), warnings=tuple(warnings))
 

@@ -100,7 +100,7 @@ def _pair(pid: str, name: str, target: str, draft: str, *, speedup: str = "", so
           tags: str = '["chat"]', ctx: int = 512) -> str:
     return (f'[[pairs]]\nid = "{pid}"\nname = "{name}"\nfamily = "tiny"\ntags = {tags}\ntarget = "{target}"\n'
             f'draft = "{draft}"\nk = 6\ndraft_min = 1\np_min = 0.5\ndefault_context = {ctx}\n'
-            f'speedup = "{speedup}"\nspeedup_source = "{source}"\nstatus = "verified"\n\n')
+            f'speedup = "{speedup}"\nspeedup_source = "{source}"\nstatus = "measured"\n\n')
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def catalogue_path(tmp_path: Path, tiny_family: Family, remote_family: Family,
     text += _model("remote-target", REMOTE_REPO, remote_family.target, 2)
     text += _model("remote-draft", REMOTE_REPO, remote_family.draft, 1)
     text += _pair("tiny-installed", "Tiny target + tiny draft", "tiny-target", "tiny-draft", speedup="1.8×",
-                  source="tests/gui/picker (made up)")
+                  source="https://example.org/tiny-benchmark")
     text += _pair("tiny-lookup", "Tiny target + prompt lookup", "tiny-target", "prompt-lookup", tags='["code"]')
     text += _pair("tiny-bad", "Tiny target + wrong vocabulary", "tiny-target", "tiny-incompatible")
     text += _pair("remote-pair", "Remote target + remote draft", "remote-target", "remote-draft")

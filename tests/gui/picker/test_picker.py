@@ -58,12 +58,16 @@ def test_states_sizes_memory_licence_speedup(qtbot: QtBot, open_picker: PickerFa
     assert "accept the tiny licence" in str(cell(dlg, "tiny-bad", CatalogueColumn.Licence,
                                                  Qt.ItemDataRole.ToolTipRole))
     assert cell(dlg, "tiny-installed", CatalogueColumn.Speedup) == "1.8×"
-    assert "made up" in str(cell(dlg, "tiny-installed", CatalogueColumn.Speedup, Qt.ItemDataRole.ToolTipRole))
+    assert "example.org/tiny-benchmark" in str(cell(dlg, "tiny-installed", CatalogueColumn.Speedup,
+                                                    Qt.ItemDataRole.ToolTipRole))
     assert cell(dlg, "remote-pair", CatalogueColumn.Speedup) == "—"
     assert dlg.memory_label.text().startswith("RAM ") and "VRAM unknown" in dlg.memory_label.text()
     # details pane of the selection
     assert dlg.select_pair("tiny-installed")
-    assert "source: tests/gui/picker (made up)" in dlg.details.text()
+    details = dlg.details.text()
+    assert '<a href="https://example.org/tiny-benchmark">where it was published</a>' in details
+    assert "Speed-up measured and published by others" in details  # the pair's status in words
+    assert '>About this pair</a>' in details and dlg.details.openExternalLinks()
     assert dlg.use_button.isEnabled() and not dlg.download_button.isEnabled()
     assert dlg.select_pair("remote-pair")
     assert dlg.download_button.isEnabled() and not dlg.use_button.isEnabled()
@@ -248,3 +252,13 @@ def test_keyboard_reachable_with_tooltips(qtbot: QtBot, open_picker: PickerFacto
         qtbot.keyClick(dlg.focusWidget(), Qt.Key.Key_Tab)
         seen.add(dlg.focusWidget())
     assert dlg.table in seen and dlg.use_button in seen
+
+
+def test_details_link_to_the_pair_source(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
+                                         installed: dict[str, Path]) -> None:
+    """A pair without its own source links to its target's model page; links open in the browser."""
+    dlg = open_picker(make_service())
+    pair = row(dlg, "remote-pair").pair
+    assert dlg.select_pair("remote-pair")
+    assert f'href="{pair.source_url}"' in dlg.details.text()
+    assert pair.source_url.endswith(f"/{pair.target.repo}") and dlg.details.openExternalLinks()

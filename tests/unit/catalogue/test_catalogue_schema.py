@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -13,7 +14,7 @@ from tests.support.fake_hf import tiny_catalogue
 from tests.support.tiny_gguf import Family
 
 from outrider.catalogue import PROMPT_LOOKUP, CatalogueError, ModelStore, load_catalogue
-from outrider.catalogue.schema import default_catalogue_path, parse_catalogue, validate_data
+from outrider.catalogue.schema import PAIR_STATUSES, default_catalogue_path, parse_catalogue, validate_data
 from outrider.engine.compat import check_files
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,10 +38,71 @@ def test_shipped_catalogue_is_valid_and_big_enough() -> None:
         for f in p.files:
             assert f.size > 0 and len(f.revision) == 40
             assert (f.sha256 and len(f.sha256) == 64) or f.sha256_missing_reason
-            assert f.licence and f.evidence
+            assert f.licence
         assert p.memory().total > p.size  # weights + KV of both
         assert set(p.tags) <= {"chat", "code", "reasoning"}
     assert {t for p in real for t in p.tags} >= {"chat", "code", "reasoning"}
+
+
+# Research notes that must never reach a user: index ids, internal status codes, evidence grades, mirrors.
+RESEARCH_TEXT = re.compile(r"code index|\bindex \d|\bP-(known|compat)|\bV[12]\+?:|\bV2\+|cryptoAGI|bankml|"
+                           r"catalogue\.md|arson\.gg|\d{9,}", re.IGNORECASE)
+
+
+def _user_facing_strings(data: Any, path: str = "") -> list[tuple[str, str]]:
+    """Every string in the parsed catalogue except sha256s, revisions and keys of file names."""
+    out: list[tuple[str, str]] = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if k not in ("sha256", "revision"):
+                out += _user_facing_strings(v, f"{path}.{k}")
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            out += _user_facing_strings(v, f"{path}[{i}]")
+    elif isinstance(data, str):
+        out.append((path, data))
+    return out
+
+
+def test_no_research_notes_in_the_catalogue() -> None:
+    """No entry carries index ids, internal status codes or evidence grades; every pair has a plain status and a
+    link a user can open."""
+    data = _data()
+    found = [(where, text) for where, text in _user_facing_strings(data) if RESEARCH_TEXT.search(text)]
+    assert found == []
+    assert all("evidence" not in m for m in data["models"].values())
+    for pair in load_catalogue(SHIPPED):
+        assert pair.status in PAIR_STATUSES and pair.status_text == PAIR_STATUSES[pair.status]
+        assert pair.source_url.startswith("https://")
+        assert not pair.speedup_source or pair.speedup_source.startswith("https://")
+        assert bool(pair.speedup) == (pair.status == "measured")
+
+
+def test_the_research_pattern_catches_old_notes() -> None:
+    for old in ("V2+: cryptoAGI/bankml sAGI/models.py", "code index 62670534907", "P-known", "P-compat: same"):
+        assert RESEARCH_TEXT.search(old), old
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("status", "P-known", "status must be one of demo, measured, recommended, compatible"),
+    ("source", "LM Studio docs list this pair", "source must be one https:// link"),
+    ("speedup_source", "code index 62670534907", "speedup_source must be one https:// link"),
+    ("source", "https://a.org/x; https://b.org/y", "source must be one https:// link"),
+])
+def test_pair_text_must_be_plain(field: str, value: str, problem: str) -> None:
+    data = _data()
+    data["pairs"][1][field] = value
+    problems = validate_data(data)
+    assert len(problems) == 1 and problem in problems[0]
+
+
+def test_checked_must_be_a_date() -> None:
+    data = _data()
+    data["models"]["qwen3-0.6b-q8_0"]["checked"] = "last week"
+    assert validate_data(data) == ["models.qwen3-0.6b-q8_0: checked must be a date YYYY-MM-DD"]
+    data["models"]["qwen3-0.6b-q8_0"]["checked"] = "2026-12-01"
+    assert validate_data(data) == []
+    assert parse_catalogue(data, SHIPPED).models["qwen3-0.6b-q8_0"].checked == "2026-12-01"
 
 
 def test_demo_pair_is_the_packaged_smollm2_with_prompt_lookup() -> None:

@@ -161,7 +161,8 @@ class CatalogueModel(HeaderedTableModel):
         p = r.pair
         if col is CatalogueColumn.Pair:
             draft = "prompt lookup (n-grams from the conversation)" if p.draft is None else p.draft.file
-            return f"{p.id}\ntarget: {p.target.file}\ndraft: {draft}\nuse: {', '.join(p.tags)}"
+            return (f"{p.id}\ntarget: {p.target.file}\ndraft: {draft}\nuse: {', '.join(p.tags)}"
+                    + (f"\n{p.status_text}" if p.status_text else ""))
         if col is CatalogueColumn.Status:
             return r.reason or r.status_text
         if col is CatalogueColumn.Memory:
@@ -172,7 +173,7 @@ class CatalogueModel(HeaderedTableModel):
                      if p.gated else "not gated")
             return "\n".join([p.licence, gated, *notes])
         if col is CatalogueColumn.Speedup:
-            return f"source: {p.speedup_source}" if p.speedup else "nothing published for this pair yet"
+            return f"published at {p.speedup_source}" if p.speedup else "nothing published for this pair yet"
         return format_bytes(p.size)
 
     def _role(self, r: PairRow, col: CatalogueColumn, role: int) -> Any:

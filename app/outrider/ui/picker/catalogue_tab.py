@@ -71,7 +71,10 @@ class CatalogueTab(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(CatalogueColumn.Pair, QHeaderView.ResizeMode.Stretch)
         self.details = QLabel("Select a pair to see its files, memory and where its speed-up was published.", self)
         self.details.setWordWrap(True)
-        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details.setObjectName("pairDetails")
+        self.details.setTextFormat(Qt.TextFormat.RichText)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        self.details.setOpenExternalLinks(True)  # the pair's source and the speed-up's source open in the browser
         self.details.setMinimumHeight(80)
         self.download_button = QPushButton("Do&wnload", self)
         self.download_button.setToolTip("Download both files (resumable, sha256-verified) in the background")
@@ -168,6 +171,7 @@ class CatalogueTab(QWidget):
         draft = ("prompt lookup (no draft model)" if p.draft is None
                  else f"{p.draft.file} ({format_bytes(p.draft.size)})")
         lines = [f"<b>{_esc(p.name)}</b> — {_esc(r.status_text)}" + (f": {_esc(r.reason)}" if r.reason else ""),
+                 (f"{_esc(p.status_text)} · " if p.status_text else "") + _link(p.source_url, "About this pair"),
                  f"Target: {_esc(p.target.file)} ({format_bytes(p.target.size)}) · Draft: {_esc(draft)}",
                  f"Memory: {_esc(describe_memory(r.memory, self.model.memory))}",
                  f"Licence: {_esc(p.licence)}" + (" · <b>gated</b>: needs an approved Hugging Face token"
@@ -175,7 +179,8 @@ class CatalogueTab(QWidget):
                  f"Recommended draft: k {p.settings.k}, min {p.settings.draft_min}, "
                  f"p-min {p.settings.p_min:g}"]
         if p.speedup:
-            lines.append(f"Published speed-up: {_esc(p.speedup)} — source: {_esc(p.speedup_source)}")
+            lines.append(f"Published speed-up: {_esc(p.speedup)} — "
+                         + _link(p.speedup_source, "where it was published"))
         else:
             lines.append("Published speed-up: none yet — use “Benchmark this pair” to measure yours")
         self.details.setText("<br>".join(lines))
@@ -183,3 +188,10 @@ class CatalogueTab(QWidget):
 
 def _esc(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _link(url: str, label: str) -> str:
+    """An HTML link to ``url`` (opened in the browser), or the escaped text when ``url`` is not a web link."""
+    if not url.startswith(("https://", "http://")):
+        return _esc(url)
+    return f'<a href="{_esc(url).replace(chr(34), "&quot;")}">{_esc(label)}</a>'
