@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.outrider-installed
 
-.PHONY: run test setup lint bench bundle smoke-bundle
+.PHONY: run test test-xcb setup lint bench bundle smoke-bundle
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,20 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# Then the desktop platform itself (X11/xcb on a virtual display, as a user's desktop runs it): a subset of the GUI
+# tests (window, widgets, keyboard, About, no-display) and the smoke test. Needs xvfb and the xcb libraries (README).
+XCB_TESTS := tests/gui/test_main_window.py tests/gui/test_widgets.py tests/gui/test_desktop.py
+XVFB      := xvfb-run -a -s "-screen 0 1600x1000x24"
+
 test: $(STAMP) lint
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
+	$(MAKE) --no-print-directory test-xcb
+
+test-xcb: $(STAMP)
+	@command -v xvfb-run >/dev/null || { echo "make test-xcb: xvfb-run not found; install the desktop packages" \
+	  "listed in README.md (Debian/Ubuntu: sudo apt-get install xvfb xauth libxcb-icccm4 libxcb-keysyms1 ...)"; exit 1; }
+	$(XVFB) env QT_QPA_PLATFORM=xcb $(PY) -m pytest -x -q -p no:cacheprovider $(XCB_TESTS)
+	$(XVFB) env QT_QPA_PLATFORM=xcb $(VENV)/bin/outrider --smoke-test
 
 bench: $(STAMP)
 	$(PY) tests/benchmarks/bench_engine.py
