@@ -145,6 +145,9 @@ class MainWindow(QMainWindow):
         bar = self.menuBar()
         file = bar.addMenu("&File")
         file.addAction(self._action(ACTION_NEW_CHAT, "&New chat", self._on_new_chat, QKeySequence.StandardKey.New))
+        from outrider.ui.widgets.conversation_export import add_export_action  # Markdown/JSON, as `chats export`
+
+        add_export_action(self, file)
         file.addAction(self._action(ACTION_QUIT, "&Quit", self.close, QKeySequence.StandardKey.Quit))
         models = bar.addMenu("&Models")
         models.addAction(self._action(ACTION_CHOOSE_PAIR, "&Choose pair…", self._on_choose_pair, "Ctrl+P"))

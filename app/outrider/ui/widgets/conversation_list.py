@@ -1,6 +1,10 @@
-"""Conversations: a thin list model over the store's summaries, and the side panel (search, new, rename, delete).
+"""Conversations: a thin list model over the store's summaries, and the side panel (search, new, rename, delete,
+export).
 
-Search uses the store's full-text index (FTS5); a search result row is the conversation with the best snippet.
+Each row shows the title and, on a second line, when the conversation last changed ("14:05", "yesterday", "Mon",
+"3 Nov", "3 Nov 2024") with its message count; a search result shows the best matching message as plain text
+(``plain_snippet``: no Markdown fences, emphasis or link syntax, no search markers). Search uses the store's
+full-text index (FTS5); a search result row is the conversation with the best snippet, and an empty result says so.
 Delete is the store's soft delete, with an "Undo" bar for a few seconds (``restore_conversation``).
 """
 
@@ -8,15 +12,29 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
+import time
+from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QAbstractListModel, QByteArray, QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QByteArray,
+    QModelIndex,
+    QPersistentModelIndex,
+    QPoint,
+    Qt,
+    QTimer,
+    Signal,
+    Slot,
+)
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
     QLabel,
     QLineEdit,
     QListView,
+    QMenu,
     QPushButton,
     QVBoxLayout,
     QWidget,
@@ -25,6 +43,58 @@ from PySide6.QtWidgets import (
 from outrider.history import ConversationSummary, SearchHit, UnreadableRecord
 
 UNDO_MS = 8000
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+NO_CONVERSATIONS_TEXT = "No conversations yet: type a message to start one."
+
+
+def date_label(ts: float, now: float | None = None) -> str:
+    """A short local date for the list: the time today, "yesterday", the weekday within a week, "3 Nov" this year,
+    "3 Nov 2024" before. ``ts`` and ``now`` are Unix seconds (``now`` defaults to the clock)."""
+    when = time.localtime(ts)
+    today = time.localtime(time.time() if now is None else now)
+    days = _day_number(today) - _day_number(when)
+    if days == 0:
+        return f"{when.tm_hour:02d}:{when.tm_min:02d}"
+    if days == 1:
+        return "yesterday"
+    if 1 < days < 7:
+        return _WEEKDAYS[when.tm_wday]
+    if when.tm_year == today.tm_year and days > 0:
+        return f"{when.tm_mday} {_MONTHS[when.tm_mon - 1]}"
+    return f"{when.tm_mday} {_MONTHS[when.tm_mon - 1]} {when.tm_year}"
+
+
+def full_date(ts: float) -> str:
+    """The local date and time for a tooltip: ``2026-12-01 14:05``."""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def _day_number(t: time.struct_time) -> int:
+    """Days since the epoch of a local date (comparable across months and years)."""
+    return int(time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 12, 0, 0, 0, 0, -1)) // 86400)
+
+
+_FENCE_RE = re.compile(r"```[\w+#.-]*|~~~[\w+#.-]*")
+_LINK_RE = re.compile(r"!?\[([^\[\]]*)\]\([^()\s]*\)")
+_TAG_RE = re.compile(r"</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>")
+_LINE_MARK_RE = re.compile(r"(^|\n)[ \t]*(?:#{1,6}[ \t]+|>[ \t]?|[-*+][ \t]+|\d+[.)][ \t]+)")
+_EMPHASIS_RE = re.compile(r"\*\*|__|~~|(?<![\w*])\*(?=\S)|(?<=\S)\*(?![\w*])|(?<!\w)_(?=\S)|(?<=\S)_(?!\w)")
+_SPACE_RE = re.compile(r"\s+")
+
+
+def plain_snippet(snippet: str) -> str:
+    """A search snippet as plain words: no code fences, backticks, emphasis, headings, list or quote marks, link
+    or image syntax (the link text stays), HTML tags, nor the search index's ``[`` ``]`` match markers; runs of
+    white space become one space."""
+    text = _FENCE_RE.sub(" ", snippet)
+    text = _LINK_RE.sub(r"\1", text)
+    text = _TAG_RE.sub(" ", text)
+    text = _LINE_MARK_RE.sub(r"\1", text)
+    text = text.replace("`", "")
+    text = _EMPHASIS_RE.sub("", text)
+    text = text.replace("[", "").replace("]", "")
+    return _SPACE_RE.sub(" ", text).strip()
 
 
 class ConversationRole(enum.IntEnum):
@@ -32,21 +102,56 @@ class ConversationRole(enum.IntEnum):
     TITLE = Qt.ItemDataRole.UserRole + 2
     SNIPPET = Qt.ItemDataRole.UserRole + 3
     READABLE = Qt.ItemDataRole.UserRole + 4
+    UPDATED_AT = Qt.ItemDataRole.UserRole + 5
 
 
 @dataclasses.dataclass(frozen=True)
 class ConversationRow:
+    """One line of the list. ``snippet`` is plain text (search results only); ``updated_at`` is Unix seconds (the
+    last change of the conversation, or the matching message's time for a search result; None when unknown)."""
+
     id: int
     title: str
     snippet: str = ""
     readable: bool = True
     message_count: int = 0
+    updated_at: float | None = None
 
     @classmethod
     def of(cls, item: ConversationSummary | UnreadableRecord) -> ConversationRow:
         if isinstance(item, UnreadableRecord):
             return cls(item.id, f"(conversation {item.id} {item.label})", readable=False)
-        return cls(item.id, item.title or "New chat", message_count=item.message_count)
+        return cls(item.id, item.title or "New chat", message_count=item.message_count, updated_at=item.updated_at)
+
+    def detail(self, now: float | None = None) -> str:
+        """The second line: when, and the message count or the matching words."""
+        parts = [date_label(self.updated_at, now)] if self.updated_at is not None else []
+        if self.snippet:
+            parts.append(self.snippet)
+        elif self.readable:
+            parts.append(f"{self.message_count} message" + ("" if self.message_count == 1 else "s"))
+        return " · ".join(parts)
+
+    def tooltip(self) -> str:
+        when = f"\n{'matching message of' if self.snippet else 'last changed'} {full_date(self.updated_at)}" \
+            if self.updated_at is not None else ""
+        return (self.snippet or f"{self.title} — {self.message_count} messages") + when
+
+
+# What each role of the list shows, by row (one table instead of a chain of role tests).
+_ROLE_DATA: dict[int, Callable[[ConversationRow], Any]] = {
+    Qt.ItemDataRole.DisplayRole: lambda r: f"{r.title}\n{r.detail()}" if r.detail() else r.title,
+    Qt.ItemDataRole.ToolTipRole: ConversationRow.tooltip,
+    Qt.ItemDataRole.AccessibleTextRole: lambda r: f"{r.title}, {r.detail()}",
+    ConversationRole.ID: lambda r: r.id,
+    ConversationRole.TITLE: lambda r: r.title,
+    ConversationRole.SNIPPET: lambda r: r.snippet,
+    ConversationRole.READABLE: lambda r: r.readable,
+    ConversationRole.UPDATED_AT: lambda r: r.updated_at,
+}
+_ROLE_NAMES = {Qt.ItemDataRole.DisplayRole: b"display", ConversationRole.ID: b"conversationId",
+               ConversationRole.TITLE: b"title", ConversationRole.SNIPPET: b"snippet",
+               ConversationRole.READABLE: b"readable", ConversationRole.UPDATED_AT: b"updatedAt"}
 
 
 class ConversationListModel(QAbstractListModel):
@@ -62,26 +167,11 @@ class ConversationListModel(QAbstractListModel):
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < len(self._rows):
             return None
-        row = self._rows[index.row()]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return row.title if not row.snippet else f"{row.title}\n{row.snippet}"
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return row.snippet or f"{row.title} — {row.message_count} messages"
-        if role == ConversationRole.ID:
-            return row.id
-        if role == ConversationRole.TITLE:
-            return row.title
-        if role == ConversationRole.SNIPPET:
-            return row.snippet
-        if role == ConversationRole.READABLE:
-            return row.readable
-        return None
+        getter = _ROLE_DATA.get(role)
+        return None if getter is None else getter(self._rows[index.row()])
 
     def roleNames(self) -> dict[int, QByteArray]:
-        names = {Qt.ItemDataRole.DisplayRole: b"display", ConversationRole.ID: b"conversationId",
-                 ConversationRole.TITLE: b"title", ConversationRole.SNIPPET: b"snippet",
-                 ConversationRole.READABLE: b"readable"}
-        return {int(k): QByteArray(v) for k, v in names.items()}
+        return {int(k): QByteArray(v) for k, v in _ROLE_NAMES.items()}
 
     def set_rows(self, rows: list[ConversationRow]) -> None:
         self.beginResetModel()
@@ -99,21 +189,25 @@ class ConversationListModel(QAbstractListModel):
 
     @staticmethod
     def rows_from_hits(hits: list[SearchHit]) -> list[ConversationRow]:
+        """One row per conversation, with its best hit's snippet as plain text (hits come best first)."""
         seen: dict[int, ConversationRow] = {}
         for hit in hits:
             if hit.conversation_id not in seen:
                 seen[hit.conversation_id] = ConversationRow(hit.conversation_id, hit.conversation_title or "New chat",
-                                                            snippet=hit.snippet)
+                                                            snippet=plain_snippet(hit.snippet) or "…",
+                                                            updated_at=hit.created_at)
         return list(seen.values())
 
 
 class ConversationListView(QWidget):
-    """Search field, list and buttons.
+    """Search field, list (with a line saying why it is empty) and buttons; a context menu on a conversation
+    offers Export, Rename and Delete.
 
     Signals:
         conversation_selected(int): open this conversation.
         new_requested(): start a new conversation.
         rename_requested(int, str), delete_requested(int), restore_requested(int): list actions.
+        export_requested(int): save this conversation to a file (Markdown or JSON).
         search_changed(str): the search text changed (empty: show all).
     """
 
@@ -122,6 +216,7 @@ class ConversationListView(QWidget):
     rename_requested = Signal(int, str)
     delete_requested = Signal(int)
     restore_requested = Signal(int)
+    export_requested = Signal(int)
     search_changed = Signal(str)
 
     def __init__(self, model: ConversationListModel, parent: QWidget | None = None) -> None:
@@ -131,6 +226,7 @@ class ConversationListView(QWidget):
         self.search.setPlaceholderText("Search all messages")
         self.search.setClearButtonEnabled(True)
         self.search.setToolTip("Full-text search over every message of every conversation")
+        self.search.setAccessibleName("Search all messages")
         self.search.textChanged.connect(self.search_changed)
         self.list = QListView(self)
         self.list.setModel(model)
@@ -138,8 +234,14 @@ class ConversationListView(QWidget):
         self.list.setUniformItemSizes(False)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)  # long titles end in "…", no sideways scrolling
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.customContextMenuRequested.connect(self._on_list_context_menu_requested)
         self.list.activated.connect(self._on_list_activated)
         self.list.clicked.connect(self._on_list_activated)
+        self.empty_label = QLabel(NO_CONVERSATIONS_TEXT, self)
+        self.empty_label.setObjectName("conversationsEmpty")
+        self.empty_label.setWordWrap(True)
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.new_button = QPushButton("New", self)
         self.new_button.setToolTip("Start a new conversation (Ctrl+N)")
         self.new_button.clicked.connect(self.new_requested)
@@ -169,12 +271,17 @@ class ConversationListView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.search)
+        layout.addWidget(self.empty_label)
         layout.addWidget(self.list, 1)
         layout.addWidget(self.undo_bar)
         layout.addLayout(buttons)
         self.setTabOrder(self.search, self.list)
         self.setTabOrder(self.list, self.new_button)
         self.setMinimumWidth(200)
+        model.modelReset.connect(self._update_empty_label)
+        model.rowsInserted.connect(self._update_empty_label)
+        model.rowsRemoved.connect(self._update_empty_label)
+        self._update_empty_label()
 
     def selected_id(self) -> int | None:
         index = self.list.currentIndex()
@@ -189,6 +296,40 @@ class ConversationListView(QWidget):
             self.list.setCurrentIndex(self.model.index(row, 0))
         else:
             self.list.clearSelection()
+
+    def empty_text(self) -> str:
+        """Why the list is empty ("" when it is not): no match for the search, or no conversation yet."""
+        if self.model.rowCount():
+            return ""
+        query = self.search.text().strip()
+        if query:
+            return f"No message matches “{query}”. Try other words, or clear the search to see every conversation."
+        return NO_CONVERSATIONS_TEXT
+
+    def context_menu(self, index: QModelIndex) -> QMenu | None:
+        """The menu of the conversation at ``index`` (None when ``index`` is not a readable conversation)."""
+        if not index.isValid() or not self.model.data(index, ConversationRole.READABLE):
+            return None
+        self.list.setCurrentIndex(index)
+        cid = int(self.model.data(index, ConversationRole.ID))
+        menu = QMenu(self)
+        menu.addAction("&Export…", lambda: self.export_requested.emit(cid))
+        menu.addAction("&Rename…", self._on_rename_clicked)
+        menu.addAction("&Delete", self._on_delete_clicked)
+        return menu
+
+    @Slot()
+    def _update_empty_label(self) -> None:
+        text = self.empty_text()
+        self.empty_label.setText(text)
+        self.empty_label.setVisible(bool(text))
+
+    @Slot(QPoint)
+    def _on_list_context_menu_requested(self, pos: QPoint) -> None:
+        menu = self.context_menu(self.list.indexAt(pos))
+        if menu is not None:
+            menu.exec(self.list.viewport().mapToGlobal(pos))
+            menu.deleteLater()
 
     @Slot(QModelIndex)
     def _on_list_activated(self, index: QModelIndex) -> None:

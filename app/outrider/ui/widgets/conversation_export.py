@@ -1,0 +1,133 @@
+"""Export a conversation from the GUI: the same Markdown or JSON document as ``outrider chats export``.
+
+The document is rendered by the history store (``HistoryStore.export_conversation``: ``exchange.render``, the
+formatter the command line uses) and written atomically on the store's thread, so a long conversation never
+freezes the window and a failed write leaves no half file. The format follows the file name (``.json`` → JSON,
+``.md``/``.markdown`` → Markdown) or, without a known suffix, the filter chosen in the save dialog (the suffix is
+then added). Failures come back in words (``export_error_text``), never as a traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
+
+from outrider.history import ConversationNotFoundError, ExportFormat, StoreError
+from outrider.ui.bridges.store_bridge import QtStoreBridge
+
+ACTION_EXPORT = "export_conversation"
+MARKDOWN_FILTER = "Markdown (*.md)"
+JSON_FILTER = "JSON (*.json)"
+FILTER_FORMATS = {MARKDOWN_FILTER: ExportFormat.MARKDOWN, JSON_FILTER: ExportFormat.JSON}
+SUFFIX_FORMATS = {".md": ExportFormat.MARKDOWN, ".markdown": ExportFormat.MARKDOWN, ".json": ExportFormat.JSON}
+
+
+def export_target(path: str | Path, selected_filter: str = "") -> tuple[Path, ExportFormat]:
+    """Where to write and in which format: the file's suffix decides; without a known one the dialog's filter
+    does (Markdown by default) and its suffix is appended."""
+    p = Path(path)
+    fmt = SUFFIX_FORMATS.get(p.suffix.lower())
+    if fmt is not None:
+        return p, fmt
+    fmt = FILTER_FORMATS.get(selected_filter, ExportFormat.MARKDOWN)
+    return p.with_name(f"{p.name}.{fmt.value}"), fmt
+
+
+def suggested_file_name(title: str, fmt: ExportFormat = ExportFormat.MARKDOWN) -> str:
+    """A file name from a conversation title: letters, digits, '-' and '_' only (``Regex help`` → ``Regex-help.md``)."""
+    stem = re.sub(r"[^\w-]+", "-", title, flags=re.UNICODE).strip("-_")[:80] or "conversation"
+    return f"{stem}.{fmt.value}"
+
+
+def export_error_text(exc: BaseException, path: Path) -> str:
+    """A failed export in words (the UI boundary: typed errors become sentences here)."""
+    if isinstance(exc, ConversationNotFoundError):
+        return "Not exported: the conversation no longer exists (deleted?)."
+    if isinstance(exc, OSError):
+        if exc.errno == errno.ENOSPC:
+            return f"Not exported: the disk is full ({path.parent})."
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return f"Not exported: no permission to write in {path.parent}."
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return f"Not exported: the folder {path.parent} does not exist."
+        return f"Not exported: cannot write {path} ({exc.strerror or type(exc).__name__})."
+    if isinstance(exc, StoreError):
+        return f"Not exported: the history could not be read ({exc})."
+    return f"Not exported: {exc}"
+
+
+class ConversationExporter(QObject):
+    """Writes conversations to files on the store's thread.
+
+    Signals:
+        exported(str): the path written.
+        failed(str): why nothing was written, in words.
+    """
+
+    exported = Signal(str)
+    failed = Signal(str)
+
+    def __init__(self, store: QtStoreBridge, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+
+    def export(self, conversation_id: int, path: str | Path, fmt: ExportFormat) -> None:
+        """Render and write (atomically) on the store thread; ``exported`` or ``failed`` on the GUI thread."""
+        target = Path(path)
+        self.store.submit(lambda s: s.export_conversation(conversation_id, target, fmt),
+                          lambda _result: self.exported.emit(str(target)),
+                          on_error=lambda exc: self.failed.emit(export_error_text(exc, target)))
+
+    def ask_and_export(self, parent: QWidget | None, conversation_id: int, title: str) -> bool:
+        """Ask where to save (a save dialog, Markdown or JSON) and export; False when the user cancelled."""
+        chosen, selected = QFileDialog.getSaveFileName(
+            parent, "Export conversation", str(Path.home() / suggested_file_name(title)),
+            f"{MARKDOWN_FILTER};;{JSON_FILTER}", MARKDOWN_FILTER)
+        if not chosen:
+            return False
+        path, fmt = export_target(chosen, selected)
+        self.export(conversation_id, path, fmt)
+        return True
+
+
+def add_export_action(window: Any, menu: QMenu) -> QAction:
+    """Add "Export conversation…" (Ctrl+Shift+E) to ``menu`` of the main ``window`` and answer the conversation
+    list's Export (its context menu). Exports the conversation selected in the list, else the open one; the
+    result is shown with ``window.show_notice``. Uses the window's ``store``, ``session``, ``conversations``,
+    ``list_model`` and ``actions_by_id``."""
+    exporter = ConversationExporter(window.store, window)
+    window.exporter = exporter
+    exporter.exported.connect(lambda path: window.show_notice(f"Conversation exported to {path}"))
+    exporter.failed.connect(window.show_notice)
+
+    def title_of(conversation_id: int) -> str:
+        for row in window.list_model.rows():
+            if row.id == conversation_id:
+                return str(row.title)
+        return "conversation"
+
+    def export_one(conversation_id: int) -> None:
+        exporter.ask_and_export(window, conversation_id, title_of(conversation_id))
+
+    def export_current() -> None:
+        cid = window.conversations.selected_id() or window.session.conversation_id
+        if cid is None:
+            window.show_notice("Nothing to export yet: open or start a conversation first.")
+            return
+        export_one(cid)
+
+    action = QAction("&Export conversation…", window)
+    action.setObjectName(ACTION_EXPORT)
+    action.setShortcut(QKeySequence("Ctrl+Shift+E"))
+    action.setToolTip("Save the conversation as Markdown or JSON (the same as `outrider chats export`)")
+    action.triggered.connect(export_current)
+    window.conversations.export_requested.connect(export_one)
+    window.actions_by_id[ACTION_EXPORT] = action
+    menu.addAction(action)
+    return action
