@@ -13,11 +13,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from outrider.commands import ask, chats, generate, models, serve, verify
+from outrider.commands import ask, chats, generate, models, rpc_worker, serve, verify
 from outrider.commands.base import CliError
 
 # Command families, each a module with ``register(subparsers)``, in the order ``--help`` lists them.
-COMMAND_MODULES = (generate, models, chats, ask, verify, serve)
+COMMAND_MODULES = (generate, models, chats, ask, verify, serve, rpc_worker)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -29,3 +29,37 @@ def positive_int(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
     return n
+
+
+def rpc_list(text: str) -> tuple[str, ...]:
+    """An argparse type: "HOST:PORT[,HOST:PORT…]", the llama.cpp RPC workers (``outrider rpc-worker``)."""
+    import argparse
+
+    from outrider.engine.params import parse_rpc_list
+
+    try:
+        return parse_rpc_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def split_list(text: str) -> tuple[float, ...]:
+    """An argparse type: "3,1", the share of the offloaded target layers per device."""
+    import argparse
+
+    from outrider.engine.params import parse_split
+
+    try:
+        return parse_split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_rpc_options(p: Any) -> None:
+    """``--rpc`` and ``--split``: the target spread over this machine's GPUs and RPC workers (docs/rpc.md)."""
+    p.add_argument("--rpc", type=rpc_list, default=(), metavar="HOST:PORT[,HOST:PORT...]",
+                   help="llama.cpp RPC workers (outrider rpc-worker) that hold part of the target's offloaded "
+                        "layers (--gpu-layers); the draft stays on this machine")
+    p.add_argument("--split", type=split_list, default=(), metavar="P[,P...]",
+                   help="share of the target's offloaded layers per device: this machine's GPUs first, then the "
+                        "RPC workers in order (default: by free memory)")

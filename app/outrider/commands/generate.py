@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from outrider.commands.base import EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, CliError, print_json
+from outrider.commands.base import EXIT_BAD_INPUT, EXIT_ENGINE_CRASHED, CliError, add_rpc_options, print_json
 from outrider.engine.measure.bench import DEFAULT_BENCH_PROMPTS, bench_row, bench_summary
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
@@ -110,6 +110,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = llama.cpp's default)")
     p.add_argument("--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
     p.add_argument("--draft-gpu-layers", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
+    add_rpc_options(p)
     p.add_argument("--ctx", type=_positive, default=4096,
                    help=f"context size in tokens (llama.cpp raises it to at least {LLAMA_MIN_CTX}, with a note)")
     p.add_argument("--ngram-min", type=_positive, default=1, help="prompt lookup: smallest n-gram")
@@ -167,7 +168,7 @@ def _pair_spec(args: argparse.Namespace) -> Any:
             target=args.target,
             draft=args.draft,
             lookup=args.lookup,
-            target_settings=ModelSettings(gpu_layers=args.gpu_layers),
+            target_settings=ModelSettings(gpu_layers=args.gpu_layers, rpc=args.rpc, split=args.split),
             draft_settings=ModelSettings(gpu_layers=args.draft_gpu_layers),
             context=ContextSettings(n_ctx=args.ctx, threads=args.threads),
             lookup_settings=LookupSettings(args.ngram_min, args.ngram_max),

@@ -87,6 +87,10 @@ class ModelFacts:
     has_chat_template: bool = False
     quantisation: str = "unknown"
     gpu_layers_offloaded: int = 0
+    # Where the weights went: (llama.cpp buffer name, e.g. "RPC0[10.0.0.2:50052]" or "CPU_Mapped", bytes).
+    buffers: tuple[tuple[str, int], ...] = ()
+    # RPC workers' devices: (device name, endpoint, free bytes, total bytes) as reported after the load.
+    remote_devices: tuple[tuple[str, str, int, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,7 +208,10 @@ def _facts_from_wire(data: Any) -> ModelFacts:
     if not isinstance(data, Mapping):
         raise ProtocolError("model facts: expected an object")
     names = ModelFacts.__dataclass_fields__
-    return ModelFacts(**{k: v for k, v in data.items() if k in names})
+    fields = {k: v for k, v in data.items() if k in names}
+    for key in ("buffers", "remote_devices"):  # JSON lists back to tuples
+        fields[key] = tuple(tuple(row) for row in fields.get(key, ()))
+    return ModelFacts(**fields)
 
 
 def loaded_to_wire(info: LoadedPair) -> dict[str, Any]:

@@ -34,6 +34,56 @@ class ModelSettings:
     gpu_layers: int = -1
     use_mmap: bool = True
     cpu_extra_buffers: bool | None = None
+    rpc: tuple[str, ...] = ()
+    split: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        # ``rpc``: llama.cpp RPC workers (``outrider rpc-worker``) as "HOST:PORT"; the model's offloaded layers
+        # (``gpu_layers``) are spread over this machine's GPUs and the workers' devices. ``split``: the share of
+        # those layers per device, local GPUs first, then the workers in order (empty: llama.cpp's default, by
+        # free memory). Lists from the wire become tuples; every entry is checked here.
+        object.__setattr__(self, "rpc", tuple(check_rpc_endpoint(e) for e in self.rpc))
+        object.__setattr__(self, "split", tuple(float(x) for x in self.split))
+        if any(not (math.isfinite(x) and x >= 0) for x in self.split) or (self.split and not sum(self.split) > 0):
+            raise ValueError(f"split proportions must be >= 0 and not all 0, got {self.split}")
+
+MAX_RPC_SERVERS = 16  # GGML_RPC_MAX_SERVERS
+
+
+def check_rpc_endpoint(text: object) -> str:
+    """``text`` if it is a "HOST:PORT" llama.cpp can connect to (port 1-65535); ValueError saying why not."""
+    if not isinstance(text, str):
+        raise ValueError(f"an RPC worker is given as HOST:PORT, got {text!r}")
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or any(c.isspace() for c in host):
+        raise ValueError(f"an RPC worker is given as HOST:PORT, got {text!r}")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"RPC worker {text!r}: the port must be a number from 1 to 65535")
+    if ":" in host:  # llama.cpp splits the endpoint at its first colon
+        raise ValueError(f"RPC worker {text!r}: llama.cpp's RPC takes a host name or IPv4 address, not IPv6")
+    return f"{host}:{int(port)}"
+
+
+def parse_rpc_list(text: str) -> tuple[str, ...]:
+    """"HOST:PORT[,HOST:PORT…]" to endpoints (blank entries ignored, duplicates refused, at most 16)."""
+    endpoints = tuple(check_rpc_endpoint(part) for part in text.split(",") if part.strip())
+    if len(set(endpoints)) != len(endpoints):
+        raise ValueError(f"an RPC worker is listed twice in {text!r}")
+    if len(endpoints) > MAX_RPC_SERVERS:
+        raise ValueError(f"at most {MAX_RPC_SERVERS} RPC workers, got {len(endpoints)}")
+    return endpoints
+
+
+def parse_split(text: str) -> tuple[float, ...]:
+    """"3,1" (proportions per device) to floats; ValueError for anything else."""
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"a split is numbers separated by commas, e.g. 3,1 — got {text!r}") from None
+    if not values or any(not (math.isfinite(x) and x >= 0) for x in values) or not sum(values) > 0:
+        raise ValueError(f"split proportions must be >= 0 and not all 0, got {text!r}")
+    return values
+
 
 @dataclasses.dataclass(frozen=True)
 class ContextSettings:

@@ -22,6 +22,7 @@ import numpy.typing as npt
 from outrider.engine.compat import VocabFacts
 from outrider.engine.errors import DecodeError, ModelLoadError
 from outrider.engine.events import ModelFacts
+from outrider.engine.llama import rpc
 from outrider.engine.llama.gguf_header import GGUFHeaderError, read_header
 from outrider.engine.params import ContextSettings, ModelSettings
 
@@ -111,12 +112,14 @@ class Backend:
         self.log = LlamaLog(echo=echo_log)
         self.log.install()
         ll.llama_backend_init()
-        self.info = _backend_info()
+        self.ggml = rpc.Ggml()
+        self.info = _backend_info(self.ggml)
 
 
-def _backend_info() -> BackendInfo:
+def _backend_info(ggml: rpc.Ggml) -> BackendInfo:
     system = ll.llama_print_system_info().decode("utf-8", errors="replace")
-    gpu = bool(ll.llama_supports_gpu_offload())
+    # Not llama_supports_gpu_offload(): it is true in any build with the RPC backend, GPU or not.
+    gpu = bool(ll.llama_supports_gpu_offload()) and bool(ggml.local_accelerators())
     name = "CPU"
     for marker, label in (("CUDA", "CUDA"), ("METAL", "Metal"), ("VULKAN", "Vulkan"), ("HIP", "ROCm"),
                           ("SYCL", "SYCL")):
@@ -152,10 +155,18 @@ class LoadedModel:
         params.n_gpu_layers = settings.gpu_layers if settings.gpu_layers >= 0 else 999
         params.use_mmap = settings.use_mmap
         params.use_extra_bufts = _extra_buffers_safe(backend.info, header, settings.cpu_extra_buffers)
+        placement = rpc.connect(backend.ggml, settings.rpc, self.path) if settings.rpc else None
+        if placement is not None:  # NULL-terminated; left NULL, llama.cpp would keep every layer local
+            params.devices = ctypes.cast(placement.array, ctypes.c_void_p).value
+        split = _tensor_split(settings.split, placement, self.path)
+        if split is not None:
+            params.tensor_split = ctypes.cast(split, ctypes.POINTER(ctypes.c_float))
         model = ll.llama_model_load_from_file(os.fsencode(self.path), params)
         if not model:
             lines = backend.log.since(mark)
             raise _explain_load_failure(self.path, header.architecture, lines)
+        self._placement = placement
+        self._buffers = tuple(rpc.buffer_sizes(backend.log.since(mark)))
         self._model: Any = model
         self._vocab: Any = ll.llama_model_get_vocab(model)
         self.n_vocab: int = ll.llama_vocab_n_tokens(self._vocab)
@@ -193,7 +204,7 @@ class LoadedModel:
         ll.llama_model_desc(self._model, desc, len(desc))
         n_layer = int(ll.llama_model_n_layer(self._model))
         offloaded = 0
-        if self.backend.info.gpu_offload:
+        if self.backend.info.gpu_offload or self.settings.rpc:
             wanted = self.settings.gpu_layers if self.settings.gpu_layers >= 0 else n_layer + 1
             offloaded = min(wanted, n_layer + 1)
         quant = _FILE_TYPE_NAMES.get(int(file_type), str(file_type)) if file_type is not None else "unknown"
@@ -210,7 +221,17 @@ class LoadedModel:
             has_chat_template=self.chat_template() is not None,
             quantisation=quant,
             gpu_layers_offloaded=offloaded,
+            buffers=self._buffers,
+            remote_devices=self.remote_devices(),
         )
+
+    def remote_devices(self) -> tuple[tuple[str, str, int, int], ...]:
+        """The RPC workers' devices this model may use: (name, endpoint, free bytes, total bytes), asked now."""
+        if self._placement is None:
+            return ()
+        ggml = self.backend.ggml
+        return tuple((d.name, d.description, d.memory_free, d.memory_total)
+                     for d in (ggml.describe(h) for h in self._placement.handles) if d.is_rpc)
 
     def kv_bytes_per_token(self) -> int:
         """Bytes of F16 K+V cache per context position (all layers).
@@ -287,6 +308,17 @@ class LoadedModel:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _tensor_split(split: Sequence[float], placement: rpc.Placement | None, path: str) -> Any:
+    """``llama_model_params.tensor_split``: one proportion per offload device, padded to llama_max_devices()."""
+    if not split:
+        return None
+    n_devices = len(placement.handles) if placement is not None else len(split)
+    if len(split) > n_devices:
+        raise ModelLoadError("bad_split", path, f"a split of {len(split)} parts for {n_devices} devices")
+    size = int(ll.llama_max_devices())
+    return (ctypes.c_float * size)(*split[:size])
 
 
 def _int_or_none(text: str | None) -> int | None:
