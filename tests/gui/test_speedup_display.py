@@ -130,7 +130,7 @@ def test_speedup_with_error_shown_and_stored_as_the_engine_reported(qtbot: Any, 
     assert reply.id == message_id and reply.stats is not None
     assert reply.stats.speedup == done.stats.speedup == pytest.approx(1.8512)  # the engine's figure, as is
     assert reply.stats.speedup_error == done.stats.speedup_error == pytest.approx(0.0634)
-    assert reply.stats.k == 2.0  # the mean draft length the engine used, not the setting
+    assert reply.stats.k_mean == 2.0  # the mean draft length the engine used, not the setting
 
 
 def test_measuring_until_a_plain_step_then_not_measured(qtbot: Any, scripted: Any) -> None:

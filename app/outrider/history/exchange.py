@@ -88,8 +88,8 @@ def stats_line(stats: ReplyStats) -> str:
         parts.append(f"pair {stats.pair_id}")
     if stats.draft_mode:
         parts.append(f"draft {stats.draft_mode}")
-    if stats.k is not None:
-        parts.append(f"k={stats.k}")
+    if stats.k_mean is not None:
+        parts.append(f"mean k {stats.k_mean:g}")
     if stats.temperature is not None:
         parts.append(f"temperature {stats.temperature:g}")
     if stats.generated is not None:

@@ -26,19 +26,37 @@ class MessageStatus(StrEnum):
 UNREADABLE_LABEL = "could not be read"
 
 
+def upgrade_stats_dict(data: dict[str, Any]) -> dict[str, Any]:
+    """Statistics as stored or exported by an older Outrider, in today's keys (a new dict; ``data`` is kept).
+
+    Before schema version 3 the mean draft length was stored as ``k``: a JSON real (``round(k_mean, 2)``,
+    always written with a decimal point). Earlier still, ``k`` held the fixed-k *setting*, a JSON integer; that
+    is another meaning, so it keeps its name (and lands in ``ReplyStats.extra``). A record that already has
+    ``k_mean`` is left as it is.
+    """
+    k = data.get("k")
+    if "k_mean" in data or not isinstance(k, float):
+        return dict(data)
+    upgraded = {key: value for key, value in data.items() if key != "k"}
+    upgraded["k_mean"] = k
+    return upgraded
+
+
 @dataclass(frozen=True)
 class ReplyStats:
     """Per-reply statistics, stored with each assistant message so pairs and settings can be compared later.
 
-    Every field is optional: a reply stopped early may have no throughput. ``speedup`` and ``speedup_error``
-    are the engine's own figures for the reply (``GenerationStats.speedup``: measured against plain steps
-    interleaved in that reply; docs/metrics.md), stored as reported — None when the reply measured no plain
-    step. Unknown keys found in stored JSON are kept in ``extra``.
+    Every field is optional: a reply stopped early may have no throughput. ``k_mean`` is the mean draft length
+    the engine used (``GenerationStats.k_mean``, two decimals), not the setting. ``speedup`` and
+    ``speedup_error`` are the engine's own figures for the reply (``GenerationStats.speedup``: measured against
+    plain steps interleaved in that reply; docs/metrics.md), stored as reported — None when the reply measured
+    no plain step. ``tokens_per_s`` is decode tokens per second. Unknown keys found in stored JSON are kept in
+    ``extra``; older records are read through ``upgrade_stats_dict``.
     """
 
     pair_id: str | None = None
     draft_mode: str | None = None
-    k: float | None = None  # the mean draft length the engine used (GenerationStats.k_mean), not the setting
+    k_mean: float | None = None
     temperature: float | None = None
     generated: int | None = None
     drafted: int | None = None
@@ -62,6 +80,7 @@ class ReplyStats:
         """Validate and build; raises ``ValueError``/``TypeError`` for a malformed record."""
         if not isinstance(data, dict):
             raise TypeError("stats must be a JSON object")
+        data = upgrade_stats_dict(data)
         known = {f.name for f in fields(cls)} - {"extra"}
         kwargs: dict[str, Any] = {}
         for name in known:

@@ -8,11 +8,13 @@ it commits first.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from outrider.history.database import transaction
+from outrider.history.models import upgrade_stats_dict
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,34 @@ V2_STATEMENTS = (
 )
 
 
+
+
+def _v3_rename_k_to_k_mean(conn: sqlite3.Connection) -> None:
+    """Version 3: a reply's mean draft length is stored as ``k_mean``, no longer ``k`` (``upgrade_stats_dict``).
+
+    Only the ``stats_json`` of rows that change is rewritten; a record that cannot be decoded or re-encoded
+    (bad UTF-8, bad JSON, NaN) is left exactly as it was, to be reported as unreadable like before.
+    """
+    rows = conn.execute("SELECT id, stats_json FROM messages WHERE stats_json LIKE '%\"k\"%'").fetchall()
+    for message_id, raw in rows:
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                continue
+            upgraded = upgrade_stats_dict(data)
+            if upgraded == data:
+                continue
+            text = json.dumps(upgraded, ensure_ascii=False, allow_nan=False)
+            text.encode("utf-8")
+        except (TypeError, ValueError, RecursionError):  # UnicodeError and JSONDecodeError are ValueErrors
+            continue
+        conn.execute("UPDATE messages SET stats_json = ? WHERE id = ?", (text, message_id))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, lambda conn: _run(conn, V1_STATEMENTS)),
     Migration(2, lambda conn: _run(conn, V2_STATEMENTS)),
+    Migration(3, _v3_rename_k_to_k_mean),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version

@@ -190,13 +190,14 @@ def reply_stats(stats: Any, stop_reason: str, *, pair_id: str | None = None,
                 temperature: float | None = None) -> ReplyStats:
     """The statistics stored with a reply, from the engine's ``GenerationStats`` (``DoneEvent.stats``).
 
-    ``pair_id`` and ``temperature`` describe the request (the caller knows them). ``k`` is the mean draft
-    length the engine used (``k_mean``, two decimals), not the setting; ``speedup`` and ``speedup_error`` are
+    ``pair_id`` and ``temperature`` describe the request (the caller knows them). ``k_mean`` is the mean draft
+    length the engine used (two decimals), not the setting; ``speedup`` and ``speedup_error`` are
     the engine's in-reply measurement, stored as reported (docs/metrics.md).
     """
     k_mean = stats.k_mean
     return ReplyStats(
-        pair_id=pair_id or None, draft_mode=stats.draft_mode, k=round(k_mean, 2) if k_mean is not None else None,
+        pair_id=pair_id or None, draft_mode=stats.draft_mode,
+        k_mean=round(float(k_mean), 2) if k_mean is not None else None,
         temperature=temperature, generated=stats.generated, drafted=stats.drafted, accepted=stats.accepted,
         acceptance_rate=stats.acceptance_rate, tokens_per_s=stats.decode_tps,
         speedup=stats.speedup, speedup_error=stats.speedup_error, stop_reason=stop_reason,

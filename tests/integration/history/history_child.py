@@ -44,9 +44,8 @@ def stream(store: HistoryStore, tag: str) -> None:
                 say(f"K {reply_id} {pos}")
             if i % 4 == 0:
                 time.sleep(0.001)
-        checkpointer.finish(
-            text, MessageStatus.COMPLETE, ReplyStats(pair_id="test-pair", k=4, generated=TOKENS, stop_reason="eos")
-        )
+        stats = ReplyStats(pair_id="test-pair", k_mean=4.0, generated=TOKENS, stop_reason="eos")
+        checkpointer.finish(text, MessageStatus.COMPLETE, stats)
         say(f"F {reply_id}")
         n += 1
 

@@ -51,7 +51,7 @@ def _fill(store: HistoryStore, conversations: int = 40, text: int = 300) -> dict
         question, answer = f"question {i} " + "q" * text, f"answer {i} " + "a" * text
         store.add_user_message(cid, question)
         rid = store.begin_reply(cid)
-        store.finish_reply(rid, answer, MessageStatus.COMPLETE, ReplyStats(k=4))
+        store.finish_reply(rid, answer, MessageStatus.COMPLETE, ReplyStats(k_mean=4.0))
         texts[cid] = [question, answer]
     return texts
 

@@ -37,7 +37,7 @@ from outrider.history.schema import MIGRATIONS, Migration, create_database
 STATS = ReplyStats(
     pair_id="qwen-0.5b+7b",
     draft_mode="model",
-    k=5,
+    k_mean=4.75,
     temperature=0.7,
     generated=120,
     drafted=150,
@@ -271,11 +271,11 @@ def test_upgrade_from_schema_version_1_keeps_data_and_backs_up(tmp_path: Path) -
     )
     conn.close()
     with HistoryStore.open(tmp_path) as store:
-        assert store.schema_version == CURRENT_VERSION == 2
+        assert store.schema_version == CURRENT_VERSION == 3
         assert store.backup_path is not None and store.backup_path.exists()
         conversation = store.get_conversation(1)
         assert conversation.title == "old" and len(conversation.summary.uuid) == 32
-        assert _messages(conversation)[0].stats == ReplyStats(k=3)
+        assert _messages(conversation)[0].stats == ReplyStats(extra={"k": 3})  # the fixed-k setting, kept
         assert [h.message_id for h in store.search("searchable")] == [1]
     backup = sqlite3.connect(store.backup_path)
     try:
@@ -294,13 +294,13 @@ def test_failed_migration_rolls_back_and_keeps_backup(tmp_path: Path) -> None:
         conn.execute("DELETE FROM messages")
         raise sqlite3.OperationalError("simulated failure in the middle of a migration")
 
-    migrations = (*MIGRATIONS, Migration(3, broken))
+    migrations = (*MIGRATIONS, Migration(CURRENT_VERSION + 1, broken))
     with pytest.raises(MigrationError) as info:
         HistoryStore.open(tmp_path, migrations=migrations)
-    assert info.value.from_version == 2 and info.value.backup_path is not None
+    assert info.value.from_version == CURRENT_VERSION and info.value.backup_path is not None
     assert info.value.backup_path.exists()
     with HistoryStore.open(tmp_path) as store:  # the lock was released; the data is untouched
-        assert store.schema_version == 2
+        assert store.schema_version == CURRENT_VERSION
         conversation = store.get_conversation(1)
         assert len(conversation.messages) == 2
         columns = [r[1] for r in sqlite3.connect(store.db_path).execute("PRAGMA table_info(conversations)")]
@@ -417,7 +417,7 @@ def test_markdown_export_includes_stats(store: HistoryStore, tmp_path: Path) -> 
     text = path.read_text()
     assert text.startswith("# My chat\n")
     assert "## User\n\nhello" in text and "## Assistant\n\nhi" in text
-    assert "pair qwen-0.5b+7b" in text and "k=5" in text and "speed-up 1.80x" in text and "41.5 tok/s" in text
+    assert "pair qwen-0.5b+7b" in text and "mean k 4.75" in text and "speed-up 1.80x" in text and "41.5 tok/s" in text
 
 
 def test_json_export_includes_stats(store: HistoryStore) -> None:

@@ -51,7 +51,7 @@ def test_how_a_reply_ends() -> None:
     engine = GenerationStats(generated=4, drafted=6, accepted=3, passes=3, k_sum=6, draft_mode="model")
     stats = reply_stats(engine, "stop", pair_id="", temperature=0.0)
     assert (stats.pair_id, stats.generated, stats.accepted, stats.stop_reason) == (None, 4, 3, "stop")
-    assert stats.k == round(engine.k_mean or 0, 2)  # the mean draft length used, not the setting
+    assert stats.k_mean == round(engine.k_mean or 0, 2)  # the mean draft length used, not the setting
     assert reply_finished("t", "stop", stats).status is MessageStatus.COMPLETE
     assert reply_finished("t", "cancelled", stats).status is MessageStatus.INTERRUPTED
     assert reply_interrupted("so far").status is MessageStatus.INTERRUPTED
