@@ -1,10 +1,12 @@
 """A fake Hugging Face Hub on 127.0.0.1 for download tests (point ``HF_ENDPOINT`` at ``server.endpoint``).
 
-Serves what huggingface_hub's client uses: HEAD/GET ``/{repo}/resolve/{revision}/{file}`` answering like the Hub
-for LFS files (302 to a CDN path with ``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag`` (the sha256) and
-``X-Linked-Size``), and ``/cdn/{sha256}`` serving the bytes with ``Range`` → 206. Faults are injected per test
-through ``server.faults``, including hostile answers: a ``X-Repo-Commit`` that is a path (``commit_header``), a
-size that is larger than what is sent (``advertise_extra``), every body cut at one offset (``cut_at``).
+Serves what huggingface_hub's client uses: ``GET /api/models/{repo}/revision/{rev}?blobs=true``
+(``model_info`` with files metadata: the commit and each file's size and LFS sha256), and HEAD/GET
+``/{repo}/resolve/{revision}/{file}`` answering like the Hub for LFS files (302 to a CDN path with
+``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag`` (the sha256) and ``X-Linked-Size``), and ``/cdn/{sha256}`` serving
+the bytes with ``Range`` → 206. Faults are injected per test through ``server.faults``, including hostile answers:
+a ``X-Repo-Commit`` that is a path (``commit_header``), a size that is larger than what is sent
+(``advertise_extra``), every body cut at one offset (``cut_at``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import http.server
+import json
 import re
 import socket
 import threading
@@ -54,6 +57,7 @@ class FakeFile:
 class FakeHub:
     def __init__(self) -> None:
         self.files: dict[tuple[str, str], FakeFile] = {}
+        self.heads: dict[str, str] = {}  # repo -> the commit ``main`` points at (default: the last file's)
         self.faults = Faults()
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
         self._lock = threading.Lock()
@@ -113,6 +117,9 @@ class FakeHub:
     def _handle(self, h: http.server.BaseHTTPRequestHandler, *, head: bool) -> None:
         with self._lock:
             self.requests.append((h.command, h.path, h.headers.get("Range")))
+        m = re.match(r"^/api/models/([^/]+/[^/]+)/revision/([^/?]+)(?:\?(.*))?$", h.path)
+        if m:
+            return self._model_info(h, m.group(1), m.group(2), "blobs=true" in (m.group(3) or "").lower())
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", h.path)
         if m:
             repo, rev, file = m.groups()
@@ -143,6 +150,40 @@ class FakeHub:
                 code = self.faults.get_status.pop(0)
             return self._error(h, code, "")
         return self._serve(h, f, head)
+
+    def head_commit(self, repo: str) -> str:
+        """The commit ``main`` points at: ``heads[repo]`` when set, else the commit of the repo's last file added."""
+        if repo in self.heads:
+            return self.heads[repo]
+        return [f.commit for (r, _), f in self.files.items() if r == repo][-1]
+
+    def _model_info(self, h: http.server.BaseHTTPRequestHandler, repo: str, rev: str, blobs: bool) -> None:
+        """``GET /api/models/{repo}/revision/{rev}[?blobs=true]`` as the Hub answers it: the commit (``sha``) and
+        ``siblings``; with ``blobs=true`` each file's size and, for LFS files, ``lfs.sha256`` (the LFS oid)."""
+        if repo in self.faults.repo_status:
+            code, err = self.faults.repo_status[repo]
+            return self._error(h, code, err)
+        if not any(r == repo for r, _ in self.files):
+            return self._error(h, 401, "RepoNotFound")
+        commit = self.head_commit(repo) if rev == "main" else rev
+        files = {name: f for (r, name), f in self.files.items() if r == repo and f.commit == commit}
+        if not files:
+            return self._error(h, 404, "RevisionNotFound")
+        siblings: list[dict[str, object]] = []
+        for name, f in files.items():
+            sib: dict[str, object] = {"rfilename": name}
+            if blobs:
+                sib.update(blobId=hashlib.sha1(f.data).hexdigest(), size=len(f.data),
+                           lfs={"sha256": f.sha256, "size": len(f.data), "pointerSize": 134})
+            siblings.append(sib)
+        body = json.dumps({"_id": "fake", "id": repo, "modelId": repo, "sha": commit, "private": False,
+                           "disabled": False, "gated": False, "tags": ["gguf"], "siblings": siblings}).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+        return None
 
     def _meta_headers(self, h: http.server.BaseHTTPRequestHandler, f: FakeFile) -> None:
         commit = self.faults.commit_header if self.faults.commit_header is not None else f.commit

@@ -49,6 +49,7 @@ from outrider.catalogue.errors import (
     UnsafePathError,
     UnverifiableError,
     map_hub_error,
+    network_words,
 )
 from outrider.catalogue.lifeline import die_with_parent
 from outrider.catalogue.schema import REVISION_RE
@@ -360,7 +361,7 @@ class _Transfer:
                 "kept and the next start resumes it", url=page)
         if mapped is not None:
             raise mapped
-        raise NetworkError(f"network lost while downloading {self.req.file} ({type(exc).__name__}: {exc}); "
+        raise NetworkError(f"{network_words(exc, page)} while downloading {self.req.file}; "
                            "the partial file is kept and the next start resumes it", url=page)
 
 

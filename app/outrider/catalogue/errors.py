@@ -147,4 +147,32 @@ def map_hub_error(exc: Exception, url: str, page: str, has_token: bool) -> Downl
         if status >= 500 or status == 429:
             return ServerError(f"the server answered {status}; try again later (partial file kept)", url=page)
         return ServerError(f"the server answered {status}", url=page)
-    return NetworkError(f"network error: {type(exc).__name__}: {exc} (partial file kept, resumable)")
+    return NetworkError(f"{network_words(exc, url)} (a partial file is kept; the next start resumes it)", url=page)
+
+
+def network_words(exc: BaseException, url: str = "") -> str:
+    """A failed connection in words for the user, never a raw ``[Errno -2] …``: which of no network (the name
+    does not resolve), refused, timed out or dropped, and the host it was trying to reach."""
+    import socket
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or "" if url else ""
+    where = "Hugging Face" if not host or host.endswith("huggingface.co") else host
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in chain and len(chain) < 20:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    names = " ".join(type(e).__name__ for e in chain).lower()
+    text = " ".join(str(e) for e in chain).lower()
+    if any(isinstance(e, socket.gaierror) for e in chain) or "name or service not known" in text or \
+            "temporary failure in name resolution" in text or "nodename nor servname" in text or \
+            "getaddrinfo" in text or "errno -2" in text or "errno -3" in text or "errno -5" in text:
+        return f"no network: cannot reach {where}"
+    if any(isinstance(e, ConnectionRefusedError) for e in chain) or "connection refused" in text:
+        return f"cannot reach {where}: the connection was refused"
+    if any(isinstance(e, TimeoutError) for e in chain) or "timeout" in names or "timed out" in text:
+        return f"cannot reach {where}: no answer in time (slow or no network)"
+    if "network is unreachable" in text or "no route to host" in text:
+        return f"no network: cannot reach {where}"
+    return f"the connection to {where} was lost"

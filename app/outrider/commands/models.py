@@ -1,4 +1,4 @@
-"""``outrider models …``: list, download, verify, scan, check, fetch.
+"""``outrider models …``: list, download, verify, scan, check, refresh, fetch.
 
 Exit statuses: 0 success (for download/fetch: only when the file is verified), 1 runtime failure, 2 bad input.
 """
@@ -46,6 +46,17 @@ def register(subparsers: Any) -> None:
     s.add_argument("--json", action="store_true")
     s.add_argument("--ctx", type=positive_int, default=4096, help="context for the memory estimate (tokens, >= 1)")
     s.set_defaults(func=cmd_check)
+
+    s = sub.add_parser("refresh", help="(maintainers) compare each catalogue file's revision, size and sha256 with "
+                                       "the Hub's own API; --write puts the Hub's values and today's date in the file")
+    s.add_argument("--write", action="store_true", help="write the Hub's values and the check's date into the "
+                                                        "catalogue file (atomically; comments kept)")
+    s.add_argument("--latest", action="store_true", help="ask for the newest commit (main) instead of the pinned "
+                                                         "revision, and move the pin there with --write")
+    s.add_argument("--model", action="append", default=[], metavar="KEY",
+                   help="only this [models.KEY] entry (repeatable)")
+    s.add_argument("--json", action="store_true", help="one JSON object per file, then a summary")
+    s.set_defaults(func=cmd_refresh)
 
     s = sub.add_parser("fetch", help="one file from the Hub into the model store (resumable, verified)")
     s.add_argument("repo")
@@ -243,6 +254,52 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print(f"not compatible ({report.compatibility.rule}): {report.compatibility.reason}")
     return 0 if report.compatibility.ok else EXIT_RUNTIME
+
+
+def cmd_refresh(args: argparse.Namespace) -> int:
+    """Compare the catalogue with the Hub (``catalogue.refresh``); exit 0 when every file was answered (and, without
+    --write, matched), 1 when one could not be checked or differs and was not written."""
+    import datetime
+
+    from outrider.catalogue import CatalogueError
+    from outrider.catalogue.refresh import RefreshResult, refresh, write_catalogue
+
+    cat = _catalogue()
+    unknown = [k for k in args.model if k not in cat.models]
+    if unknown:
+        raise CliError(f"no [models.{unknown[0]!r}] in {cat.path} (known: {', '.join(cat.models)})", EXIT_BAD_INPUT)
+    chosen = [m for k, m in cat.models.items() if not args.model or k in args.model]
+
+    def show(r: RefreshResult) -> None:
+        if args.json:
+            print_json({"type": "file", **r.to_json()})
+        elif r.error is not None:
+            print(f"{r.key}: could not check ({r.error.message})")
+        elif not r.changes:
+            print(f"{r.key}: matches the Hub ({r.facts.revision[:12] if r.facts else ''})")
+        else:
+            for c in r.changes:
+                print(f"{r.key}: {c.field} {c.old!s:.64} -> {c.new!s:.64}")
+        sys.stdout.flush()
+
+    results = refresh(chosen, latest=args.latest, on_result=show)
+    failed = [r for r in results if not r.ok]
+    changed = [r for r in results if r.changes]
+    written = False
+    if args.write and len(failed) < len(results):
+        try:
+            written = write_catalogue(cat.path, results, datetime.datetime.now(datetime.UTC).date())
+        except (CatalogueError, OSError) as exc:
+            raise CliError(f"catalogue not written: {exc}", EXIT_RUNTIME) from exc
+    summary = {"type": "summary", "checked": len(results), "failed": len(failed), "changed": len(changed),
+               "written": written, "catalogue": str(cat.path)}
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"{len(results)} file(s) checked, {len(changed)} differ from the Hub, {len(failed)} could not be "
+              f"checked; " + (f"written to {cat.path}" if written else "catalogue not changed"
+                              + ("" if args.write or not changed else " (--write to update it)")))
+    return EXIT_RUNTIME if failed or (changed and not args.write) else 0
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
