@@ -7,6 +7,7 @@ The pair picker and the benchmark dialog come from their own modules.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Slot
@@ -27,10 +28,7 @@ from outrider.settings import PAIR_RECOMMENDED, AppSettings
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.chat_session import ChatSession
-from outrider.ui.dialogs.benchmark_dialog import BenchmarkDialog
-from outrider.ui.dialogs.settings_dialog import SettingsDialog
 from outrider.ui.picker.choice import PairChoice, pair_choice_of
-from outrider.ui.picker.dialog import PairPickerDialog
 from outrider.ui.settings import DRAFT_KEYS, QtSettings, drafting_text, reload_needed
 from outrider.ui.theme import app_icon, apply_theme
 from outrider.ui.widgets.chat_view import ChatView
@@ -44,6 +42,7 @@ ACTION_BENCHMARK = "benchmark"
 ACTION_SETTINGS = "settings"
 ACTION_DARK = "dark_theme"
 ACTION_QUIT = "quit"
+ACTION_ABOUT = "about"
 
 
 def _banner(name: str, parent: QWidget) -> tuple[QFrame, QLabel, QHBoxLayout]:
@@ -120,7 +119,7 @@ class MainWindow(QMainWindow):
 
         self.actions_by_id: dict[str, QAction] = {}
         self._build_menus()
-        self.setTabOrder(self.conversations.search, self.chat.composer)
+        self._set_tab_order()
         esc = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         esc.activated.connect(self.session.stop)
 
@@ -161,7 +160,21 @@ class MainWindow(QMainWindow):
         dark.setCheckable(True)
         dark.setChecked(self.settings.value.theme == "dark")
         view.addAction(dark)
+        help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self._action(ACTION_ABOUT, "&About Outrider", self._on_about))
         self.actions_by_id[ACTION_CHOOSE_PAIR].setEnabled(self.catalogue_service is not None)
+
+    def _set_tab_order(self) -> None:
+        """Tab: composer → Send (→ the reply's buttons, the chat) → the conversation list → the statistics → back.
+
+        The chat view orders its own row (composer, Send, Stop, Continue, Regenerate, provenance, the chat); this
+        joins it to the list and the statistics. Disabled or hidden widgets are skipped by Qt.
+        """
+        conv, stats = self.conversations, self.stats
+        chain = [self.chat.browser, conv.search, conv.list, conv.new_button, conv.rename_button, conv.delete_button,
+                 conv.undo_button, stats.draft_off_button, stats.draft_auto_button, stats.numbers, self.chat.composer]
+        for before, after in itertools.pairwise(chain):
+            self.setTabOrder(before, after)
 
     def _wire(self) -> None:
         s, c = self.session, self.chat
@@ -196,6 +209,12 @@ class MainWindow(QMainWindow):
         v.delete_requested.connect(self._on_conversation_deleted)
         v.restore_requested.connect(self.store.restore)
         v.search_changed.connect(lambda _: self.refresh_conversations())
+
+    def set_catalogue_service(self, service: Any) -> None:
+        """The catalogue service, built on a background thread after the first paint (None: it could not be
+        read; the picker stays unavailable and the terminal's `outrider models` is offered instead)."""
+        self.catalogue_service = service
+        self.actions_by_id[ACTION_CHOOSE_PAIR].setEnabled(service is not None)
 
     # -- engine -----------------------------------------------------------------------------------------------
     def load_pair(self, choice: PairChoice, *, automatic: bool = False) -> None:
@@ -318,6 +337,8 @@ class MainWindow(QMainWindow):
         if self.catalogue_service is None:
             self.show_notice("The pair picker is not available; use `outrider models` in a terminal.")
             return
+        from outrider.ui.picker.dialog import PairPickerDialog  # here: the picker's imports wait until it is used
+
         dialog = PairPickerDialog(self.catalogue_service, self)
         dialog.pair_chosen.connect(self.choose_pair)
         dialog.open()
@@ -329,11 +350,21 @@ class MainWindow(QMainWindow):
             return
         prompts = [m.text for m in self.chat.messages if m.role == "user"][-5:]
         name = self.session.choice.name if self.session.choice else ""
+        from outrider.ui.dialogs.benchmark_dialog import BenchmarkDialog  # here: not needed to paint the window
+
         dialog = BenchmarkDialog(self.bridge, prompts, self, pair_name=name, draft=self.settings.value.draft_params())
         dialog.open()
 
     @Slot()
+    def _on_about(self) -> None:
+        from outrider.ui.dialogs.about_dialog import AboutDialog  # opened rarely: not on the start-up path
+
+        self.about_dialog = AboutDialog(self.bridge.client.backend, self)
+        self.about_dialog.open()
+
     def _on_settings(self) -> None:
+        from outrider.ui.dialogs.settings_dialog import SettingsDialog
+
         dialog = SettingsDialog(self.settings.value, self, backend=self.bridge.client.backend)
         if dialog.exec():
             self.apply_user_settings(dialog.result_settings())
