@@ -13,11 +13,20 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from outrider import paths
-from outrider.engine.params import ContextSettings, DraftParams, ModelSettings, PairSpec, SamplingParams
+from outrider.engine.params import (
+    ContextSettings,
+    DraftParams,
+    ModelSettings,
+    PairSpec,
+    SamplingParams,
+    parse_rpc_list,
+    parse_split,
+)
 from outrider.fileio import atomic_write_text
 
 SETTINGS_FILENAME = "settings.json"
@@ -82,6 +91,10 @@ class AppSettings:
     pair_name: str = ""
     user_overrides: str = ""  # comma-separated PAIR_RECOMMENDED names the user set in the settings dialog
     last_conversation_id: int = 0  # the conversation open when the app was last used, reopened at start (0: none)
+    # llama.cpp RPC workers holding part of the target (docs/rpc.md): "HOST:PORT[,HOST:PORT…]", "" = none; and the
+    # share of the target's offloaded layers per device ("3,1": local GPUs first, then the workers), "" = auto.
+    rpc_servers: str = ""
+    target_split: str = ""
 
     def overridden(self) -> set[str]:
         return {n for n in self.user_overrides.split(",") if n}
@@ -113,6 +126,8 @@ class AppSettings:
             "temperature": 0.0 <= self.temperature <= 5.0, "top_k": 0 <= self.top_k <= 100_000,
             "top_p": 0.0 <= self.top_p <= 1.0, "min_p": 0.0 <= self.min_p <= 1.0, "seed": self.seed >= -1,
             "max_tokens": 1 <= self.max_tokens <= 1 << 20, "theme": self.theme in THEMES,
+            "rpc_servers": _parses(parse_rpc_list, self.rpc_servers),
+            "target_split": not self.target_split.strip() or _parses(parse_split, self.target_split),
         }
         for name, ok in checks.items():
             if not ok:
@@ -165,9 +180,20 @@ class AppSettings:
         if self.draft_source == "lookup":
             draft, lookup = None, True
         return PairSpec(target=target, draft=draft, lookup=lookup and draft is None,
-                        target_settings=ModelSettings(gpu_layers=self.target_gpu_layers),
+                        target_settings=ModelSettings(gpu_layers=self.target_gpu_layers,
+                                                      rpc=parse_rpc_list(self.rpc_servers),
+                                                      split=parse_split(self.target_split)
+                                                      if self.target_split.strip() else ()),
                         draft_settings=ModelSettings(gpu_layers=self.draft_gpu_layers),
                         context=ContextSettings(n_ctx=self.context_size, threads=self.threads))
+
+
+def _parses(parse: Callable[[str], object], text: str) -> bool:
+    try:
+        parse(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _migrated(data: dict[str, Any]) -> dict[str, Any]:

@@ -41,6 +41,9 @@ def request_error(msg: dict[str, Any]) -> EngineRequestError:
     )
 
 
+RPC_FAULT_MARKER = "Remote RPC server crashed"  # ggml-rpc's abort message when a worker's socket breaks
+
+
 class EngineCrashed(WorkerError):
     """The engine process died (or was stopped because it hung). ``str()`` is the one-line message."""
 
@@ -59,6 +62,9 @@ class EngineCrashed(WorkerError):
         where = {"loading": f" while loading {Path(self.model).name}" if self.model else " while loading",
                  "generating": " while generating",
                  "unloading": " while unloading", "starting": " while starting"}.get(self.phase, "")
+        if any(RPC_FAULT_MARKER in line for line in self.log_tail):  # ggml-rpc aborts the process when a worker's connection breaks
+            return f"engine crashed ({self.cause}){where}: an RPC worker stopped answering (stopped, or the " \
+                   f"network to it failed)"
         return f"engine crashed ({self.cause}){where}"
 
 

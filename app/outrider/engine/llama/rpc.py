@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import socket
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -162,20 +163,51 @@ class Ggml:
 _ADDED_SERVERS: dict[str, list[int]] = {}
 
 
-def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> None:
-    """Connect to a worker and hang up; ModelLoadError(kind ``rpc_unreachable``) within ``timeout`` seconds.
+RPC_CMD_HELLO = 14
+RPC_PROTO_MAJOR = 7  # RPC_PROTO_MAJOR_VERSION of the pinned llama.cpp (ggml-rpc.h)
+RPC_CONN_CAPS_SIZE = 24
 
-    ggml-rpc itself aborts the process on a failed connection, so this must come before ``add_server``.
+
+def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Connect to a worker and say hello as ggml-rpc does; ModelLoadError within ``timeout`` seconds if it cannot.
+
+    ggml-rpc itself aborts the process on a failed connection, and waits forever on a worker busy with another
+    client (a worker serves one at a time): so this comes before ``add_server``. Kinds: ``rpc_unreachable``,
+    ``rpc_busy`` (no answer: another client holds it, or it is not an RPC worker), ``rpc_version``.
     """
     host, _, port = endpoint.rpartition(":")
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            pass
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise ModelLoadError("rpc_unreachable", endpoint,
                              f"RPC worker {endpoint} is unreachable ({reason}) — is `outrider rpc-worker` "
                              f"running there?") from None
+    with sock:
+        try:
+            sock.sendall(bytes([RPC_CMD_HELLO]) + struct.pack("<Q", RPC_CONN_CAPS_SIZE) + bytes(RPC_CONN_CAPS_SIZE))
+            reply = _recv_exactly(sock, 8 + 4 + RPC_CONN_CAPS_SIZE)
+        except OSError:
+            raise ModelLoadError("rpc_busy", endpoint,
+                                 f"RPC worker {endpoint} did not answer within {timeout:g} s — it serves one "
+                                 f"client at a time (is another Outrider using it?), or it is not an "
+                                 f"`outrider rpc-worker`") from None
+    (size,) = struct.unpack("<Q", reply[:8])
+    major, minor = reply[8], reply[9]
+    if size != 4 + RPC_CONN_CAPS_SIZE or major != RPC_PROTO_MAJOR:
+        raise ModelLoadError("rpc_version", endpoint,
+                             f"RPC worker {endpoint} speaks RPC protocol {major}.{minor}, this llama.cpp "
+                             f"{RPC_PROTO_MAJOR}.x — run the same Outrider version on both machines")
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionResetError("closed by the worker")
+        data += chunk
+    return data
 
 
 @dataclasses.dataclass(frozen=True)
