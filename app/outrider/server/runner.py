@@ -12,9 +12,10 @@ import ipaddress
 import socket
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import uvicorn
+if TYPE_CHECKING:  # imported where a server is made: importing this module stays cheap (the GUI's start-up)
+    import uvicorn
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -73,6 +74,8 @@ def url_of(sock: socket.socket) -> str:
 
 
 def _config(app: Any) -> uvicorn.Config:
+    import uvicorn
+
     # asyncio loop, h11, no websockets, no lifespan: a small, fixed set of modules (the PyInstaller bundle too).
     return uvicorn.Config(app, loop="asyncio", http="h11", ws="none", lifespan="off", log_level="warning",
                           access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
@@ -80,6 +83,8 @@ def _config(app: Any) -> uvicorn.Config:
 
 def serve_forever(app: Any, sock: socket.socket) -> None:
     """Serve in this thread until SIGINT/SIGTERM (uvicorn's handlers; it re-raises the signal after stopping)."""
+    import uvicorn
+
     server = uvicorn.Server(_config(app))
     try:
         server.run(sockets=[sock])
@@ -96,6 +101,8 @@ class ServerThread:
         self._sock = bind(host, port)
         self.url = url_of(self._sock)
         self.port: int = self._sock.getsockname()[1]
+        import uvicorn
+
         self._server = uvicorn.Server(_config(app))
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None

@@ -12,6 +12,8 @@ import json
 import os
 import sys
 import tempfile
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 SMOKE_TIMEOUT_S = 300.0
@@ -19,11 +21,75 @@ SMOKE_MESSAGE = "Write one short sentence about speculative decoding."
 SMOKE_MAX_TOKENS = 48
 
 
-def _ensure_platform() -> None:
-    """No display (CI, ssh): render offscreen rather than fail to connect to X11/Wayland."""
-    if sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM") and not (
-            os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+NO_DISPLAY_MESSAGE = (
+    "outrider: no display found (neither DISPLAY nor WAYLAND_DISPLAY is set): start it from a desktop session "
+    "(or over `ssh -X`). Without a desktop, `outrider --smoke-test` checks that the app works, and the terminal "
+    "commands need none (`outrider --help`: generate, ask, chats, models, serve). To draw without a screen "
+    "anyway: QT_QPA_PLATFORM=offscreen outrider."
+)
+
+# The shared libraries Qt's xcb platform plugin loads that a minimal Debian/Ubuntu system may lack (soname →
+# Debian/Ubuntu package; `ldd PySide6/Qt/plugins/platforms/libqxcb.so`). Without one Qt aborts, printing only
+# "Could not load the Qt platform plugin xcb".
+XCB_LIBRARIES = {
+    "libxcb.so.1": "libxcb1", "libX11-xcb.so.1": "libx11-xcb1", "libxcb-cursor.so.0": "libxcb-cursor0",
+    "libxcb-icccm.so.4": "libxcb-icccm4", "libxcb-image.so.0": "libxcb-image0",
+    "libxcb-keysyms.so.1": "libxcb-keysyms1", "libxcb-randr.so.0": "libxcb-randr0",
+    "libxcb-render-util.so.0": "libxcb-render-util0", "libxcb-shape.so.0": "libxcb-shape0",
+    "libxcb-util.so.1": "libxcb-util1", "libxcb-xkb.so.1": "libxcb-xkb1", "libxkbcommon-x11.so.0": "libxkbcommon-x11-0",
+}
+
+
+def qt_platform(env: Mapping[str, str]) -> str | None:
+    """The Qt platform a start with ``env`` uses on Linux: QT_QPA_PLATFORM's first choice, else wayland or xcb
+    from the session's variables, else None (no display)."""
+    explicit = env.get("QT_QPA_PLATFORM", "").split(";")[0].split(":")[0].strip()
+    if explicit:
+        return explicit
+    if env.get("WAYLAND_DISPLAY"):
+        return "wayland"
+    if env.get("DISPLAY"):
+        return "xcb"
+    return None
+
+
+def _can_load(soname: str) -> bool:
+    """Whether the dynamic loader finds ``soname`` (in a PyInstaller bundle, its own copy first)."""
+    import ctypes
+
+    bundle = getattr(sys, "_MEIPASS", None)
+    for name in ([os.path.join(bundle, soname)] if bundle else []) + [soname]:
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+def missing_xcb_packages(can_load: Callable[[str], bool] = _can_load) -> list[str]:
+    """The Debian/Ubuntu packages of the xcb plugin's libraries that cannot be loaded (sorted; empty: none)."""
+    return sorted({package for soname, package in XCB_LIBRARIES.items() if not can_load(soname)})
+
+
+def display_problem(env: Mapping[str, str], *, offscreen_ok: bool,
+                    can_load: Callable[[str], bool] = _can_load) -> str | None:
+    """Why the window cannot open with ``env``, in words; None when it can. Checked before Qt is loaded, which
+    would abort (xcb libraries missing) or, offscreen, run invisibly until killed (no display).
+
+    ``offscreen_ok``: the smoke test and the start-up probe, which draw offscreen when there is no display.
+    """
+    if not sys.platform.startswith(("linux", "freebsd")):
+        return None
+    platform = qt_platform(env)
+    if platform is None:
+        return None if offscreen_ok else NO_DISPLAY_MESSAGE
+    if platform == "xcb":
+        missing = missing_xcb_packages(can_load)
+        if missing:
+            return ("outrider: the X11 display needs system libraries that are not installed (Qt's xcb platform "
+                    f"plugin cannot load without them). On Debian/Ubuntu: sudo apt install {' '.join(missing)}")
+    return None
 
 
 def _startup_choice(saved: Any = None) -> Any:
@@ -73,26 +139,46 @@ def crash_notice() -> str | None:
     return f"Outrider closed unexpectedly last time. A crash report was written to {report}"
 
 
-def main(smoke_test: bool = False) -> int:
-    """Run the app; returns the process exit status."""
+def main(smoke_test: bool = False, startup_probe: bool = False) -> int:
+    """Run the app; returns the process exit status (1: no display, missing libraries, already running)."""
     from outrider.crash import install_crash_handler
     from outrider.worker.launch import run_worker_if_requested
 
     run_worker_if_requested()
-    _ensure_platform()
+    problem = display_problem(os.environ, offscreen_ok=smoke_test or startup_probe)
+    if problem is not None:
+        sys.stderr.write(problem + "\n")
+        return 1
+    if sys.platform.startswith(("linux", "freebsd")) and qt_platform(os.environ) is None:
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"  # the smoke test or the probe without a display (CI, ssh)
     install_crash_handler()  # uncaught exceptions and native crashes leave a report in the log directory
     smoke_home: tempfile.TemporaryDirectory[str] | None = None
     if smoke_test and not os.environ.get("OUTRIDER_HOME"):
         smoke_home = tempfile.TemporaryDirectory(prefix="outrider-smoke-")
         os.environ["OUTRIDER_HOME"] = smoke_home.name  # never touch the user's history
     try:
-        return _run(smoke_test)
+        return _run(smoke_test, StartupProbe() if startup_probe else None)
     finally:
         if smoke_home is not None:
             smoke_home.cleanup()
 
 
-def _run(smoke_test: bool) -> int:
+class StartupProbe:
+    """``outrider --startup-probe``: when the window was first painted and when the pair was ready to chat, as
+    ``time.monotonic()`` values (one clock for every process on Linux, so a benchmark that launched the app
+    subtracts its own launch time), printed as one JSON line; then the app quits."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, float] = {"main": time.monotonic()}
+
+    def mark(self, name: str) -> None:
+        self.marks.setdefault(name, time.monotonic())
+
+    def report(self) -> str:
+        return json.dumps({"startup_probe": self.marks})
+
+
+def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox
 
@@ -100,9 +186,12 @@ def _run(smoke_test: bool) -> int:
     from outrider.ui.bridges.engine_bridge import QtEngineBridge
     from outrider.ui.bridges.store_bridge import QtStoreBridge
     from outrider.ui.bridges.tasks import QtTaskRunner
+    from outrider.ui.first_paint import FirstPaintWatcher
     from outrider.ui.main_window import MainWindow
     from outrider.ui.settings import QtSettings
 
+    if probe is not None:
+        probe.mark("imported")
     app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)
     app.setApplicationName("Outrider")
@@ -123,7 +212,7 @@ def _run(smoke_test: bool) -> int:
     store = QtStoreBridge(history)
     settings = QtSettings()
     bridge = QtEngineBridge()
-    window = MainWindow(bridge, store, settings, None if smoke_test else _catalogue_service())
+    window = MainWindow(bridge, store, settings)
     crashed_last_time = None if smoke_test else crash_notice()
     # Every start-up notice shows (one banner, a line each): a crash report never hides a damaged history/settings.
     notices = [n for n in (crashed_last_time, *(x.message for x in (history.notice, settings.notice) if x)) if n]
@@ -132,6 +221,7 @@ def _run(smoke_test: bool) -> int:
     elif history.recovered_reply_ids:
         window.show_notice(f"{len(history.recovered_reply_ids)} reply(ies) were interrupted last time; their text "
                            "so far was kept.")
+    first_paint = FirstPaintWatcher(window, app)
     window.show()
     status = {"code": 0}
     startup = QtTaskRunner("outrider-startup")
@@ -150,9 +240,28 @@ def _run(smoke_test: bool) -> int:
         app.quit()
 
     saved = None if smoke_test else settings.value
-    startup.submit(lambda: _startup_choice(saved), on_choice, lambda exc: fail(f"start-up: {exc}") if smoke_test else
-                   window.show_notice(f"Could not read the catalogue: {exc}"))
 
+    def after_first_paint() -> None:
+        """Paint first, load after: the pair (catalogue, files on disk, then the model) and the picker's service."""
+        if probe is not None:
+            probe.mark("window")
+        startup.submit(lambda: _startup_choice(saved), on_choice, lambda exc: fail(f"start-up: {exc}") if smoke_test
+                       else window.show_notice(f"Could not read the catalogue: {exc}"))
+        if not smoke_test:
+            startup.submit(_catalogue_service, window.set_catalogue_service, lambda exc: None)
+
+    first_paint.painted.connect(after_first_paint)
+
+    if probe is not None:
+        def on_ready(info: object) -> None:
+            if info is not None:
+                probe.mark("ready")
+                sys.stdout.write(probe.report() + "\n")
+                sys.stdout.flush()
+                QTimer.singleShot(0, app.quit)
+
+        window.session.engine_changed.connect(on_ready)
+        window.session.load_failed.connect(lambda r: fail(f"loading the pair: {r}"))
     if smoke_test:
         session = window.session
         session.max_tokens_override = SMOKE_MAX_TOKENS
@@ -185,6 +294,7 @@ def _run(smoke_test: bool) -> int:
                           lambda: fail(f"no reply within {SMOKE_TIMEOUT_S:.0f} s (engine log: "
                                        f"{bridge.client.log_path})"))
     code = app.exec()
+    first_paint.cancel()  # quit before the first paint: nothing starts loading after this
     window.close()
     startup.close()
     bridge.shutdown()

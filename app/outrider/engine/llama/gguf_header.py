@@ -13,8 +13,6 @@ import struct
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
@@ -127,6 +125,9 @@ class _ArrayStub:
 
 
 def _tensor_bytes(shape: tuple[int, ...], ggml_type: int) -> int:
+    # Imported here: gguf pulls numpy (~0.4 s), and importing this module must stay cheap (the GUI's start-up).
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
     try:
         block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
     except (ValueError, KeyError) as exc:

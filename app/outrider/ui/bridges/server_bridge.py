@@ -14,17 +14,18 @@ string; while no pair is loaded the API answers 503.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from outrider.engine.params import DraftParams, SamplingParams
-from outrider.server.app import ServerConfig
-from outrider.server.local import LocalServer
 from outrider.server.requests import Defaults
 from outrider.server.runner import DEFAULT_HOST, DEFAULT_PORT, BindError, host_warning
 from outrider.server.scheduler import Job
 from outrider.worker.client import EngineClient
+
+if TYPE_CHECKING:  # FastAPI (~1 s to import) is loaded when serving starts, not with the main window
+    from outrider.server.local import LocalServer
 
 
 class QtServerBridge(QObject):
@@ -87,6 +88,9 @@ class QtServerBridge(QObject):
         loaded = self._client.loaded
         if loaded is not None:  # no reply can outgrow the context of the pair loaded now
             max_tokens_limit = min(max_tokens_limit, loaded.n_ctx)
+        from outrider.server.app import ServerConfig
+        from outrider.server.local import LocalServer
+
         defaults = Defaults(sampling=sampling or SamplingParams(), draft=draft or DraftParams(),
                             max_tokens_limit=max_tokens_limit)
         config = ServerConfig(model_name=self.served_model, api_key=api_key or None, defaults=defaults)
