@@ -7,6 +7,7 @@ The pair picker and the benchmark dialog come from their own modules.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Slot
@@ -41,6 +42,7 @@ ACTION_BENCHMARK = "benchmark"
 ACTION_SETTINGS = "settings"
 ACTION_DARK = "dark_theme"
 ACTION_QUIT = "quit"
+ACTION_ABOUT = "about"
 
 
 def _banner(name: str, parent: QWidget) -> tuple[QFrame, QLabel, QHBoxLayout]:
@@ -117,7 +119,7 @@ class MainWindow(QMainWindow):
 
         self.actions_by_id: dict[str, QAction] = {}
         self._build_menus()
-        self.setTabOrder(self.conversations.search, self.chat.composer)
+        self._set_tab_order()
         esc = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         esc.activated.connect(self.session.stop)
 
@@ -158,7 +160,21 @@ class MainWindow(QMainWindow):
         dark.setCheckable(True)
         dark.setChecked(self.settings.value.theme == "dark")
         view.addAction(dark)
+        help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self._action(ACTION_ABOUT, "&About Outrider", self._on_about))
         self.actions_by_id[ACTION_CHOOSE_PAIR].setEnabled(self.catalogue_service is not None)
+
+    def _set_tab_order(self) -> None:
+        """Tab: composer → Send (→ the reply's buttons, the chat) → the conversation list → the statistics → back.
+
+        The chat view orders its own row (composer, Send, Stop, Continue, Regenerate, provenance, the chat); this
+        joins it to the list and the statistics. Disabled or hidden widgets are skipped by Qt.
+        """
+        conv, stats = self.conversations, self.stats
+        chain = [self.chat.browser, conv.search, conv.list, conv.new_button, conv.rename_button, conv.delete_button,
+                 conv.undo_button, stats.draft_off_button, stats.draft_auto_button, stats.numbers, self.chat.composer]
+        for before, after in itertools.pairwise(chain):
+            self.setTabOrder(before, after)
 
     def _wire(self) -> None:
         s, c = self.session, self.chat
@@ -340,6 +356,12 @@ class MainWindow(QMainWindow):
         dialog.open()
 
     @Slot()
+    def _on_about(self) -> None:
+        from outrider.ui.dialogs.about_dialog import AboutDialog  # opened rarely: not on the start-up path
+
+        self.about_dialog = AboutDialog(self.bridge.client.backend, self)
+        self.about_dialog.open()
+
     def _on_settings(self) -> None:
         from outrider.ui.dialogs.settings_dialog import SettingsDialog
 
