@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
+import pytest
 from pytestqt.qtbot import QtBot
 
+from outrider.catalogue.memory import Fit
 from outrider.catalogue.service import CatalogueService, PairStatus
 from outrider.ui.bridges.download_manager import DownloadColumn, DownloadRole, DownloadState
 from outrider.ui.picker.dialog import PairPickerDialog
@@ -132,3 +135,62 @@ def test_closing_the_picker_pauses_its_downloads(qtbot: QtBot, open_picker: Pick
     qtbot.waitUntil(lambda: state(dlg) is DownloadState.RUNNING, timeout=10_000)
     dlg.reject()  # waits for the child to stop; the partial file stays for a later resume
     assert part_files(service)
+
+
+def test_a_pair_too_big_asks_before_downloading(qtbot: QtBot, open_picker: PickerFactory,
+                                                make_service: ServiceFactory, hub: FakeHub,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With 1 MB of VRAM free every pair is too big: Download asks first; "Don't download" starts nothing."""
+    from PySide6.QtWidgets import QMessageBox
+
+    asked: list[str] = []
+    answer = [QMessageBox.StandardButton.No]
+
+    def exec_(box: QMessageBox) -> int:
+        asked.append(f"{box.text()}\n{box.informativeText()}")
+        assert box.defaultButton() is box.button(QMessageBox.StandardButton.No)
+        return int(answer[0])
+
+    monkeypatch.setattr(QMessageBox, "exec", exec_)
+    dlg = open_picker(make_service(hub.endpoint, vram=(8_000_000, 1_000_000)))
+    r = dlg.catalogue_model.pair_row(PAIR)
+    assert r is not None and r.fit is Fit.TOO_BIG
+    assert dlg.select_pair(PAIR)
+    dlg.download_button.click()
+    assert len(asked) == 1 and "too big for this machine" in asked[0] and "VRAM" in asked[0]
+    assert state(dlg) is None and not hub.gets()  # nothing started
+    assert dlg.catalogue_tab.notice.isVisibleTo(dlg) and "Not downloaded" in dlg.catalogue_tab.notice.text()
+    answer[0] = QMessageBox.StandardButton.Yes
+    with qtbot.waitSignal(dlg.downloads.download_finished, timeout=20_000):
+        dlg.download_button.click()
+    assert len(asked) == 2 and state(dlg) is DownloadState.DONE
+
+
+def test_a_pair_that_fits_downloads_without_asking(qtbot: QtBot, open_picker: PickerFactory,
+                                                   make_service: ServiceFactory, hub: FakeHub,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtWidgets import QMessageBox
+
+    monkeypatch.setattr(QMessageBox, "exec", lambda _box: pytest.fail("asked about a pair that fits"))
+    dlg = open_picker(make_service(hub.endpoint, vram=(80 * 1024**3, 64 * 1024**3)))
+    assert dlg.select_pair(PAIR)
+    with qtbot.waitSignal(dlg.downloads.download_finished, timeout=20_000):
+        dlg.download_button.click()
+
+
+def test_no_connection_is_said_in_words_where_the_user_clicked(qtbot: QtBot, open_picker: PickerFactory,
+                                                               make_service: ServiceFactory) -> None:
+    """Nothing answers at the Hub's address: the Catalogue tab (where Download was clicked) says so in words, the
+    details of the pair too; never a raw ``[Errno …]`` or an exception's class name."""
+    dlg = open_picker(make_service("http://127.0.0.1:9"))  # port 9 (discard): nothing listens, refused at once
+    assert dlg.select_pair(PAIR)
+    with qtbot.waitSignal(dlg.downloads.download_failed, timeout=30_000):
+        dlg.download_button.click()
+    notice = dlg.catalogue_tab.notice
+    assert dlg.tabs.currentWidget() is dlg.catalogue_tab and notice.isVisibleTo(dlg)
+    text = notice.text()
+    assert "Could not download Remote target + remote draft: cannot reach 127.0.0.1" in text, text
+    r = dlg.catalogue_model.pair_row(PAIR)
+    assert r is not None and "cannot reach 127.0.0.1" in r.reason
+    for shown in (text, r.reason, str(dlg.downloads.model.items[0].message)):
+        assert not re.search(r"Errno|Error\b|Exception|Traceback", shown), shown

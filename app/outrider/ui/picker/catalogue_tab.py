@@ -76,6 +76,11 @@ class CatalogueTab(QWidget):
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
         self.details.setOpenExternalLinks(True)  # the pair's source and the speed-up's source open in the browser
         self.details.setMinimumHeight(80)
+        self.notice = QLabel("", self)
+        self.notice.setObjectName("downloadNotice")
+        self.notice.setWordWrap(True)
+        self.notice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.notice.hide()
         self.download_button = QPushButton("Do&wnload", self)
         self.download_button.setToolTip("Download both files (resumable, sha256-verified) in the background")
         self.use_button = QPushButton("&Use this pair", self)
@@ -99,6 +104,7 @@ class CatalogueTab(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.details)
+        layout.addWidget(self.notice)
         layout.addLayout(row)
 
         self.filter_edit.textChanged.connect(self.proxy.set_text)
@@ -128,6 +134,12 @@ class CatalogueTab(QWidget):
             return None
         r = rows[0].data(CatalogueRole.Row)
         return r if isinstance(r, PairRow) else None
+
+    def show_notice(self, text: str, *, error: bool = False) -> None:
+        """A line above the buttons about the last Download click (a failure in words); "" hides it."""
+        self.notice.setProperty("error", error)
+        self.notice.setText(f"<b>{_esc(text)}</b>" if error else _esc(text))
+        self.notice.setVisible(bool(text))
 
     def set_scanning(self, scanning: bool) -> None:
         self.rescan_button.setEnabled(not scanning)

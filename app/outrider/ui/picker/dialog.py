@@ -18,10 +18,10 @@ from pathlib import Path
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QMessageBox, QTabWidget, QVBoxLayout, QWidget
 
 from outrider.catalogue import DownloadError
-from outrider.catalogue.memory import MemoryInfo
+from outrider.catalogue.memory import Fit, MemoryInfo, describe_memory, format_bytes
 from outrider.catalogue.service import CatalogueService, PairRow, PairStatus, ScanResult
 from outrider.ui.bridges.download_manager import DownloadState, QtDownloadManager
 from outrider.ui.bridges.tasks import QtTaskRunner
@@ -94,7 +94,7 @@ class PairPickerDialog(QDialog):
         self._expose_tab_widgets()
 
         self.catalogue_tab.chosen.connect(self._choose)
-        self.catalogue_tab.download_requested.connect(self.download_pair)
+        self.catalogue_tab.download_requested.connect(self._on_catalogue_tab_download_requested)
         self.catalogue_tab.rescan_requested.connect(self.refresh)
         self.own_tab.chosen.connect(self._choose)
         self.own_tab.checked.connect(self.own_pair_checked)
@@ -169,11 +169,39 @@ class PairPickerDialog(QDialog):
     def selected_row(self) -> PairRow | None:
         return self.catalogue_tab.selected_row()
 
-    def download_pair(self, pair_id: str) -> None:
-        """Start or resume the download of a catalogue pair (progress in the Downloads tab)."""
+    def _on_catalogue_tab_download_requested(self, pair_id: str) -> None:
+        """The Download button: a pair too big for this machine is downloaded only after the user confirms."""
         r = self.catalogue_model.pair_row(pair_id)
         if r is None:
             return
+        if r.fit is Fit.TOO_BIG and not self.confirm_too_big(r):
+            self.catalogue_tab.show_notice(f"Not downloaded: {r.pair.name} needs more memory than is free here.")
+            return
+        self.download_pair(pair_id)
+
+    def too_big_box(self, r: PairRow) -> QMessageBox:
+        """The question asked before downloading a pair marked too big (No is the default)."""
+        box = QMessageBox(QMessageBox.Icon.Warning, "Download a pair too big for this machine?",
+                          f"{r.pair.name} is {format_bytes(r.pair.size)} to download, and it is too big for this "
+                          "machine: it will not load, or it will run very slowly, swapping.", parent=self)
+        box.setInformativeText(f"{describe_memory(r.memory, self.catalogue_model.memory)}\n\n"
+                               "Download it anyway (for another machine, or after freeing memory)?")
+        box.setStandardButtons(QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No)
+        box.setDefaultButton(QMessageBox.StandardButton.No)
+        box.button(QMessageBox.StandardButton.Yes).setText(f"Download {format_bytes(r.pair.size)}")
+        box.button(QMessageBox.StandardButton.No).setText("Don't download")
+        box.setObjectName("tooBigBox")
+        return box
+
+    def confirm_too_big(self, r: PairRow) -> bool:
+        return self.too_big_box(r).exec() == QMessageBox.StandardButton.Yes
+
+    def download_pair(self, pair_id: str) -> None:
+        """Start or resume the download of a catalogue pair (progress in the Downloads tab); no confirmation."""
+        r = self.catalogue_model.pair_row(pair_id)
+        if r is None:
+            return
+        self.catalogue_tab.show_notice("")
         self.downloads.start(r.pair)
         self.downloads_view.select(pair_id)
 
@@ -190,8 +218,10 @@ class PairPickerDialog(QDialog):
         self.refresh()
 
     def _on_downloads_download_failed(self, pair_id: str, exc: object) -> None:
-        msg = exc.message if isinstance(exc, DownloadError) else str(exc)
+        msg = exc.message if isinstance(exc, DownloadError) else "an internal error (details in the log)"
         self.catalogue_model.update_row(pair_id, reason=f"download failed: {msg}")
+        r = self.catalogue_model.pair_row(pair_id)
+        self.catalogue_tab.show_notice(f"Could not download {r.pair.name if r else pair_id}: {msg}", error=True)
         self.refresh()
 
     def _choose(self, choice: PairChoice) -> None:
