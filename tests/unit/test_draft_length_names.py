@@ -11,7 +11,7 @@ import pytest
 
 from outrider.catalogue.schema import parse_catalogue
 from outrider.cli import build_parser
-from outrider.commands.generate import _text_request
+from outrider.commands.engine_options import text_request
 from outrider.settings import AppSettings, load_settings
 
 
@@ -23,7 +23,7 @@ def _generate(*args: str) -> object:
     ((), None, 16), (("--k", "5"), 5, 16), (("--k", "auto", "--k-max", "8"), None, 8), (("--k", "0"), 0, 16),
 ])
 def test_cli_k_and_k_max(args: tuple[str, ...], k: int | None, k_max: int) -> None:
-    draft = _text_request(_generate(*args), prompt="x").draft  # type: ignore[arg-type]
+    draft = text_request(_generate(*args), prompt="x").draft  # type: ignore[arg-type]
     assert (draft.k, draft.k_max) == (k, k_max)
 
 

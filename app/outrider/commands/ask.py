@@ -17,14 +17,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from outrider.commands.base import EXIT_ENGINE_CRASHED, EXIT_RUNTIME, CliError, print_json
-from outrider.commands.generate import (
-    EngineLike,
-    _add_model_options,
-    _text_request,
-    format_summary,
-    is_done,
-    open_engine,
-)
+from outrider.commands.engine_options import EngineLike, add_model_options, is_done, open_engine, text_request
+from outrider.commands.generate import format_summary
 
 if TYPE_CHECKING:
     from outrider.history.turns import EndReason
@@ -37,7 +31,7 @@ def register(sub: Any) -> None:
     p.add_argument("--system", help="system prompt for a new conversation")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--json", action="store_true")
-    _add_model_options(p)
+    add_model_options(p)
     p.set_defaults(func=cmd_ask, stop=[])
 
 
@@ -58,7 +52,7 @@ def _stored_question(turns: Any, args: argparse.Namespace) -> int:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from outrider.commands.chats import check_text, open_history, store_error
-    from outrider.commands.generate import _pair_spec
+    from outrider.commands.engine_options import pair_spec
     from outrider.history import (
         ConversationNotFoundError,
         DiskFullError,
@@ -73,8 +67,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     check_text(args.system, "the system prompt (--system)")
     if not args.message.strip():
         raise CliError("the message is empty")
-    _text_request(args, chat=args.message)  # --max-tokens, sampling and draft options
-    _pair_spec(args)  # the model files exist
+    text_request(args, chat=args.message)  # --max-tokens, sampling and draft options
+    pair_spec(args)  # the model files exist
     store = open_history()
     engine: EngineLike | None = None
     with store:
@@ -96,7 +90,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
                     f"disk full: the reply cannot be stored; your message is kept in conversation {conversation_id}",
                     EXIT_RUNTIME,
                 ) from None
-            request = _text_request(args, history=begun.history)
+            request = text_request(args, history=begun.history)
             reply_id = begun.reply_id
             checkpointer = turns.checkpointer(reply_id)
             text = ""

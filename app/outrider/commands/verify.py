@@ -12,8 +12,8 @@ import argparse
 import sys
 from typing import Any
 
-from outrider.commands.base import EXIT_RUNTIME, CliError, print_json
-from outrider.commands.generate import _add_model_options, _pair_spec, _positive, _text_request, is_done, open_engine
+from outrider.commands.base import EXIT_RUNTIME, CliError, positive_int, print_json
+from outrider.commands.engine_options import add_model_options, engine_session, is_done, pair_spec, text_request
 
 DEFAULT_SAMPLES = 200
 DEFAULT_TOKENS = 8
@@ -37,14 +37,14 @@ def register(sub: Any) -> None:
                     "a per-position chi-square comparison of speculative and plain samples. Exit 0 exact, 1 not "
                     "exact or inconclusive (nothing drafted), 2 bad input.",
     )
-    _add_model_options(ver)
+    add_model_options(ver)
     what = ver.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="raw text, tokenised with the model's BOS rule")
     what.add_argument("--chat", help="one user message through the model's chat template")
     ver.add_argument("--system", help="system prompt (with --chat)")
-    ver.add_argument("--samples", type=_positive, default=DEFAULT_SAMPLES,
+    ver.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES,
                      help=f"speculative and plain samples each (default {DEFAULT_SAMPLES})")
-    ver.add_argument("--tokens", type=_positive, default=DEFAULT_TOKENS,
+    ver.add_argument("--tokens", type=positive_int, default=DEFAULT_TOKENS,
                      help=f"tokens per sample = positions compared (default {DEFAULT_TOKENS})")
     ver.add_argument("--alpha", type=_alpha, default=0.01,
                      help="family-wise significance level (Bonferroni over the positions; default 0.01)")
@@ -66,7 +66,7 @@ def _job_request(args: argparse.Namespace, job: Any) -> Any:
     overrides = {"max_tokens": args.tokens, "seed": job.seed}
     if job.greedy:
         overrides["temperature"] = 0.0
-    return _text_request(argparse.Namespace(**{**vars(args), **overrides}), prompt=args.prompt, chat=args.chat,
+    return text_request(argparse.Namespace(**{**vars(args), **overrides}), prompt=args.prompt, chat=args.chat,
                          plain=job.plain)
 
 
@@ -74,28 +74,27 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from outrider.engine.measure.verify_stats import VerifyCollector
 
     _check_args(args)
-    _pair_spec(args)  # missing files and bad settings fail before the load
+    pair_spec(args)  # missing files and bad settings fail before the load
     collector = VerifyCollector(args.samples, args.tokens, args.seed, args.alpha)
     requests = [_job_request(args, job) for job in collector.jobs]
     progress = not args.json and sys.stderr.isatty()
-    engine = open_engine(args)
     try:
-        for n, (job, request) in enumerate(zip(collector.jobs, requests, strict=True), 1):
-            tokens: list[int] = []
-            done: Any = None
-            for event in engine.run(request):
-                if is_done(event):
-                    done = event
-                else:
-                    tokens.extend(event.tokens)
-            if done is None or done.stop_reason == "cancelled":
-                raise CliError("the engine stopped the generation", EXIT_RUNTIME)
-            collector.record(job, tokens, drafted=done.stats.drafted, accepted=done.stats.accepted)
-            if progress:
-                sys.stderr.write(f"\rverify: {n}/{collector.total} generations")
-                sys.stderr.flush()
+        with engine_session(args) as engine:
+            for n, (job, request) in enumerate(zip(collector.jobs, requests, strict=True), 1):
+                tokens: list[int] = []
+                done: Any = None
+                for event in engine.run(request):
+                    if is_done(event):
+                        done = event
+                    else:
+                        tokens.extend(event.tokens)
+                if done is None or done.stop_reason == "cancelled":
+                    raise CliError("the engine stopped the generation", EXIT_RUNTIME)
+                collector.record(job, tokens, drafted=done.stats.drafted, accepted=done.stats.accepted)
+                if progress:
+                    sys.stderr.write(f"\rverify: {n}/{collector.total} generations")
+                    sys.stderr.flush()
     finally:
-        engine.close()
         if progress:
             sys.stderr.write("\n")
     report = collector.report()
