@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, positive_int
-from outrider.commands.generate import _add_model_options, _pair_spec, _text_request, context_note, note
+from outrider.commands.engine_options import add_model_options, note, note_load, pair_spec, text_request
 
 API_KEY_ENV = "OUTRIDER_API_KEY"
 DEFAULT_MAX_TOKENS_LIMIT = 4096
@@ -28,7 +28,7 @@ DEFAULT_MAX_TOKENS_LIMIT = 4096
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve the pair over an OpenAI-compatible HTTP API (localhost by default)")
     p.add_argument("--pair", help="a catalogue pair id (installed; see `outrider models list`) instead of --target")
-    _add_model_options(p)
+    add_model_options(p)
     # --target is required by generate; here --pair may name the models instead (checked in cmd_serve).
     p._option_string_actions["--target"].required = False
     p._option_string_actions["--in-process"].help = argparse.SUPPRESS  # the server always uses the engine process
@@ -103,8 +103,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.stream_interval_ms <= 1000:
         raise CliError(f"--stream-interval-ms must be between 0 and 1000, got {args.stream_interval_ms:g}")
     key = _api_key(args)
-    spec = _pair_spec(args)
-    probe = _text_request(args, prompt="")  # sampling and draft options, checked before anything loads
+    spec = pair_spec(args)
+    probe = text_request(args, prompt="")  # sampling and draft options, checked before anything loads
     name = args.name or args.pair or Path(args.target).name
     try:
         sock = bind(args.host, args.port)  # before loading: a busy port is known at once
@@ -181,11 +181,7 @@ class _ServedEngine:
             raise CliError(str(exc), EXIT_BAD_INPUT) from None
         except (EngineCrashed, WorkerError) as exc:
             raise CliError(str(exc), EXIT_RUNTIME) from None
-        for text in info.notes:
-            note(text, self._noted)
-        raised = context_note(self._spec.context.n_ctx, info.n_ctx)
-        if raised:
-            note(raised, self._noted)
+        note_load(info, self._spec.context.n_ctx, self._noted)
         return info.n_ctx
 
     def reload_if_needed(self) -> None:
