@@ -58,13 +58,14 @@ def test_fields_come_in_four_groups_with_units_and_help(qtbot: Any) -> None:
     assert tuple(dialog.groups) == GROUPS == ("Drafting", "Sampling", "Hardware", "Context")
     where = {"draft_source": "Drafting", "k_policy": "Drafting", "k": "Drafting", "k_max": "Drafting",
              "p_min": "Drafting", "temperature": "Sampling", "top_p": "Sampling", "seed": "Sampling",
-             "target_gpu_layers": "Hardware", "threads": "Hardware", "context_size": "Context",
+             "target_gpu_layers": "Hardware", "threads": "Hardware", "rpc_servers": "Hardware",
+             "target_split": "Hardware", "context_size": "Context",
              "max_tokens": "Context", "system_prompt": "Context"}
     for name, group in where.items():
         widget = getattr(dialog, name)
         assert dialog.groups[group].isAncestorOf(widget), name
         assert dialog.help_labels[name].text(), f"{name} has no help line"
-    assert len(dialog.help_labels) == 17  # every field
+    assert len(dialog.help_labels) == 19  # every field
     assert dialog.context_size.suffix() == " tokens" and dialog.k.suffix() == " tokens"
     assert dialog.k_max.suffix() == " tokens" and dialog.target_gpu_layers.suffix() == " layers"
     assert all(isinstance(b, QGroupBox) for b in dialog.groups.values())
@@ -145,6 +146,8 @@ def test_a_reload_only_when_the_drafter_to_load_changes() -> None:
     assert not reload_needed(AppSettings(draft_source="model"), ["draft_source"], pair, model)
     assert not reload_needed(AppSettings(k_policy="fixed"), ["k_policy"], pair, model)
     assert reload_needed(AppSettings(context_size=8192), ["context_size"], pair, model)
+    assert reload_needed(AppSettings(rpc_servers="10.0.0.2:50052"), ["rpc_servers"], pair, model)
+    assert reload_needed(AppSettings(target_split="3,1"), ["target_split"], pair, model)
     demo = PairChoice(Path("t.gguf"), None, True, "demo", "Demo")  # a lookup pair: model = lookup, no reload
     assert not reload_needed(AppSettings(draft_source="lookup"), ["draft_source"], demo, _loaded("lookup"))
     assert not reload_needed(AppSettings(), ["draft_source"], None, None)
@@ -153,7 +156,8 @@ def test_a_reload_only_when_the_drafter_to_load_changes() -> None:
 def test_tab_goes_through_the_groups_in_order(qtbot: Any) -> None:
     dialog = _dialog(qtbot, AppSettings(temperature=0.5))
     order = ["draft_source", "k_policy", "k_max", "draft_min", "p_min", "temperature", "top_k", "top_p", "min_p",
-             "seed", "target_gpu_layers", "draft_gpu_layers", "threads", "context_size", "max_tokens",
+             "seed", "target_gpu_layers", "draft_gpu_layers", "threads", "rpc_servers", "target_split",
+             "context_size", "max_tokens",
              "system_prompt"]  # k is disabled under automatic k: Tab skips it
     widgets = {getattr(dialog, name): name for name in order}
     dialog.show()
@@ -169,3 +173,32 @@ def test_tab_goes_through_the_groups_in_order(qtbot: Any) -> None:
             break
         dialog.focusNextChild()
     assert seen == order
+
+
+@pytest.mark.parametrize(("field", "bad", "says"), [
+    ("rpc_servers", "10.0.0.2", "HOST:PORT"), ("rpc_servers", "10.0.0.2:99999", "port must be a number"),
+    ("rpc_servers", "a:1, a:1", "listed twice"), ("target_split", "3,x", "numbers separated by commas"),
+    ("target_split", "0,0", "not all 0")])
+def test_rpc_workers_and_split_are_checked_as_typed_and_nothing_is_lost(qtbot: Any, field: str, bad: str,
+                                                                        says: str) -> None:
+    dialog = _dialog(qtbot)
+    dialog.show()
+    box = getattr(dialog, field)
+    box.setText(bad)
+    assert says in dialog.help_labels[field].text() and not dialog.ok_button.isEnabled()
+    dialog.accept()  # Enter in the dialog: refused, the text stays as typed
+    assert dialog.isVisible() and box.text() == bad
+    box.setText("")
+    assert dialog.ok_button.isEnabled() and says not in dialog.help_labels[field].text()
+
+
+def test_rpc_workers_and_split_reach_the_load_request(qtbot: Any) -> None:
+    dialog = _dialog(qtbot, AppSettings(rpc_servers="10.0.0.2:50052"))
+    assert dialog.rpc_servers.text() == "10.0.0.2:50052"
+    dialog.rpc_servers.setText(" 10.0.0.2:50052, gpu-box:50053 ")
+    dialog.target_split.setText("3,1,1")
+    value = dialog.result_settings()
+    assert value.rpc_servers == "10.0.0.2:50052, gpu-box:50053" and value.target_split == "3,1,1"
+    spec = value.pair_spec("t.gguf", "d.gguf", False)
+    assert spec.target_settings.rpc == ("10.0.0.2:50052", "gpu-box:50053")
+    assert spec.target_settings.split == (3.0, 1.0, 1.0) and spec.draft_settings.rpc == ()

@@ -17,7 +17,7 @@ from outrider.settings import AppSettings, load_settings, save_settings, setting
 from outrider.ui.picker.choice import PairChoice
 
 # Settings whose change reloads the pair (they are fixed when the models are loaded).
-RELOAD_KEYS = ("target_gpu_layers", "draft_gpu_layers", "context_size", "threads")
+RELOAD_KEYS = ("target_gpu_layers", "draft_gpu_layers", "context_size", "threads", "rpc_servers", "target_split")
 # Settings of drafting: a change applies from the next reply (the status bar and a notice say so).
 DRAFT_KEYS = ("draft_source", "k_policy", "k", "k_max", "draft_min", "p_min")
 

@@ -3,7 +3,9 @@
 The fields come in four groups — Drafting, Sampling, Hardware, Context — each with its unit (as a suffix) and a
 one-line help under it. What does not apply is disabled, with the reason in the help line: the fixed k under
 automatic k, the automatic-k ceiling under a fixed k, every drafting knob with no draft source, p-min with prompt
-lookup (it has no probabilities), top-k / top-p / min-p / seed at temperature 0 (greedy). On a llama.cpp build
+lookup (it has no probabilities), draft GPU layers with prompt lookup, top-k / top-p / min-p / seed at
+temperature 0 (greedy). The RPC workers and the target split are checked as typed, by the engine's own parsers: a
+bad value says why under its field and OK waits, so nothing typed is lost. On a llama.cpp build
 without a GPU backend (the engine says so in its hello: ``EngineClient.backend``) the GPU-layer fields say that
 "all" runs on the CPU and how to get a GPU build.
 """
@@ -25,17 +27,21 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QGroupBox,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
+from outrider.engine.params import parse_rpc_list, parse_split
 from outrider.settings import DRAFT_SOURCE_LABELS, DRAFT_SOURCES, K_POLICIES, K_POLICY_LABELS, AppSettings
 from outrider.ui.settings import RELOAD_KEYS
 
 __all__ = ["GROUPS", "RELOAD_KEYS", "SettingsDialog"]
 GROUPS = ("Drafting", "Sampling", "Hardware", "Context")
+RPC_HELP = "Other machines running outrider rpc-worker (docs/rpc.md)."
+SPLIT_HELP = "Layers per device: local GPUs, then the workers."
 NO_GPU_HELP = ("This llama.cpp build has no GPU backend ({name}): “all” runs every layer on the CPU. For a GPU, "
                "rebuild llama-cpp-python with CUDA, Metal or Vulkan (README, “GPU builds”).")
 
@@ -59,6 +65,14 @@ def _dspin(lo: float, hi: float, step: float, value: float, tip: str) -> QDouble
     box.setDecimals(2)
     box.setValue(value)
     box.setToolTip(tip)
+    return box
+
+
+def _line(text: str, placeholder: str, tip: str) -> QLineEdit:
+    box = QLineEdit(text)
+    box.setPlaceholderText(placeholder)
+    box.setToolTip(tip)
+    box.setClearButtonEnabled(True)
     return box
 
 
@@ -91,9 +105,12 @@ class SettingsDialog(QDialog):
         self._build_fields(settings)
         self._build_layout()
         self.draft_source.currentIndexChanged.connect(self._on_field_changed)
+        self.rpc_servers.textChanged.connect(self._on_text_field_changed)
+        self.target_split.textChanged.connect(self._on_text_field_changed)
         self.k_policy.currentIndexChanged.connect(self._on_field_changed)
         self.temperature.valueChanged.connect(self._on_field_changed)
         self._on_field_changed()
+        self._on_text_field_changed()
 
     # -- construction -----------------------------------------------------------------------------------------
     def _build_fields(self, s: AppSettings) -> None:
@@ -121,6 +138,11 @@ class SettingsDialog(QDialog):
         self.draft_gpu_layers = _spin(-1, 999, s.draft_gpu_layers, "Draft layers offloaded to the GPU (-1 = all)",
                                       "all", " layers")
         self.threads = _spin(0, 1024, s.threads, "CPU threads (0 = automatic)", "auto", " threads")
+        self.rpc_servers = _line(s.rpc_servers, "host:port, host:port",
+                                 "llama.cpp RPC workers (outrider rpc-worker on other machines) that hold part of "
+                                 "the target's offloaded layers; empty = this machine only")
+        self.target_split = _line(s.target_split, "auto", "Share of the target's offloaded layers per device, local "
+                                  "GPUs first, then the RPC workers in order (e.g. 3,1); empty = automatic")
         self.context_size = _spin(256, 1 << 20, s.context_size, "Context size of both models", suffix=" tokens")
         self.context_size.setSingleStep(1024)
         self.max_tokens = _spin(1, 1 << 20, s.max_tokens, "Longest reply", suffix=" tokens")
@@ -160,6 +182,8 @@ class SettingsDialog(QDialog):
                 ("target_gpu_layers", "Target GPU layers", self.target_gpu_layers, ""),
                 ("draft_gpu_layers", "Draft GPU layers", self.draft_gpu_layers, ""),
                 ("threads", "CPU threads", self.threads, "Auto uses the machine's cores."),
+                ("rpc_servers", "RPC workers", self.rpc_servers, RPC_HELP),
+                ("target_split", "Target split", self.target_split, SPLIT_HELP),
             ),
             "Context": (
                 ("context_size", "Context size", self.context_size, "Prompt + reply; more costs memory."),
@@ -197,6 +221,7 @@ class SettingsDialog(QDialog):
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
+        self.ok_button = buttons.button(QDialogButtonBox.StandardButton.Ok)
         layout = QVBoxLayout(self)
         layout.addLayout(grid)
         layout.addWidget(buttons)
@@ -243,6 +268,36 @@ class SettingsDialog(QDialog):
         if not self.draft_gpu_layers.isEnabled():
             self.help_labels["draft_gpu_layers"].setText("Not used: prompt lookup loads no draft model.")
 
+    @Slot()
+    def _on_text_field_changed(self) -> None:
+        """Check the typed fields as they are typed: a bad one says why under itself and OK waits (nothing the
+        user typed is thrown away)."""
+        errors = self.field_errors()
+        for name, ok_text in (("rpc_servers", RPC_HELP), ("target_split", SPLIT_HELP)):
+            label = self.help_labels[name]
+            label.setText(errors.get(name, ok_text))
+            label.setStyleSheet("color: #c62828;" if name in errors else "")
+        self.ok_button.setEnabled(not errors)
+
+    def field_errors(self) -> dict[str, str]:
+        """The typed fields that cannot be used, by setting name, with why (the engine's own parsers)."""
+        errors: dict[str, str] = {}
+        for name, parse in (("rpc_servers", parse_rpc_list), ("target_split", parse_split)):
+            text = getattr(self, name).text()
+            if not text.strip():
+                continue
+            try:
+                parse(text)
+            except ValueError as exc:
+                errors[name] = str(exc)[:1].upper() + str(exc)[1:] + "."
+        return errors
+
+    def accept(self) -> None:  # Qt override: never close with a value that would be thrown away
+        if self.field_errors():
+            self._on_text_field_changed()
+            return
+        super().accept()
+
     # -- result -----------------------------------------------------------------------------------------------
     def result_settings(self) -> AppSettings:
         return dataclasses.replace(
@@ -254,4 +309,5 @@ class SettingsDialog(QDialog):
             draft_min=self.draft_min.value(), p_min=self.p_min.value(), temperature=self.temperature.value(),
             top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(), seed=self.seed.value(),
             max_tokens=self.max_tokens.value(), system_prompt=self.system_prompt.toPlainText(),
+            rpc_servers=self.rpc_servers.text().strip(), target_split=self.target_split.text().strip(),
         ).validated()
