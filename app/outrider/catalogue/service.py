@@ -211,7 +211,21 @@ class CatalogueService:
         found = self.scanner.scan()
         discovered = self.scanner.match_catalogue(self.catalogue, found)
         rows = tuple(self.row_for(p, discovered, memory) for p in self.catalogue)
-        return ScanResult(rows, tuple(found), memory)
+        return ScanResult(rows, tuple(self.packaged_files(found) + list(found)), memory)
+
+    def packaged_files(self, found: list[FoundFile] | tuple[FoundFile, ...] = ()) -> list[FoundFile]:
+        """The catalogue's files that came installed with the app (``source = "pypi"``: the demo model), as found
+        files with source ``"package"`` (not already in ``found``); they are on disk too, so they are listed."""
+        seen = {f.path for f in found}
+        out = []
+        for model in self.catalogue.models.values():
+            path = model.package_path()
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            out.append(FoundFile(path, model.filename, path.stat().st_size, "package", model.package,
+                                 model.sha256))
+        return out
 
     def discard_partial(self, pair: Pair) -> None:
         """Remove the ``.part`` files of ``pair`` (a cancelled download; installed files are never touched)."""

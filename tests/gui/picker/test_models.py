@@ -61,7 +61,7 @@ def test_found_files_model(qtmodeltester: ModelTester, make_service: Any, instal
     model = FoundFilesModel()
     model.set_files(service.scan().found)
     assert model.rowCount() == 3  # the three files of the store
-    assert {model.index(i, 1).data() for i in range(3)} == {"Outrider"}
+    assert {model.index(i, 1).data() for i in range(3)} == {"Outrider's downloads"}
     qtmodeltester.check(model, force_py=True)
 
 

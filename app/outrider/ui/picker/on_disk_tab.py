@@ -19,6 +19,11 @@ from PySide6.QtWidgets import (
 
 from outrider.ui.models.catalogue_model import FoundFilesModel, FoundRole
 
+NOTHING_FOUND_TEXT = ("No GGUF model found on this computer. Outrider looked in the Hugging Face cache, LM Studio's "
+                      "and Ollama's model folders, the folders you added and its own downloads; the offline demo model "
+                      "is not installed either (the set-up installs it: make run). Download a pair in the Catalogue "
+                      "tab, or add a folder that holds GGUF files.")
+
 
 class OnDiskTab(QWidget):
     """The table of found files; Use as target / Use as draft / Add folder.
@@ -46,6 +51,10 @@ class OnDiskTab(QWidget):
         self.found_table.verticalHeader().hide()
         self.found_table.setTabKeyNavigation(False)  # Tab leaves the table; arrows move inside
         self.found_table.horizontalHeader().setStretchLastSection(True)
+        self.empty_label = QLabel(NOTHING_FOUND_TEXT, self)
+        self.empty_label.setObjectName("onDiskEmpty")
+        self.empty_label.setWordWrap(True)
+        self.model = model
         self.as_target_button = QPushButton("Use as &target", self)
         self.as_target_button.setToolTip("Put this file in 'Add my own pair' as the target")
         self.as_draft_button = QPushButton("Use as dr&aft", self)
@@ -59,11 +68,23 @@ class OnDiskTab(QWidget):
         row.addWidget(self.as_draft_button)
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
+        layout.addWidget(self.empty_label)
         layout.addWidget(self.found_table, 1)
         layout.addLayout(row)
+        for signal in (model.modelReset, model.rowsInserted, model.rowsRemoved):
+            signal.connect(self._update_empty_label)
+        self._update_empty_label()
         self.as_target_button.clicked.connect(self._on_as_target_button_clicked)
         self.as_draft_button.clicked.connect(self._on_as_draft_button_clicked)
         self.add_folder_button.clicked.connect(self._on_add_folder_button_clicked)
+
+    def _update_empty_label(self) -> None:
+        """Say why the table is empty, in place of an empty grid; hidden when something was found."""
+        empty = self.model.rowCount() == 0
+        self.empty_label.setVisible(empty)
+        self.found_table.setVisible(not empty)
+        self.as_target_button.setEnabled(not empty)
+        self.as_draft_button.setEnabled(not empty)
 
     def selected_path(self) -> str | None:
         rows = self.found_table.selectionModel().selectedRows()
