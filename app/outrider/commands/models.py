@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, positive_int, print_json
+from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, positive_int, print_json, rpc_list
+from outrider.commands.rpc_worker import placement_lines, worker_memory
 
 
 def register(subparsers: Any) -> None:
@@ -45,6 +46,8 @@ def register(subparsers: Any) -> None:
     s.add_argument("draft")
     s.add_argument("--json", action="store_true")
     s.add_argument("--ctx", type=positive_int, default=4096, help="context for the memory estimate (tokens, >= 1)")
+    s.add_argument("--rpc", type=rpc_list, default=(), metavar="HOST:PORT[,HOST:PORT...]",
+                   help="also ask these RPC workers for their memory and show where each model would live")
     s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("refresh", help="(maintainers) compare each catalogue file's revision, size and sha256 with "
@@ -246,13 +249,16 @@ def cmd_check(args: argparse.Namespace) -> int:
         report = check_local_pair(args.target, args.draft, args.ctx)
     except GGUFHeaderError as exc:
         raise CliError(f"{exc} ({exc.kind})", EXIT_BAD_INPUT) from exc
+    workers = worker_memory(args.rpc) if args.rpc else []
     if args.json:
-        print_json(report.to_json())
+        print_json({**report.to_json(), "rpc": workers} if args.rpc else report.to_json())
     elif report.compatibility.ok:
         print(f"compatible: the draft can speculate for the target; needs about {_gb(report.memory.total)} "
               f"at {report.memory.n_ctx} tokens of context")
     else:
         print(f"not compatible ({report.compatibility.rule}): {report.compatibility.reason}")
+    if workers and not args.json:
+        print("\n".join(placement_lines(workers, report.memory.target_weights)))
     return 0 if report.compatibility.ok else EXIT_RUNTIME
 
 

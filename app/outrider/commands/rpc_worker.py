@@ -113,3 +113,39 @@ def cmd_rpc_worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     ggml.start_server(f"{args.host}:{args.port}", cache, threads, devices)
     return EXIT_RUNTIME  # start_server returns only if it could not serve
+
+
+def worker_memory(endpoints: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Each worker's devices and memory, asked over RPC: ``{endpoint, device, free, total}`` (bytes).
+
+    Unreachable or busy workers are a CliError (exit 3) within seconds, never a hang or an abort."""
+    from outrider.commands.base import EXIT_ENGINE_CRASHED
+    from outrider.engine.errors import ModelLoadError
+    from outrider.engine.llama.rpc import Ggml, probe
+
+    ggml = Ggml()
+    if not ggml.has_rpc:
+        raise CliError("this llama.cpp was built without RPC (GGML_RPC=on); run `make setup` again", EXIT_RUNTIME)
+    rows = []
+    for endpoint in endpoints:
+        try:
+            probe(endpoint)
+        except ModelLoadError as exc:
+            raise CliError(str(exc), EXIT_ENGINE_CRASHED) from None
+        for handle in ggml.add_server(endpoint):
+            d = ggml.describe(handle)
+            rows.append({"endpoint": endpoint, "device": d.name, "free": d.memory_free, "total": d.memory_total})
+    return rows
+
+
+def placement_lines(rows: list[dict[str, Any]], target_bytes: int) -> list[str]:
+    """Words for ``models check --rpc``: where each model would live and whether the workers have room."""
+    free = sum(int(r["free"]) for r in rows)
+    lines = ["draft: on this machine",
+             f"target: its offloaded layers spread over this machine's GPUs and {len(rows)} RPC device(s):"]
+    lines += [f"  {r['device']} at {r['endpoint']}: {r['free'] / 2**30:.1f} GiB free of {r['total'] / 2**30:.1f} GiB"
+              for r in rows]
+    verdict = "fit" if target_bytes <= free else "do NOT fit"
+    lines.append(f"the target's weights ({target_bytes / 2**30:.1f} GiB) {verdict} in the workers' free memory "
+                 f"({free / 2**30:.1f} GiB)")
+    return lines

@@ -158,3 +158,19 @@ def test_rpc_worker_refuses_a_port_in_use_and_warns_beyond_loopback() -> None:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_models_check_shows_placement_and_worker_memory(workers: tuple[Worker, Worker], tiny_family: Family) -> None:
+    endpoints = ",".join(w.endpoint for w in workers)
+    r = subprocess.run(outrider_command("models", "check", str(tiny_family.target), str(tiny_family.draft),
+                                        "--rpc", endpoints, "--json"),
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rpc"]
+    assert [row["endpoint"] for row in rows] == [w.endpoint for w in workers]
+    assert all(0 < row["free"] <= row["total"] for row in rows)
+    r = subprocess.run(outrider_command("models", "check", str(tiny_family.target), str(tiny_family.draft),
+                                        "--rpc", endpoints), capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "draft: on this machine" in r.stdout
+    assert f"at {workers[1].endpoint}:" in r.stdout and "fit in the workers' free memory" in r.stdout
