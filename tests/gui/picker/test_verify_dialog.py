@@ -13,10 +13,11 @@ from pytestqt.qtbot import QtBot
 
 from outrider.engine.events import DoneEvent, stats_from_wire
 from outrider.engine.measure.verify_stats import VerifyReport
+from outrider.engine.params import DraftParams, SamplingParams, TextRequest
 from outrider.engine.stats import GenerationStats
 from outrider.ui.dialogs.benchmark_dialog import BenchmarkDialog
-from outrider.ui.dialogs.verify_panel import verify_summary
-from outrider.worker.protocol import DraftParams, TextRequest
+from outrider.ui.dialogs.benchmark_runner import BenchmarkRunner, BridgeRun
+from outrider.ui.dialogs.verify_panel import VerifyRunner, verify_summary
 from support.tiny_gguf import Family
 
 TARGET = [0.5, 0.3, 0.2]  # the "target" distribution of every token
@@ -192,6 +193,61 @@ def test_verify_uses_the_first_ticked_prompt_and_needs_one(dialog: BenchmarkDial
     assert bridge.requests[0].messages is not None and bridge.requests[0].messages[-1].content == text
     assert f"“{label}”" in dialog.status.text()
     dialog.verify_runner.cancel()
+
+
+def _start(runner: BridgeRun) -> None:
+    if isinstance(runner, VerifyRunner):
+        runner.start("Say hi", samples=10, tokens=2, sampling=SamplingParams(temperature=1.0))
+    else:
+        assert isinstance(runner, BenchmarkRunner)
+        runner.start([("#1", "Say hi"), ("#2", "Say bye")], runs=2, max_tokens=4)
+
+
+@pytest.mark.parametrize("kind", [BenchmarkRunner, VerifyRunner])
+def test_a_generation_cancelled_elsewhere_stops_the_run_and_lets_go_of_the_bridge(
+    qtbot: QtBot, kind: type[BridgeRun]
+) -> None:
+    bridge = TokenBridge()
+    bridge.hold_at = 3
+    runner = kind(bridge)  # type: ignore[arg-type]
+    finished: list[object] = []
+    runner.finished.connect(finished.append)
+    _start(runner)
+    qtbot.waitUntil(lambda: len(bridge.requests) == 3, timeout=5000)
+    assert runner.running and runner.done == 2 and runner.total > 3
+    with qtbot.waitSignal(runner.cancelled, timeout=5000):
+        bridge.generation_finished.emit(DoneEvent("cancelled", Stats(), ""))  # e.g. the chat's Stop
+    assert not runner.running and bridge.cancels == 0 and runner.done == 2
+    bridge.generation_finished.emit(DoneEvent("length", Stats(), ""))  # disconnected: nothing more happens
+    bridge.error.emit(RuntimeError("late"))
+    assert len(bridge.requests) == 3 and not finished
+
+
+@pytest.mark.parametrize("kind", [BenchmarkRunner, VerifyRunner])
+def test_a_run_reports_progress_for_every_generation_and_finishes_once(qtbot: QtBot, kind: type[BridgeRun]) -> None:
+    bridge = TokenBridge()
+    runner = kind(bridge)  # type: ignore[arg-type]
+    progress: list[tuple[int, int]] = []
+    runner.progressed.connect(lambda done, total: progress.append((done, total)))
+    with qtbot.waitSignal(runner.finished, timeout=10_000) as blocker:
+        _start(runner)
+    total = runner.total
+    assert progress == [(i, total) for i in range(total + 1)] and len(bridge.requests) == total
+    assert not runner.running
+    if isinstance(runner, BenchmarkRunner):
+        assert [row["label"] for row in blocker.args[0]] == ["#1", "#2"]
+    else:
+        assert isinstance(blocker.args[0], VerifyReport) and blocker.args[0].samples == 10
+    with pytest.raises(ValueError):
+        _start_invalid(runner)
+
+
+def _start_invalid(runner: BridgeRun) -> None:
+    if isinstance(runner, VerifyRunner):
+        runner.start("x", samples=10, tokens=2, sampling=SamplingParams(temperature=0.0))
+    else:
+        assert isinstance(runner, BenchmarkRunner)
+        runner.start([], runs=2)
 
 
 def test_summary_wording_for_a_greedy_divergence() -> None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject
 
 from outrider.engine.measure.bench import stats_dict
 from outrider.engine.measure.verify_stats import VerifyCollector, VerifyJob, VerifyReport
 from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
-from outrider.ui.dialogs.benchmark_runner import RunState, describe_failure
+from outrider.ui.dialogs.benchmark_runner import BridgeRun, RunState
 
 
 class VerifyBridgeLike(Protocol):
@@ -30,38 +30,21 @@ class VerifyBridgeLike(Protocol):
     def cancel(self) -> None: ...
 
 
-class VerifyRunner(QObject):
+class VerifyRunner(BridgeRun):
     """Runs ``outrider verify``'s plan (``outrider.engine.measure.verify_stats``) through the bridge, one
     generation at a time: greedy speculative and plain, then ``samples`` speculative/plain pairs at the sampling
-    settings.
-
-    Signals:
-        progressed(int, int): generations done, generations in all.
-        finished(object): the ``VerifyReport``.
-        failed(str): the engine failed or crashed; the check stopped.
-        cancelled(): the user stopped the check.
+    settings. ``finished`` carries the ``VerifyReport``; the other signals are ``BridgeRun``'s.
     """
 
-    progressed = Signal(int, int)
-    finished = Signal(object)
-    failed = Signal(str)
-    cancelled = Signal()
+    bridge: VerifyBridgeLike
 
     def __init__(self, bridge: VerifyBridgeLike, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.bridge = bridge
-        self.state = RunState.IDLE
+        super().__init__(bridge, parent)
         self.collector: VerifyCollector | None = None
         self._prompt = ""
         self._sampling = SamplingParams(temperature=1.0)
         self._draft = DraftParams()
-        self._next_job = 0
         self._tokens: list[int] = []
-        self._connected = False
-
-    @property
-    def running(self) -> bool:
-        return self.state is not RunState.IDLE
 
     def start(self, prompt: str, *, samples: int, tokens: int, sampling: SamplingParams,
               draft: DraftParams | None = None, alpha: float = 0.01) -> None:
@@ -75,18 +58,7 @@ class VerifyRunner(QObject):
         self._prompt = prompt
         self._sampling = sampling
         self._draft = draft or DraftParams()
-        self._next_job = 0
-        self._tokens = []
-        self.state = RunState.RUNNING
-        self._connect(True)
-        self.progressed.emit(0, self.collector.total)
-        self._next()
-
-    def cancel(self) -> None:
-        """Stop at the next step of the running generation; ``cancelled`` follows when the engine confirms."""
-        if self.state is RunState.RUNNING:
-            self.state = RunState.CANCELLING
-            self.bridge.cancel()
+        self._begin(self.collector.total)
 
     def request_for(self, job: VerifyJob) -> TextRequest:
         s = self._sampling
@@ -95,27 +67,13 @@ class VerifyRunner(QObject):
         return TextRequest(messages=(ChatMessage("user", self._prompt),), max_tokens=self.collector.tokens,
                            sampling=sampling, draft=self._draft, plain=job.plain)
 
-    # -- internals ----------------------------------------------------------------------------------------------
-    def _connect(self, on: bool) -> None:
-        pairs = ((self.bridge.step_received, self._on_bridge_step_received),
-                 (self.bridge.generation_finished, self._on_bridge_generation_finished),
-                 (self.bridge.error, self._on_bridge_error), (self.bridge.crashed, self._on_bridge_error))
-        if on and not self._connected:
-            for signal, slot in pairs:
-                signal.connect(slot)
-        elif not on and self._connected:
-            for signal, slot in pairs:
-                signal.disconnect(slot)
-        self._connected = on
-
-    def _next(self) -> None:
+    def _request(self, index: int) -> TextRequest:
         assert self.collector is not None
-        if self._next_job >= self.collector.total:
-            self._end()
-            self.finished.emit(self.collector.report())
-            return
         self._tokens = []
-        self.bridge.generate(self.request_for(self.collector.jobs[self._next_job]))
+        return self.request_for(self.collector.jobs[index])
+
+    def _bridge_slots(self) -> list[tuple[Any, Any]]:
+        return [(self.bridge.step_received, self._on_bridge_step_received), *super()._bridge_slots()]
 
     def _on_bridge_step_received(self, batch: Any) -> None:
         if self.state is not RunState.RUNNING:
@@ -123,35 +81,15 @@ class VerifyRunner(QObject):
         for step in getattr(batch, "steps", (batch,)):
             self._tokens.extend(int(t) for t in step.tokens)
 
-    def _on_bridge_generation_finished(self, done: Any) -> None:
-        if self.state is RunState.CANCELLING or getattr(done, "stop_reason", "") == "cancelled":
-            if self.state is not RunState.IDLE:
-                self._end()
-                self.cancelled.emit()
-            return
-        if self.state is not RunState.RUNNING or self.collector is None:
-            return
-        job = self.collector.jobs[self._next_job]
+    def _record(self, index: int, done: Any) -> None:
+        assert self.collector is not None
         stats = stats_dict(done.stats)
-        self.collector.record(job, self._tokens, drafted=int(stats.get("drafted") or 0),
+        self.collector.record(self.collector.jobs[index], self._tokens, drafted=int(stats.get("drafted") or 0),
                               accepted=int(stats.get("accepted") or 0))
-        self._next_job += 1
-        self.progressed.emit(self._next_job, self.collector.total)
-        self._next()
 
-    def _on_bridge_error(self, exc: object) -> None:
-        if self.state is RunState.IDLE:
-            return
-        was_cancelling = self.state is RunState.CANCELLING
-        self._end()
-        if was_cancelling:
-            self.cancelled.emit()
-        else:
-            self.failed.emit(describe_failure(exc))
-
-    def _end(self) -> None:
-        self.state = RunState.IDLE
-        self._connect(False)
+    def _result(self) -> object:
+        assert self.collector is not None
+        return self.collector.report()
 
 
 def verify_summary(report: VerifyReport) -> str:
