@@ -107,6 +107,29 @@ def test_every_menu_action_is_reachable_from_the_keyboard(qtbot: Any, app_parts:
         assert "&" in action.text() or not action.shortcut().isEmpty(), f"{ident} has no mnemonic or shortcut"
 
 
+def test_chat_menu_shortcuts_focus_toggle_and_follow_the_buttons(qtbot: Any, app_parts: dict[str, Any]) -> None:
+    win = _bare_window(qtbot, app_parts)
+    ctrl, shift = Qt.KeyboardModifier.ControlModifier, Qt.KeyboardModifier.ShiftModifier
+    qtbot.keyClick(win.chat.composer, Qt.Key.Key_F, ctrl)
+    qtbot.waitUntil(win.conversations.search.hasFocus, timeout=3000)
+    qtbot.keyClick(win.conversations.search, Qt.Key.Key_L, ctrl)
+    qtbot.waitUntil(win.chat.composer.hasFocus, timeout=3000)
+    before = win.chat.provenance_box.isChecked()
+    qtbot.keyClick(win.chat.composer, Qt.Key.Key_P, ctrl | shift)
+    assert win.chat.provenance_box.isChecked() is not before
+    assert win.actions_by_id["provenance"].isChecked() is not before  # the View entry follows the box
+    win.chat.provenance_box.setChecked(before)
+    assert win.actions_by_id["provenance"].isChecked() is before
+    asked: list[bool] = []
+    win.chat.regenerate_requested.connect(lambda: asked.append(True))
+    qtbot.keyClick(win.chat.composer, Qt.Key.Key_R, ctrl)
+    assert asked == []  # an empty chat has nothing to regenerate: the shortcut does what the disabled button does
+    win._sync_chat_actions()  # what opening the Chat menu does
+    enabled = {k: win.actions_by_id[k].isEnabled() for k in ("send", "stop", "regenerate", "continue", "copy_reply")}
+    assert enabled == {"send": win.chat.send_button.isEnabled(), "stop": False, "regenerate": False,
+                       "continue": False, "copy_reply": False}
+
+
 def test_help_about_shows_version_llama_build_backend_licences_and_metrics_doc(
         qtbot: Any, app_parts: dict[str, Any]) -> None:
     from outrider.ui.dialogs.about_dialog import AboutDialog
@@ -131,7 +154,22 @@ def test_help_about_shows_version_llama_build_backend_licences_and_metrics_doc(
 
 
 @pytest.mark.smollm
-def test_about_names_the_backend_the_engine_reported(qtbot: Any, window: Any) -> None:
+def test_keyboard_sends_copies_regenerates_and_about_names_the_engines_backend(qtbot: Any, window: Any) -> None:
+    ctrl, shift = Qt.KeyboardModifier.ControlModifier, Qt.KeyboardModifier.ShiftModifier
+    window.session.max_tokens_override = 12
+    window.chat.composer.setPlainText("Say hello.")
+    with qtbot.waitSignal(window.session.reply_ended, timeout=60_000) as first:
+        qtbot.keyClick(window.chat.composer, Qt.Key.Key_Return, ctrl)
+    assert first.args[0] == "complete" and first.args[1]
+    qtbot.waitUntil(lambda: window._last_reply_text() is not None, timeout=5000)
+    QApplication.clipboard().clear()
+    qtbot.keyClick(window.chat.composer, Qt.Key.Key_C, ctrl | shift)
+    assert QApplication.clipboard().text() == window._last_reply_text()
+    with qtbot.waitSignal(window.session.reply_ended, timeout=60_000) as again:
+        qtbot.keyClick(window.chat.composer, Qt.Key.Key_R, ctrl)
+    assert again.args[0] == "complete"
+    assert [m.role for m in window.chat.messages] == ["user", "assistant"]  # regenerated, not appended
+
     backend = window.bridge.client.backend
     assert backend.get("name")
     window.actions_by_id["about"].trigger()

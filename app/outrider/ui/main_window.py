@@ -43,6 +43,14 @@ ACTION_SETTINGS = "settings"
 ACTION_DARK = "dark_theme"
 ACTION_QUIT = "quit"
 ACTION_ABOUT = "about"
+ACTION_PROVENANCE = "provenance"
+ACTION_SEND = "send"
+ACTION_STOP = "stop"
+ACTION_REGENERATE = "regenerate"
+ACTION_CONTINUE = "continue"
+ACTION_COPY_REPLY = "copy_reply"
+ACTION_FOCUS_COMPOSER = "focus_composer"
+ACTION_FOCUS_SEARCH = "focus_search"
 
 
 def _banner(name: str, parent: QWidget) -> tuple[QFrame, QLabel, QHBoxLayout]:
@@ -155,14 +163,73 @@ class MainWindow(QMainWindow):
         from outrider.ui.dialogs.serve_dialog import add_serve_action  # the OpenAI-compatible server (docs/server.md)
 
         add_serve_action(self, models)
+        self._build_chat_menu()
         view = bar.addMenu("&View")
         dark = self._action(ACTION_DARK, "&Dark theme", self._on_dark_toggled, "Ctrl+Shift+D")
         dark.setCheckable(True)
         dark.setChecked(self.settings.value.theme == "dark")
         view.addAction(dark)
+        provenance = self._action(ACTION_PROVENANCE, "Show &provenance", self._on_provenance_action,
+                                  "Ctrl+Shift+P")
+        provenance.setCheckable(True)
+        provenance.setChecked(self.chat.provenance_box.isChecked())
+        self.chat.provenance_box.toggled.connect(provenance.setChecked)
+        view.addAction(provenance)
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self._action(ACTION_ABOUT, "&About Outrider", self._on_about))
         self.actions_by_id[ACTION_CHOOSE_PAIR].setEnabled(self.catalogue_service is not None)
+
+    def _build_chat_menu(self) -> None:
+        """Chat: every button and link of the chat reachable from the keyboard, with its shortcut shown.
+
+        The actions press the chat's own buttons, so they do exactly what a click does, and nothing when the
+        button is disabled; their enabled state is synced with the buttons whenever the menu opens.
+        """
+        c = self.chat
+        chat = self.menuBar().addMenu("&Chat")
+        chat.addAction(self._action(ACTION_SEND, "&Send", c.send_button.click, "Ctrl+Return"))
+        chat.addAction(self._action(ACTION_STOP, "S&top\tEsc", c.stop_button.click))  # Esc: the window's shortcut
+        chat.addAction(self._action(ACTION_REGENERATE, "&Regenerate last reply", c.regenerate_button.click, "Ctrl+R"))
+        chat.addAction(self._action(ACTION_CONTINUE, "C&ontinue the cut reply", c.continue_button.click,
+                                    "Ctrl+Shift+Return"))
+        chat.addAction(self._action(ACTION_COPY_REPLY, "&Copy last reply", self._copy_last_reply, "Ctrl+Shift+C"))
+        chat.addSeparator()
+        chat.addAction(self._action(ACTION_FOCUS_COMPOSER, "&Message box", self._focus_composer, "Ctrl+L"))
+        chat.addAction(self._action(ACTION_FOCUS_SEARCH, "Search &conversations", self._focus_search,
+                                    QKeySequence.StandardKey.Find))
+        chat.aboutToShow.connect(self._sync_chat_actions)
+
+    @Slot(bool)
+    def _on_provenance_action(self, on: bool) -> None:
+        self.chat.provenance_box.setChecked(on)
+
+    @Slot()
+    def _sync_chat_actions(self) -> None:
+        c, a = self.chat, self.actions_by_id
+        for ident, button in ((ACTION_SEND, c.send_button), (ACTION_STOP, c.stop_button),
+                              (ACTION_REGENERATE, c.regenerate_button), (ACTION_CONTINUE, c.continue_button)):
+            a[ident].setEnabled(button.isEnabled() and not button.isHidden())
+        a[ACTION_COPY_REPLY].setEnabled(self._last_reply_text() is not None)
+
+    def _last_reply_text(self) -> str | None:
+        replies = [m.text for m in self.chat.messages if m.role == "assistant" and m.text]
+        return replies[-1] if replies else None
+
+    @Slot()
+    def _copy_last_reply(self) -> None:
+        text = self._last_reply_text()
+        if text is not None:
+            QApplication.clipboard().setText(text)
+            self.statusBar().showMessage("Last reply copied", 3000)
+
+    @Slot()
+    def _focus_composer(self) -> None:
+        self.chat.composer.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    @Slot()
+    def _focus_search(self) -> None:
+        self.conversations.search.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.conversations.search.selectAll()
 
     def _set_tab_order(self) -> None:
         """Tab: composer → Send (→ the reply's buttons, the chat) → the conversation list → the statistics → back.
