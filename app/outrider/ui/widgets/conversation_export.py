@@ -50,6 +50,9 @@ def export_error_text(exc: BaseException, path: Path) -> str:
     if isinstance(exc, ConversationNotFoundError):
         return "Not exported: the conversation no longer exists (deleted?)."
     if isinstance(exc, OSError):
+        blocking = next((d for d in path.parents if d.exists() and not d.is_dir()), None)
+        if blocking is not None:
+            return f"Not exported: {blocking} is a file, not a folder."
         if exc.errno == errno.ENOSPC:
             return f"Not exported: the disk is full ({path.parent})."
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
