@@ -231,6 +231,9 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
     startup = QtTaskRunner("outrider-startup")
 
     def on_choice(choice: Any) -> None:
+        # The charts (pyqtgraph, numpy: ~0.4 s) are made now, while the engine process loads the pair, so the
+        # first reply does not wait for them and the first paint did not either.
+        QTimer.singleShot(0, window.stats, window.stats.build_charts)
         if choice is None:
             window.show_notice("No pair is installed and the offline demo model is missing: choose a pair.")
             if smoke_test:

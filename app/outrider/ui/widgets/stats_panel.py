@@ -11,8 +11,8 @@ for the two curves, and a plain sentence instead of empty axes until there is so
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
-import pyqtgraph as pg
 from PySide6.QtCore import QElapsedTimer, QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QFrame,
@@ -31,6 +31,9 @@ from PySide6.QtWidgets import (
 from outrider.ui.settings import QtSettings
 from outrider.ui.theme import LIGHT, ThemeColours
 from outrider.ui.widgets.live_stats import EXPLANATIONS, TOOLTIPS, ReplyMeter, Snapshot, fmt, format_speedup
+
+if TYPE_CHECKING:  # pyqtgraph (and numpy) load with the charts, after the window's first paint: ``build_charts``
+    import pyqtgraph as pg
 
 REFRESH_MS = 250
 CHART_MS = 1000  # chart redraws while streaming (a pyqtgraph repaint costs milliseconds)
@@ -163,21 +166,89 @@ class StatsPanel(QWidget):
         wl.addLayout(buttons)
         self.warning.hide()
 
-        pg.setConfigOptions(antialias=True)
-        self.reply_plot = pg.PlotWidget(self)
-        self.reply_plot.setToolTip("This reply: decode tokens/s now (line) and acceptance so far (dashed, right "
-                                   "axis, 0–1), against seconds since the request")
-        self.conv_plot = pg.PlotWidget(self)
-        self.conv_plot.setToolTip("This conversation: each reply's average decode tokens/s (line) and "
-                                  "acceptance rate (dashed, right axis), by reply number")
-        self._tps_curves = []
-        self._acc_curves = []
-        self.legends = []
+        self._plots: tuple[pg.PlotWidget, pg.PlotWidget] | None = None  # built by ``build_charts``
+        self._tps_curves: list[Any] = []
+        self._acc_curves: list[Any] = []
+        self.legends: list[Any] = []
         self._ranges: dict[int, tuple[float, float, float, float]] = {}
         self._since_chart = QElapsedTimer()
         self._since_chart.start()
-        charts = ((self.reply_plot, "This reply", "time since the request", "s"),
-                  (self.conv_plot, "Conversation", "reply number", ""))
+
+        head = QVBoxLayout()
+        head.addWidget(self.speedup_label)
+        head.addWidget(caption)
+        head.addWidget(speedup_help)
+        box = QGroupBox("Live statistics")
+        bl = QVBoxLayout(box)
+        bl.addLayout(head)
+        bl.addWidget(self.warning)
+        bl.addLayout(form)
+        self.reply_chart, self.reply_empty = self._chart_stack(REPLY_EMPTY)
+        self.conv_chart, self.conv_empty = self._chart_stack(CONVERSATION_EMPTY)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.numbers = FittingScrollArea(self)
+        self.numbers.setWidget(box)
+        layout.addWidget(self.numbers)
+        layout.addWidget(self.reply_chart, 1)
+        layout.addWidget(self.conv_chart, 1)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(REFRESH_MS)
+        self.timer.timeout.connect(self._on_timer_timeout)
+        self.timer.start()
+        self.set_colours(LIGHT)
+
+    def _explanation(self, key: str) -> QLabel:
+        """The one-line explanation of statistic ``key`` (muted, small; ``EXPLANATIONS``)."""
+        label = QLabel(EXPLANATIONS[key], self)
+        label.setObjectName("statHelp")
+        label.setWordWrap(True)
+        label.setToolTip(TOOLTIPS[key])
+        self.explanations[key] = label
+        return label
+
+    def _chart_stack(self, empty_text: str) -> tuple[QStackedWidget, QLabel]:
+        """The chart, or a plain sentence in its place while it has nothing to draw (no meaningless axes)."""
+        stack = QStackedWidget(self)
+        # The numbers have the first claim on the height; a chart takes what is left, at least its minimum.
+        stack.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Ignored)
+        stack.setMinimumHeight(120)
+        empty = QLabel(empty_text, stack)
+        empty.setObjectName("chartEmpty")
+        empty.setWordWrap(True)
+        empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        empty.setMinimumHeight(60)
+        stack.addWidget(empty)
+        return stack, empty
+
+    @property
+    def reply_plot(self) -> pg.PlotWidget:
+        """The chart of this reply (built on first use)."""
+        return self.build_charts()[0]
+
+    @property
+    def conv_plot(self) -> pg.PlotWidget:
+        """The chart of the conversation (built on first use)."""
+        return self.build_charts()[1]
+
+    def build_charts(self) -> tuple[pg.PlotWidget, pg.PlotWidget]:
+        """The two pyqtgraph charts, made the first time they are needed: with the first data to draw, or when
+        the app calls this after the window's first paint (importing pyqtgraph and numpy takes about 0.4 s,
+        which the start-up does not wait for). Idempotent."""
+        if self._plots is not None:
+            return self._plots
+        import pyqtgraph as pg
+
+        pg.setConfigOptions(antialias=True)
+        reply_plot = pg.PlotWidget(self)
+        reply_plot.setToolTip("This reply: decode tokens/s now (line) and acceptance so far (dashed, right "
+                                   "axis, 0–1), against seconds since the request")
+        conv_plot = pg.PlotWidget(self)
+        conv_plot.setToolTip("This conversation: each reply's average decode tokens/s (line) and "
+                                  "acceptance rate (dashed, right axis), by reply number")
+        charts = ((reply_plot, "This reply", "time since the request", "s"),
+                  (conv_plot, "Conversation", "reply number", ""))
         for plot, title, x_label, x_unit in charts:
             plot.setMinimumHeight(120)
             plot.setMouseEnabled(x=False, y=False)
@@ -207,58 +278,26 @@ class StatsPanel(QWidget):
             plot.getViewBox().sigResized.connect(
                 lambda vb=plot.getViewBox(), av=acc_view: av.setGeometry(vb.sceneBoundingRect()))
 
-        head = QVBoxLayout()
-        head.addWidget(self.speedup_label)
-        head.addWidget(caption)
-        head.addWidget(speedup_help)
-        box = QGroupBox("Live statistics")
-        bl = QVBoxLayout(box)
-        bl.addLayout(head)
-        bl.addWidget(self.warning)
-        bl.addLayout(form)
-        self.reply_chart, self.reply_empty = self._chart_stack(self.reply_plot, REPLY_EMPTY)
-        self.conv_chart, self.conv_empty = self._chart_stack(self.conv_plot, CONVERSATION_EMPTY)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        self.numbers = FittingScrollArea(self)
-        self.numbers.setWidget(box)
-        layout.addWidget(self.numbers)
-        layout.addWidget(self.reply_chart, 1)
-        layout.addWidget(self.conv_chart, 1)
-
-        self.timer = QTimer(self)
-        self.timer.setInterval(REFRESH_MS)
-        self.timer.timeout.connect(self._on_timer_timeout)
-        self.timer.start()
-        self.set_colours(LIGHT)
-
-    def _explanation(self, key: str) -> QLabel:
-        """The one-line explanation of statistic ``key`` (muted, small; ``EXPLANATIONS``)."""
-        label = QLabel(EXPLANATIONS[key], self)
-        label.setObjectName("statHelp")
-        label.setWordWrap(True)
-        label.setToolTip(TOOLTIPS[key])
-        self.explanations[key] = label
-        return label
-
-    def _chart_stack(self, plot: pg.PlotWidget, empty_text: str) -> tuple[QStackedWidget, QLabel]:
-        """The chart, or a plain sentence in its place while it has nothing to draw (no meaningless axes)."""
-        stack = QStackedWidget(self)
-        # The numbers have the first claim on the height; a chart takes what is left, at least its minimum.
-        stack.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Ignored)
-        stack.setMinimumHeight(120)
-        empty = QLabel(empty_text, stack)
-        empty.setObjectName("chartEmpty")
-        empty.setWordWrap(True)
-        empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        empty.setMinimumHeight(60)
-        stack.addWidget(empty)
-        stack.addWidget(plot)
-        return stack, empty
+        self._plots = (reply_plot, conv_plot)
+        self.reply_chart.addWidget(reply_plot)
+        self.conv_chart.addWidget(conv_plot)
+        self._colour_charts(self.colours)
+        return self._plots
 
     def set_colours(self, colours: ThemeColours) -> None:
         self.colours = colours
-        for plot in (self.reply_plot, self.conv_plot):
+        if self._plots is not None:
+            self._colour_charts(colours)
+        muted = f"color: {colours.muted};"
+        for label in (*self.explanations.values(), self.reply_empty, self.conv_empty):
+            label.setStyleSheet(muted + (" font-size: 8pt;" if label.objectName() == "statHelp" else ""))
+        self.meter._dirty = True
+        self.refresh()
+
+    def _colour_charts(self, colours: ThemeColours) -> None:
+        import pyqtgraph as pg
+
+        for plot in self._plots or ():
             plot.setBackground(colours.background)
             for axis in ("left", "bottom", "right"):
                 plot.getAxis(axis).setTextPen(colours.text)
@@ -270,11 +309,6 @@ class StatsPanel(QWidget):
             curve.setPen(pg.mkPen(colours.chart_accept, width=2, style=pg.QtCore.Qt.PenStyle.DashLine))
         for legend in self.legends:
             legend.setLabelTextColor(colours.text)
-        muted = f"color: {colours.muted};"
-        for label in (*self.explanations.values(), self.reply_empty, self.conv_empty):
-            label.setStyleSheet(muted + (" font-size: 8pt;" if label.objectName() == "statHelp" else ""))
-        self.meter._dirty = True
-        self.refresh()
 
     @Slot()
     def _on_draft_off_button_clicked(self) -> None:
@@ -346,6 +380,11 @@ class StatsPanel(QWidget):
 
     def _draw(self) -> None:
         self._since_chart.restart()
+        if self._plots is None and not self.meter.reply_series and not self.meter.conversation_series:
+            self.reply_chart.setCurrentWidget(self.reply_empty)  # nothing to draw: no need for the charts yet
+            self.conv_chart.setCurrentWidget(self.conv_empty)
+            return
+        self.build_charts()
         series = self.meter.reply_series
         self.reply_chart.setCurrentWidget(self.reply_plot if series else self.reply_empty)
         xs = [p[0] for p in series]
