@@ -297,6 +297,6 @@ def test_on_disk_lists_the_demo_model_installed_with_the_app(qtbot: QtBot, open_
     dlg.tabs.setCurrentWidget(dlg.on_disk_tab)
     files = [dlg.found_model.index(i, 0).data(FoundRole.File) for i in range(dlg.found_model.rowCount())]
     assert [(f.name, f.source, f.path) for f in files] == [(demo.filename, "package", demo.package_path())]
-    assert dlg.found_model.index(0, 1).data() == "installed with Outrider (offline demo)"
+    assert dlg.found_model.index(0, 1).data() == "installed with Outrider"
     assert dlg.found_table.isVisibleTo(dlg) and not dlg.on_disk_tab.empty_label.isVisibleTo(dlg)
     assert files[0].size == demo.size and files[0].sha256 == demo.sha256

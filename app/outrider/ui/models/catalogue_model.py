@@ -268,7 +268,7 @@ class FoundFilesModel(HeaderedTableModel):
     headers = (("File", ""), ("Found in", ""), ("Size", ""), ("Path", ""))
     SOURCES: ClassVar[dict[str, str]] = {"hf-cache": "Hugging Face cache", "lmstudio": "LM Studio", "ollama": "Ollama",
                "folder": "your folder", "store": "Outrider's downloads",
-               "package": "installed with Outrider (offline demo)"}
+               "package": "installed with Outrider"}
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)

@@ -83,6 +83,8 @@ class OnDiskTab(QWidget):
         empty = self.model.rowCount() == 0
         self.empty_label.setVisible(empty)
         self.found_table.setVisible(not empty)
+        if not empty:
+            self.found_table.resizeColumnsToContents()  # whole names; the path column stretches to the edge
         self.as_target_button.setEnabled(not empty)
         self.as_draft_button.setEnabled(not empty)
 
