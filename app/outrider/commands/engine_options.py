@@ -22,6 +22,7 @@ from outrider.commands.base import (
     EXIT_ENGINE_CRASHED,
     CliError,
     add_rpc_options,
+    format_placement,
     positive_int,
     seed_int,
 )
@@ -262,6 +263,8 @@ def note_load(info: Any, requested_ctx: int, seen: set[str]) -> None:
     raised = context_note(requested_ctx, info.n_ctx)
     if raised:
         note(raised, seen)
+    if info.target.remote_devices:  # the target uses RPC workers: where each part went, and their memory
+        note(format_placement(info), seen)
 
 
 def open_engine(args: argparse.Namespace) -> EngineLike:
