@@ -19,6 +19,9 @@ from typing import Any
 SMOKE_TIMEOUT_S = 300.0
 SMOKE_MESSAGE = "Write one short sentence about speculative decoding."
 SMOKE_MAX_TOKENS = 48
+# Modules the window is painted without (each costs 0.1–1 s to import): the charts, Markdown highlighting, the
+# GGUF reader, the Hub client, the local server. They load after the first paint, or when first used.
+HEAVY_MODULES = ("pyqtgraph", "numpy", "pygments", "gguf", "huggingface_hub", "fastapi", "uvicorn")
 
 
 NO_DISPLAY_MESSAGE = (
@@ -171,6 +174,7 @@ class StartupProbe:
     def __init__(self) -> None:
         self.marks: dict[str, float] = {}
         self.cpu: dict[str, float] = {}  # this process's CPU seconds at each mark (less sensitive to other load)
+        self.heavy_at_window: list[str] = []
         self.mark("main")
 
     def mark(self, name: str) -> None:
@@ -178,8 +182,13 @@ class StartupProbe:
             self.marks[name] = time.monotonic()
             self.cpu[name] = time.process_time()
 
+    def mark_window(self) -> None:
+        """The first paint; also which of the modules kept off the start-up path were loaded by then."""
+        self.mark("window")
+        self.heavy_at_window = sorted(m for m in HEAVY_MODULES if m in sys.modules)
+
     def report(self) -> str:
-        return json.dumps({"startup_probe": self.marks, "cpu": self.cpu})
+        return json.dumps({"startup_probe": self.marks, "cpu": self.cpu, "heavy_at_window": self.heavy_at_window})
 
 
 def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
@@ -190,7 +199,6 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
     from outrider.ui.bridges.engine_bridge import QtEngineBridge
     from outrider.ui.bridges.store_bridge import QtStoreBridge
     from outrider.ui.bridges.tasks import QtTaskRunner
-    from outrider.ui.first_paint import FirstPaintWatcher
     from outrider.ui.main_window import MainWindow
     from outrider.ui.settings import QtSettings
 
@@ -225,7 +233,7 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
     elif history.recovered_reply_ids:
         window.show_notice(f"{len(history.recovered_reply_ids)} reply(ies) were interrupted last time; their text "
                            "so far was kept.")
-    first_paint = FirstPaintWatcher(window, app)
+    first_paint = window.first_paint
     window.show()
     status = {"code": 0}
     startup = QtTaskRunner("outrider-startup")
@@ -251,7 +259,7 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
     def after_first_paint() -> None:
         """Paint first, load after: the pair (catalogue, files on disk, then the model) and the picker's service."""
         if probe is not None:
-            probe.mark("window")
+            probe.mark_window()
         startup.submit(lambda: _startup_choice(saved), on_choice, lambda exc: fail(f"start-up: {exc}") if smoke_test
                        else window.show_notice(f"Could not read the catalogue: {exc}"))
         if not smoke_test:

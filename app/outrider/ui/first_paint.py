@@ -23,8 +23,10 @@ class FirstPaintWatcher(QObject):
 
     painted = Signal()
 
-    def __init__(self, window: QWidget, app: QApplication) -> None:
+    def __init__(self, window: QWidget) -> None:
         super().__init__(window)
+        app = QApplication.instance()
+        assert isinstance(app, QApplication), "a QApplication is needed before a window"
         self._window = window
         self._app = app
         self._done = False

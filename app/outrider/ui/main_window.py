@@ -28,6 +28,7 @@ from outrider.settings import PAIR_RECOMMENDED, AppSettings
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.chat_session import ChatSession
+from outrider.ui.first_paint import FirstPaintWatcher
 from outrider.ui.picker.choice import PairChoice, pair_choice_of
 from outrider.ui.settings import DRAFT_KEYS, QtSettings, drafting_text, reload_needed
 from outrider.ui.theme import app_icon, apply_theme
@@ -135,7 +136,11 @@ class MainWindow(QMainWindow):
         self.apply_settings_theme()
         self.refresh_conversations()
         self.chat.set_provenance(settings.value.show_provenance)
-        QTimer.singleShot(0, self.session, self.session.restore_last_conversation)  # after the first paint
+        # Paint first: the conversation open last is reopened (its Markdown rendered, code highlighted) once the
+        # window is on the screen, after what else waits for the first paint (app.py starts the pair's load).
+        self.first_paint = FirstPaintWatcher(self)
+        self.first_paint.painted.connect(
+            lambda: QTimer.singleShot(0, self.session, self.session.restore_last_conversation))
         self.chat.composer.setFocus()
 
     # -- construction -----------------------------------------------------------------------------------------
