@@ -245,8 +245,8 @@ class Pair:
             "draft_kind": self.draft_kind, "settings": dataclasses.asdict(self.settings),
             "default_context": self.default_context, "size": self.size, "licence": self.licence,
             "gated": self.gated, "memory": self.memory().to_json(), "speedup": self.speedup or None,
-            "speedup_source": self.speedup_source or None, "status": self.status,
-            "status_text": self.status_text, "source": self.source_url,
+            "speedup_source": self.speedup_source or None, "catalogue_status": self.status,
+            "catalogue_status_text": self.status_text, "source": self.source_url,
         }
 
 

@@ -76,6 +76,9 @@ def test_no_research_notes_in_the_catalogue() -> None:
         assert pair.source_url.startswith("https://")
         assert not pair.speedup_source or pair.speedup_source.startswith("https://")
         assert bool(pair.speedup) == (pair.status == "measured")
+        as_json = pair.to_json()  # `models list --json`: beside the row's own status (installed, downloadable…)
+        assert (as_json["catalogue_status"], as_json["catalogue_status_text"], as_json["source"]) == (
+            pair.status, pair.status_text, pair.source_url)
 
 
 def test_the_research_pattern_catches_old_notes() -> None:
