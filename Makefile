@@ -26,7 +26,7 @@ lint: $(STAMP)
 
 # Then the desktop platform itself (X11/xcb on a virtual display, as a user's desktop runs it): a subset of the GUI
 # tests (window, widgets, keyboard, About, no-display) and the smoke test. Needs xvfb and the xcb libraries (README).
-XCB_TESTS := tests/gui/test_main_window.py tests/gui/test_widgets.py tests/gui/test_desktop.py
+XCB_TESTS := tests/gui/test_main_window.py tests/gui/test_widgets.py tests/gui/test_desktop.py tests/gui/test_startup.py
 XVFB      := xvfb-run -a -s "-screen 0 1600x1000x24"
 
 test: $(STAMP) lint
