@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
-    QTableView,
     QVBoxLayout,
     QWidget,
 )
@@ -24,6 +22,7 @@ from outrider.catalogue.memory import describe_memory, format_bytes
 from outrider.catalogue.service import PairRow, PairStatus
 from outrider.ui.models.catalogue_model import CatalogueColumn, CatalogueFilterProxy, CatalogueModel, CatalogueRole
 from outrider.ui.picker.choice import PairChoice
+from outrider.ui.picker.tables import row_table
 
 # Filter choices of the catalogue tab: label → statuses (None = every pair).
 STATUS_FILTERS: tuple[tuple[str, frozenset[PairStatus] | None], ...] = (
@@ -59,15 +58,9 @@ class CatalogueTab(QWidget):
         self.status_combo.setToolTip("Show only pairs in this state")
         for label, _statuses in STATUS_FILTERS:
             self.status_combo.addItem(label)
-        self.table = QTableView(self)
-        self.table.setObjectName("catalogueTable")
-        self.table.setModel(proxy)
+        self.table = row_table(proxy, "catalogueTable", self)
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(CatalogueColumn.Status, Qt.SortOrder.AscendingOrder)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.verticalHeader().hide()
-        self.table.setTabKeyNavigation(False)  # Tab leaves the table; arrows move inside
         self.table.horizontalHeader().setSectionResizeMode(CatalogueColumn.Pair, QHeaderView.ResizeMode.Stretch)
         self.details = QLabel("Select a pair to see its files, memory and where its speed-up was published.", self)
         self.details.setWordWrap(True)

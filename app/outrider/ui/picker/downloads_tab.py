@@ -19,12 +19,12 @@ from PySide6.QtWidgets import (
     QStyledItemDelegate,
     QStyleOptionProgressBar,
     QStyleOptionViewItem,
-    QTableView,
     QVBoxLayout,
     QWidget,
 )
 
 from outrider.ui.bridges.download_manager import DownloadColumn, DownloadItem, DownloadRole, QtDownloadManager
+from outrider.ui.picker.tables import row_table
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -55,14 +55,8 @@ class DownloadsView(QWidget):
     def __init__(self, manager: QtDownloadManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.manager = manager
-        self.table = QTableView(self)
-        self.table.setObjectName("downloadsTable")
-        self.table.setModel(manager.model)
+        self.table = row_table(manager.model, "downloadsTable", self)
         self.table.setItemDelegateForColumn(DownloadColumn.Progress, ProgressBarDelegate(self.table))
-        self.table.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QTableView.SelectionMode.SingleSelection)
-        self.table.verticalHeader().hide()
-        self.table.setTabKeyNavigation(False)  # Tab leaves the table; arrows move inside
         self.table.horizontalHeader().setSectionResizeMode(DownloadColumn.Progress, QHeaderView.ResizeMode.Stretch)
         self.table.setToolTip("Downloads run in their own processes; a paused download resumes where it stopped")
         self.pause_button = QPushButton("&Pause", self)

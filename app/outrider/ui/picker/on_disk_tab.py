@@ -7,17 +7,16 @@ from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QFileDialog,
     QHBoxLayout,
     QLabel,
     QPushButton,
-    QTableView,
     QVBoxLayout,
     QWidget,
 )
 
 from outrider.ui.models.catalogue_model import FoundFilesModel, FoundRole
+from outrider.ui.picker.tables import row_table
 
 NOTHING_FOUND_TEXT = ("No GGUF model found on this computer. Outrider looked in the Hugging Face cache, LM Studio's "
                       "and Ollama's model folders, the folders you added and its own downloads; the offline demo model "
@@ -43,13 +42,7 @@ class OnDiskTab(QWidget):
         intro = QLabel("GGUF files already on this computer: the Hugging Face cache, LM Studio, Ollama, your "
                        "folders and Outrider's store.", self)
         intro.setWordWrap(True)
-        self.found_table = QTableView(self)
-        self.found_table.setObjectName("foundTable")
-        self.found_table.setModel(model)
-        self.found_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.found_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.found_table.verticalHeader().hide()
-        self.found_table.setTabKeyNavigation(False)  # Tab leaves the table; arrows move inside
+        self.found_table = row_table(model, "foundTable", self)
         self.found_table.horizontalHeader().setStretchLastSection(True)
         self.empty_label = QLabel(NOTHING_FOUND_TEXT, self)
         self.empty_label.setObjectName("onDiskEmpty")
