@@ -62,6 +62,10 @@ def test_states_sizes_memory_licence_speedup(qtbot: QtBot, open_picker: PickerFa
     assert "example.org/tiny-benchmark" in str(cell(dlg, "tiny-installed", CatalogueColumn.Speedup,
                                                     Qt.ItemDataRole.ToolTipRole))
     assert cell(dlg, "remote-pair", CatalogueColumn.Speedup) == "—"
+    header = dlg.table.horizontalHeader()  # every header title is whole (no "blished speed-")
+    for col in CatalogueColumn:
+        title = str(dlg.catalogue_model.headerData(col, Qt.Orientation.Horizontal))
+        assert header.sectionSize(col) >= header.fontMetrics().horizontalAdvance(title), title
     assert dlg.memory_label.text().startswith("RAM ") and "VRAM unknown" in dlg.memory_label.text()
     # details pane of the selection
     assert dlg.select_pair("tiny-installed")

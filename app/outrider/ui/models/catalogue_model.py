@@ -173,7 +173,9 @@ class CatalogueModel(HeaderedTableModel):
                      if p.gated else "not gated")
             return "\n".join([p.licence, gated, *notes])
         if col is CatalogueColumn.Speedup:
-            return f"published at {p.speedup_source}" if p.speedup else "nothing published for this pair yet"
+            if not p.speedup:
+                return "nothing published for this pair yet"
+            return f"{p.speedup}\npublished at {p.speedup_source}"
         return format_bytes(p.size)
 
     def _role(self, r: PairRow, col: CatalogueColumn, role: int) -> Any:

@@ -33,6 +33,9 @@ STATUS_FILTERS: tuple[tuple[str, frozenset[PairStatus] | None], ...] = (
 )
 
 
+SPEEDUP_COLUMN_WIDTH = 190  # pixels: the header and a short figure ("+115% (RTX 3090)") fit
+
+
 class CatalogueTab(QWidget):
     """Filter, table, details of the selected pair, and Rescan / Download / Use.
 
@@ -61,7 +64,12 @@ class CatalogueTab(QWidget):
         self.table = row_table(proxy, "catalogueTable", self)
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(CatalogueColumn.Status, Qt.SortOrder.AscendingOrder)
-        self.table.horizontalHeader().setSectionResizeMode(CatalogueColumn.Pair, QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(CatalogueColumn.Pair, QHeaderView.ResizeMode.Stretch)
+        for col in (CatalogueColumn.Status, CatalogueColumn.Size, CatalogueColumn.Memory, CatalogueColumn.Licence):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.resizeSection(CatalogueColumn.Speedup, SPEEDUP_COLUMN_WIDTH)  # long figures elide; full in the tooltip
+        self.table.setWordWrap(False)
         self.details = QLabel("Select a pair to see its files, memory and where its speed-up was published.", self)
         self.details.setWordWrap(True)
         self.details.setObjectName("pairDetails")
