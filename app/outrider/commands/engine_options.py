@@ -27,6 +27,7 @@ from outrider.commands.base import (
     seed_int,
 )
 
+RPC_FAULTS = frozenset({"rpc_unreachable", "rpc_busy", "rpc_version"})  # ErrorKind values: exit 3
 LLAMA_MIN_CTX = 256  # llama.cpp raises a smaller context to this, and rounds a larger one up to a multiple of it
 
 
@@ -202,7 +203,8 @@ class WorkerEngine:
         try:
             yield
         except EngineRequestError as exc:
-            raise CliError(str(exc), EXIT_BAD_INPUT) from None
+            # A worker that cannot be reached is a fault of the run, like a crash, not bad input (docs/rpc.md).
+            raise CliError(str(exc), EXIT_ENGINE_CRASHED if exc.kind in RPC_FAULTS else EXIT_BAD_INPUT) from None
         except EngineCrashed as exc:
             raise CliError(str(exc), EXIT_ENGINE_CRASHED) from None
         except WorkerError as exc:

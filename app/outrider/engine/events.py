@@ -50,6 +50,12 @@ class ErrorKind(enum.StrEnum):
     UNSUPPORTED_MEMORY = "unsupported_memory"
     OUT_OF_MEMORY = "out_of_memory"
     LOAD_FAILED = "load_failed"
+    # llama.cpp RPC workers of the target (``outrider.engine.llama.rpc``; docs/rpc.md)
+    RPC_UNREACHABLE = "rpc_unreachable"
+    RPC_BUSY = "rpc_busy"
+    RPC_VERSION = "rpc_version"
+    RPC_UNAVAILABLE = "rpc_unavailable"  # this llama.cpp was built without GGML_RPC
+    BAD_SPLIT = "bad_split"
     # a pair, a request
     INCOMPATIBLE_PAIR = "incompatible_pair"
     CONTEXT_OVERFLOW = "context_overflow"
