@@ -53,6 +53,9 @@ def test_spec_runs_and_collects_what_the_app_needs(monkeypatch: pytest.MonkeyPat
     libs = {(Path(src).name, dest) for src, dest in analysis["binaries"]}
     assert any(name.startswith("libllama") and dest == "llama_cpp/lib" for name, dest in libs) or \
         any(name.startswith("llama") and dest == "llama_cpp/lib" for name, dest in libs)  # llama.dll on Windows
+    if sys.platform == "linux":  # llama.cpp's RPC backend (outrider rpc-worker, --rpc; docs/rpc.md)
+        assert any(name.startswith("libggml-rpc.so") and dest == "llama_cpp/lib" for name, dest in libs)
+    assert "outrider.commands.rpc_worker" in set(analysis["hiddenimports"])
     hidden = set(analysis["hiddenimports"])
     assert {"outrider.ui.app", "outrider.worker.server", "outrider.catalogue.download",
             "outrider.commands.generate"} <= hidden
