@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +88,24 @@ def _cache_dir(path: Path | None) -> str | None:
     return str(path.resolve())
 
 
+def _ggml(factory: Callable[[], Any]) -> Any:
+    """llama.cpp's ggml device API with its RPC backend, or a CliError saying why not (exit 1)."""
+    try:
+        ggml = factory()
+    except OSError as exc:
+        raise CliError(f"cannot use llama.cpp's RPC backend: {exc}", EXIT_RUNTIME) from None
+    if not ggml.has_rpc:
+        raise CliError("this llama.cpp was built without RPC (GGML_RPC=on); run `make setup` again", EXIT_RUNTIME)
+    return ggml
+
+
 def cmd_rpc_worker(args: argparse.Namespace) -> int:
     if ":" in args.host:
         raise CliError("llama.cpp's RPC listens on a host name or IPv4 address, not IPv6")
     cache = _cache_dir(args.cache)
     from outrider.engine.llama.rpc import Ggml
 
-    ggml = Ggml()
-    if not ggml.has_rpc:
-        raise CliError("this llama.cpp was built without RPC (GGML_RPC=on); run `make setup` again",
-                       EXIT_RUNTIME)
+    ggml = _ggml(Ggml)
     _check_address(args.host, args.port)
     if args.host not in LOOPBACK:
         sys.stderr.write(SECURITY_WARNING.format(host=args.host, port=args.port) + "\n")
@@ -123,9 +132,7 @@ def worker_memory(endpoints: tuple[str, ...]) -> list[dict[str, Any]]:
     from outrider.engine.errors import ModelLoadError
     from outrider.engine.llama.rpc import Ggml, probe
 
-    ggml = Ggml()
-    if not ggml.has_rpc:
-        raise CliError("this llama.cpp was built without RPC (GGML_RPC=on); run `make setup` again", EXIT_RUNTIME)
+    ggml = _ggml(Ggml)
     rows = []
     for endpoint in endpoints:
         try:

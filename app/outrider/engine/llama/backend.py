@@ -112,14 +112,22 @@ class Backend:
         self.log = LlamaLog(echo=echo_log)
         self.log.install()
         ll.llama_backend_init()
-        self.ggml = rpc.Ggml()
+        self.ggml = _ggml_or_none()
         self.info = _backend_info(self.ggml)
 
 
-def _backend_info(ggml: rpc.Ggml) -> BackendInfo:
+def _ggml_or_none() -> rpc.Ggml | None:
+    """The ggml device API, or None where its libraries are not found by name (RPC is then unavailable)."""
+    try:
+        return rpc.Ggml()
+    except OSError:
+        return None
+
+
+def _backend_info(ggml: rpc.Ggml | None) -> BackendInfo:
     system = ll.llama_print_system_info().decode("utf-8", errors="replace")
-    # Not llama_supports_gpu_offload(): it is true in any build with the RPC backend, GPU or not.
-    gpu = bool(ll.llama_supports_gpu_offload()) and bool(ggml.local_accelerators())
+    # llama_supports_gpu_offload() alone is true in any build with the RPC backend, GPU or not.
+    gpu = bool(ll.llama_supports_gpu_offload()) and (ggml is None or bool(ggml.local_accelerators()))
     name = "CPU"
     for marker, label in (("CUDA", "CUDA"), ("METAL", "Metal"), ("VULKAN", "Vulkan"), ("HIP", "ROCm"),
                           ("SYCL", "SYCL")):
@@ -230,6 +238,8 @@ class LoadedModel:
         if self._placement is None:
             return ()
         ggml = self.backend.ggml
+        if ggml is None:
+            return ()
         return tuple((d.name, d.description, d.memory_free, d.memory_total)
                      for d in (ggml.describe(h) for h in self._placement.handles) if d.is_rpc)
 

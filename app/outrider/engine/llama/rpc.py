@@ -27,7 +27,6 @@ DEVICE_TYPE_CPU = 0
 DEVICE_TYPE_GPU = 1
 DEVICE_TYPE_IGPU = 2
 PROBE_TIMEOUT_S = 3.0
-RPC_LIBRARY = "libggml-rpc.so"
 
 
 class RpcUnavailable(ModelLoadError):
@@ -54,9 +53,18 @@ def library_dir() -> Path:
     return Path(llama_cpp.__file__).parent / "lib"
 
 
+def find_library(stem: str) -> Path | None:
+    """llama.cpp's library ``stem`` (e.g. ``ggml-rpc``) in ``library_dir()``: .so, .dylib or .dll; None if absent."""
+    for name in (f"lib{stem}.so", f"lib{stem}.dylib", f"{stem}.dll", f"lib{stem}.dll"):
+        path = library_dir() / name
+        if path.exists():
+            return path
+    return None
+
+
 def has_rpc() -> bool:
     """Whether the installed llama.cpp ships its RPC backend."""
-    return (library_dir() / RPC_LIBRARY).exists()
+    return find_library("ggml-rpc") is not None
 
 
 class Ggml:
@@ -65,11 +73,12 @@ class Ggml:
     def __init__(self) -> None:
         import llama_cpp.llama_cpp  # noqa: F401  (loads libllama and, through it, libggml)
 
-        lib_dir = library_dir()
-        self._ggml = ctypes.CDLL(str(lib_dir / "libggml.so"))
-        self._base = ctypes.CDLL(str(lib_dir / "libggml-base.so"))
-        path = lib_dir / RPC_LIBRARY
-        self._rpc: Any = ctypes.CDLL(str(path)) if path.exists() else None
+        ggml, base, rpc = find_library("ggml"), find_library("ggml-base"), find_library("ggml-rpc")
+        if ggml is None or base is None:
+            raise OSError(f"llama.cpp's ggml libraries are not in {library_dir()}")
+        self._ggml = ctypes.CDLL(str(ggml))
+        self._base = ctypes.CDLL(str(base))
+        self._rpc: Any = ctypes.CDLL(str(rpc)) if rpc is not None else None
         g, b = self._ggml, self._base
         g.ggml_backend_dev_count.restype = ctypes.c_size_t
         g.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
@@ -219,9 +228,9 @@ class Placement:
     array: Any  # ctypes array of void*, kept alive with the model params
 
 
-def connect(ggml: Ggml, endpoints: Sequence[str], model_path: str) -> Placement:
+def connect(ggml: Ggml | None, endpoints: Sequence[str], model_path: str) -> Placement:
     """Probe, add and register every worker; the local GPUs followed by the workers' devices."""
-    if not ggml.has_rpc:
+    if ggml is None or not ggml.has_rpc:
         raise RpcUnavailable("rpc_unavailable", model_path,
                              "this llama.cpp was built without RPC (GGML_RPC=on); run `make setup` again")
     for endpoint in endpoints:
