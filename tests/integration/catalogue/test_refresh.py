@@ -50,8 +50,13 @@ def _serve(hub: FakeHub, family: Family, commit: str = COMMIT, draft: bytes | No
     hub.add(REPO, family.draft.name, draft if draft is not None else family.draft.read_bytes(), commit)
 
 
-def test_the_fake_hub_answers_model_info_like_the_hub(hub: FakeHub, family: Family, catalogue: Path) -> None:
+def test_the_fake_hub_answers_model_info_like_the_hub(hub: FakeHub, family: Family, catalogue: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """huggingface_hub's own ``model_info(files_metadata=True)`` reads the commit, size and LFS sha256."""
+    from huggingface_hub import constants
+
+    # other tests of the session may have imported huggingface_hub in offline mode (discovery sets it)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     _serve(hub, family)
     model = load_catalogue(catalogue).models["tiny-target"]
     facts = fetch_facts(model, COMMIT, endpoint=hub.endpoint)
