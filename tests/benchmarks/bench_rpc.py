@@ -60,7 +60,7 @@ def main() -> int:
         family = make_family(Path(tmp) / "models", shape=shape, extra_layer_scale=0.03, prefix="bench")
         context = ContextSettings(n_ctx=512, threads=args.threads)
         backend = Backend()
-        with two_workers(Path(tmp)) as workers:
+        with two_workers(Path(tmp), args.threads) as workers:
             endpoints = tuple(w.endpoint for w in workers)
             engines = {}
             for where, rpc in (("local", ()), ("2 loopback workers", endpoints)):
@@ -99,8 +99,8 @@ def _table(results: dict[tuple[str, int], list[float]], acceptance: dict[str, fl
         f"`python tests/benchmarks/bench_rpc.py{' --quick' if args.quick else ''}`. Target {shape.n_layer} layers "
         f"× {shape.n_embd} (F16), draft 1 layer (the target's first, always local), greedy, {tokens} tokens, "
         f"median of {args.runs} interleaved runs, k = {args.k}. The workers are `outrider rpc-worker` processes "
-        f"on 127.0.0.1 serving their CPU; the target's layers are split between them by llama.cpp (by free "
-        f"memory).",
+        f"on 127.0.0.1 serving their CPU with {args.threads} thread(s) each; the target's layers are split "
+        f"between them by llama.cpp (by free memory).",
         "",
         "| target | acceptance | plain tok/s | speculative tok/s | speculative gain |",
         "|---|---|---|---|---|",

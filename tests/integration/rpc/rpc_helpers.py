@@ -48,11 +48,11 @@ class Worker:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_worker(log_dir: Path) -> Worker:
+def start_worker(log_dir: Path, threads: int = 1) -> Worker:
     port = free_port()
     log = log_dir / f"rpc-worker-{port}.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(outrider_command("rpc-worker", "--port", str(port), "--threads", "1"),
+        proc = subprocess.Popen(outrider_command("rpc-worker", "--port", str(port), "--threads", str(threads)),
                                 stdout=out, stderr=subprocess.STDOUT)
     worker = Worker(proc, port, log)
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -71,11 +71,11 @@ def start_worker(log_dir: Path) -> Worker:
 
 
 @contextmanager
-def two_workers(log_dir: Path) -> Iterator[tuple[Worker, Worker]]:
+def two_workers(log_dir: Path, threads: int = 1) -> Iterator[tuple[Worker, Worker]]:
     workers: list[Worker] = []
     try:
-        workers.append(start_worker(log_dir))
-        workers.append(start_worker(log_dir))
+        workers.append(start_worker(log_dir, threads))
+        workers.append(start_worker(log_dir, threads))
         yield workers[0], workers[1]
     finally:
         for w in workers:
