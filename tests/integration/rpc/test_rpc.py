@@ -174,3 +174,14 @@ def test_models_check_shows_placement_and_worker_memory(workers: tuple[Worker, W
     assert r.returncode == 0, r.stderr
     assert "draft: on this machine" in r.stdout
     assert f"at {workers[1].endpoint}:" in r.stdout and "fit in the workers' free memory" in r.stdout
+
+
+def test_rpc_worker_refuses_bad_options(tmp_path: Path) -> None:
+    a_file = tmp_path / "not-a-folder"
+    a_file.write_text("x")
+    for args, code, words in ((["--cache", str(a_file)], 1, "cannot use"), (["--threads", "0"], 2, "threads"),
+                              (["--port", "70000"], 2, "port"), (["--host", "::1"], 2, "IPv6")):
+        r = subprocess.run(outrider_command("rpc-worker", *args), capture_output=True, text=True, timeout=60,
+                           check=False)
+        assert r.returncode == code, (args, r.stderr)
+        assert words in r.stderr, (args, r.stderr)
