@@ -96,7 +96,8 @@ def _table(results: dict[tuple[str, int], list[float]], acceptance: dict[str, fl
     lines = [
         f"## RPC: target on two loopback workers vs local — CPU {platform.machine()}, {args.threads} threads, {today}",
         "",
-        f"`python tests/benchmarks/bench_rpc.py{' --quick' if args.quick else ''}`. Target {shape.n_layer} layers "
+        f"`python tests/benchmarks/bench_rpc.py{' --quick' if args.quick else ''} --threads {args.threads} "
+        f"--runs {args.runs} --tokens {tokens} --k {args.k}`. Target {shape.n_layer} layers "
         f"× {shape.n_embd} (F16), draft 1 layer (the target's first, always local), greedy, {tokens} tokens, "
         f"median of {args.runs} interleaved runs, k = {args.k}. The workers are `outrider rpc-worker` processes "
         f"on 127.0.0.1 serving their CPU with {args.threads} thread(s) each; the target's layers are split "
