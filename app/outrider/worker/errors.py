@@ -62,7 +62,8 @@ class EngineCrashed(WorkerError):
         where = {"loading": f" while loading {Path(self.model).name}" if self.model else " while loading",
                  "generating": " while generating",
                  "unloading": " while unloading", "starting": " while starting"}.get(self.phase, "")
-        if any(RPC_FAULT_MARKER in line for line in self.log_tail):  # ggml-rpc aborts the process when a worker's connection breaks
+        # ggml-rpc aborts the process when a worker's connection breaks
+        if any(RPC_FAULT_MARKER in line for line in self.log_tail):
             return f"engine crashed ({self.cause}){where}: an RPC worker stopped answering (stopped, or the " \
                    f"network to it failed)"
         return f"engine crashed ({self.cause}){where}"
