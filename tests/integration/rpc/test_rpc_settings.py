@@ -60,3 +60,24 @@ def test_a_lost_worker_is_named_in_the_crash_message() -> None:
     tail = ("/ggml-rpc.cpp:566: Remote RPC server crashed or returned malformed response", "(backtrace)")
     assert "an RPC worker stopped answering" in str(EngineCrashed("SIGABRT", "generating", log_tail=tail))
     assert "RPC" not in str(EngineCrashed("SIGABRT", "generating", log_tail=("GGML_ASSERT(x) failed",)))
+
+
+def test_connections_to_workers_get_keepalive_and_a_send_timeout() -> None:
+    """A worker's machine that vanishes is noticed in seconds, not after TCP's ~15 minutes (Linux)."""
+    import socket
+
+    from outrider.engine.llama import rpc
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client, \
+                socket.create_connection(("127.0.0.1", port)) as other:
+            assert rpc.harden_connections([f"localhost:{port}"]) == 2
+            assert rpc.harden_connections([f"127.0.0.1:{port + 1}"]) == 0  # other peers are left alone
+            for sock in (client, other):
+                assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == rpc.KEEPALIVE_IDLE_S
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == rpc.KEEPALIVE_COUNT
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == rpc.USER_TIMEOUT_MS

@@ -174,6 +174,8 @@ class LoadedModel:
             lines = backend.log.since(mark)
             raise _explain_load_failure(self.path, header.architecture, lines)
         self._placement = placement
+        if placement is not None:
+            rpc.harden_connections(settings.rpc)
         self._buffers = tuple(rpc.buffer_sizes(backend.log.since(mark)))
         self._model: Any = model
         self._vocab: Any = ll.llama_model_get_vocab(model)
