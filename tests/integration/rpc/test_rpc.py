@@ -185,3 +185,34 @@ def test_rpc_worker_refuses_bad_options(tmp_path: Path) -> None:
                            check=False)
         assert r.returncode == code, (args, r.stderr)
         assert words in r.stderr, (args, r.stderr)
+
+
+def test_ask_keeps_the_partial_reply_when_a_worker_dies(tiny_family: Family, tmp_path: Path) -> None:
+    import os
+
+    from outrider.history import HistoryStore, MessageStatus
+
+    home = tmp_path / "home"
+    with two_workers(tmp_path) as (w1, w2):
+        proc = subprocess.Popen(
+            outrider_command("ask", "tell me more", "--target", str(tiny_family.target), "--json", "--k", "0",
+                             "--max-tokens", "3500", "--ctx", "4096", "--threads", "1",
+                             "--rpc", f"{w1.endpoint},{w2.endpoint}"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OUTRIDER_HOME=str(home)))
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(json.loads(line))
+            if len(lines) >= 5:
+                break
+        w1.proc.send_signal(signal.SIGKILL)
+        rest, err = proc.communicate(timeout=60)
+    lines += [json.loads(line) for line in rest.splitlines()]
+    assert proc.returncode == 3, err
+    streamed = "".join(line.get("text", "") for line in lines)
+    with HistoryStore.open(home) as store:
+        (summary,) = store.list_conversations()
+        messages = store.get_conversation(summary.id).messages  # type: ignore[union-attr]
+    reply = messages[-1]
+    assert reply.status == MessageStatus.INTERRUPTED
+    assert reply.text and reply.text == streamed
