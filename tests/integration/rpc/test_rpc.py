@@ -216,3 +216,18 @@ def test_ask_keeps_the_partial_reply_when_a_worker_dies(tiny_family: Family, tmp
     reply = messages[-1]
     assert reply.status == MessageStatus.INTERRUPTED
     assert reply.text and reply.text == streamed
+
+
+def test_split_longer_than_the_devices_is_refused(workers: tuple[Worker, Worker], tiny_family: Family) -> None:
+    r = subprocess.run(outrider_command("generate", "--target", str(tiny_family.target), "--prompt", "the",
+                                        "--rpc", workers[0].endpoint, "--split", "1,1,1", "--ctx", "256"),
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2, r.stderr
+    assert "a split of 3 parts for 1 devices" in r.stderr
+    r = subprocess.run(outrider_command("generate", "--target", str(tiny_family.target), "--prompt", "the",
+                                        "--max-tokens", "4", "--rpc", ",".join(w.endpoint for w in workers),
+                                        "--split", "0,1", "--ctx", "256"),
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    placement = next(line for line in r.stderr.splitlines() if line.startswith("note: target:"))
+    assert workers[1].endpoint in placement and workers[0].endpoint + "]" not in placement  # all on the second
