@@ -77,7 +77,7 @@ def test_greedy_over_rpc_equals_local_and_both_workers_compute(workers: tuple[Wo
     for w in workers:
         assert any(w.endpoint in name and size > 0 for name, size in rpc_buffers.items()), info.target.buffers
     assert info.draft is not None
-    assert not any(name.startswith("RPC") for name, _ in info.draft.buffers)
+    assert info.draft.buffers and not any(name.startswith("RPC") for name, _ in info.draft.buffers)
     assert {endpoint for _, endpoint, _, _ in info.target.remote_devices} == set(endpoints)
     assert all(total > 0 for *_, total in info.target.remote_devices)
     # Both workers really computed the replies (CPU time of each worker process).

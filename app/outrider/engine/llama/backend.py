@@ -163,7 +163,7 @@ class LoadedModel:
         params.n_gpu_layers = settings.gpu_layers if settings.gpu_layers >= 0 else 999
         params.use_mmap = settings.use_mmap
         params.use_extra_bufts = _extra_buffers_safe(backend.info, header, settings.cpu_extra_buffers)
-        placement = rpc.connect(backend.ggml, settings.rpc, self.path) if settings.rpc else None
+        placement = rpc.connect(backend.ggml, settings.rpc, self.path) if settings.rpc else rpc.local_only(backend.ggml)
         if placement is not None:  # NULL-terminated; left NULL, llama.cpp would keep every layer local
             params.devices = ctypes.cast(placement.array, ctypes.c_void_p).value
         split = _tensor_split(settings.split, placement, self.path)
@@ -174,7 +174,7 @@ class LoadedModel:
             lines = backend.log.since(mark)
             raise _explain_load_failure(self.path, header.architecture, lines)
         self._placement = placement
-        if placement is not None:
+        if settings.rpc:
             rpc.harden_connections(settings.rpc)
         self._buffers = tuple(rpc.buffer_sizes(backend.log.since(mark)))
         self._model: Any = model

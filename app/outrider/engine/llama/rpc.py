@@ -278,6 +278,16 @@ class Placement:
     array: Any  # ctypes array of void*, kept alive with the model params
 
 
+def local_only(ggml: Ggml | None) -> Placement | None:
+    """For a model without workers in a process that has added some: this machine's GPUs only, explicitly, so that
+    llama.cpp's default ("all registered devices") can never put the draft on a worker. None when no worker was
+    added (llama.cpp's default is then local anyway)."""
+    if ggml is None or not _ADDED_SERVERS:
+        return None
+    handles = list(ggml.local_accelerators())
+    return Placement(tuple(handles), (), (ctypes.c_void_p * (len(handles) + 1))(*handles, None))
+
+
 def connect(ggml: Ggml | None, endpoints: Sequence[str], model_path: str) -> Placement:
     """Probe, add and register every worker; the local GPUs followed by the workers' devices."""
     if ggml is None or not ggml.has_rpc:
