@@ -1,8 +1,11 @@
-"""Conversation list actions in the real main window (no engine): new, rename, delete with undo, search."""
+"""Conversation list actions in the real main window (no engine): new, rename, delete with undo, search; dates,
+plain-text snippets, the empty-list line and the context menu."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +16,12 @@ from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.main_window import MainWindow
 from outrider.ui.settings import QtSettings
-from outrider.ui.widgets.conversation_list import ConversationRole
+from outrider.ui.widgets.conversation_list import (
+    NO_CONVERSATIONS_TEXT,
+    ConversationRole,
+    date_label,
+    plain_snippet,
+)
 
 
 class _NoEngine:
@@ -146,3 +154,94 @@ def test_search_filters_by_message_text_and_clearing_shows_all(qtbot: Any, win: 
     cid = select(win, "Regex help")
     with qtbot.waitSignal(win.session.conversation_opened, check_params_cb=lambda c, items: c == cid):
         win.conversations.list.clicked.emit(win.conversations.list.currentIndex())
+
+
+# -- dates, plain snippets, empty states ------------------------------------------------------------------------
+def _local(year: int, month: int, day: int, hour: int = 12, minute: int = 0) -> float:
+    return time.mktime((year, month, day, hour, minute, 0, 0, 0, -1))
+
+
+def test_date_label_is_short_and_relative_to_today() -> None:
+    now = _local(2026, 12, 3, 18, 30)  # a Thursday
+    assert date_label(_local(2026, 12, 3, 9, 5), now) == "09:05"
+    assert date_label(_local(2026, 12, 2, 23, 59), now) == "yesterday"
+    assert date_label(_local(2026, 11, 30), now) == "Mon"
+    assert date_label(_local(2026, 11, 3), now) == "3 Nov"
+    assert date_label(_local(2024, 5, 1), now) == "1 May 2024"
+    assert date_label(_local(2027, 1, 1), now) == "1 Jan 2027"  # a clock set back: a full date, not "Fri"
+
+
+def test_rows_show_when_and_how_many_messages(win: MainWindow) -> None:
+    row = win.list_model.rows()[titles(win).index("Regex help")]
+    index = win.list_model.index(titles(win).index("Regex help"), 0)
+    title, detail = str(win.list_model.data(index, Qt.ItemDataRole.DisplayRole)).split("\n")
+    assert title == "Regex help"
+    assert detail == f"{date_label(row.updated_at or 0)} · 2 messages" and ":" in detail  # changed today: a time
+    assert row.updated_at is not None and abs(row.updated_at - time.time()) < 60
+    assert "last changed" in str(win.list_model.data(index, Qt.ItemDataRole.ToolTipRole))
+
+
+@pytest.mark.parametrize(("raw", "plain"), [
+    ("use **[raincoat]** and `git [stash]`", "use raincoat and git stash"),
+    ("```python\nprint([x])\n``` then", "print(x) then"),
+    ("see [the docs](https://example.org/a) for [match]", "see the docs for match"),
+    ("## Heading\n> quoted\n- item one\n1. item two", "Heading quoted item one item two"),
+    ("<think>[hm]</think> _fine_ snake_case", "hm fine snake_case"),
+])
+def test_plain_snippet_strips_markup_and_match_markers(raw: str, plain: str) -> None:
+    assert plain_snippet(raw) == plain
+
+
+def test_search_snippet_is_plain_text(qtbot: Any, win: MainWindow) -> None:
+    history = win.store.store
+    cid = history.create_conversation(title="Code")
+    history.add_message(cid, Role.ASSISTANT, "Here:\n```python\nprint('umbrella')\n```\nUse **umbrella** `now`.")
+    qtbot.keyClicks(win.conversations.search, "umbrella")
+    rows = win.list_model.rows()
+    assert [r.title for r in rows] == ["Code"]
+    snippet = rows[0].snippet
+    assert "umbrella" in snippet and not set("[]`*") & set(snippet), snippet
+    assert snippet in str(win.list_model.data(win.list_model.index(0, 0), Qt.ItemDataRole.DisplayRole))
+    assert not win.conversations.empty_label.isVisible()
+
+
+def test_a_search_without_match_says_so_and_clearing_hides_it(qtbot: Any, win: MainWindow) -> None:
+    label = win.conversations.empty_label
+    assert not label.isVisible()
+    qtbot.keyClicks(win.conversations.search, "zebra")
+    assert titles(win) == [] and label.isVisible()
+    assert label.text().startswith("No message matches “zebra”")
+    win.conversations.search.clear()
+    assert len(titles(win)) == 3 and not label.isVisible()
+
+
+def test_an_empty_history_says_how_to_start(qtbot: Any) -> None:
+    store = QtStoreBridge(HistoryStore.open())
+    bridge = QtEngineBridge(_NoEngine())  # type: ignore[arg-type]
+    window = MainWindow(bridge, store, QtSettings())
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        label = window.conversations.empty_label
+        assert label.isVisible() and label.text() == NO_CONVERSATIONS_TEXT
+    finally:
+        window.close()
+        bridge.shutdown()
+        store.close()
+
+
+def test_context_menu_offers_export_rename_delete(qtbot: Any, win: MainWindow,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    monkeypatch.setattr("outrider.ui.widgets.conversation_export.QFileDialog.getSaveFileName",
+                        lambda _parent, _caption, suggested, *_a: (asked.append(suggested), ("", ""))[1])
+    row = titles(win).index("Packing list")
+    index = win.list_model.index(row, 0)
+    menu = win.conversations.context_menu(index)
+    assert menu is not None
+    assert [a.text() for a in menu.actions()] == ["&Export…", "&Rename…", "&Delete"]
+    cid = int(win.list_model.data(index, ConversationRole.ID))
+    with qtbot.waitSignal(win.conversations.export_requested, check_params_cb=lambda c: c == cid):
+        menu.actions()[0].trigger()
+    assert [Path(p).name for p in asked] == ["Packing-list.md"]  # the save dialog, cancelled: nothing written
+    assert win.conversations.context_menu(win.list_model.index(-1, 0)) is None
