@@ -29,7 +29,9 @@ DIALOG = "outrider.ui.widgets.conversation_export.QFileDialog.getSaveFileName"
 
 
 class _NoEngine:
-    backend: dict[str, Any] = {}
+    def __init__(self) -> None:
+        self.backend: dict[str, Any] = {}
+
     pid = None
     log_path = None
     loaded = None
