@@ -233,8 +233,13 @@ def test_an_empty_history_says_how_to_start(qtbot: Any) -> None:
 def test_context_menu_offers_export_rename_delete(qtbot: Any, win: MainWindow,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str] = []
+
+    def cancelled_save_dialog(_parent: Any, _caption: str, suggested: str, *_a: Any) -> tuple[str, str]:
+        asked.append(suggested)
+        return "", ""
+
     monkeypatch.setattr("outrider.ui.widgets.conversation_export.QFileDialog.getSaveFileName",
-                        lambda _parent, _caption, suggested, *_a: (asked.append(suggested), ("", ""))[1])
+                        cancelled_save_dialog)
     row = titles(win).index("Packing list")
     index = win.list_model.index(row, 0)
     menu = win.conversations.context_menu(index)
