@@ -1,17 +1,19 @@
-"""Export of a conversation from the GUI (File > Export conversation…, the list's context menu): the file holds the
-same document as `outrider chats export`, the format follows the file name or the dialog's filter, and a failed
-write is reported in words with nothing written."""
+"""Export of a conversation from the GUI (File > Export conversation…, the list's context menu): the same Markdown
+or JSON as ``outrider chats export``, written on the store thread; failures in words; the format from the name."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtWidgets import QFileDialog
 
-from outrider import cli
 from outrider.history import ExportFormat, HistoryStore, Role
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
@@ -24,11 +26,15 @@ from outrider.ui.widgets.conversation_export import (
     export_target,
     suggested_file_name,
 )
+from outrider.ui.widgets.conversation_list import ConversationRole
 
-DIALOG = "outrider.ui.widgets.conversation_export.QFileDialog.getSaveFileName"
+ROOT = Path(__file__).resolve().parents[2]
+REPLY = "Use `\\d{4}-\\d{2}-\\d{2}`:\n\n```python\nre.findall(r'\\d{4}-\\d{2}-\\d{2}', text)\n```"
 
 
 class _NoEngine:
+    """An engine client that is never asked to do anything in these tests."""
+
     def __init__(self) -> None:
         self.backend: dict[str, Any] = {}
 
@@ -44,12 +50,15 @@ class _NoEngine:
 def parts(qtbot: Any) -> Iterator[tuple[MainWindow, QtStoreBridge, QtEngineBridge, int]]:
     store = QtStoreBridge(HistoryStore.open())
     bridge = QtEngineBridge(_NoEngine())  # type: ignore[arg-type]
-    history = store.store
-    cid = history.create_conversation(title="Regex help")
-    history.add_message(cid, Role.USER, "Match ISO dates like 2024-05-01 ✓")
-    history.add_message(cid, Role.ASSISTANT, "Use:\n```python\nre.compile(r'\\d{4}-\\d{2}-\\d{2}')\n```")
     window = MainWindow(bridge, store, QtSettings())
     qtbot.addWidget(window)
+    history = store.store
+    other = history.create_conversation(title="Packing list")
+    history.add_message(other, Role.USER, "socks and a raincoat")
+    cid = history.create_conversation(title="Regex help: ISO dates")
+    history.add_message(cid, Role.USER, "match ISO dates like 2024-05-01 — ünïcode too")
+    history.add_message(cid, Role.ASSISTANT, REPLY)
+    window.refresh_conversations()
     window.show()
     yield window, store, bridge, cid
     window.close()
@@ -57,94 +66,125 @@ def parts(qtbot: Any) -> Iterator[tuple[MainWindow, QtStoreBridge, QtEngineBridg
     store.close()
 
 
-def _close(parts: tuple[MainWindow, QtStoreBridge, QtEngineBridge, int]) -> None:
-    window, store, bridge, _ = parts
-    window.close()
-    bridge.shutdown()
-    store.close()
-
-
-def _cli_export(cid: int, fmt: ExportFormat, capsys: pytest.CaptureFixture[str]) -> str:
-    capsys.readouterr()
-    assert cli.main(["chats", "export", str(cid), "--format", fmt.value]) == 0
-    return capsys.readouterr().out
-
-
-@pytest.mark.parametrize(("name", "selected", "fmt"), [
-    ("chat.md", MARKDOWN_FILTER, ExportFormat.MARKDOWN),
-    ("chat", JSON_FILTER, ExportFormat.JSON),  # no suffix: the filter decides and its suffix is added
-])
-def test_menu_export_writes_what_the_cli_exports(qtbot: Any, parts: Any, tmp_path: Path, name: str, selected: str,
-                                                 fmt: ExportFormat, monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    window, _store, _bridge, cid = parts
-    window.session.open_conversation(cid)
+def _choose_file(monkeypatch: pytest.MonkeyPatch, path: Path | None, selected: str = MARKDOWN_FILTER) -> list[str]:
+    """The save dialog answers ``path`` (None: the user cancelled); returns the suggested names it was given."""
     asked: list[str] = []
 
-    def save_dialog(_parent: Any, _caption: str, suggested: str, filters: str, *_a: Any) -> tuple[str, str]:
+    def answer(_parent: object, _caption: str, suggested: str, _filters: str, _selected: str = "") -> tuple[str, str]:
         asked.append(suggested)
-        assert filters == f"{MARKDOWN_FILTER};;{JSON_FILTER}"
-        return str(tmp_path / name), selected
+        return ("", "") if path is None else (str(path), selected)
 
-    monkeypatch.setattr(DIALOG, save_dialog)
-    action = window.actions_by_id[ACTION_EXPORT]
-    assert action.shortcut().toString() == "Ctrl+Shift+E"
-    with qtbot.waitSignal(window.exporter.exported, timeout=5000) as blocker:
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(answer))
+    return asked
+
+
+def _cli_export(home: Path, cid: int, fmt: str) -> str:
+    env = dict(os.environ, OUTRIDER_HOME=str(home))
+    r = subprocess.run([sys.executable, "-m", "outrider.cli", "chats", "export", str(cid), "--format", fmt],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _select(win: MainWindow, cid: int) -> None:
+    win.conversations.list.setCurrentIndex(win.list_model.index(win.list_model.row_of(cid), 0))
+
+
+def test_file_menu_exports_markdown_like_the_cli(qtbot: Any, parts: Any, tmp_path: Path, _private_home: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    win, store, bridge, cid = parts
+    target = tmp_path / "out" / "regex.md"
+    target.parent.mkdir()
+    asked = _choose_file(monkeypatch, target)
+    _select(win, cid)
+    action = win.actions_by_id[ACTION_EXPORT]
+    assert action.shortcut().toString() == "Ctrl+Shift+E" and action.text() == "&Export conversation…"
+    with qtbot.waitSignal(win.exporter.exported, timeout=10_000) as blocker:
         action.trigger()
-    written = Path(blocker.args[0])
-    assert written == tmp_path / (name if name.endswith(".md") else f"{name}.{fmt.value}")
-    assert Path(asked[0]).name == "Regex-help.md"
-    assert str(written) in window.notice_label.text()
-    text = written.read_text(encoding="utf-8")
-    _close(parts)  # the store is single-writer: the command line opens it after the window is gone
-    expected = _cli_export(cid, fmt, capsys)
-    if fmt is ExportFormat.JSON:
-        doc, cli_doc = json.loads(text), json.loads(expected)
-        doc.pop("exported_at", None), cli_doc.pop("exported_at", None)
-        assert doc == cli_doc and doc["conversations"][0]["title"] == "Regex help"
-    else:
-        assert text == expected and "✓" in text and "```python" in text
+    assert blocker.args == [str(target)]
+    assert Path(asked[0]).name == "Regex-help-ISO-dates.md"  # a safe name from the title
+    written = target.read_text(encoding="utf-8")
+    assert "Regex help: ISO dates" in written and "```python" in written and "ünïcode" in written
+    assert "socks" not in written  # only the selected conversation
+    win.close()
+    bridge.shutdown()
+    store.close()  # the store's lock is released: the CLI may open the same history
+    assert _cli_export(_private_home, cid, "md") == written
 
 
-def test_export_below_a_file_says_so_in_words(qtbot: Any, parts: Any, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    window, _store, _bridge, cid = parts
-    blocker_file = tmp_path / "notes.txt"
-    blocker_file.write_text("not a folder", encoding="utf-8")
-    target = blocker_file / "sub" / "chat.md"
-    monkeypatch.setattr(DIALOG, lambda *_a: (str(target), MARKDOWN_FILTER))
-    window.conversations.select(cid)
-    with qtbot.waitSignal(window.exporter.failed, timeout=5000) as blocker:
-        window.actions_by_id[ACTION_EXPORT].trigger()
-    message = blocker.args[0]
-    assert message == f"Not exported: {blocker_file} is a file, not a folder."
-    assert window.notice_label.text() == message and "Errno" not in message
-    assert blocker_file.read_text(encoding="utf-8") == "not a folder"
+def test_context_menu_exports_json_with_the_suffix_from_the_filter(qtbot: Any, parts: Any, tmp_path: Path,
+                                                                   _private_home: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    win, store, bridge, cid = parts
+    _choose_file(monkeypatch, tmp_path / "regex", JSON_FILTER)  # no suffix typed: the JSON filter decides
+    _select(win, cid)
+    menu = win.conversations.context_menu(win.conversations.list.currentIndex())
+    assert menu is not None
+    export = next(a for a in menu.actions() if "Export" in a.text())
+    with qtbot.waitSignal(win.exporter.exported, timeout=10_000):
+        export.trigger()
+    target = tmp_path / "regex.json"
+    doc = json.loads(target.read_text(encoding="utf-8"))
+    assert [m["text"] for c in doc["conversations"] for m in c["messages"]][-1] == REPLY
+    win.close()
+    bridge.shutdown()
+    store.close()
+    cli = json.loads(_cli_export(_private_home, cid, "json"))
+    doc.pop("exported_at")
+    cli.pop("exported_at")
+    assert doc == cli
 
 
-def test_export_with_nothing_open_explains(qtbot: Any, parts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    window = parts[0]
-    window.conversations.list.clearSelection()
-    window.conversations.list.setCurrentIndex(window.list_model.index(-1, 0))
-    monkeypatch.setattr(DIALOG, lambda *_a: pytest.fail("no dialog without a conversation"))
-    window.actions_by_id[ACTION_EXPORT].trigger()
-    assert window.notice_label.text() == "Nothing to export yet: open or start a conversation first."
+def test_a_failed_export_is_said_in_words_and_writes_nothing(qtbot: Any, parts: Any, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    win, _store, _bridge, cid = parts
+    (tmp_path / "a-file").write_text("not a folder", encoding="utf-8")
+    missing = tmp_path / "a-file" / "x.md"
+    _choose_file(monkeypatch, missing)
+    _select(win, cid)
+    with qtbot.waitSignal(win.exporter.failed, timeout=10_000) as blocker:
+        win.actions_by_id[ACTION_EXPORT].trigger()
+    assert blocker.args == [f"Not exported: {missing.parent} is a file, not a folder."]
+    assert not missing.exists() and (tmp_path / "a-file").read_text(encoding="utf-8") == "not a folder"
 
 
-def test_cancelled_dialog_writes_nothing(qtbot: Any, parts: Any, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    window, _store, _bridge, cid = parts
-    monkeypatch.setattr(DIALOG, lambda *_a: ("", ""))
-    with qtbot.assertNotEmitted(window.exporter.exported), qtbot.assertNotEmitted(window.exporter.failed):
-        window.conversations.export_requested.emit(cid)
-        qtbot.wait(100)
-    assert list(tmp_path.iterdir()) == [p for p in tmp_path.iterdir() if p.name == "home"]
+def test_cancelling_the_save_dialog_writes_nothing(qtbot: Any, parts: Any, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    win, _store, _bridge, cid = parts
+    asked = _choose_file(monkeypatch, None)
+    _select(win, cid)
+    with qtbot.assertNotEmitted(win.exporter.exported), qtbot.assertNotEmitted(win.exporter.failed, wait=200):
+        win.actions_by_id[ACTION_EXPORT].trigger()
+    assert len(asked) == 1 and not list(tmp_path.glob("*.md"))
 
 
-def test_export_target_and_suggested_name() -> None:
-    assert export_target("/x/a.JSON", MARKDOWN_FILTER) == (Path("/x/a.JSON"), ExportFormat.JSON)
-    assert export_target("/x/a.markdown", JSON_FILTER) == (Path("/x/a.markdown"), ExportFormat.MARKDOWN)
-    assert export_target("/x/a.txt", JSON_FILTER) == (Path("/x/a.txt.json"), ExportFormat.JSON)
-    assert export_target("/x/a", "") == (Path("/x/a.md"), ExportFormat.MARKDOWN)
-    assert suggested_file_name("Regex help: ISO/dates?") == "Regex-help-ISO-dates.md"
-    assert suggested_file_name("???", ExportFormat.JSON) == "conversation.json"
+def test_list_rows_are_readable_and_export_needs_a_conversation(qtbot: Any, parts: Any,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing selected and no conversation open, Export says so instead of asking for a file."""
+    win, _store, _bridge, _cid = parts
+    asked = _choose_file(monkeypatch, None)
+    notices: list[str] = []
+    monkeypatch.setattr(win, "show_notice", notices.append)
+    win.conversations.list.setCurrentIndex(win.list_model.index(-1, 0))
+    assert win.conversations.selected_id() is None and win.session.conversation_id is None
+    win.actions_by_id[ACTION_EXPORT].trigger()
+    assert asked == [] and notices == ["Nothing to export yet: open or start a conversation first."]
+    assert all(win.list_model.index(i, 0).data(ConversationRole.READABLE) for i in range(win.list_model.rowCount()))
+
+
+@pytest.mark.parametrize(("chosen", "selected", "expected"), [
+    ("/t/a.md", JSON_FILTER, ("/t/a.md", ExportFormat.MARKDOWN)),  # the typed suffix wins over the filter
+    ("/t/a.JSON", MARKDOWN_FILTER, ("/t/a.JSON", ExportFormat.JSON)),
+    ("/t/a", JSON_FILTER, ("/t/a.json", ExportFormat.JSON)),
+    ("/t/a", "", ("/t/a.md", ExportFormat.MARKDOWN)),
+    ("/t/notes.txt", MARKDOWN_FILTER, ("/t/notes.txt.md", ExportFormat.MARKDOWN)),
+])
+def test_export_target(chosen: str, selected: str, expected: tuple[str, ExportFormat]) -> None:
+    path, fmt = export_target(chosen, selected)
+    assert (str(path), fmt) == expected
+
+
+def test_suggested_file_name() -> None:
+    assert suggested_file_name("Regex help") == "Regex-help.md"
+    assert suggested_file_name("../../etc/passwd", ExportFormat.JSON) == "etc-passwd.json"
+    assert suggested_file_name("   ") == "conversation.md"

@@ -57,22 +57,14 @@ def export_error_text(exc: BaseException, path: Path) -> str:
             return f"Not exported: the disk is full ({path.parent})."
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             return f"Not exported: no permission to write in {path.parent}."
-        if exc.errno in (errno.ENOTDIR, errno.EEXIST):
-            return f"Not exported: {_nearest_file(path.parent)} is a file, not a folder."
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return f"Not exported: the folder {path.parent} does not exist."
         if exc.errno == errno.EISDIR:
             return f"Not exported: {path} is a folder; choose a file name."
         return f"Not exported: cannot write {path} ({exc.strerror or type(exc).__name__})."
     if isinstance(exc, StoreError):
         return f"Not exported: the history could not be read ({exc})."
     return f"Not exported: {exc}"
-
-
-def _nearest_file(folder: Path) -> Path:
-    """The first part of ``folder`` that exists as a file (what blocks creating it), else ``folder``."""
-    for p in (*reversed(folder.parents), folder):
-        if p.is_file():
-            return p
-    return folder
 
 
 class ConversationExporter(QObject):
