@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 from PySide6.QtWidgets import QFileDialog
+from tests.support.gui_windows import offline_main_window
 
-from outrider.history import ExportFormat, HistoryStore, Role
+from outrider.history import ExportFormat, Role
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.main_window import MainWindow
-from outrider.ui.settings import QtSettings
 from outrider.ui.widgets.conversation_export import (
     ACTION_EXPORT,
     JSON_FILTER,
@@ -32,38 +32,18 @@ ROOT = Path(__file__).resolve().parents[2]
 REPLY = "Use `\\d{4}-\\d{2}-\\d{2}`:\n\n```python\nre.findall(r'\\d{4}-\\d{2}-\\d{2}', text)\n```"
 
 
-class _NoEngine:
-    """An engine client that is never asked to do anything in these tests."""
-
-    def __init__(self) -> None:
-        self.backend: dict[str, Any] = {}
-
-    pid = None
-    log_path = None
-    loaded = None
-
-    def cancel(self) -> None: ...
-    def stop(self, timeout: float = 10.0) -> None: ...
-
-
 @pytest.fixture
 def parts(qtbot: Any) -> Iterator[tuple[MainWindow, QtStoreBridge, QtEngineBridge, int]]:
-    store = QtStoreBridge(HistoryStore.open())
-    bridge = QtEngineBridge(_NoEngine())  # type: ignore[arg-type]
-    window = MainWindow(bridge, store, QtSettings())
-    qtbot.addWidget(window)
-    history = store.store
-    other = history.create_conversation(title="Packing list")
-    history.add_message(other, Role.USER, "socks and a raincoat")
-    cid = history.create_conversation(title="Regex help: ISO dates")
-    history.add_message(cid, Role.USER, "match ISO dates like 2024-05-01 — ünïcode too")
-    history.add_message(cid, Role.ASSISTANT, REPLY)
-    window.refresh_conversations()
-    window.show()
-    yield window, store, bridge, cid
-    window.close()
-    bridge.shutdown()
-    store.close()
+    with offline_main_window(qtbot) as (window, store, bridge):
+        history = store.store
+        other = history.create_conversation(title="Packing list")
+        history.add_message(other, Role.USER, "socks and a raincoat")
+        cid = history.create_conversation(title="Regex help: ISO dates")
+        history.add_message(cid, Role.USER, "match ISO dates like 2024-05-01 — ünïcode too")
+        history.add_message(cid, Role.ASSISTANT, REPLY)
+        window.refresh_conversations()
+        window.show()
+        yield window, store, bridge, cid
 
 
 def _choose_file(monkeypatch: pytest.MonkeyPatch, path: Path | None, selected: str = MARKDOWN_FILTER) -> list[str]:

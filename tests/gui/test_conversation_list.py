@@ -10,12 +10,10 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
+from tests.support.gui_windows import offline_main_window
 
-from outrider.history import HistoryStore, Role
-from outrider.ui.bridges.engine_bridge import QtEngineBridge
-from outrider.ui.bridges.store_bridge import QtStoreBridge
+from outrider.history import Role
 from outrider.ui.main_window import MainWindow
-from outrider.ui.settings import QtSettings
 from outrider.ui.widgets.conversation_list import (
     NO_CONVERSATIONS_TEXT,
     ConversationRole,
@@ -24,39 +22,19 @@ from outrider.ui.widgets.conversation_list import (
 )
 
 
-class _NoEngine:
-    """An engine client that is never asked to do anything in these tests."""
-
-    def __init__(self) -> None:
-        self.backend: dict[str, Any] = {}
-
-    pid = None
-    log_path = None
-    loaded = None
-
-    def cancel(self) -> None: ...
-    def stop(self, timeout: float = 10.0) -> None: ...
-
-
 @pytest.fixture
 def win(qtbot: Any) -> Iterator[MainWindow]:
-    store = QtStoreBridge(HistoryStore.open())
-    bridge = QtEngineBridge(_NoEngine())  # type: ignore[arg-type]
-    window = MainWindow(bridge, store, QtSettings())
-    qtbot.addWidget(window)
-    history = store.store
-    for title, text in (("Packing list", "socks, charger and a raincoat"),
-                        ("Regex help", "match ISO dates like 2024-05-01"),
-                        ("Quarterly report", "summarise revenue and churn")):
-        cid = history.create_conversation(title=title)
-        history.add_message(cid, Role.USER, text)
-        history.add_message(cid, Role.ASSISTANT, f"About {title.lower()}.")
-    window.refresh_conversations()
-    window.show()
-    yield window
-    window.close()
-    bridge.shutdown()
-    store.close()
+    with offline_main_window(qtbot) as (window, store, _bridge):
+        history = store.store
+        for title, text in (("Packing list", "socks, charger and a raincoat"),
+                            ("Regex help", "match ISO dates like 2024-05-01"),
+                            ("Quarterly report", "summarise revenue and churn")):
+            cid = history.create_conversation(title=title)
+            history.add_message(cid, Role.USER, text)
+            history.add_message(cid, Role.ASSISTANT, f"About {title.lower()}.")
+        window.refresh_conversations()
+        window.show()
+        yield window
 
 
 def titles(win: MainWindow) -> list[str]:
@@ -216,18 +194,10 @@ def test_a_search_without_match_says_so_and_clearing_hides_it(qtbot: Any, win: M
 
 
 def test_an_empty_history_says_how_to_start(qtbot: Any) -> None:
-    store = QtStoreBridge(HistoryStore.open())
-    bridge = QtEngineBridge(_NoEngine())  # type: ignore[arg-type]
-    window = MainWindow(bridge, store, QtSettings())
-    qtbot.addWidget(window)
-    window.show()
-    try:
+    with offline_main_window(qtbot) as (window, _store, _bridge):
+        window.show()
         label = window.conversations.empty_label
         assert label.isVisible() and label.text() == NO_CONVERSATIONS_TEXT
-    finally:
-        window.close()
-        bridge.shutdown()
-        store.close()
 
 
 def test_context_menu_offers_export_rename_delete(qtbot: Any, win: MainWindow,
