@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -48,6 +49,7 @@ from outrider.catalogue.errors import (
     ServerError,
     UnsafePathError,
     UnverifiableError,
+    local_error,
     map_hub_error,
     network_words,
 )
@@ -460,6 +462,11 @@ def _child_main(job: dict[str, Any], q: Any) -> None:
         q.put({"type": "result", "path": str(path)})
     except DownloadError as exc:
         q.put({"type": "error", "file": job["request"]["file"], "error": exc.to_json(), "message": exc.message})
+    except OSError as exc:  # words, never a raw [Errno …]: the network, or the store could not be written
+        err = (NetworkError(f"{network_words(exc, job.get('endpoint') or '')}; a partial file is kept")
+               if isinstance(exc, (ConnectionError, TimeoutError, socket.gaierror))
+               else local_error(exc, job.get("store_root", "")))
+        q.put({"type": "error", "file": job["request"]["file"], "error": err.to_json(), "message": err.message})
     except BaseException as exc:
         err = InternalError(f"download failed: {type(exc).__name__}: {exc}")
         q.put({"type": "error", "file": job["request"]["file"], "error": err.to_json(), "message": err.message})

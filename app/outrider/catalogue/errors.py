@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
+
 
 class DownloadError(Exception):
     """A download failed. ``resumable``: the ``.part`` file was kept and a new start continues from it."""
@@ -101,6 +105,12 @@ class UnsafePathError(DownloadError, ValueError):
     kind = "unsafe_path"
 
 
+class StoreWriteError(DownloadError):
+    """The model store cannot be written: no permission, a read-only disk, a file where a folder must be."""
+
+    kind = "store_write"
+
+
 class InternalError(DownloadError):
     kind = "internal"
 
@@ -109,7 +119,7 @@ ERROR_CLASSES: dict[str, type[DownloadError]] = {
     cls.kind: cls
     for cls in (GatedError, UnauthorizedError, NotFoundError, NetworkError, DiskFullError, ServerError,
                 CorruptedError, MismatchError, UnverifiableError, CancelledError, BusyError, OfflineError,
-                CutShortError, UnsafePathError, InternalError)
+                CutShortError, UnsafePathError, StoreWriteError, InternalError)
 }
 
 
@@ -176,3 +186,25 @@ def network_words(exc: BaseException, url: str = "") -> str:
     if "network is unreachable" in text or "no route to host" in text:
         return f"no network: cannot reach {where}"
     return f"the connection to {where} was lost"
+
+
+def local_error(exc: OSError, where: str | os.PathLike[str] = "") -> DownloadError:
+    """A failed file operation on this machine (the model store) as a typed error in words, never a raw
+    ``[Errno 13] …``: a full disk is ``DiskFullError``, the rest ``StoreWriteError`` saying what is wrong and where
+    (``exc.filename``, else ``where``) and what to do."""
+    place = str(exc.filename or where or "the model store")
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return DiskFullError(f"the disk is full: cannot write {place}; free some space and download again")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return StoreWriteError(f"no permission to write {place}: fix its permissions, or keep models elsewhere "
+                               "(OUTRIDER_HOME)")
+    if exc.errno == errno.EROFS:
+        return StoreWriteError(f"{place} is on a read-only disk: keep models elsewhere (OUTRIDER_HOME)")
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        blocking = next((p for p in Path(place).parents if p.is_file()), None)
+        return StoreWriteError(f"{blocking or place} is a file where a folder is needed: move it away and download "
+                               "again")
+    if exc.errno == errno.ENAMETOOLONG:
+        return StoreWriteError(f"the path is too long for this file system: {place[:200]}")
+    reason = (exc.strerror or "input/output error").lower()
+    return StoreWriteError(f"cannot write {place}: {reason}")
