@@ -157,7 +157,8 @@ def map_hub_error(exc: Exception, url: str, page: str, has_token: bool) -> Downl
         if status >= 500 or status == 429:
             return ServerError(f"the server answered {status}; try again later (partial file kept)", url=page)
         return ServerError(f"the server answered {status}", url=page)
-    return NetworkError(f"{network_words(exc, url)} (a partial file is kept; the next start resumes it)", url=page)
+    return NetworkError(f"{network_words(exc, url)}; try again when the connection is back (a download resumes "
+                        "where it stopped)", url=page)
 
 
 def network_words(exc: BaseException, url: str = "") -> str:
