@@ -220,3 +220,20 @@ def test_context_menu_offers_export_rename_delete(qtbot: Any, win: MainWindow,
         menu.actions()[0].trigger()
     assert [Path(p).name for p in asked] == ["Packing-list.md"]  # the save dialog, cancelled: nothing written
     assert win.conversations.context_menu(win.list_model.index(-1, 0)) is None
+
+
+def test_keys_in_the_list_delete_and_rename(qtbot: Any, win: MainWindow, monkeypatch: pytest.MonkeyPatch) -> None:
+    cid = select(win, "Quarterly report")
+    win.conversations.list.setFocus()
+    qtbot.waitUntil(win.conversations.list.hasFocus)
+    monkeypatch.setattr("outrider.ui.widgets.conversation_list.QInputDialog.getText",
+                        lambda *_a: ("Q3 report", True))
+    renamed = win.conversations.rename_requested
+    with qtbot.waitSignal(renamed, check_params_cb=lambda c, t: (c, t) == (cid, "Q3 report")):
+        qtbot.keyClick(win.conversations.list, Qt.Key.Key_F2)
+    with qtbot.waitSignal(win.conversations.delete_requested, check_params_cb=lambda c: c == cid):
+        qtbot.keyClick(win.conversations.list, Qt.Key.Key_Delete)
+    assert win.conversations.undo_bar.isVisible()
+    win.chat.composer.setFocus()  # elsewhere, Delete is the text's own key: no conversation is deleted
+    with qtbot.assertNotEmitted(win.conversations.delete_requested):
+        qtbot.keyClick(win.chat.composer, Qt.Key.Key_Delete)

@@ -28,6 +28,7 @@ from PySide6.QtCore import (
     Signal,
     Slot,
 )
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
@@ -201,7 +202,7 @@ class ConversationListModel(QAbstractListModel):
 
 class ConversationListView(QWidget):
     """Search field, list (with a line saying why it is empty) and buttons; a context menu on a conversation
-    offers Export, Rename and Delete.
+    offers Export, Rename and Delete; in the list, F2 renames and Delete deletes the selected conversation.
 
     Signals:
         conversation_selected(int): open this conversation.
@@ -246,10 +247,16 @@ class ConversationListView(QWidget):
         self.new_button.setToolTip("Start a new conversation (Ctrl+N)")
         self.new_button.clicked.connect(self.new_requested)
         self.rename_button = QPushButton("Rename", self)
+        self.rename_button.setToolTip("Rename the selected conversation (F2 in the list)")
         self.rename_button.clicked.connect(self._on_rename_clicked)
         self.delete_button = QPushButton("Delete", self)
-        self.delete_button.setToolTip("Delete the selected conversation (can be undone for a few seconds)")
+        self.delete_button.setToolTip("Delete the selected conversation (Delete in the list; can be undone for a "
+                                      "few seconds)")
         self.delete_button.clicked.connect(self._on_delete_clicked)
+        for key, slot in ((Qt.Key.Key_F2, self._on_rename_clicked), (Qt.Key.Key_Delete, self._on_delete_clicked)):
+            shortcut = QShortcut(QKeySequence(key), self.list)
+            shortcut.setContext(Qt.ShortcutContext.WidgetShortcut)  # only while the list has the focus
+            shortcut.activated.connect(slot)
         self.undo_bar = QWidget(self)
         ul = QHBoxLayout(self.undo_bar)
         ul.setContentsMargins(0, 0, 0, 0)
@@ -314,8 +321,8 @@ class ConversationListView(QWidget):
         cid = int(self.model.data(index, ConversationRole.ID))
         menu = QMenu(self)
         menu.addAction("&Export…", lambda: self.export_requested.emit(cid))
-        menu.addAction("&Rename…", self._on_rename_clicked)
-        menu.addAction("&Delete", self._on_delete_clicked)
+        menu.addAction("&Rename…", self._on_rename_clicked).setShortcut(QKeySequence(Qt.Key.Key_F2))
+        menu.addAction("&Delete", self._on_delete_clicked).setShortcut(QKeySequence(Qt.Key.Key_Delete))
         return menu
 
     @Slot()
