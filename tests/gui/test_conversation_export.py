@@ -21,8 +21,10 @@ from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.main_window import MainWindow
 from outrider.ui.widgets.conversation_export import (
     ACTION_EXPORT,
+    ACTION_EXPORT_ALL,
     JSON_FILTER,
     MARKDOWN_FILTER,
+    all_exported_text,
     export_target,
     suggested_file_name,
 )
@@ -168,3 +170,48 @@ def test_suggested_file_name() -> None:
     assert suggested_file_name("Regex help") == "Regex-help.md"
     assert suggested_file_name("../../etc/passwd", ExportFormat.JSON) == "etc-passwd.json"
     assert suggested_file_name("   ") == "conversation.md"
+
+
+def _cli_export_all(home: Path, fmt: str) -> str:
+    env = dict(os.environ, OUTRIDER_HOME=str(home))
+    r = subprocess.run([sys.executable, "-m", "outrider.cli", "chats", "export", "all", "--format", fmt],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_export_all_writes_every_conversation_like_the_cli(qtbot: Any, parts: Any, tmp_path: Path,
+                                                           _private_home: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    win, store, bridge, _cid = parts
+    asked = _choose_file(monkeypatch, tmp_path / "everything", JSON_FILTER)
+    action = win.actions_by_id[ACTION_EXPORT_ALL]
+    assert action.text() == "Export &all conversations…"
+    with qtbot.waitSignal(win.exporter.exported_all, timeout=10_000) as blocker:
+        action.trigger()
+    target = tmp_path / "everything.json"
+    assert blocker.args == [str(target), 0] and Path(asked[0]).name == "conversations.md"
+    assert win.notice_label.text() == f"All conversations exported to {target}"
+    doc = json.loads(target.read_text(encoding="utf-8"))
+    assert sorted(c["title"] for c in doc["conversations"]) == ["Packing list", "Regex help: ISO dates"]
+    win.close()
+    bridge.shutdown()
+    store.close()
+    cli = json.loads(_cli_export_all(_private_home, "json"))
+    doc.pop("exported_at")
+    cli.pop("exported_at")
+    assert doc == cli
+
+
+def test_export_all_with_no_conversation_explains(qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _choose_file(monkeypatch, None)
+    with offline_main_window(qtbot) as (win, _store, _bridge):
+        win.actions_by_id[ACTION_EXPORT_ALL].trigger()
+        assert asked == [] and win.notice_label.text() == "Nothing to export yet: there is no conversation."
+
+
+def test_all_exported_text_counts_what_was_left_out() -> None:
+    assert all_exported_text("/t/a.md", 0) == "All conversations exported to /t/a.md"
+    assert all_exported_text("/t/a.md", 1).startswith("Conversations exported to /t/a.md; 1 could not be read and "
+                                                      "was left out")
+    assert "2 could not be read and were left out" in all_exported_text("/t/a.md", 2)

@@ -22,6 +22,7 @@ from outrider.history import ConversationNotFoundError, ExportFormat, StoreError
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 
 ACTION_EXPORT = "export_conversation"
+ACTION_EXPORT_ALL = "export_all_conversations"
 MARKDOWN_FILTER = "Markdown (*.md)"
 JSON_FILTER = "JSON (*.json)"
 FILTER_FORMATS = {MARKDOWN_FILTER: ExportFormat.MARKDOWN, JSON_FILTER: ExportFormat.JSON}
@@ -72,10 +73,13 @@ class ConversationExporter(QObject):
 
     Signals:
         exported(str): the path written.
+        exported_all(str, int): the path written by ``export_all`` and how many unreadable conversations were left
+            out of it.
         failed(str): why nothing was written, in words.
     """
 
     exported = Signal(str)
+    exported_all = Signal(str, int)
     failed = Signal(str)
 
     def __init__(self, store: QtStoreBridge, parent: QObject | None = None) -> None:
@@ -89,26 +93,48 @@ class ConversationExporter(QObject):
                           lambda _result: self.exported.emit(str(target)),
                           on_error=lambda exc: self.failed.emit(export_error_text(exc, target)))
 
-    def ask_and_export(self, parent: QWidget | None, conversation_id: int, title: str) -> bool:
-        """Ask where to save (a save dialog, Markdown or JSON) and export; False when the user cancelled."""
+    def export_all(self, path: str | Path, fmt: ExportFormat) -> None:
+        """Every readable conversation in one document (as ``outrider chats export all``), on the store thread;
+        ``exported_all`` (with the number of unreadable ones left out) or ``failed``."""
+        target = Path(path)
+        self.store.submit(lambda s: len(s.export_all(target, fmt)),
+                          lambda skipped: self.exported_all.emit(str(target), int(skipped)),
+                          on_error=lambda exc: self.failed.emit(export_error_text(exc, target)))
+
+    def ask_and_export(self, parent: QWidget | None, conversation_id: int | None, title: str) -> bool:
+        """Ask where to save (a save dialog, Markdown or JSON) and export ``conversation_id`` (None: every
+        conversation); False when the user cancelled."""
+        caption = "Export conversation" if conversation_id is not None else "Export all conversations"
         chosen, selected = QFileDialog.getSaveFileName(
-            parent, "Export conversation", str(Path.home() / suggested_file_name(title)),
+            parent, caption, str(Path.home() / suggested_file_name(title)),
             f"{MARKDOWN_FILTER};;{JSON_FILTER}", MARKDOWN_FILTER)
         if not chosen:
             return False
         path, fmt = export_target(chosen, selected)
-        self.export(conversation_id, path, fmt)
+        if conversation_id is None:
+            self.export_all(path, fmt)
+        else:
+            self.export(conversation_id, path, fmt)
         return True
 
 
+def all_exported_text(path: str, skipped: int) -> str:
+    """The notice after "Export all conversations…"."""
+    if not skipped:
+        return f"All conversations exported to {path}"
+    return (f"Conversations exported to {path}; {skipped} could not be read and {'was' if skipped == 1 else 'were'} "
+            "left out (`outrider chats export ID --raw` saves one as stored)")
+
+
 def add_export_action(window: Any, menu: QMenu) -> QAction:
-    """Add "Export conversation…" (Ctrl+Shift+E) to ``menu`` of the main ``window`` and answer the conversation
-    list's Export (its context menu). Exports the conversation selected in the list, else the open one; the
-    result is shown with ``window.show_notice``. Uses the window's ``store``, ``session``, ``conversations``,
-    ``list_model`` and ``actions_by_id``."""
+    """Add "Export conversation…" (Ctrl+Shift+E) and "Export all conversations…" to ``menu`` of the main
+    ``window`` and answer the conversation list's Export (its context menu). Export conversation saves the one
+    selected in the list, else the open one; the result is shown with ``window.show_notice``. Uses the window's
+    ``store``, ``session``, ``conversations``, ``list_model`` and ``actions_by_id``; returns the first action."""
     exporter = ConversationExporter(window.store, window)
     window.exporter = exporter
     exporter.exported.connect(lambda path: window.show_notice(f"Conversation exported to {path}"))
+    exporter.exported_all.connect(lambda path, skipped: window.show_notice(all_exported_text(path, skipped)))
     exporter.failed.connect(window.show_notice)
 
     def title_of(conversation_id: int) -> str:
@@ -135,4 +161,17 @@ def add_export_action(window: Any, menu: QMenu) -> QAction:
     window.conversations.export_requested.connect(export_one)
     window.actions_by_id[ACTION_EXPORT] = action
     menu.addAction(action)
+
+    def export_all() -> None:
+        if not window.store.conversations():
+            window.show_notice("Nothing to export yet: there is no conversation.")
+            return
+        exporter.ask_and_export(window, None, "conversations")
+
+    every = QAction("Export &all conversations…", window)
+    every.setObjectName(ACTION_EXPORT_ALL)
+    every.setToolTip("Save every conversation in one Markdown or JSON file (as `outrider chats export all`)")
+    every.triggered.connect(export_all)
+    window.actions_by_id[ACTION_EXPORT_ALL] = every
+    menu.addAction(every)
     return action
