@@ -224,6 +224,8 @@ def test_context_menu_offers_export_rename_delete(qtbot: Any, win: MainWindow,
 
 def test_keys_in_the_list_delete_and_rename(qtbot: Any, win: MainWindow, monkeypatch: pytest.MonkeyPatch) -> None:
     cid = select(win, "Quarterly report")
+    win.activateWindow()  # keys go to the active window (xcb: after the window manager's answer)
+    qtbot.waitUntil(win.isActiveWindow, timeout=5000)
     win.conversations.list.setFocus()
     qtbot.waitUntil(win.conversations.list.hasFocus)
     monkeypatch.setattr("outrider.ui.widgets.conversation_list.QInputDialog.getText",
