@@ -239,3 +239,15 @@ def test_keys_in_the_list_delete_and_rename(qtbot: Any, win: MainWindow, monkeyp
     win.chat.composer.setFocus()  # elsewhere, Delete is the text's own key: no conversation is deleted
     with qtbot.assertNotEmitted(win.conversations.delete_requested):
         qtbot.keyClick(win.chat.composer, Qt.Key.Key_Delete)
+
+
+def test_relative_dates_follow_the_clock(qtbot: Any, win: MainWindow, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Labels are made when the row is painted and the list repaints every minute: after midnight "09:05" reads
+    "yesterday" without a reload."""
+    index = win.list_model.index(0, 0)
+    updated = win.list_model.rows()[0].updated_at
+    assert updated is not None and win.conversations._clock.isActive()
+    assert win.conversations._clock.interval() == 60_000
+    tomorrow = time.time() + 86_400
+    monkeypatch.setattr("outrider.ui.widgets.conversation_list.time.time", lambda: tomorrow)
+    assert str(index.data(Qt.ItemDataRole.DisplayRole)).split("\n")[1].startswith("yesterday · ")

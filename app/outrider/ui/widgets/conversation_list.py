@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
 from outrider.history import ConversationSummary, SearchHit, UnreadableRecord
 
 UNDO_MS = 8000
+DATE_REFRESH_MS = 60_000  # how often the list repaints, so its relative dates follow the clock
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 NO_CONVERSATIONS_TEXT = "No conversations yet: type a message to start one."
@@ -285,6 +286,10 @@ class ConversationListView(QWidget):
         self.setTabOrder(self.search, self.list)
         self.setTabOrder(self.list, self.new_button)
         self.setMinimumWidth(200)
+        self._clock = QTimer(self)  # "14:05" becomes "yesterday" after midnight: the labels are made when painted
+        self._clock.setInterval(DATE_REFRESH_MS)
+        self._clock.timeout.connect(self.list.viewport().update)
+        self._clock.start()
         model.modelReset.connect(self._update_empty_label)
         model.rowsInserted.connect(self._update_empty_label)
         model.rowsRemoved.connect(self._update_empty_label)
