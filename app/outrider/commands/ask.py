@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from outrider.commands.base import EXIT_ENGINE_CRASHED, EXIT_RUNTIME, CliError, print_json
-from outrider.commands.engine_options import EngineLike, add_model_options, is_done, open_engine, text_request
+from outrider.commands.engine_options import CommandEngine, add_model_options, is_done, open_engine, text_request
 from outrider.commands.generate import format_summary
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     text_request(args, chat=args.message)  # --max-tokens, sampling and draft options
     pair_spec(args)  # the model files exist
     store = open_history()
-    engine: EngineLike | None = None
+    engine: CommandEngine | None = None
     with store:
         try:
             if args.conversation is not None:

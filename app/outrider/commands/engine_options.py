@@ -22,7 +22,6 @@ from outrider.commands.base import (
     EXIT_ENGINE_CRASHED,
     CliError,
     add_rpc_options,
-    format_placement,
     positive_int,
     seed_int,
 )
@@ -31,7 +30,7 @@ RPC_FAULTS = frozenset({"rpc_unreachable", "rpc_busy", "rpc_version"})  # ErrorK
 LLAMA_MIN_CTX = 256  # llama.cpp raises a smaller context to this, and rounds a larger one up to a multiple of it
 
 
-class EngineLike(Protocol):
+class CommandEngine(Protocol):
     """What these commands need from an engine, in-process or in the worker process.
 
     ``close(quick=True)`` (after Ctrl-C) does not wait for a stuck or stopped engine: it is killed."""
@@ -266,10 +265,10 @@ def note_load(info: Any, requested_ctx: int, seen: set[str]) -> None:
     if raised:
         note(raised, seen)
     if info.target.remote_devices:  # the target uses RPC workers: where each part went, and their memory
-        note(format_placement(info), seen)
+        note(info.placement_text(), seen)
 
 
-def open_engine(args: argparse.Namespace) -> EngineLike:
+def open_engine(args: argparse.Namespace) -> CommandEngine:
     """Load the pair in the engine process, or in this process with ``--in-process``."""
     spec = pair_spec(args)
     if args.in_process:
@@ -278,7 +277,7 @@ def open_engine(args: argparse.Namespace) -> EngineLike:
 
 
 @contextlib.contextmanager
-def engine_session(args: argparse.Namespace) -> Iterator[EngineLike]:
+def engine_session(args: argparse.Namespace) -> Iterator[CommandEngine]:
     """``open_engine`` as a context manager: closed at the end; after Ctrl-C closed at once (a stopped or stuck
     engine is killed, not waited for), so the command exits 130 promptly."""
     engine = open_engine(args)

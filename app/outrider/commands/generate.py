@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from outrider.commands.base import CliError, positive_int, print_json
-from outrider.commands.engine_options import EngineLike, add_model_options, engine_session, is_done, text_request
+from outrider.commands.engine_options import CommandEngine, add_model_options, engine_session, is_done, text_request
 from outrider.engine.measure.bench import DEFAULT_BENCH_PROMPTS, bench_row, bench_summary
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
@@ -43,7 +43,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return _stream(engine, request, as_json=args.json)
 
 
-def _stream(engine: EngineLike, request: Any, *, as_json: bool) -> int:
+def _stream(engine: CommandEngine, request: Any, *, as_json: bool) -> int:
     colour = sys.stdout.isatty() and not as_json
     for event in engine.run(request):
         if is_done(event):
