@@ -6,11 +6,14 @@ dedicated inference thread). The GUI thread only calls the public methods, which
 results as signals. ``cancel()`` is the exception: ``EngineClient.cancel`` is thread-safe and returns at once, so
 it is called directly and cuts a running reply short within one step.
 
-Steps are coalesced (STYLE.md §6): the client yields each wire message as one ``StepBatch``
-(``outrider.engine.events``); the worker puts it in a buffer and emits a wake-up only when the buffer goes from
-empty to non-empty; the GUI thread drains the whole buffer in one slot and emits ``step_received`` once with one
-``StepBatch`` (the buffered batches joined, when the GUI fell behind). A slow reply therefore arrives step by step
-with no added latency, and a fast one in batches sized by how busy the GUI thread is — never one repaint per token.
+Everything the worker has to say goes through ONE ordered buffer: each item an ``_Out`` kind and its payload
+(the client yields each wire message as one ``StepBatch``, ``outrider.engine.events``; then the reply's
+``DoneEvent``, a failure, a load's progress and result, busy or not). The worker emits a wake-up only when the
+buffer goes from empty to non-empty; the GUI thread drains the whole buffer in one slot and emits the bridge's
+signals in the order the items were made, so a reply's last steps always come before its end or its crash, and a
+reply's end before anything of the next. Steps are coalesced (STYLE.md §6): consecutive batches become one
+``step_received`` (joined, when the GUI fell behind). A slow reply therefore arrives step by step with no added
+latency, and a fast one in batches sized by how busy the GUI thread is — never one repaint per token.
 
 Errors travel on their own signals, typed at the source (STYLE.md §7), never through the token stream.
 """
@@ -18,6 +21,7 @@ Errors travel on their own signals, typed at the source (STYLE.md §7), never th
 from __future__ import annotations
 
 import contextlib
+import enum
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -31,74 +35,80 @@ from outrider.worker.errors import EngineCrashed, EngineRequestError, WorkerErro
 __all__ = ["EngineCrashed", "EngineRequestError", "QtEngineBridge", "StepBatch", "WorkerError"]
 
 
+class _Out(enum.Enum):
+    """The kinds of what the worker reports; each becomes the bridge signal of the same meaning."""
+
+    STEPS = "steps"  # StepBatch
+    FINISHED = "finished"  # DoneEvent
+    CRASHED = "crashed"  # EngineCrashed while generating or unloading
+    FAILED = "failed"  # any other exception of a request
+    LOADED = "loaded"  # LoadedPair
+    LOAD_FAILED = "load_failed"  # the exception of a failed load
+    LOAD_PROGRESS = "load_progress"  # LoadProgress
+    UNLOADED = "unloaded"  # None
+    BUSY = "busy"  # bool
+
+
 class _EngineWorker(QObject):
     """Lives on the bridge's thread; its slots run the blocking client calls. Never touches a widget.
 
-    Signals:
-        steps_ready: the step buffer went from empty to non-empty (the bridge drains it on the GUI thread).
-        loaded, load_failed, load_progress, finished, crashed, failed, busy_changed: see the bridge.
+    What it has to report goes into one buffer, in order (``_push``; thread-safe: the client reports load
+    progress from its reader thread); ``output_ready`` wakes the GUI thread when the buffer stops being empty.
     """
 
-    steps_ready = Signal()
-    loaded = Signal(object)
-    load_failed = Signal(object)
-    load_progress = Signal(object)
-    finished = Signal(object)
-    crashed = Signal(object)
-    failed = Signal(object)
-    busy_changed = Signal(int)
-    unloaded = Signal()
+    output_ready = Signal()
 
     def __init__(self, client: EngineClient) -> None:
         super().__init__()
         self.client = client
         self._lock = threading.Lock()
-        self._buffer: list[StepBatch] = []
+        self._buffer: list[tuple[_Out, Any]] = []
         self.closing = False
         # This bridge's own reply (the local server's replies share the client: cancel must never reach them).
         self._generation: Any = None
         self._starting = False  # a generate is waiting for the engine (e.g. behind a reply of the local server)
         self._cancel_pending = False
 
-    def take_batches(self) -> list[StepBatch]:
+    def take_output(self) -> list[tuple[_Out, Any]]:
+        """Everything reported since the last call, oldest first."""
         with self._lock:
-            batches, self._buffer = self._buffer, []
-        return batches
+            items, self._buffer = self._buffer, []
+        return items
 
-    def _push(self, batch: StepBatch) -> None:
+    def _push(self, kind: _Out, payload: Any = None) -> None:
         with self._lock:
             wake = not self._buffer
-            self._buffer.append(batch)
+            self._buffer.append((kind, payload))
         if wake:
-            self.steps_ready.emit()
+            self.output_ready.emit()
 
     @contextlib.contextmanager
-    def _job(self, *, busy: bool = True, failure: Any = None) -> Iterator[None]:
-        """Run one request: busy while it runs; every failure reaches the GUI as a signal (``crashed`` when the
-        engine died, else ``failed`` — or ``failure`` for both), never once the bridge is closing."""
+    def _job(self, *, busy: bool = True, failure: _Out | None = None) -> Iterator[None]:
+        """Run one request: busy while it runs; every failure reaches the GUI (``CRASHED`` when the engine died,
+        else ``FAILED`` — or ``failure`` for both), never once the bridge is closing."""
         if busy:
-            self.busy_changed.emit(1)
+            self._push(_Out.BUSY, True)
         try:
             yield
         except EngineCrashed as exc:
             if not self.closing:
-                (failure or self.crashed).emit(exc)
+                self._push(failure or _Out.CRASHED, exc)
         except Exception as exc:
             if not self.closing:
-                (failure or self.failed).emit(exc)
+                self._push(failure or _Out.FAILED, exc)
         finally:
             if busy:
-                self.busy_changed.emit(0)
+                self._push(_Out.BUSY, False)
 
     @Slot(object, float, bool)
     def do_load(self, spec: Any, timeout: float, refuse_unsafe: bool) -> None:
         if self.closing:
             return
-        with self._job(failure=self.load_failed):
+        with self._job(failure=_Out.LOAD_FAILED):
             extra = {"refuse_unsafe": True} if refuse_unsafe else {}
             info = self.client.load(spec, timeout=timeout, draft_fallback=False,
-                                    on_progress=self.load_progress.emit, **extra)
-            self.loaded.emit(info)
+                                    on_progress=lambda progress: self._push(_Out.LOAD_PROGRESS, progress), **extra)
+            self._push(_Out.LOADED, info)
 
     @Slot(object)
     def do_generate(self, request: Any) -> None:
@@ -115,9 +125,9 @@ class _EngineWorker(QObject):
                     generation.cancel()
                 for event in generation:
                     if isinstance(event, StepBatch):
-                        self._push(event)
+                        self._push(_Out.STEPS, event)
                     elif isinstance(event, DoneEvent):
-                        self.finished.emit(event)
+                        self._push(_Out.FINISHED, event)
         finally:
             with self._lock:
                 self._generation, self._starting = None, False
@@ -137,7 +147,7 @@ class _EngineWorker(QObject):
             return
         with self._job(busy=False):
             self.client.unload()
-            self.unloaded.emit()
+            self._push(_Out.UNLOADED)
 
 
 class QtEngineBridge(QObject):
@@ -190,15 +200,11 @@ class QtEngineBridge(QObject):
         self._generate_requested.connect(self._worker.do_generate)
         self._unload_requested.connect(self._worker.do_unload)
 
-        self._worker.steps_ready.connect(self._on_worker_steps_ready)
-        self._worker.finished.connect(self._on_worker_finished)
-        self._worker.loaded.connect(self.loaded)
-        self._worker.load_failed.connect(self.load_failed)
-        self._worker.load_progress.connect(self.load_progress)
-        self._worker.crashed.connect(self._on_worker_crashed)
-        self._worker.failed.connect(self._on_worker_failed)
-        self._worker.busy_changed.connect(self._on_worker_busy_changed)
-        self._worker.unloaded.connect(self.unloaded)
+        self._worker.output_ready.connect(self._on_worker_output_ready)
+        self._signals: dict[_Out, Any] = {
+            _Out.FINISHED: self.generation_finished, _Out.CRASHED: self.crashed, _Out.FAILED: self.error,
+            _Out.LOADED: self.loaded, _Out.LOAD_FAILED: self.load_failed, _Out.LOAD_PROGRESS: self.load_progress,
+        }
         self._thread.start()
 
     # -- requests ---------------------------------------------------------------------------------------------
@@ -244,33 +250,32 @@ class QtEngineBridge(QObject):
         # finalisation, which aborts PySide6 6.12 ("bool_dealloc … refcount error"); drop them while Python lives.
         QCoreApplication.removePostedEvents(self)
 
-    # -- worker signals (GUI thread) --------------------------------------------------------------------------
+    # -- the worker's output (GUI thread) ---------------------------------------------------------------------
     @Slot()
-    def _on_worker_steps_ready(self) -> None:
-        batches = self._worker.take_batches()
+    def _on_worker_output_ready(self) -> None:
+        """Emit what the worker reported, in order; consecutive step batches as one ``step_received``."""
+        steps: list[StepBatch] = []
+        for kind, payload in self._worker.take_output():
+            if kind is _Out.STEPS:
+                steps.append(payload)
+                continue
+            self._emit_steps(steps)
+            steps = []
+            if kind is _Out.BUSY:
+                self._set_busy(payload)
+            elif kind is _Out.UNLOADED:
+                self.unloaded.emit()
+            else:
+                self._signals[kind].emit(payload)
+        self._emit_steps(steps)
+
+    def _emit_steps(self, batches: list[StepBatch]) -> None:
         if len(batches) == 1:
             self.step_received.emit(batches[0])
         elif batches:
             self.step_received.emit(StepBatch(tuple(s for b in batches for s in b.steps), batches[-1].stats))
 
-    @Slot(object)
-    def _on_worker_finished(self, done: DoneEvent) -> None:
-        self._on_worker_steps_ready()  # steps still buffered come before the end
-        self.generation_finished.emit(done)
-
-    @Slot(object)
-    def _on_worker_crashed(self, exc: EngineCrashed) -> None:
-        self._on_worker_steps_ready()
-        self.crashed.emit(exc)
-
-    @Slot(object)
-    def _on_worker_failed(self, exc: Exception) -> None:
-        self._on_worker_steps_ready()
-        self.error.emit(exc)
-
-    @Slot(int)
-    def _on_worker_busy_changed(self, value: int) -> None:
-        busy = bool(value)
+    def _set_busy(self, busy: bool) -> None:
         if busy != self._busy:
             self._busy = busy
             self.busy_changed.emit(busy)
