@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, print_json
+from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, positive_int, print_json
 from outrider.fileio import atomic_write_text
 from outrider.history import (
     ConversationNotFoundError,
@@ -235,7 +235,7 @@ def register(subparsers: Any) -> None:
     p = add("search", _cmd_search, "full-text search over all messages")
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=positive_int, default=50, help="at most this many matches (default 50)")
 
     p = add("rename", _cmd_rename, "rename a conversation")
     p.add_argument("id", metavar="ID")

@@ -83,6 +83,11 @@ def test_export_import_round_trip_and_no_duplicates(home: Path, tmp_path: Path) 
     assert [h["conversation_title"] for h in hits] == ["Geography"]
 
 
+@pytest.mark.parametrize(("limit", "fragment"), [("0", "must be at least 1, got 0"), ("x", "expected a whole number")])
+def test_search_limit_must_be_a_positive_whole_number(home: Path, limit: str, fragment: str) -> None:
+    assert_bad_input(run(home, "search", "Paris", "--limit", limit), fragment)
+
+
 def test_import_bad_file_exits_2(home: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
