@@ -264,3 +264,23 @@ def test_the_warning_offers_automatic_k_only_while_k_is_fixed(qtbot: Any, script
     assert win.stats.draft_auto_button.isVisibleTo(win)
     win.stats.draft_auto_button.click()
     assert win.settings.value.k_policy == "auto" and "k auto ≤ 16" in win.engine_label.text()
+
+
+def test_the_status_bar_says_where_an_rpc_target_lives(qtbot: Any, scripted: Any) -> None:
+    """With the target on llama.cpp RPC workers, the engine line names the workers' buffers and their free memory,
+    the same line as the CLI's load note; a local pair's line says nothing of RPC."""
+    import dataclasses
+
+    win, _client = scripted
+    loaded = win.session.loaded
+    assert loaded is not None and not loaded.uses_rpc
+    assert "RPC" not in win.engine_label.text() and "workers' memory" not in win.engine_label.text()
+    target = dataclasses.replace(
+        loaded.target, buffers=(("RPC0[10.0.0.2:50052]", 2 * 2**30), ("CPU_Mapped", 200 * 2**20)),
+        remote_devices=(("RPC0", "10.0.0.2:50052", 11 * 2**30, 16 * 2**30),))
+    remote = dataclasses.replace(loaded, target=target)
+    win._on_session_engine_changed(remote)
+    text = win.engine_label.text()
+    assert "target: RPC0[10.0.0.2:50052] 2.0 GiB, CPU_Mapped 200.0 MiB; draft on this machine" in text
+    assert "workers' memory: 10.0.0.2:50052 11.0 GiB free of 16.0 GiB" in text
+    assert remote.placement_text() in text

@@ -80,20 +80,3 @@ def add_rpc_options(p: Any) -> None:
     p.add_argument("--split", type=split_list, default=(), metavar="P[,P...]",
                    help="share of the target's offloaded layers per device: this machine's GPUs first, then the "
                         "RPC workers in order (default: by free memory)")
-
-
-def _size(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
-
-
-def format_placement(info: Any) -> str:
-    """Where a loaded pair's weights live (``LoadedPair`` with RPC workers): one line for stderr.
-
-    E.g. "target: RPC0[10.0.0.2:50052] 1.9 GiB, RPC1[10.0.0.3:50052] 1.9 GiB, CPU_Mapped 0.2 GiB; draft on this
-    machine; workers' memory: 10.0.0.2:50052 11.2 GiB free of 15.6 GiB, …"
-    """
-    target = ", ".join(f"{name} {_size(size)}" for name, size in info.target.buffers) or "on this machine"
-    draft = "; draft on this machine" if info.draft is not None else ""
-    remote = ", ".join(f"{endpoint} {_size(free)} free of {_size(total)}"
-                       for _, endpoint, free, total in info.target.remote_devices)
-    return f"target: {target}{draft}" + (f"; workers' memory: {remote}" if remote else "")

@@ -117,6 +117,28 @@ class LoadedPair:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @property
+    def uses_rpc(self) -> bool:
+        """True when the target's layers live (partly) on llama.cpp RPC workers (docs/rpc.md)."""
+        return bool(self.target.remote_devices)
+
+    def placement_text(self) -> str:
+        """Where the pair's weights live, in one line (the CLI's load note and the GUI's status bar).
+
+        E.g. "target: RPC0[10.0.0.2:50052] 1.9 GiB, RPC1[10.0.0.3:50052] 1.9 GiB, CPU_Mapped 0.2 GiB; draft on this
+        machine; workers' memory: 10.0.0.2:50052 11.2 GiB free of 15.6 GiB, …"
+        """
+        target = ", ".join(f"{name} {_size_text(size)}" for name, size in self.target.buffers) or "on this machine"
+        draft = "; draft on this machine" if self.draft is not None else ""
+        remote = ", ".join(f"{endpoint} {_size_text(free)} free of {_size_text(total)}"
+                           for _, endpoint, free, total in self.target.remote_devices)
+        return f"target: {target}{draft}" + (f"; workers' memory: {remote}" if remote else "")
+
+
+def _size_text(n: int) -> str:
+    """Bytes as GiB (one decimal) from 1 GiB up, else MiB."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
 
 @dataclasses.dataclass(frozen=True)
 class LoadProgress:

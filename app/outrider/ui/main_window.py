@@ -339,7 +339,8 @@ class MainWindow(QMainWindow):
             f"Engine: {backend} · target {st.get('target')} · {drafting_text(self.settings.value, info)} · "
             f"{mem:,.0f} MiB "
             f"(weights + KV, ctx {st.get('n_ctx')}) · GPU layers {layers[0]}/{layers[1]}"
-            + (f" · plain {plain:.1f} tok/s (last reply)" if plain else ""))
+            + (f" · plain {plain:.1f} tok/s (last reply)" if plain else "")
+            + (f" · {info.placement_text()}" if info.uses_rpc else ""))
 
     @Slot(str)
     def _on_session_crashed(self, reason: str) -> None:
