@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from outrider.commands.base import EXIT_RUNTIME, CliError
+from outrider.commands.base import EXIT_RUNTIME, CliError, whole_number
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 50052
@@ -39,10 +39,7 @@ def _port(text: str) -> int:
 
 
 def _threads(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    n = whole_number(text)
     limit = os.cpu_count() or 1
     if not 1 <= n <= limit:
         raise argparse.ArgumentTypeError(f"threads must be between 1 and {limit} (this machine's CPUs), got {n}")
