@@ -266,16 +266,8 @@ def open_database(
     """Lock the directory, open (or create, or replace a damaged) database, migrate, then ``build(opened)``.
 
     ``build`` runs under the same error handling (a failure there closes the connection and releases the lock)
-    and its result is returned: the store that owns the connection from then on.
-
-    Raises:
-        StoreLockedError: another process has this data directory open.
-        MigrationError: an upgrade failed and was rolled back (the backup is kept).
-        SchemaTooNewError: the database comes from a newer Outrider.
-        StoreReadOnlyError: the database file or its folder cannot be written.
-        DiskFullError: the disk is full (nothing was changed).
-        DataDirectoryError: the data folder cannot be created or is a file.
-        StoreError: any other failure to open the database (one line, no traceback needed).
+    and its result is returned: the store that owns the connection from then on. Raises the typed errors
+    ``HistoryStore.open`` lists.
     """
     directory = _data_directory(data_dir)
     db_path = directory / filename
