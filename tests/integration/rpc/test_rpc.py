@@ -24,7 +24,7 @@ from support.tiny_gguf import Family
 
 PROMPTS = ["the", "hello world", "def return class", "the model is fast", "for i in range", "x = y + z * 2"]
 N_TOKENS = 24
-FAULT_DEADLINE_S = 30.0  # generous: a loaded 2-core CI machine takes seconds to start the CLI and the engine; a hang is 60+
+FAULT_DEADLINE_S = 30.0  # generous: a loaded 2-core CI machine takes seconds to start the CLI and engine
 
 
 @pytest.fixture(scope="module")
