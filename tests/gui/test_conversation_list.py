@@ -10,14 +10,20 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont, QFontMetrics
+from PySide6.QtWidgets import QStyleOptionViewItem
 from tests.support.gui_windows import offline_main_window
 
 from outrider.history import Role
 from outrider.ui.main_window import MainWindow
 from outrider.ui.widgets.conversation_list import (
     NO_CONVERSATIONS_TEXT,
+    ConversationDelegate,
+    ConversationListModel,
     ConversationRole,
     date_label,
+    focus_on_match,
+    highlight_words,
     plain_snippet,
 )
 
@@ -251,3 +257,43 @@ def test_relative_dates_follow_the_clock(qtbot: Any, win: MainWindow, monkeypatc
     tomorrow = time.time() + 86_400
     monkeypatch.setattr("outrider.ui.widgets.conversation_list.time.time", lambda: tomorrow)
     assert str(index.data(Qt.ItemDataRole.DisplayRole)).split("\n")[1].startswith("yesterday · ")
+
+
+def test_highlight_words_bolds_what_the_search_matched() -> None:
+    assert highlight_words("socks, charger and a raincoat", "rain") == "socks, charger and a <b>raincoat</b>"
+    assert highlight_words("Rain <b>or</b> shine", "rain OR") == "<b>Rain</b> &lt;b&gt;<b>or</b>&lt;/b&gt; shine"
+    assert highlight_words("a < b", "") == "a &lt; b"
+    assert highlight_words("x (y)", "(y") == "x (<b>y</b>)"  # query punctuation is not a pattern
+
+
+def test_rows_are_drawn_as_title_over_a_muted_line(qtbot: Any, win: MainWindow) -> None:
+    view = win.conversations
+    assert isinstance(view.list.itemDelegate(), ConversationDelegate)
+    qtbot.keyClicks(view.search, "raincoat")
+    index = win.list_model.index(0, 0)
+    option = QStyleOptionViewItem()
+    option.initFrom(view.list)
+    option.font = view.list.font()
+    doc = view.delegate.document(option, win.list_model.rows()[0], 400)
+    def weight(word: str) -> int:
+        return int(doc.find(word).charFormat().fontWeight())
+
+    bold = int(QFont.Weight.Bold)
+    assert weight("Packing list") >= bold and weight("raincoat") >= bold  # the title and what matched
+    assert "· …and a raincoat" in doc.toPlainText() and weight("and a") < bold  # starts near the match
+    assert doc.toPlainText().split("\n")[0] == "Packing list"
+    assert "raincoat" in doc.toPlainText().split("\n")[1]
+    line = QFontMetrics(view.list.font()).height()
+    assert view.delegate.sizeHint(option, index).height() >= 2 * line  # two lines, never cut
+    narrow = view.delegate.document(option, win.list_model.rows()[0], 40).toPlainText()
+    assert "…" in narrow and "\n" in narrow  # elided to the width, still two lines
+    assert not view.list.grab().isNull()  # painted without a Qt warning (warnings fail these tests)
+
+
+def test_focus_on_match_starts_the_snippet_near_the_first_match() -> None:
+    text = "socks, charger, a hat, gloves and a raincoat for the rain"
+    assert focus_on_match(text, "rain") == "…and a raincoat for the rain"
+    assert focus_on_match(text, "socks") == text  # the match is already at the start
+    assert focus_on_match(text, "zebra") == text and focus_on_match(text, "") == text
+    assert focus_on_match("a b raincoat", "rain") == "a b raincoat"  # two words before: nothing to cut
+    assert ConversationListModel.rows_from_hits([]) == []  # no hits: no rows

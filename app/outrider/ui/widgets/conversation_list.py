@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import html
 import re
 import time
 from collections.abc import Callable
@@ -21,15 +22,28 @@ from PySide6.QtCore import (
     QAbstractListModel,
     QByteArray,
     QModelIndex,
+    QObject,
     QPersistentModelIndex,
     QPoint,
+    QRect,
+    QSize,
     Qt,
     QTimer,
     Signal,
     Slot,
 )
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtGui import (
+    QAbstractTextDocumentLayout,
+    QFont,
+    QFontMetrics,
+    QKeySequence,
+    QPainter,
+    QPalette,
+    QShortcut,
+    QTextDocument,
+)
 from PySide6.QtWidgets import (
+    QApplication,
     QHBoxLayout,
     QInputDialog,
     QLabel,
@@ -37,6 +51,9 @@ from PySide6.QtWidgets import (
     QListView,
     QMenu,
     QPushButton,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QVBoxLayout,
     QWidget,
 )
@@ -105,6 +122,7 @@ class ConversationRole(enum.IntEnum):
     SNIPPET = Qt.ItemDataRole.UserRole + 3
     READABLE = Qt.ItemDataRole.UserRole + 4
     UPDATED_AT = Qt.ItemDataRole.UserRole + 5
+    ROW = Qt.ItemDataRole.UserRole + 6  # the ConversationRow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,11 +143,12 @@ class ConversationRow:
             return cls(item.id, f"(conversation {item.id} {item.label})", readable=False)
         return cls(item.id, item.title or "New chat", message_count=item.message_count, updated_at=item.updated_at)
 
-    def detail(self, now: float | None = None) -> str:
-        """The second line: when, and the message count or the matching words."""
+    def detail(self, now: float | None = None, query: str = "") -> str:
+        """The second line: when, and the message count or the matching words (starting shortly before the
+        first word that matches ``query``, so a narrow list still shows it)."""
         parts = [date_label(self.updated_at, now)] if self.updated_at is not None else []
         if self.snippet:
-            parts.append(self.snippet)
+            parts.append(focus_on_match(self.snippet, query))
         elif self.readable:
             parts.append(f"{self.message_count} message" + ("" if self.message_count == 1 else "s"))
         return " · ".join(parts)
@@ -150,10 +169,12 @@ _ROLE_DATA: dict[int, Callable[[ConversationRow], Any]] = {
     ConversationRole.SNIPPET: lambda r: r.snippet,
     ConversationRole.READABLE: lambda r: r.readable,
     ConversationRole.UPDATED_AT: lambda r: r.updated_at,
+    ConversationRole.ROW: lambda r: r,
 }
 _ROLE_NAMES = {Qt.ItemDataRole.DisplayRole: b"display", ConversationRole.ID: b"conversationId",
                ConversationRole.TITLE: b"title", ConversationRole.SNIPPET: b"snippet",
-               ConversationRole.READABLE: b"readable", ConversationRole.UPDATED_AT: b"updatedAt"}
+               ConversationRole.READABLE: b"readable", ConversationRole.UPDATED_AT: b"updatedAt",
+               ConversationRole.ROW: b"row"}
 
 
 class ConversationListModel(QAbstractListModel):
@@ -201,6 +222,102 @@ class ConversationListModel(QAbstractListModel):
         return list(seen.values())
 
 
+def _query_pattern(query: str) -> re.Pattern[str] | None:
+    """Words that start with a word of ``query`` (the index matches word prefixes); None for no words."""
+    words = [w for w in re.findall(r"\w+", query) if w]
+    if not words:
+        return None
+    return re.compile(r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\w*", re.IGNORECASE)
+
+
+def focus_on_match(text: str, query: str, words_before: int = 2) -> str:
+    """``text`` from ``words_before`` words before its first word matching ``query`` (with "…" for what was cut),
+    so the match is seen in a narrow list; ``text`` itself when nothing matches or little comes before."""
+    pattern = _query_pattern(query)
+    m = pattern.search(text) if pattern is not None else None
+    if m is None:
+        return text
+    before = text[:m.start()].split()
+    if len(before) <= words_before:
+        return text
+    return "…" + " ".join(before[-words_before:]) + " " + text[m.start():]
+
+
+def highlight_words(text: str, query: str) -> str:
+    """``text`` as HTML with each word that starts with a word of ``query`` in bold (what the search matched:
+    the index matches word prefixes); the rest escaped."""
+    pattern = _query_pattern(query)
+    if pattern is None:
+        return html.escape(text, quote=False)
+    out: list[str] = []
+    last = 0
+    for m in pattern.finditer(text):
+        out += [html.escape(text[last:m.start()], quote=False), f"<b>{html.escape(m.group(0), quote=False)}</b>"]
+        last = m.end()
+    return "".join([*out, html.escape(text[last:], quote=False)])
+
+
+class ConversationDelegate(QStyledItemDelegate):
+    """Paints a row as its title (bold) over a muted second line (date, count or snippet), with the words the
+    search matched in bold; both lines are elided to the width, never wrapped.
+
+    Attributes:
+        query: returns the search text (the words to highlight).
+    """
+
+    def __init__(self, query: Callable[[], str], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.query = query
+
+    def document(self, option: QStyleOptionViewItem, row: ConversationRow, width: int) -> QTextDocument:
+        """The two lines as a rich-text document for ``width`` pixels (elided, highlighted, coloured)."""
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        palette = option.palette
+        main = palette.color(QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text)
+        muted = main if selected else palette.color(QPalette.ColorRole.PlaceholderText)
+        bold = QFont(option.font)
+        bold.setBold(True)
+        title = QFontMetrics(bold).elidedText(row.title, Qt.TextElideMode.ElideRight, max(width, 1))
+        query = self.query()
+        detail = QFontMetrics(option.font).elidedText(row.detail(query=query), Qt.TextElideMode.ElideRight,
+                                                      max(width, 1))
+        doc = QTextDocument()  # no parent: freed with the paint that made it
+        doc.setDefaultFont(option.font)
+        doc.setDocumentMargin(0)
+        doc.setHtml(f'<div style="white-space:pre; color:{main.name()}"><b>{html.escape(title, quote=False)}</b>'
+                    + (f'<br><span style="color:{muted.name()}">{highlight_words(detail, query)}</span>'
+                       if detail else "") + "</div>")
+        return doc
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+              ) -> None:
+        row = index.data(ConversationRole.ROW)
+        if not isinstance(row, ConversationRow):
+            super().paint(painter, option, index)
+            return
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        opt.text = ""
+        style = opt.widget.style() if opt.widget is not None else QApplication.style()
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
+        rect = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, opt, opt.widget).adjusted(2, 1, -2, -1)
+        doc = self.document(opt, row, rect.width())
+        painter.save()
+        painter.translate(rect.topLeft())
+        painter.setClipRect(QRect(0, 0, rect.width(), rect.height()))
+        doc.documentLayout().draw(painter, QAbstractTextDocumentLayout.PaintContext())
+        painter.restore()
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
+        row = index.data(ConversationRole.ROW)
+        if not isinstance(row, ConversationRow):
+            return super().sizeHint(option, index)
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        height = int(self.document(opt, row, 10_000).size().height()) + 6
+        return QSize(max(opt.rect.width(), 100), height)
+
+
 class ConversationListView(QWidget):
     """Search field, list (with a line saying why it is empty) and buttons; a context menu on a conversation
     offers Export, Rename and Delete; in the list, F2 renames and Delete deletes the selected conversation.
@@ -232,6 +349,8 @@ class ConversationListView(QWidget):
         self.search.textChanged.connect(self.search_changed)
         self.list = QListView(self)
         self.list.setModel(model)
+        self.delegate = ConversationDelegate(self.search.text, self.list)
+        self.list.setItemDelegate(self.delegate)
         self.list.setAccessibleName("Conversations")
         self.list.setUniformItemSizes(False)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)  # long titles end in "…", no sideways scrolling
