@@ -240,7 +240,10 @@ def add_serve_action(window: Any, menu: QMenu) -> QAction:
         indicator.setVisible(False)
         action.setText(SERVE_TEXT)
 
-    server.started.connect(on_started)
-    server.stopped.connect(on_stopped)
-    server.failed.connect(on_stopped)
+    # Queued: the bridge emits these from its start/stop threads, and a plain function connected directly would
+    # touch the widgets there ("QBasicTimer::start: Timers cannot be started from another thread").
+    queued = Qt.ConnectionType.QueuedConnection
+    server.started.connect(on_started, queued)
+    server.stopped.connect(on_stopped, queued)
+    server.failed.connect(on_stopped, queued)
     return action
