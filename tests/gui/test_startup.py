@@ -105,3 +105,21 @@ def test_the_picker_waits_for_the_catalogue_read_after_the_paint(qtbot: Any, app
     assert not action.isEnabled()
     assert win.stats._plots is None  # the charts are not made with the window (app.py makes them after the paint)
     win.close()
+
+
+def test_a_window_never_shown_or_closed_first_never_starts_loading(qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtWidgets import QLabel
+
+    from outrider.ui import first_paint
+
+    monkeypatch.setattr(first_paint, "FALLBACK_MS", 50)
+    hidden, closed = QLabel("never shown"), QLabel("closed at once")
+    seen: list[str] = []
+    for label in (hidden, closed):
+        qtbot.addWidget(label)
+        watcher = first_paint.FirstPaintWatcher(label)
+        watcher.painted.connect(lambda text=label.text(): seen.append(text))
+    closed.show()
+    closed.close()  # before the event loop could paint it
+    qtbot.wait(200)  # four times the fallback
+    assert seen == []

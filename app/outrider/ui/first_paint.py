@@ -18,7 +18,8 @@ class FirstPaintWatcher(QObject):
 
     Signals:
         painted: once, after the event loop has finished the turn in which the window was first painted (so its
-            pixels are on the screen), or after ``FALLBACK_MS`` if no paint came.
+            pixels are on the screen), or ``FALLBACK_MS`` after it was shown if no paint came; never for a window
+            that was not shown, or closed first.
     """
 
     painted = Signal()
@@ -31,23 +32,28 @@ class FirstPaintWatcher(QObject):
         self._app = app
         self._done = False
         self._cancelled = False
-        app.installEventFilter(self)
-        self._fallback = QTimer(self)
+        app.installEventFilter(self)  # paint events go to the widgets inside the window, not to the window
+        self._fallback = QTimer(self)  # started when the window is shown: a window never shown never emits
         self._fallback.setSingleShot(True)
         self._fallback.timeout.connect(self._on_fallback_timeout)
-        self._fallback.start(FALLBACK_MS)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # Qt override
-        if (not self._done and event.type() == QEvent.Type.Paint and isinstance(watched, QWidget)
-                and watched.window() is self._window):
+        kind = event.type()
+        if self._done or kind not in (QEvent.Type.Paint, QEvent.Type.Show, QEvent.Type.Close):
+            return False
+        if kind == QEvent.Type.Paint and isinstance(watched, QWidget) and watched.window() is self._window:
             self._finish()
+        elif kind == QEvent.Type.Show and watched is self._window:
+            self._fallback.start(FALLBACK_MS)
+        elif kind == QEvent.Type.Close and watched is self._window:
+            self.cancel()  # closed before it was painted: nothing is to start loading for it
         return False
 
     def _on_fallback_timeout(self) -> None:
         self._finish()
 
     def cancel(self) -> None:
-        """Never emit ``painted`` (the app is quitting: nothing may start loading any more)."""
+        """Never emit ``painted`` (the app is quitting, or the window closed: nothing may start loading)."""
         self._cancelled = True
         self._finish()
 
@@ -59,5 +65,5 @@ class FirstPaintWatcher(QObject):
             QTimer.singleShot(0, self, self._emit)  # after this paint has been flushed
 
     def _emit(self) -> None:
-        if not self._cancelled:
+        if not self._cancelled and self._window.isVisible():
             self.painted.emit()
