@@ -25,6 +25,7 @@ from outrider.ui.widgets.conversation_export import (
     JSON_FILTER,
     MARKDOWN_FILTER,
     all_exported_text,
+    export_error_text,
     export_target,
     suggested_file_name,
 )
@@ -215,3 +216,21 @@ def test_all_exported_text_counts_what_was_left_out() -> None:
     assert all_exported_text("/t/a.md", 1).startswith("Conversations exported to /t/a.md; 1 could not be read and "
                                                       "was left out")
     assert "2 could not be read and were left out" in all_exported_text("/t/a.md", 2)
+
+
+def test_errors_in_words() -> None:
+    from outrider.history import ConversationNotFoundError, RecordUnreadableError
+
+    path = Path("/t/chat.md")
+    unreadable = RecordUnreadableError("message", 12, "bad UTF-8")
+    assert export_error_text(unreadable, path, 3) == (
+        "Not exported: message 12 of the history could not be read (bad UTF-8); "
+        "`outrider chats export 3 --raw` saves it exactly as stored.")
+    assert "`outrider chats export ID --raw`" in export_error_text(unreadable, path)
+    assert export_error_text(ConversationNotFoundError(3), path) == (
+        "Not exported: the conversation no longer exists (deleted?).")
+    assert export_error_text(OSError(28, "No space left on device"), path) == "Not exported: the disk is full (/t)."
+    assert export_error_text(IsADirectoryError(21, "Is a directory"), path) == (
+        "Not exported: /t/chat.md is a folder; choose a file name.")
+    for exc in (OSError(5, "Input/output error"), PermissionError(13, "Permission denied")):
+        assert "Errno" not in export_error_text(exc, path)

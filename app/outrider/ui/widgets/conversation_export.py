@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
-from outrider.history import ConversationNotFoundError, ExportFormat, StoreError
+from outrider.history import ConversationNotFoundError, ExportFormat, RecordUnreadableError, StoreError
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 
 ACTION_EXPORT = "export_conversation"
@@ -46,10 +46,16 @@ def suggested_file_name(title: str, fmt: ExportFormat = ExportFormat.MARKDOWN) -
     return f"{stem}.{fmt.value}"
 
 
-def export_error_text(exc: BaseException, path: Path) -> str:
-    """A failed export in words (the UI boundary: typed errors become sentences here)."""
+def export_error_text(exc: BaseException, path: Path, conversation_id: int | None = None) -> str:
+    """A failed export in words (the UI boundary: typed errors become sentences here); ``conversation_id`` (None:
+    all conversations) lets an unreadable record point to the command that saves it as stored."""
     if isinstance(exc, ConversationNotFoundError):
         return "Not exported: the conversation no longer exists (deleted?)."
+    if isinstance(exc, RecordUnreadableError):
+        raw = f"outrider chats export {conversation_id} --raw" if conversation_id is not None else \
+            "outrider chats export ID --raw"
+        return (f"Not exported: {exc.kind} {exc.record_id} of the history could not be read ({exc.reason}); "
+                f"`{raw}` saves it exactly as stored.")
     if isinstance(exc, OSError):
         blocking = next((d for d in path.parents if d.exists() and not d.is_dir()), None)
         if blocking is not None:
@@ -91,7 +97,7 @@ class ConversationExporter(QObject):
         target = Path(path)
         self.store.submit(lambda s: s.export_conversation(conversation_id, target, fmt),
                           lambda _result: self.exported.emit(str(target)),
-                          on_error=lambda exc: self.failed.emit(export_error_text(exc, target)))
+                          on_error=lambda exc: self.failed.emit(export_error_text(exc, target, conversation_id)))
 
     def export_all(self, path: str | Path, fmt: ExportFormat) -> None:
         """Every readable conversation in one document (as ``outrider chats export all``), on the store thread;
