@@ -165,11 +165,27 @@ def _run_download(handle: Any, timeout: float | None = None) -> Any:
         raise CliError(exc.message, EXIT_RUNTIME) from exc
 
 
+def _too_big_note(pair: Any) -> str | None:
+    """The note printed before downloading a pair that will not fit in this machine's free memory (as the pair
+    picker's question); None when it fits or the memory is unknown."""
+    from outrider.catalogue.memory import Fit, MemoryInfo, describe_memory, judge_fit, probe_nvidia_vram, read_ram
+
+    memory = MemoryInfo(*read_ram(), *probe_nvidia_vram())
+    estimate = pair.memory()
+    if judge_fit(estimate.total, memory) is not Fit.TOO_BIG:
+        return None
+    return (f"note: {pair.id} is too big for this machine ({describe_memory(estimate, memory)}): it will not load "
+            "here, or run very slowly; downloading anyway (Ctrl-C stops and keeps the partial file)")
+
+
 def cmd_download(args: argparse.Namespace) -> int:
     from outrider.catalogue import DownloadError, DownloadManager, DownloadOptions, ModelStore
 
     cat = _catalogue()
     pair = _pair(cat, args.pair_id)
+    note = _too_big_note(pair)
+    if note is not None:
+        sys.stderr.write(note + "\n")
     store = ModelStore()
     manager = DownloadManager(store, DownloadOptions(endpoint=os.environ.get("HF_ENDPOINT") or None))
     try:

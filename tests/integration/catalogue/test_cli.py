@@ -134,3 +134,21 @@ def test_offline_env_is_set_before_huggingface_hub_import(env: dict[str, str]) -
             "import huggingface_hub.constants as c; print(c.HF_HUB_OFFLINE)")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "True", r.stderr
+
+
+def test_download_of_a_pair_too_big_for_this_machine_says_so_first(hub: FakeHub, env: dict[str, str],
+                                                                   family: Family, tmp_path: Path) -> None:
+    """As the picker asks before such a download, the command line says so first (one note on stderr) and, not
+    being interactive, goes on; a pair that fits gets no note."""
+    _serve(hub, family)
+    r = run(["download", "tiny-pair"], env)
+    assert r.returncode == 0 and "too big" not in r.stderr, r.stderr
+    cat = Path(env["OUTRIDER_CATALOGUE"])
+    huge = tmp_path / "huge.toml"  # the same files; a KV cache of about 50 TB at the default context
+    huge.write_text(cat.read_text(encoding="utf-8").replace("n_layer = 8\n", "n_layer = 100000000\n"),
+                    encoding="utf-8")
+    r = run(["download", "tiny-pair"], dict(env, OUTRIDER_CATALOGUE=str(huge)))
+    assert r.returncode == 0, r.stderr
+    notes = [line for line in r.stderr.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1 and notes[0].startswith("note: tiny-pair is too big for this machine (needs about ")
+    assert "free): it will not load here, or run very slowly; downloading anyway" in notes[0]
