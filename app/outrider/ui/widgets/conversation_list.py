@@ -153,15 +153,22 @@ class ConversationRow:
             parts.append(f"{self.message_count} message" + ("" if self.message_count == 1 else "s"))
         return " · ".join(parts)
 
+    def display(self) -> str:
+        """The plain text of the row: the title, and the detail line under it when there is one."""
+        detail = self.detail()
+        return f"{self.title}\n{detail}" if detail else self.title
+
     def tooltip(self) -> str:
-        when = f"\n{'matching message of' if self.snippet else 'last changed'} {full_date(self.updated_at)}" \
-            if self.updated_at is not None else ""
-        return (self.snippet or f"{self.title} — {self.message_count} messages") + when
+        """The snippet (or title and count) and the full date: what was cut to fit the list."""
+        text = self.snippet or f"{self.title} — {self.message_count} messages"
+        if self.updated_at is None:
+            return text
+        return f"{text}\n{'matching message of' if self.snippet else 'last changed'} {full_date(self.updated_at)}"
 
 
 # What each role of the list shows, by row (one table instead of a chain of role tests).
 _ROLE_DATA: dict[int, Callable[[ConversationRow], Any]] = {
-    Qt.ItemDataRole.DisplayRole: lambda r: f"{r.title}\n{r.detail()}" if r.detail() else r.title,
+    Qt.ItemDataRole.DisplayRole: ConversationRow.display,
     Qt.ItemDataRole.ToolTipRole: ConversationRow.tooltip,
     Qt.ItemDataRole.AccessibleTextRole: lambda r: f"{r.title}, {r.detail()}",
     ConversationRole.ID: lambda r: r.id,
