@@ -13,21 +13,14 @@ from PySide6.QtCore import QObject
 from outrider.engine.measure.bench import stats_dict
 from outrider.engine.measure.verify_stats import VerifyCollector, VerifyJob, VerifyReport
 from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
-from outrider.ui.dialogs.benchmark_runner import BridgeRun, RunState
+from outrider.ui.dialogs.benchmark_runner import BridgeRun, EngineBridgeLike, RunState
 
 
-class VerifyBridgeLike(Protocol):
+class VerifyBridgeLike(EngineBridgeLike, Protocol):
     """What the exactness check needs from ``QtEngineBridge``: the benchmark's signals plus ``step_received``
     (a ``StepBatch``: ``steps``, each with the emitted token ids ``tokens``)."""
 
     step_received: Any
-    generation_finished: Any
-    error: Any
-    crashed: Any
-
-    def generate(self, request: Any) -> None: ...
-
-    def cancel(self) -> None: ...
 
 
 class VerifyRunner(BridgeRun):
