@@ -194,3 +194,15 @@ def test_no_connection_is_said_in_words_where_the_user_clicked(qtbot: QtBot, ope
     assert r is not None and "cannot reach 127.0.0.1" in r.reason
     for shown in (text, r.reason, str(dlg.downloads.model.items[0].message)):
         assert not re.search(r"Errno|Error\b|Exception|Traceback", shown), shown
+    # in the Downloads tab, the failed row says why in full under the table (its State cell is narrow)
+    dlg.tabs.setCurrentWidget(dlg.downloads_view)
+    dlg.downloads_view.select(PAIR)
+    below = dlg.downloads_view.notice
+    assert below.isVisibleTo(dlg) and below.text().startswith(
+        "Could not download Remote target + remote draft: cannot reach 127.0.0.1"), below.text()
+    assert not re.search(r"Errno|Error\b|Exception|Traceback|\.\.", below.text()), below.text()
+    assert dlg.downloads_view.resume_button.isEnabled()  # a network failure is resumable
+    assert below.text().endswith("Resume continues from the partial file.")
+    with qtbot.waitSignal(dlg.downloads.download_failed, timeout=30_000):  # Resume clicked here fails here
+        dlg.downloads_view.resume_button.click()
+    qtbot.waitUntil(lambda: below.isVisibleTo(dlg) and "cannot reach 127.0.0.1" in below.text())

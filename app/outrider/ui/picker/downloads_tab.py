@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QApplication,
     QHBoxLayout,
     QHeaderView,
+    QLabel,
     QPushButton,
     QStyle,
     QStyledItemDelegate,
@@ -23,7 +24,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.ui.bridges.download_manager import DownloadColumn, DownloadItem, DownloadRole, QtDownloadManager
+from outrider.ui.bridges.download_manager import (
+    DownloadColumn,
+    DownloadItem,
+    DownloadRole,
+    DownloadState,
+    QtDownloadManager,
+)
 from outrider.ui.picker.tables import row_table
 
 Index = QModelIndex | QPersistentModelIndex
@@ -50,7 +57,8 @@ class ProgressBarDelegate(QStyledItemDelegate):
 
 
 class DownloadsView(QWidget):
-    """The table of downloads with Pause / Resume / Cancel for the selected row (keyboard reachable)."""
+    """The table of downloads with Pause / Resume / Cancel for the selected row (keyboard reachable), and under
+    it, for a failed download, why in words (the whole message the narrow State column cuts)."""
 
     def __init__(self, manager: QtDownloadManager, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -69,8 +77,14 @@ class DownloadsView(QWidget):
         for b in (self.pause_button, self.resume_button, self.cancel_button):
             buttons.addWidget(b)
         buttons.addStretch(1)
+        self.notice = QLabel("", self)
+        self.notice.setObjectName("downloadsNotice")
+        self.notice.setWordWrap(True)
+        self.notice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.notice.hide()
         layout = QVBoxLayout(self)
         layout.addWidget(self.table)
+        layout.addWidget(self.notice)
         layout.addLayout(buttons)
         self.pause_button.clicked.connect(self._on_pause_button_clicked)
         self.resume_button.clicked.connect(self._on_resume_button_clicked)
@@ -119,3 +133,14 @@ class DownloadsView(QWidget):
         self.pause_button.setEnabled(item is not None and item.can_pause)
         self.resume_button.setEnabled(item is not None and item.can_resume)
         self.cancel_button.setEnabled(item is not None and item.can_cancel)
+        self._update_notice(item)
+
+    def _update_notice(self, item: DownloadItem | None) -> None:
+        """Why the selected download failed (and whether Resume continues it); hidden otherwise."""
+        if item is None or item.state is not DownloadState.FAILED:
+            self.notice.hide()
+            return
+        after = (" Resume continues from the partial file." if item.can_resume
+                 else " Download it again from the Catalogue tab.")
+        self.notice.setText(f"Could not download {item.pair.name}: {item.message.rstrip('.')}.{after}")
+        self.notice.show()
