@@ -18,7 +18,7 @@ import pytest
 APP = Path(__file__).resolve().parents[2] / "app"
 PACKAGE = "outrider"
 
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 520  # "about 500": a small fix next to the limit is not blocked, a new job in the module is
 MAX_MODULES_PER_FOLDER = 12
 # Modules already over MAX_MODULE_LINES, each held at its size when this test was written (it may shrink, never
 # grow): splitting them belongs to their owners (engine backend, catalogue schema, chat view).
