@@ -22,6 +22,7 @@ from outrider.ui.main_window import MainWindow
 from outrider.ui.widgets.conversation_export import (
     ACTION_EXPORT,
     ACTION_EXPORT_ALL,
+    ACTION_IMPORT,
     JSON_FILTER,
     MARKDOWN_FILTER,
     all_exported_text,
@@ -234,3 +235,65 @@ def test_errors_in_words() -> None:
         "Not exported: /t/chat.md is a folder; choose a file name.")
     for exc in (OSError(5, "Input/output error"), PermissionError(13, "Permission denied")):
         assert "Errno" not in export_error_text(exc, path)
+
+
+def _choose_open(monkeypatch: pytest.MonkeyPatch, path: Path | None) -> list[str]:
+    """The open dialog answers ``path`` (None: cancelled); returns the filters it was given."""
+    asked: list[str] = []
+
+    def answer(_parent: object, _caption: str, _dir: str, filters: str, _selected: str = "") -> tuple[str, str]:
+        asked.append(filters)
+        return ("", "") if path is None else (str(path), JSON_FILTER)
+
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(answer))
+    return asked
+
+
+def test_import_adds_an_export_and_skips_what_is_already_here(qtbot: Any, parts: Any, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    win, store, _bridge, cid = parts
+    doc = json.loads(store.store.render_conversation(cid, ExportFormat.JSON))
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps(doc), encoding="utf-8")
+    doc["conversations"][0]["uuid"] = "00000000-0000-4000-8000-000000000001"  # another conversation
+    doc["conversations"][0]["title"] = "Imported regex help"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(doc), encoding="utf-8")
+    action = win.actions_by_id[ACTION_IMPORT]
+    assert action.text() == "&Import conversations…"
+
+    asked = _choose_open(monkeypatch, again)
+    action.trigger()
+    qtbot.waitUntil(lambda: win.notice_label.text().startswith("Imported 0 conversations"), timeout=10_000)
+    assert win.notice_label.text() == f"Imported 0 conversations from {again}; 1 was already here (skipped)"
+    assert asked == [f"{JSON_FILTER};;All files (*)"]
+
+    _choose_open(monkeypatch, other)
+    with qtbot.waitSignal(win.store.conversations_changed, timeout=10_000):
+        action.trigger()
+    assert win.notice_label.text() == f"Imported 1 conversation from {other}"
+    titles = [r.title for r in win.list_model.rows()]
+    assert "Imported regex help" in titles and len(titles) == 3
+    imported = next(r.id for r in win.list_model.rows() if r.title == "Imported regex help")
+    assert [m.text for m in win.store.conversation(imported).messages][-1] == REPLY
+
+
+def test_import_of_a_file_that_is_not_an_export_changes_nothing(qtbot: Any, parts: Any, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    win, _store, _bridge, _cid = parts
+    before = [r.title for r in win.list_model.rows()]
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"hello": "world"}', encoding="utf-8")
+    _choose_open(monkeypatch, notes)
+    win.actions_by_id[ACTION_IMPORT].trigger()
+    qtbot.waitUntil(lambda: win.notice_label.text().startswith("Not imported"), timeout=10_000)
+    text = win.notice_label.text()
+    assert text.startswith("Not imported: notes.json is not an Outrider export (") and "nothing was changed" in text
+    assert [r.title for r in win.list_model.rows()] == before
+    _choose_open(monkeypatch, tmp_path / "missing.json")
+    win.actions_by_id[ACTION_IMPORT].trigger()
+    qtbot.waitUntil(lambda: "does not exist" in win.notice_label.text(), timeout=10_000)
+    assert win.notice_label.text() == f"Not imported: {tmp_path / 'missing.json'} does not exist."
+    _choose_open(monkeypatch, None)  # cancelled: nothing happens
+    win.actions_by_id[ACTION_IMPORT].trigger()
+    assert win.notice_label.text() == f"Not imported: {tmp_path / 'missing.json'} does not exist."

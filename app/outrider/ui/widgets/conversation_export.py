@@ -1,4 +1,5 @@
-"""Export a conversation from the GUI: the same Markdown or JSON document as ``outrider chats export``.
+"""Export a conversation from the GUI: the same Markdown or JSON document as ``outrider chats export``; and import
+a JSON export back (``outrider chats import``).
 
 The document is rendered by the history store (``HistoryStore.export_conversation``: ``exchange.render``, the
 formatter the command line uses) and written atomically on the store's thread, so a long conversation never
@@ -18,11 +19,19 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
-from outrider.history import ConversationNotFoundError, ExportFormat, RecordUnreadableError, StoreError
+from outrider.history import (
+    ConversationNotFoundError,
+    ExportFormat,
+    ImportFormatError,
+    ImportResult,
+    RecordUnreadableError,
+    StoreError,
+)
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 
 ACTION_EXPORT = "export_conversation"
 ACTION_EXPORT_ALL = "export_all_conversations"
+ACTION_IMPORT = "import_conversations"
 MARKDOWN_FILTER = "Markdown (*.md)"
 JSON_FILTER = "JSON (*.json)"
 FILTER_FORMATS = {MARKDOWN_FILTER: ExportFormat.MARKDOWN, JSON_FILTER: ExportFormat.JSON}
@@ -124,6 +133,32 @@ class ConversationExporter(QObject):
         return True
 
 
+def import_result_text(path: str, result: ImportResult) -> str:
+    """The notice after an import: how many conversations came in and how many were there already."""
+    n = len(result.imported)
+    text = f"Imported {n} conversation{'' if n == 1 else 's'} from {path}"
+    if result.skipped:
+        text += f"; {result.skipped} {'was' if result.skipped == 1 else 'were'} already here (skipped)"
+    return text
+
+
+def import_error_text(exc: BaseException, path: Path) -> str:
+    """A failed import in words; nothing was imported (the document is checked before anything is written)."""
+    if isinstance(exc, ImportFormatError):
+        return f"Not imported: {path.name} is not an Outrider export ({exc}); nothing was changed."
+    if isinstance(exc, FileNotFoundError):
+        return f"Not imported: {path} does not exist."
+    if isinstance(exc, IsADirectoryError):
+        return f"Not imported: {path} is a folder."
+    if isinstance(exc, PermissionError):
+        return f"Not imported: no permission to read {path}."
+    if isinstance(exc, OSError):
+        return f"Not imported: cannot read {path} ({(exc.strerror or 'input/output error').lower()})."
+    if isinstance(exc, StoreError):
+        return f"Not imported: the history could not be written ({exc}); nothing was changed."
+    return f"Not imported: {exc}"
+
+
 def all_exported_text(path: str, skipped: int) -> str:
     """The notice after "Export all conversations…"."""
     if not skipped:
@@ -133,10 +168,11 @@ def all_exported_text(path: str, skipped: int) -> str:
 
 
 def add_export_action(window: Any, menu: QMenu) -> QAction:
-    """Add "Export conversation…" (Ctrl+Shift+E) and "Export all conversations…" to ``menu`` of the main
-    ``window`` and answer the conversation list's Export (its context menu). Export conversation saves the one
-    selected in the list, else the open one; the result is shown with ``window.show_notice``. Uses the window's
-    ``store``, ``session``, ``conversations``, ``list_model`` and ``actions_by_id``; returns the first action."""
+    """Add "Export conversation…" (Ctrl+Shift+E), "Export all conversations…" and "Import conversations…" to
+    ``menu`` of the main ``window`` and answer the conversation list's Export (its context menu). Export
+    conversation saves the one selected in the list, else the open one; results are shown with
+    ``window.show_notice``. Uses the window's ``store``, ``session``, ``conversations``, ``list_model`` and
+    ``actions_by_id``; returns the first action."""
     exporter = ConversationExporter(window.store, window)
     window.exporter = exporter
     exporter.exported.connect(lambda path: window.show_notice(f"Conversation exported to {path}"))
@@ -174,10 +210,28 @@ def add_export_action(window: Any, menu: QMenu) -> QAction:
             return
         exporter.ask_and_export(window, None, "conversations")
 
+    def import_file() -> None:
+        chosen, _selected = QFileDialog.getOpenFileName(window, "Import conversations", str(Path.home()),
+                                                        f"{JSON_FILTER};;All files (*)", JSON_FILTER)
+        if not chosen:
+            return
+        path = Path(chosen)
+        window.store.submit(lambda s: s.import_json(path),
+                            lambda result: window.show_notice(import_result_text(str(path), result)),
+                            notify=True, on_error=lambda exc: window.show_notice(import_error_text(exc, path)))
+
+    bring = QAction("&Import conversations…", window)
+    bring.setObjectName(ACTION_IMPORT)
+    bring.setToolTip("Add the conversations of a JSON export (as `outrider chats import`); ones already here are "
+                     "skipped")
+    bring.triggered.connect(import_file)
+    window.actions_by_id[ACTION_IMPORT] = bring
+
     every = QAction("Export &all conversations…", window)
     every.setObjectName(ACTION_EXPORT_ALL)
     every.setToolTip("Save every conversation in one Markdown or JSON file (as `outrider chats export all`)")
     every.triggered.connect(export_all)
     window.actions_by_id[ACTION_EXPORT_ALL] = every
     menu.addAction(every)
+    menu.addAction(bring)
     return action
