@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from support.processes import engine_of, release
 from support.tiny_gguf import Family
 
 
@@ -133,3 +136,28 @@ def test_bad_input_exits_2_with_one_line(tiny_family: Family, args: list[str], m
 def test_missing_target_exits_2(tmp_path: Path) -> None:
     r = outrider("verify", "--target", str(tmp_path / "nope.gguf"), "--lookup", "--prompt", "x")
     assert r.returncode == 2 and r.stderr.strip() == f"outrider: error: file not found: {tmp_path / 'nope.gguf'}"
+
+
+def test_ctrl_c_exits_130_promptly_and_leaves_no_engine_behind(tiny_family: Family, tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONIOENCODING="utf-8", OUTRIDER_HOME=str(tmp_path))
+    cli = subprocess.Popen([sys.executable, "-m", "outrider.cli", *pair(tiny_family), "--samples", "100000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    stopped: list[int] = []
+    try:
+        engine = engine_of(cli.pid)
+        time.sleep(2.0)  # loaded and sampling (100,000 samples take minutes)
+        os.kill(engine, signal.SIGSTOP)
+        stopped.append(engine)
+        time.sleep(0.3)
+        cli.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        _, err = cli.communicate(timeout=30)
+        assert time.monotonic() - t0 < 2.5  # a stopped engine is killed, not waited for
+        assert cli.returncode == 130, err
+        assert err.strip().splitlines()[-1] == "outrider: interrupted"
+        time.sleep(0.5)
+        with pytest.raises(ProcessLookupError):  # the stopped engine was killed, not left behind
+            os.kill(engine, 0)
+    finally:
+        cli.kill()
+        release(stopped)
