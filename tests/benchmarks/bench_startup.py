@@ -122,11 +122,13 @@ def run_case(name: str, home: Path, env: dict[str, str], runs: int, *, cold: boo
         finally:
             if cache:
                 shutil.rmtree(cache, ignore_errors=True)
+    shown = [s["conversation"] for s in samples if "conversation" in s]
     window = [s["window"] for s in samples]
     ready = [s["ready"] for s in samples]
     return {"case": name, "runs": runs, "window_median_s": statistics.median(window), "window_min_s": min(window),
             "window_max_s": max(window), "ready_median_s": statistics.median(ready), "ready_min_s": min(ready),
-            "ready_max_s": max(ready), "window_cpu_s": statistics.median(s.get("window_cpu", 0.0) for s in samples)}
+            "ready_max_s": max(ready), "window_cpu_s": statistics.median(s.get("window_cpu", 0.0) for s in samples),
+            "conversation_median_s": statistics.median(shown) if shown else None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,10 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             print(json.dumps(r))
         return 0
-    print("| case | window (median, min–max) | ready (median, min–max) | CPU to window |")
-    print("|---|---:|---:|---:|")
+    print("| case | window (median, min–max) | last chat shown (median) | ready (median, min–max) | CPU to window |")
+    print("|---|---:|---:|---:|---:|")
     for r in results:
+        shown = "–" if r["conversation_median_s"] is None else f"{r['conversation_median_s']:.2f} s"
         print(f"| {r['case']} | {r['window_median_s']:.2f} s ({r['window_min_s']:.2f}–{r['window_max_s']:.2f}) | "
+              f"{shown} | "
               f"{r['ready_median_s']:.2f} s ({r['ready_min_s']:.2f}–{r['ready_max_s']:.2f}) | "
               f"{r['window_cpu_s']:.2f} s |")
     return 0

@@ -169,7 +169,8 @@ def main(smoke_test: bool = False, startup_probe: bool = False) -> int:
 
 
 class StartupProbe:
-    """``outrider --startup-probe``: when the window was first painted and when the pair was ready to chat, as
+    """``outrider --startup-probe``: when the window was first painted, when the conversation open last was shown
+    again (``conversation``, if there was one) and when the pair was ready to chat, as
     ``time.monotonic()`` values (one clock for every process on Linux, so a benchmark that launched the app
     subtracts its own launch time), printed as one JSON line; then the app quits."""
 
@@ -278,6 +279,9 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
                 QTimer.singleShot(0, app.quit)
 
         window.session.engine_changed.connect(on_ready)
+        # the conversation open last, reopened after the first paint (none in an empty history)
+        window.session.conversation_opened.connect(
+            lambda cid, _items: probe.mark("conversation") if cid is not None else None)
         window.session.load_failed.connect(lambda r: fail(f"loading the pair: {r}"))
     if smoke_test:
         session = window.session
