@@ -16,10 +16,9 @@ from tests.support.gui_windows import offline_main_window
 
 from outrider.history import Role
 from outrider.ui.main_window import MainWindow
-from outrider.ui.widgets.conversation_list import (
-    NO_CONVERSATIONS_TEXT,
+from outrider.ui.widgets.conversation_list import NO_CONVERSATIONS_TEXT, ConversationListModel
+from outrider.ui.widgets.conversation_rows import (
     ConversationDelegate,
-    ConversationListModel,
     ConversationRole,
     date_label,
     focus_on_match,
@@ -255,7 +254,7 @@ def test_relative_dates_follow_the_clock(qtbot: Any, win: MainWindow, monkeypatc
     assert updated is not None and win.conversations._clock.isActive()
     assert win.conversations._clock.interval() == 60_000
     tomorrow = time.time() + 86_400
-    monkeypatch.setattr("outrider.ui.widgets.conversation_list.time.time", lambda: tomorrow)
+    monkeypatch.setattr("outrider.ui.widgets.conversation_rows.time.time", lambda: tomorrow)
     assert str(index.data(Qt.ItemDataRole.DisplayRole)).split("\n")[1].startswith("yesterday · ")
 
 
