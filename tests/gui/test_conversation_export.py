@@ -28,6 +28,7 @@ from outrider.ui.widgets.conversation_export import (
     all_exported_text,
     export_error_text,
     export_target,
+    import_error_text,
     suggested_file_name,
 )
 from outrider.ui.widgets.conversation_list import ConversationRole
@@ -50,16 +51,27 @@ def parts(qtbot: Any) -> Iterator[tuple[MainWindow, QtStoreBridge, QtEngineBridg
         yield window, store, bridge, cid
 
 
-def _choose_file(monkeypatch: pytest.MonkeyPatch, path: Path | None, selected: str = MARKDOWN_FILTER) -> list[str]:
-    """The save dialog answers ``path`` (None: the user cancelled); returns the suggested names it was given."""
+def _dialog(monkeypatch: pytest.MonkeyPatch, name: str, path: Path | None, selected: str, record: int) -> list[str]:
+    """``QFileDialog.<name>`` answers ``path`` (None: the user cancelled); returns argument ``record`` of each call
+    (2: the suggested path, 3: the filters)."""
     asked: list[str] = []
 
-    def answer(_parent: object, _caption: str, suggested: str, _filters: str, _selected: str = "") -> tuple[str, str]:
-        asked.append(suggested)
+    def answer(*args: str) -> tuple[str, str]:
+        asked.append(args[record])
         return ("", "") if path is None else (str(path), selected)
 
-    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(answer))
+    monkeypatch.setattr(QFileDialog, name, staticmethod(answer))
     return asked
+
+
+def _choose_file(monkeypatch: pytest.MonkeyPatch, path: Path | None, selected: str = MARKDOWN_FILTER) -> list[str]:
+    """The save dialog answers ``path``; returns the suggested names it was given."""
+    return _dialog(monkeypatch, "getSaveFileName", path, selected, 2)
+
+
+def _choose_open(monkeypatch: pytest.MonkeyPatch, path: Path | None) -> list[str]:
+    """The open dialog answers ``path``; returns the filters it was given."""
+    return _dialog(monkeypatch, "getOpenFileName", path, JSON_FILTER, 3)
 
 
 def _cli_export(home: Path, cid: int, fmt: str) -> str:
@@ -237,17 +249,6 @@ def test_errors_in_words() -> None:
         assert "Errno" not in export_error_text(exc, path)
 
 
-def _choose_open(monkeypatch: pytest.MonkeyPatch, path: Path | None) -> list[str]:
-    """The open dialog answers ``path`` (None: cancelled); returns the filters it was given."""
-    asked: list[str] = []
-
-    def answer(_parent: object, _caption: str, _dir: str, filters: str, _selected: str = "") -> tuple[str, str]:
-        asked.append(filters)
-        return ("", "") if path is None else (str(path), JSON_FILTER)
-
-    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(answer))
-    return asked
-
 
 def test_import_adds_an_export_and_skips_what_is_already_here(qtbot: Any, parts: Any, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
@@ -297,3 +298,14 @@ def test_import_of_a_file_that_is_not_an_export_changes_nothing(qtbot: Any, part
     _choose_open(monkeypatch, None)  # cancelled: nothing happens
     win.actions_by_id[ACTION_IMPORT].trigger()
     assert win.notice_label.text() == f"Not imported: {tmp_path / 'missing.json'} does not exist."
+
+
+def test_import_errors_in_words() -> None:
+    path = Path("/t/chats.json")
+    assert import_error_text(IsADirectoryError(21, "Is a directory"), path) == (
+        "Not imported: /t/chats.json is a folder.")
+    assert import_error_text(PermissionError(13, "Permission denied"), path) == (
+        "Not imported: no permission to read /t/chats.json.")
+    assert import_error_text(OSError(5, "Input/output error"), path) == (
+        "Not imported: cannot read /t/chats.json (input/output error).")
+    assert import_error_text(ValueError("odd"), path) == "Not imported: odd."

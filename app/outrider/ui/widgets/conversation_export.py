@@ -142,21 +142,23 @@ def import_result_text(path: str, result: ImportResult) -> str:
     return text
 
 
+# Why an import failed, by the first matching type: {path} and {name} are the file, {exc} the error, {reason} the
+# system's words for an OSError.
+_IMPORT_ERRORS: tuple[tuple[type[BaseException], str], ...] = (
+    (ImportFormatError, "{name} is not an Outrider export ({exc}); nothing was changed"),
+    (FileNotFoundError, "{path} does not exist"),
+    (IsADirectoryError, "{path} is a folder"),
+    (PermissionError, "no permission to read {path}"),
+    (OSError, "cannot read {path} ({reason})"),
+    (StoreError, "the history could not be written ({exc}); nothing was changed"),
+)
+
+
 def import_error_text(exc: BaseException, path: Path) -> str:
     """A failed import in words; nothing was imported (the document is checked before anything is written)."""
-    if isinstance(exc, ImportFormatError):
-        return f"Not imported: {path.name} is not an Outrider export ({exc}); nothing was changed."
-    if isinstance(exc, FileNotFoundError):
-        return f"Not imported: {path} does not exist."
-    if isinstance(exc, IsADirectoryError):
-        return f"Not imported: {path} is a folder."
-    if isinstance(exc, PermissionError):
-        return f"Not imported: no permission to read {path}."
-    if isinstance(exc, OSError):
-        return f"Not imported: cannot read {path} ({(exc.strerror or 'input/output error').lower()})."
-    if isinstance(exc, StoreError):
-        return f"Not imported: the history could not be written ({exc}); nothing was changed."
-    return f"Not imported: {exc}"
+    template = next((t for cls, t in _IMPORT_ERRORS if isinstance(exc, cls)), "{exc}")
+    reason = (getattr(exc, "strerror", None) or "input/output error").lower()
+    return "Not imported: " + template.format(path=path, name=path.name, exc=exc, reason=reason) + "."
 
 
 def all_exported_text(path: str, skipped: int) -> str:
