@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from outrider.engine.events import DoneEvent, StepBatch
+from outrider.engine.params import ContextSettings, DraftParams, PairSpec, TextRequest
 from outrider.worker.client import EngineClient
-from outrider.worker.protocol import ContextSettings, DraftParams, PairSpec, TextRequest
 from support.tiny_gguf import TinyShape, make_family
 
 GOAL = 5_000.0

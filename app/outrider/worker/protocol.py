@@ -29,16 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from outrider.engine.events import ProtocolError as ProtocolError
-from outrider.engine.llama.text import clean_text as clean_text
-from outrider.engine.params import ChatMessage as ChatMessage
-from outrider.engine.params import ContextSettings as ContextSettings
-from outrider.engine.params import DraftParams as DraftParams
-from outrider.engine.params import LookupSettings as LookupSettings
-from outrider.engine.params import ModelSettings as ModelSettings
-from outrider.engine.params import PairSpec as PairSpec
-from outrider.engine.params import Role as Role
-from outrider.engine.params import SamplingParams as SamplingParams
-from outrider.engine.params import TextRequest as TextRequest
+from outrider.engine.llama.text import clean_text
+from outrider.engine.params import ChatMessage
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a longer message from the engine is a protocol violation
@@ -70,7 +62,7 @@ def _as_dict(obj: Any) -> dict[str, Any]:
 
 
 def spec_to_wire(spec: Any) -> dict[str, Any]:
-    """A PairSpec (this module's or the engine's) to a JSON-able dict."""
+    """A ``PairSpec`` (``outrider.engine.params``) to a JSON-able dict."""
     data = _as_dict(spec)
     for key in ("target", "draft"):
         if data.get(key) is not None:
@@ -79,7 +71,7 @@ def spec_to_wire(spec: Any) -> dict[str, Any]:
 
 
 def request_to_wire(request: Any) -> dict[str, Any]:
-    """A TextRequest (this module's or the engine's) to a JSON-able dict, with all text cleaned."""
+    """A ``TextRequest`` (``outrider.engine.params``) to a JSON-able dict, with all text cleaned."""
     data = _as_dict(request)
     if data.get("prompt") is not None:
         data["prompt"] = clean_text(str(data["prompt"]))

@@ -13,10 +13,10 @@ from pytestqt.qtbot import QtBot
 
 from outrider.engine.events import DoneEvent, stats_from_wire
 from outrider.engine.measure.bench import DEFAULT_BENCH_PROMPTS, predicted_speedup
+from outrider.engine.params import DraftParams, TextRequest
 from outrider.engine.stats import GenerationStats
 from outrider.ui.dialogs.benchmark_dialog import BenchmarkDialog, default_prompt_list
 from outrider.ui.dialogs.benchmark_results import ResultColumn, results_markdown
-from outrider.worker.protocol import DraftParams, TextRequest
 
 
 def Stats(**fields: Any) -> GenerationStats:

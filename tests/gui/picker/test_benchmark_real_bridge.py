@@ -9,9 +9,9 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from outrider.engine.params import PairSpec
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.dialogs.benchmark_dialog import BenchmarkDialog
-from outrider.worker.protocol import PairSpec
 
 pytestmark = [pytest.mark.smollm, pytest.mark.slow]
 

@@ -261,8 +261,8 @@ def test_summary_wording_for_a_greedy_divergence() -> None:
 @pytest.mark.slow
 def test_verify_with_the_real_engine(qtbot: QtBot, tiny_family: Family) -> None:
     """The real QtEngineBridge and engine process: step batches carry the token ids, stats the draft counts."""
+    from outrider.engine.params import ContextSettings, PairSpec
     from outrider.ui.bridges.engine_bridge import QtEngineBridge
-    from outrider.worker.protocol import ContextSettings, PairSpec
 
     real = QtEngineBridge()
     try:

@@ -8,9 +8,10 @@ import pytest
 from worker_helpers import N_CTX, family_spec
 
 from outrider.engine.events import DoneEvent, StepBatch, StepEvent
+from outrider.engine.llama.text import clean_text
+from outrider.engine.params import ChatMessage, TextRequest
 from outrider.worker.client import EngineClient
 from outrider.worker.errors import EngineRequestError
-from outrider.worker.protocol import ChatMessage, TextRequest, clean_text
 from support.tiny_gguf import Family
 
 HOSTILE = {

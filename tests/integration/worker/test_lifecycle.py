@@ -15,10 +15,10 @@ import pytest
 from worker_helpers import CTX, N_CTX, family_spec, generate_text, good_spec
 
 from outrider.engine.events import DoneEvent, StepBatch
+from outrider.engine.params import PairSpec, TextRequest
 from outrider.worker.client import EngineClient
 from outrider.worker.errors import EngineCrashed, EngineNotRunning
 from outrider.worker.generation import Generation
-from outrider.worker.protocol import PairSpec, TextRequest
 from support.tiny_gguf import Family
 
 LONG = TextRequest(prompt="the of and", max_tokens=N_CTX - 16)
@@ -203,7 +203,7 @@ def test_engine_dies_with_its_parent(tiny_family: Family, tmp_path: Path) -> Non
     script = textwrap.dedent(f"""
         import sys, time
         from outrider.worker.client import EngineClient
-        from outrider.worker.protocol import PairSpec, ContextSettings, TextRequest
+        from outrider.engine.params import PairSpec, ContextSettings, TextRequest
         c = EngineClient()
         c.load(PairSpec({str(tiny_family.target)!r}, context=ContextSettings(n_ctx=256)))
         gen = c.generate(TextRequest(prompt="the", max_tokens=200))
@@ -224,7 +224,7 @@ def test_client_never_imports_llama_cpp(tiny_family: Family, tmp_path: Path) -> 
         import sys
         import outrider.worker.client as client_module
         assert "llama_cpp" not in sys.modules, "import"
-        from outrider.worker.protocol import PairSpec, ContextSettings, TextRequest
+        from outrider.engine.params import PairSpec, ContextSettings, TextRequest
         with client_module.EngineClient() as c:
             c.load(PairSpec({str(tiny_family.target)!r}, context=ContextSettings(n_ctx=256)))
             list(c.generate(TextRequest(prompt="the", max_tokens=4)))
@@ -238,26 +238,27 @@ def test_client_never_imports_llama_cpp(tiny_family: Family, tmp_path: Path) -> 
     assert out.stdout.strip() == "clean"
 
 
-def test_engine_request_types_mirror_the_engine() -> None:
-    """The protocol's dataclasses keep the engine's field names (engine objects can be passed as they are)."""
+def test_one_set_of_request_and_event_types_on_both_sides() -> None:
+    """The protocol and the engine's modules use the one definition of each request and event type (in
+    ``engine/params.py`` and ``engine/events.py``): nothing mirrors them."""
     import dataclasses
 
-    from outrider.engine import chat, drafters, events, sampling, session, speculative
+    from outrider.engine import chat, drafters, events, params, sampling, session, speculative
     from outrider.engine.llama import backend
     from outrider.engine.stats import GenerationStats
     from outrider.worker import protocol
 
-    pairs = [(protocol.PairSpec, session.PairSpec), (protocol.TextRequest, session.TextRequest),
-             (protocol.ModelSettings, backend.ModelSettings), (protocol.ContextSettings, backend.ContextSettings),
-             (protocol.LookupSettings, drafters.LookupSettings), (protocol.ChatMessage, chat.ChatMessage),
-             (protocol.SamplingParams, sampling.SamplingParams), (protocol.DraftParams, speculative.DraftParams)]
-    for mine, theirs in pairs:
-        assert [f.name for f in dataclasses.fields(mine)] == [f.name for f in dataclasses.fields(theirs)], mine
-    # events and facts are one set of types on both sides: the protocol mirrors none of them
-    for name in ("ModelInfo", "LoadedInfo", "Stats", "StepEvent", "DoneEvent"):
+    uses = [(session.PairSpec, params.PairSpec), (session.TextRequest, params.TextRequest),
+            (backend.ModelSettings, params.ModelSettings), (backend.ContextSettings, params.ContextSettings),
+            (drafters.LookupSettings, params.LookupSettings), (chat.ChatMessage, params.ChatMessage),
+            (sampling.SamplingParams, params.SamplingParams), (speculative.DraftParams, params.DraftParams),
+            (session.LoadedPair, events.LoadedPair), (backend.ModelFacts, events.ModelFacts),
+            (speculative.StepEvent, events.StepEvent), (speculative.DoneEvent, events.DoneEvent)]
+    for used, defined in uses:
+        assert used is defined, used
+        assert getattr(protocol, defined.__name__, defined) is defined, defined.__name__
+    for name in ("ModelInfo", "LoadedInfo", "Stats"):  # the mirrors the protocol once had
         assert not hasattr(protocol, name), name
-    assert session.LoadedPair is events.LoadedPair and backend.ModelFacts is events.ModelFacts
-    assert (speculative.StepEvent, speculative.DoneEvent) == (events.StepEvent, events.DoneEvent)
     assert set(GenerationStats().to_dict()) >= {f.name for f in dataclasses.fields(GenerationStats)}
 
 

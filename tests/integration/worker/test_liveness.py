@@ -13,10 +13,10 @@ import pytest
 from worker_helpers import CTX, family_spec, generate_text, good_spec
 
 from outrider.engine.events import DoneEvent, StepBatch
+from outrider.engine.params import ChatMessage, ContextSettings, PairSpec, TextRequest
 from outrider.worker.client import EngineClient
 from outrider.worker.errors import EngineCrashed, EngineRequestError, EngineUnresponsive
 from outrider.worker.launch import LOGS_KEPT
-from outrider.worker.protocol import ChatMessage, ContextSettings, PairSpec, TextRequest
 from support import bad_models
 from support.tiny_gguf import Family
 

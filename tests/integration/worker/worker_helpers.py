@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from outrider.engine.params import ContextSettings, PairSpec, TextRequest
 from outrider.worker.client import EngineClient
-from outrider.worker.protocol import ContextSettings, PairSpec, TextRequest
 from support.tiny_gguf import Family
 
 N_CTX = 512
