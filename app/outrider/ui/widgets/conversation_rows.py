@@ -76,6 +76,8 @@ def plain_snippet(snippet: str) -> str:
 
 
 class ConversationRole(enum.IntEnum):
+    """Item-data roles of the conversation list (from ``Qt.UserRole + 1``)."""
+
     ID = Qt.ItemDataRole.UserRole + 1
     TITLE = Qt.ItemDataRole.UserRole + 2
     SNIPPET = Qt.ItemDataRole.UserRole + 3
@@ -123,7 +125,6 @@ class ConversationRow:
         if self.updated_at is None:
             return text
         return f"{text}\n{'matching message of' if self.snippet else 'last changed'} {full_date(self.updated_at)}"
-
 
 
 def _query_pattern(query: str) -> re.Pattern[str] | None:
