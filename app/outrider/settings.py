@@ -33,8 +33,8 @@ SETTINGS_FILENAME = "settings.json"
 # Where the draft tokens come from: the pair's own drafter (its draft model; prompt lookup for a pair that has
 # none), prompt lookup forced, or none (plain decoding: the target alone, k = 0).
 DRAFT_SOURCES = ("model", "lookup", "none")
-DRAFT_SOURCE_LABELS = {"model": "The pair's draft model", "lookup": "Prompt lookup (n-gram)",
-                       "none": "None (plain decoding)"}
+DRAFT_SOURCE_LABELS = {"model": "The pair's own (its draft model, else prompt lookup)",
+                       "lookup": "Prompt lookup (n-gram)", "none": "None (plain decoding)"}
 # How the draft length k is chosen: by the cost model per step (0..k_max), or always ``k``.
 K_POLICIES = ("auto", "fixed")
 K_POLICY_LABELS = {"auto": "Automatic (cost model)", "fixed": "Fixed k"}

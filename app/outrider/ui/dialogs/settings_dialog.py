@@ -244,7 +244,7 @@ class SettingsDialog(QDialog):
             box.setEnabled(not greedy)
         h = self.help_labels
         h["draft_source"].setText({
-            "model": "The pair's draft model proposes, the target checks.",
+            "model": "The pair's draft model proposes (prompt lookup for a pair without one), the target checks.",
             "lookup": "Drafts copied from earlier text (no draft model).",
             "none": "Plain decoding: the target alone (1.00×).",
         }[source])
