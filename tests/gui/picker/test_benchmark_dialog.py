@@ -272,3 +272,13 @@ def test_the_dialog_says_when_drafting_is_off(qtbot: QtBot, bridge: FakeBridge) 
     on = BenchmarkDialog(bridge, [], draft=DraftParams(k=None))
     qtbot.addWidget(on)
     assert on.status.text() == READY_NOTE
+
+
+def test_a_prompt_of_several_lines_is_listed_on_one_line_and_run_whole(qtbot: QtBot, bridge: FakeBridge) -> None:
+    text = "Copy this list:\n- rice\n- eggs"
+    dlg = BenchmarkDialog(bridge, [text], pair_name="Tiny + draft", draft=DraftParams(k=4))
+    qtbot.addWidget(dlg)
+    item = dlg.prompt_list.item(0)
+    assert item.text() == "you #1: Copy this list: - rice - eggs"  # a line of its own would read as another prompt
+    assert item.toolTip() == text and ("you #1", text) in dlg.checked_prompts()
+    dlg.close()

@@ -123,7 +123,7 @@ class BenchmarkDialog(QDialog):
         self.prompt_list.setToolTip("Tick the prompts to benchmark: your conversation's first, then a default set "
                                     "(code, structured output, quoting, prose) — speed-ups depend on the prompt")
         for label, text in default_prompt_list(prompts):
-            item = QListWidgetItem(f"{label}: {text}")
+            item = QListWidgetItem(f"{label}: {' '.join(text.split())}")  # one line per prompt; all of it in the tip
             item.setData(Qt.ItemDataRole.UserRole, (label, text))
             item.setToolTip(text)
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
