@@ -98,8 +98,8 @@ def run(out: Path, max_tokens: int) -> int:
         wait(app, lambda: win.session.ready, 300, "the demo pair to load")
         win.session.max_tokens_override = max_tokens
         status = send(app, win, COPY_PROMPT, 300)  # where drafting pays: the answer copies the prompt
+        settle(app, 2.0)  # the 4 Hz panel shows the reply's final figures (the label lags the end by a tick)
         print(f"copying task: reply ended {status}; {win.stats.speedup_label.text()}")
-        settle(app, 2.0)
         win.chat.composer.setFocus()
         save(win, out / "main-light.png")
 
@@ -132,9 +132,9 @@ def run(out: Path, max_tokens: int) -> int:
 
         win.actions_by_id["new_chat"].trigger()  # a free question in a chat of its own: where drafting may not pay
         status = send(app, win, FREE_PROMPT, 300)
-        print(f"free question: reply ended {status}; {win.stats.speedup_label.text()}")
         settings.set(theme="dark")
         settle(app, 2.0)
+        print(f"free question: reply ended {status}; {win.stats.speedup_label.text()}")
         save(win, out / "main-dark.png")
         settings.set(theme="light")
     finally:
