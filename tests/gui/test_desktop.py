@@ -54,10 +54,26 @@ def test_display_problem_in_words(monkeypatch: pytest.MonkeyPatch) -> None:
     assert problem({}, offscreen_ok=True) is None  # the smoke test draws offscreen (CI, ssh)
     assert problem({"WAYLAND_DISPLAY": "wayland-0"}, offscreen_ok=False) is None
     assert problem({"QT_QPA_PLATFORM": "offscreen"}, offscreen_ok=False) is None  # asked for explicitly
-    everything = problem({"DISPLAY": ":0"}, offscreen_ok=False, can_load=lambda soname: True)
+    everything = problem({"DISPLAY": ":0"}, offscreen_ok=False, can_load=lambda soname: True,
+                         can_connect=lambda display: True)
     assert everything is None
-    missing = problem({"DISPLAY": ":0"}, offscreen_ok=False, can_load=lambda soname: "icccm" not in soname)
+    missing = problem({"DISPLAY": ":0"}, offscreen_ok=False, can_load=lambda soname: "icccm" not in soname,
+                      can_connect=lambda display: True)
     assert missing is not None and missing.endswith("sudo apt install libxcb-icccm4")
+    gone = problem({"DISPLAY": ":7"}, offscreen_ok=True, can_load=lambda soname: True,
+                   can_connect=lambda display: display != ":7")  # a stale DISPLAY: no X server answers
+    assert gone is not None and gone.startswith("outrider: cannot connect to the X display :7")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X11 displays: Linux desktops")
+def test_an_x_display_that_does_not_answer_is_said_in_words_not_a_core_dump(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in NO_DISPLAY_ENV}
+    env.update(DISPLAY=":173", OUTRIDER_HOME=str(tmp_path / "home"))  # no X server runs there
+    code = "import sys; from outrider.cli import main; sys.exit(main([]))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("outrider: cannot connect to the X display :173") and "ssh -X" in done.stderr
+    assert "Traceback" not in done.stderr and "Could not load the Qt platform plugin" not in done.stderr
 
 
 def _tab_cycle(qtbot: Any, win: Any, start: QWidget, limit: int = 40) -> list[QWidget]:

@@ -72,17 +72,39 @@ def _can_load(soname: str) -> bool:
     return False
 
 
+def _x_reachable(display: str) -> bool:
+    """Whether the X server ``display`` accepts a connection (libxcb's own ``xcb_connect``, as Qt will call it)."""
+    import ctypes
+
+    try:
+        xcb = ctypes.CDLL("libxcb.so.1")
+    except OSError:
+        return True  # not checkable here; the library check names what is missing
+    xcb.xcb_connect.restype = ctypes.c_void_p
+    xcb.xcb_connect.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    xcb.xcb_connection_has_error.argtypes = [ctypes.c_void_p]
+    xcb.xcb_disconnect.argtypes = [ctypes.c_void_p]
+    conn = xcb.xcb_connect(display.encode(), None)  # never NULL: an error connection on failure
+    try:
+        return bool(conn) and xcb.xcb_connection_has_error(conn) == 0
+    finally:
+        if conn:
+            xcb.xcb_disconnect(conn)
+
+
 def missing_xcb_packages(can_load: Callable[[str], bool] = _can_load) -> list[str]:
     """The Debian/Ubuntu packages of the xcb plugin's libraries that cannot be loaded (sorted; empty: none)."""
     return sorted({package for soname, package in XCB_LIBRARIES.items() if not can_load(soname)})
 
 
-def display_problem(env: Mapping[str, str], *, offscreen_ok: bool,
-                    can_load: Callable[[str], bool] = _can_load) -> str | None:
+def display_problem(env: Mapping[str, str], *, offscreen_ok: bool, can_load: Callable[[str], bool] = _can_load,
+                    can_connect: Callable[[str], bool] = _x_reachable) -> str | None:
     """Why the window cannot open with ``env``, in words; None when it can. Checked before Qt is loaded, which
-    would abort (xcb libraries missing) or, offscreen, run invisibly until killed (no display).
+    would abort (xcb libraries missing, an X server that does not answer: a core dump and Qt's own lines) or,
+    offscreen, run invisibly until killed (no display).
 
     ``offscreen_ok``: the smoke test and the start-up probe, which draw offscreen when there is no display.
+    ``can_load``/``can_connect``: the library and X-server probes (tests replace them).
     """
     if not sys.platform.startswith(("linux", "freebsd")):
         return None
@@ -94,6 +116,11 @@ def display_problem(env: Mapping[str, str], *, offscreen_ok: bool,
         if missing:
             return ("outrider: the X11 display needs system libraries that are not installed (Qt's xcb platform "
                     f"plugin cannot load without them). On Debian/Ubuntu: sudo apt install {' '.join(missing)}")
+        display = env.get("DISPLAY", "")
+        if not can_connect(display):
+            return (f"outrider: cannot connect to the X display {display or '(DISPLAY not set)'}: is the desktop "
+                    "session still running, and is DISPLAY (and XAUTHORITY) the one of this session? Over ssh, "
+                    "connect with `ssh -X`. The terminal commands need no display (`outrider --help`).")
     return None
 
 
