@@ -3,6 +3,7 @@ and a real main window on the real engine process with the SmolLM2 demo pair."""
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from collections.abc import Iterator
@@ -30,6 +31,16 @@ def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("OUTRIDER_HOME", str(home))
     return home
+
+
+@pytest.fixture(autouse=True)
+def _collect_on_the_gui_thread() -> Iterator[None]:
+    """Collect each test's garbage on the GUI thread when it ends. Qt objects kept alive only by reference cycles
+    (a window and the lambdas connected to its children) are otherwise freed by whichever thread next triggers a
+    collection, e.g. a test's HTTP client thread, and Qt warns "Timers cannot be started from another thread"
+    in a later, unrelated test."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(autouse=True)
