@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from support import bad_models
+from support.processes import engine_of
 from support.tiny_gguf import Family
 
 
@@ -85,23 +86,6 @@ def test_a_failed_run_leaves_no_engine_log(tmp_path: Path) -> None:
 
 
 # -- a stopped engine --------------------------------------------------------------------------------------------
-def _engine_of(cli_pid: int, within: float = 30.0) -> int:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == cli_pid and b"outrider.worker.server" in cmdline:
-                return int(entry)
-        time.sleep(0.05)
-    raise AssertionError("no engine process")
-
-
 @pytest.fixture()
 def stopped_engines() -> Iterator[list[int]]:
     """Engines the test stopped: killed afterwards whatever happened (never left stopped on a shared machine)."""
@@ -127,7 +111,7 @@ def test_sigstop_of_the_engine_exits_3_with_one_line(tiny_family: Family, tmp_pa
     cli = _start_long_generation(tiny_family.target, tmp_path, {"OUTRIDER_ENGINE_HEARTBEAT_TIMEOUT": "1.5"})
     assert cli.stdout is not None
     assert '"event": "step"' in cli.stdout.readline()
-    engine = _engine_of(cli.pid)
+    engine = engine_of(cli.pid)
     os.kill(engine, signal.SIGSTOP)
     stopped_engines.append(engine)
     t0 = time.monotonic()
@@ -146,7 +130,7 @@ def test_ctrl_c_with_a_stopped_engine_exits_130_promptly(tiny_family: Family, tm
     cli = _start_long_generation(tiny_family.target, tmp_path, {})
     assert cli.stdout is not None
     assert '"event": "step"' in cli.stdout.readline()
-    engine = _engine_of(cli.pid)
+    engine = engine_of(cli.pid)
     os.kill(engine, signal.SIGSTOP)
     stopped_engines.append(engine)
     time.sleep(0.3)
