@@ -35,7 +35,8 @@ PROBE_START, PROBE_MAX = 16, 256  # plain steps between speculation probes while
 PROBE_ACCEPTANCE = 0.8  # a probe drafts the k that would be best at this acceptance: long enough to pay
 PROBE_MARGIN = 0.2  # probe only while acceptance this much above the measured one would make drafting pay
 WARMUP_STEPS = 8  # speculative steps before a promising pair may be judged not worth drafting
-WARMUP_ACCEPTANCE = 0.5  # ... "promising": acceptance so far at least this
+WARMUP_ACCEPTANCE = 0.65  # ... "promising": acceptance so far at least this (at 0.5, a low-acceptance pair
+# that never pays was kept drafting k = 4 for its whole warm-up: 6-10% below plain on its first reply)
 STALE_AFTER = 64  # observations after which a batch size's measured cost is forgotten (batch 1 is kept fresh)
 PRIOR_REJECTIONS = 1.0  # a pseudo-count of rejections at a cold start, fading with the window (DECAY per step)
 GROWTH = 2  # k may at most double the longest draft whose verify cost has been measured (not extrapolated)
@@ -110,6 +111,12 @@ class CostModel:
         if total <= 0:
             return None
         return self._accepted / (total + self._prior)
+
+    @property
+    def measured_acceptance(self) -> float | None:
+        """accepted / (accepted + rejections) over the decaying window, without the cold-start pseudo-rejection."""
+        total = self._accepted + self._rejections
+        return self._accepted / total if total > 0 else None
 
     def verify_cost(self, n: int) -> float | None:
         """Estimated seconds for a target pass over n tokens (None before any measurement).
@@ -235,7 +242,7 @@ class AutoDraftLength:
         elif best > 0:
             k = min(best, max(self.k_start, GROWTH * m.longest_measured_k()))
             self._plain_streak = 0
-        elif self._speculative_steps < WARMUP_STEPS and (m.acceptance or 0.0) >= WARMUP_ACCEPTANCE:
+        elif self._speculative_steps < WARMUP_STEPS and (m.measured_acceptance or 0.0) >= WARMUP_ACCEPTANCE:
             # A cold start judges costs from one or two timed passes; while the draft is being accepted, keep
             # drafting until a few more are averaged in rather than let one noisy pass send k to 0.
             k = max(2, m.best_k(PROBE_ACCEPTANCE) or self.k_start)

@@ -142,6 +142,26 @@ def test_a_cold_start_is_not_decided_by_one_noisy_pass() -> None:
     assert min(chosen[-20:]) > 0
 
 
+def test_a_draft_accepted_half_the_time_that_does_not_pay_is_not_kept_through_the_warm_up() -> None:
+    """Low pair (seen in bench_autok_cold.py): per-token acceptance ~0.5, and on this CPU a batch of 5 costs
+    2.8x one token, so no k pays. The warm-up that protects promising pairs from one noisy pass must not keep
+    this one drafting k = 4 for eight steps (it did at WARMUP_ACCEPTANCE 0.5, costing 6-10% of the reply)."""
+    policy = AutoDraftLength(k_max=8)
+
+    def cost(batch: int) -> float:
+        return 0.0085 * (1 + 0.45 * (batch - 1))
+
+    chosen = []
+    for step in range(40):
+        k = policy.choose() if step else 0  # the decoder's first step is plain
+        chosen.append(k)
+        policy.observe(batch=k + 1, verify_s=cost(k + 1), drafted=k, accepted=min(k, 1), draft_s=0.0009 * k)
+        if k == 0 and step % 8 == 7:
+            policy.observe_shadow(4, 8)
+    assert chosen[1] == policy.k_start  # the cold start does draft once, to measure
+    assert sum(1 for k in chosen[2:20] if k > 0) <= 1
+
+
 def test_one_stalled_plain_pass_does_not_make_drafting_look_free() -> None:
     """Seen in a benchmark: plain 17.5 ms, one batch of 5 at 53 ms (nothing accepted), then one plain pass stalled
     at 441 ms by the machine. The line through batch 1 and 5 then sloped down, a batch of 2 looked cheaper than
