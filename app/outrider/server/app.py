@@ -85,14 +85,17 @@ def create_app(scheduler: EngineScheduler, config: ServerConfig) -> FastAPI:
     return app
 
 
-def engine_error(error: BaseException) -> ApiError:
-    """The HTTP answer to a reply the engine could not produce (typed errors become words here, at the edge)."""
+def engine_error(error: BaseException, input_param: str | None = None) -> ApiError:
+    """The HTTP answer to a reply the engine could not produce (typed errors become words here, at the edge).
+
+    ``input_param``: the request field the engine's refusal of the input is about (``messages`` for a chat,
+    ``prompt`` for a completion: ``ParsedRequest.input_param``); it becomes the error's ``param``."""
     if isinstance(error, ApiError):
         return error
     if isinstance(error, EngineRequestError):
         if error.kind in (ErrorKind.CONTEXT_OVERFLOW, ErrorKind.INPUT_TOO_LONG, ErrorKind.BAD_REQUEST,
                           ErrorKind.TEMPLATE):
-            return ApiError(400, error.message, param="messages", code=error.kind.value)
+            return ApiError(400, error.message, param=input_param, code=error.kind.value)
         return ApiError(500, error.message, type_="server_error", code=error.kind.value)
     if isinstance(error, EngineNotRunning):
         return ApiError(503, "no model is loaded", type_="server_error", code="model_not_loaded")
@@ -226,10 +229,11 @@ class _Api:
         if first is None:  # the client left while its request waited or ran
             return Response(status_code=499)
         if isinstance(first[0], JobFailed):
-            raise engine_error(first[0].error)
+            raise engine_error(first[0].error, parsed.input_param)
         if parsed.stream:
             return EventSourceResponse(self._stream(first, reply, job, ids, chat=chat,
-                                                    include_usage=parsed.include_usage),
+                                                    include_usage=parsed.include_usage,
+                                                    input_param=parsed.input_param),
                                        ping=SSE_PING_S, sep="\n")
         done = first[-1]  # a whole answer receives its final event only
         if not isinstance(done, DoneEvent):
@@ -249,7 +253,7 @@ class _Api:
                     return None
 
     async def _stream(self, first: list[JobEvent], reply: _Reply, job: Job, ids: responses.ReplyIds, *,
-                      chat: bool, include_usage: bool) -> AsyncIterator[bytes]:
+                      chat: bool, include_usage: bool, input_param: str) -> AsyncIterator[bytes]:
         """SSE ``data:`` events: chunks, a last chunk with ``finish_reason`` and ``timings``, then ``[DONE]``.
 
         Steps that arrived together, or within ``stream_interval_s`` of the previous chunk, go out as one chunk (the
@@ -278,7 +282,7 @@ class _Api:
                     yield _data("[DONE]")
                     return
                 if isinstance(final, JobFailed):  # mid-reply: the status line is sent, so the error is an event
-                    yield _data(engine_error(final.error).body())
+                    yield _data(engine_error(final.error, input_param).body())
                     return
                 wait = sent_at + self.config.stream_interval_s - loop.time()
                 if wait > 0:

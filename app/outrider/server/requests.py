@@ -62,6 +62,11 @@ class ParsedRequest:
     include_usage: bool  # stream_options.include_usage: a last chunk with ``usage`` and no choices
     model: str | None
 
+    @property
+    def input_param(self) -> str:
+        """The field holding the input: ``messages`` (chat) or ``prompt`` (completion), named by errors about it."""
+        return "prompt" if self.text.prompt is not None else "messages"
+
 
 # Fields that change nothing for a local single-model server and are accepted as they are.
 _HARMLESS = frozenset({"model", "user", "metadata", "store", "service_tier", "parallel_tool_calls",
