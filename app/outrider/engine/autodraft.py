@@ -41,7 +41,9 @@ STALE_AFTER = 64  # observations after which a batch size's measured cost is for
 PRIOR_REJECTIONS = 1.0  # a pseudo-count of rejections at a cold start, fading with the window (DECAY per step)
 GROWTH = 2  # k may at most double the longest draft whose verify cost has been measured (not extrapolated)
 OUTLIER_RATIO = 3.0  # a timing above this multiple of its running average is counted as this multiple
-SHADOW_START, SHADOW_MAX = 8, 128  # plain steps between scorings of the drafter while plain decoding is chosen
+SHADOW_START, SHADOW_MAX = 4, 128  # plain steps between scorings of the drafter while plain decoding is chosen
+# (4 at first: a cold start that turned plain after an unlucky first few drafts comes back after 4 plain steps,
+# not 8; a useless draft pays one more small scoring pass before the interval has doubled to 128)
 
 
 def expected_tokens_per_pass(a: float, k: int) -> float:
