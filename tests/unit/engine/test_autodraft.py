@@ -123,21 +123,31 @@ def test_a_pass_timed_during_a_load_burst_does_not_keep_k_small() -> None:
     assert max(chosen[-50:]) >= 4
 
 
+def cold_start(policy: AutoDraftLength, *, steps: int, pass_s: float, slope: float, accepted_max: int,
+               draft_per_token_s: float, first_draft_noise: float = 1.0,
+               shadow: tuple[int, int] | None = None) -> list[int]:
+    """Drive a fresh policy as the decoder does from a cold start and return the k chosen at each step.
+
+    A target pass over n tokens costs ``pass_s * (1 + slope * (n - 1))``; each draft has its first
+    ``accepted_max`` tokens accepted; the first drafted pass is timed ``first_draft_noise`` times too slow; with
+    ``shadow`` = (hits, trials), every 8th step that decodes plainly also scores the drafter."""
+    chosen = []
+    for step in range(steps):
+        k = policy.choose() if step else 0  # the decoder's first step is plain
+        chosen.append(k)
+        noise = first_draft_noise if step == 1 else 1.0
+        policy.observe(batch=k + 1, verify_s=pass_s * (1 + slope * k) * noise, drafted=k,
+                       accepted=min(k, accepted_max), draft_s=draft_per_token_s * k)
+        if shadow is not None and k == 0 and step % 8 == 7:
+            policy.observe_shadow(*shadow)
+    return chosen
+
+
 def test_a_cold_start_is_not_decided_by_one_noisy_pass() -> None:
     """Medium pair (acceptance 0.75, speculation pays ~1.3x): the first drafted pass is timed 5x too slow.
     The policy keeps drafting through its warm-up, averages the noise away and ends up speculating."""
-    policy = AutoDraftLength(k_max=8)
-
-    def cost(batch: int) -> float:
-        return 0.024 * (1 + 0.1 * (batch - 1))
-
-    chosen = []
-    for step in range(64):
-        k = policy.choose() if step else 0  # the decoder's first step is plain
-        chosen.append(k)
-        noise = 5.0 if step == 1 else 1.0
-        accepted = min(k, 3) if k else 0
-        policy.observe(batch=k + 1, verify_s=cost(k + 1) * noise, drafted=k, accepted=accepted, draft_s=0.002 * k)
+    chosen = cold_start(AutoDraftLength(k_max=8), steps=64, pass_s=0.024, slope=0.1, accepted_max=3,
+                        draft_per_token_s=0.002, first_draft_noise=5.0)
     assert sum(1 for k in chosen[:20] if k > 0) >= 8
     assert min(chosen[-20:]) > 0
 
@@ -147,17 +157,8 @@ def test_a_draft_accepted_half_the_time_that_does_not_pay_is_not_kept_through_th
     2.8x one token, so no k pays. The warm-up that protects promising pairs from one noisy pass must not keep
     this one drafting k = 4 for eight steps (it did at WARMUP_ACCEPTANCE 0.5, costing 6-10% of the reply)."""
     policy = AutoDraftLength(k_max=8)
-
-    def cost(batch: int) -> float:
-        return 0.0085 * (1 + 0.45 * (batch - 1))
-
-    chosen = []
-    for step in range(40):
-        k = policy.choose() if step else 0  # the decoder's first step is plain
-        chosen.append(k)
-        policy.observe(batch=k + 1, verify_s=cost(k + 1), drafted=k, accepted=min(k, 1), draft_s=0.0009 * k)
-        if k == 0 and step % 8 == 7:
-            policy.observe_shadow(4, 8)
+    chosen = cold_start(policy, steps=40, pass_s=0.0085, slope=0.45, accepted_max=1, draft_per_token_s=0.0009,
+                        shadow=(4, 8))
     assert chosen[1] == policy.k_start  # the cold start does draft once, to measure
     assert sum(1 for k in chosen[2:20] if k > 0) <= 1
 
