@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from outrider.engine.llama.backend import ContextSettings, ModelSettings  # noqa: E402
+from outrider.engine.params import ContextSettings, ModelSettings  # noqa: E402
 from outrider.engine.session import Engine, PairSpec  # noqa: E402
 from outrider.engine.speculative import DoneEvent, DraftParams  # noqa: E402
 from support.tiny_gguf import TinyShape, make_family  # noqa: E402

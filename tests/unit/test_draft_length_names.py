@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from outrider.catalogue.schema import parse_catalogue
+from outrider.catalogue.loading import parse_catalogue
 from outrider.cli import build_parser
 from outrider.commands.engine_options import text_request
 from outrider.settings import AppSettings, load_settings

@@ -35,6 +35,7 @@ from outrider.catalogue.errors import (
     UnauthorizedError,
     UnverifiableError,
 )
+from outrider.catalogue.loading import load_catalogue
 from outrider.catalogue.local import LocalPairReport, check_local_pair
 from outrider.catalogue.schema import (
     PROMPT_LOOKUP,
@@ -44,7 +45,6 @@ from outrider.catalogue.schema import (
     MemoryEstimate,
     ModelFile,
     Pair,
-    load_catalogue,
 )
 from outrider.catalogue.store import FileState, ModelStore, PairState, startup_pair
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from outrider.catalogue.errors import DownloadError, NotFoundError, map_hub_error
-from outrider.catalogue.schema import REVISION_RE, SHA256_RE, CatalogueError, ModelFile, parse_catalogue
+from outrider.catalogue.loading import parse_catalogue
+from outrider.catalogue.schema import REVISION_RE, SHA256_RE, CatalogueError, ModelFile
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 FIELDS = ("revision", "size", "sha256")

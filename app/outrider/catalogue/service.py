@@ -20,6 +20,7 @@ from typing import Any
 
 from outrider.catalogue.discovery import DiscoveryScanner, FoundFile
 from outrider.catalogue.download_manager import DownloadManager, DownloadOptions
+from outrider.catalogue.loading import load_catalogue
 from outrider.catalogue.local import LocalPairReport, check_local_pair, kv_bytes_from_header
 from outrider.catalogue.memory import (
     FIT_MARK,
@@ -30,7 +31,7 @@ from outrider.catalogue.memory import (
     probe_nvidia_vram,
     read_ram,
 )
-from outrider.catalogue.schema import Catalogue, MemoryEstimate, Pair, load_catalogue
+from outrider.catalogue.schema import Catalogue, MemoryEstimate, Pair
 from outrider.catalogue.store import FileState, ModelStore, PairState
 from outrider.engine.compat import CompatibilityReport, check_files
 from outrider.engine.llama.gguf_header import GGUFHeaderError, read_header

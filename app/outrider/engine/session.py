@@ -15,7 +15,8 @@ from outrider.engine.compat import check_facts
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
 from outrider.engine.errors import EngineError, TemplateError
 from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
-from outrider.engine.llama.backend import Backend, LoadedModel, ModelContext
+from outrider.engine.llama.backend import LoadedModel, ModelContext
+from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ChatMessage, DraftParams, PairSpec, SamplingParams, TextRequest
 from outrider.engine.speculative import GenerationRequest, SpeculativeDecoder
 

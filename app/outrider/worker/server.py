@@ -126,7 +126,7 @@ class _Server:
     # -- threads --------------------------------------------------------------------------------------------
     def serve(self) -> int:
         threading.Thread(target=self._send_loop, name="sender", daemon=True).start()
-        from outrider.engine.llama.backend import Backend
+        from outrider.engine.llama.runtime import Backend
         from outrider.engine.session import Engine
 
         engine = Engine(Backend(echo_log=_log), on_load_stage=self._on_load_stage)

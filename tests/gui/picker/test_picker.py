@@ -275,7 +275,7 @@ def test_details_say_where_the_files_come_from_and_when_they_were_checked(
     (the oldest ``checked`` date of the pair's files; none until `outrider models refresh --write` ran)."""
     import dataclasses
 
-    from outrider.catalogue.schema import default_catalogue_path, load_catalogue
+    from outrider.catalogue.loading import default_catalogue_path, load_catalogue
     from outrider.ui.picker.catalogue_tab import provenance_text
 
     dlg = open_picker(make_service())

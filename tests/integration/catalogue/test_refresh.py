@@ -18,8 +18,8 @@ from tests.support.fake_hf import COMMIT, FakeHub, tiny_catalogue
 from tests.support.tiny_gguf import Family, make_family
 
 from outrider.catalogue.errors import NetworkError, network_words
+from outrider.catalogue.loading import load_catalogue
 from outrider.catalogue.refresh import HubFacts, RefreshResult, apply_to_text, fetch_facts, refresh
-from outrider.catalogue.schema import load_catalogue
 
 ROOT = Path(__file__).resolve().parents[3]
 REPO = "org/tiny-GGUF"

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from outrider.engine.llama.backend import Backend
+from outrider.engine.llama.runtime import Backend
 
 
 @pytest.fixture(scope="session")

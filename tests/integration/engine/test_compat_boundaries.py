@@ -26,8 +26,10 @@ from outrider.engine.compat import (
     facts_from_header,
 )
 from outrider.engine.errors import IncompatiblePairError
-from outrider.engine.llama.backend import Backend, ContextSettings, LoadedModel, ModelSettings
+from outrider.engine.llama.backend import LoadedModel
 from outrider.engine.llama.gguf_header import read_header
+from outrider.engine.llama.runtime import Backend
+from outrider.engine.params import ContextSettings, ModelSettings
 from outrider.engine.session import Engine, PairSpec
 from support.tiny_gguf import TinyShape, build_vocab, random_weights, vocab_variant, write_gguf
 

@@ -10,7 +10,8 @@ import pytest
 from outrider.engine.chat import ChatMessage
 from outrider.engine.compat import VocabFacts, check_facts, check_files
 from outrider.engine.errors import IncompatiblePairError
-from outrider.engine.llama.backend import Backend, ContextSettings
+from outrider.engine.llama.runtime import Backend
+from outrider.engine.params import ContextSettings
 from outrider.engine.session import Engine, PairSpec
 from support.tiny_gguf import TinyShape, build_vocab, random_weights, write_gguf
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from outrider.engine.errors import DecodeError
-from outrider.engine.llama.backend import Backend, LoadedModel, ModelContext
+from outrider.engine.llama.backend import LoadedModel, ModelContext
+from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, ModelSettings, PairSpec
 from outrider.engine.session import Engine
 from outrider.engine.speculative import DoneEvent, StepEvent

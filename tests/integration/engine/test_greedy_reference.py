@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from outrider.engine.llama.backend import Backend, ContextSettings
-from outrider.engine.params import DraftParams
+from outrider.engine.llama.runtime import Backend
+from outrider.engine.params import ContextSettings, DraftParams
 from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent
 from support.reference_decoding import ReferenceModel

@@ -10,7 +10,8 @@ import pytest
 
 from outrider.engine.chat import ChatMessage
 from outrider.engine.errors import ContextOverflowError
-from outrider.engine.llama.backend import Backend, ContextSettings
+from outrider.engine.llama.runtime import Backend
+from outrider.engine.params import ContextSettings
 from outrider.engine.session import Engine, PairSpec, TextRequest
 from outrider.engine.speculative import DoneEvent, DraftParams, StepEvent
 

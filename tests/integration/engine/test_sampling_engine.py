@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from outrider.engine.llama.backend import Backend, ContextSettings
+from outrider.engine.llama.runtime import Backend
+from outrider.engine.params import ContextSettings
 from outrider.engine.sampling import SamplingParams
 from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent, DraftParams

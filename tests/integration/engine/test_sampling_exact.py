@@ -31,8 +31,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from outrider.engine.llama.backend import Backend, ContextSettings
-from outrider.engine.params import DraftParams, SamplingParams
+from outrider.engine.llama.runtime import Backend
+from outrider.engine.params import ContextSettings, DraftParams, SamplingParams
 from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent
 from support.reference_decoding import Filters, ReferenceModel

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from outrider.engine.drafters import SHADOW_WINDOW, ModelDraft
-from outrider.engine.llama.backend import Backend
+from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, PairSpec
 from outrider.engine.session import Engine
 from outrider.engine.speculative import DoneEvent, StepEvent

@@ -229,7 +229,9 @@ def test_client_never_imports_llama_cpp(tiny_family: Family, tmp_path: Path) -> 
             c.load(PairSpec({str(tiny_family.target)!r}, context=ContextSettings(n_ctx=256)))
             list(c.generate(TextRequest(prompt="the", max_tokens=4)))
         assert "llama_cpp" not in sys.modules, "use"
-        assert not any(m.startswith(("outrider.engine.llama.backend", "outrider.engine.session")) for m in sys.modules)
+        assert not any(m.startswith(("outrider.engine.llama.backend", "outrider.engine.llama.runtime",
+                                        "outrider.engine.llama.load_checks", "outrider.engine.session"))
+                       for m in sys.modules)
         print("clean")
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,

@@ -1,17 +1,17 @@
-"""Thin, typed wrappers over llama-cpp-python's low-level ctypes API (``llama_cpp.llama_cpp``).
+"""Thin, typed wrappers over llama-cpp-python's low-level ctypes API (``llama_cpp.llama_cpp``): a loaded model
+(``LoadedModel``) and the context that evaluates it (``ModelContext``), the two objects the decoder drives.
 
-Only this module touches ctypes. The per-token path (``ModelContext.decode`` + ``logits_row``) hands out numpy
-*views* of llama.cpp's logits buffer: nothing the size of the vocabulary is copied into Python objects.
+The per-token path (``ModelContext.decode`` + ``logits_row``) hands out numpy *views* of llama.cpp's logits
+buffer: nothing the size of the vocabulary is copied into Python objects. Process-wide initialisation lives in
+``runtime.py``, the checks and explanations around a load in ``load_checks.py``.
 """
 
 from __future__ import annotations
 
-import collections
 import ctypes
-import dataclasses
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,131 +23,17 @@ from outrider.engine.compat import VocabFacts
 from outrider.engine.errors import DecodeError, ModelLoadError
 from outrider.engine.events import ModelFacts
 from outrider.engine.llama import rpc
-from outrider.engine.llama.gguf_header import GGUFHeaderError, read_header
+from outrider.engine.llama.load_checks import (
+    explain_load_failure,
+    extra_buffers_safe,
+    precheck,
+    quantisation_name,
+    tensor_split,
+)
+from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, ModelSettings
 
 FloatArray = npt.NDArray[np.float32]
-
-_LOG_LEVEL_NAMES = {1: "debug", 2: "info", 3: "warn", 4: "error", 5: "cont"}
-
-
-_INSTALLED_LOG_CALLBACKS: list[Any] = []  # see LlamaLog.install: C keeps pointers to these
-
-
-class LlamaLog:
-    """llama.cpp's log, routed through ``llama_log_set`` into a ring buffer of whole lines.
-
-    llama.cpp's log sink is process-wide, so one instance is installed per process (by ``Backend``); the
-    ``ctypes`` callback object is kept alive here, or llama.cpp would call freed memory.
-    """
-
-    def __init__(self, max_lines: int = 400, echo: Callable[[str], None] | None = None) -> None:
-        self._lines: collections.deque[str] = collections.deque(maxlen=max_lines)
-        self._partial = ""
-        self._count = 0  # lines ever appended; marks are counts, so they survive the ring buffer wrapping
-        self._lock = threading.Lock()
-        self._echo = echo
-        self._callback = ll.llama_log_callback(self._on_log)
-
-    def install(self) -> None:
-        # llama.cpp keeps the last installed sink for the life of the process: a LlamaLog garbage-collected after
-        # another Backend was made would leave it calling freed memory (seen as segfaults at a later model load
-        # or free). Callbacks once installed are therefore kept alive for good.
-        _INSTALLED_LOG_CALLBACKS.append(self._callback)
-        ll.llama_log_set(self._callback, ctypes.c_void_p(0))
-
-    def _on_log(self, level: int, text: bytes | None, _user_data: Any) -> None:
-        if not text:
-            return
-        chunk = text.decode("utf-8", errors="replace")
-        with self._lock:
-            self._partial += chunk
-            *done, self._partial = self._partial.split("\n")
-            for line in done:
-                if line.strip():
-                    self._lines.append(line)
-                    self._count += 1
-                    if self._echo is not None:
-                        self._echo(line)
-
-    def mark(self) -> int:
-        """A position in the log; ``since(mark)`` returns the lines logged after it."""
-        with self._lock:
-            return self._count
-
-    def since(self, mark: int) -> tuple[str, ...]:
-        with self._lock:
-            n_new = min(self._count - mark, len(self._lines))
-            lines = list(self._lines)[len(self._lines) - n_new :] if n_new > 0 else []
-            if self._partial.strip():
-                lines.append(self._partial)
-        return tuple(lines)
-
-    def tail(self, n: int = 30) -> tuple[str, ...]:
-        with self._lock:
-            lines = list(self._lines)
-            if self._partial.strip():
-                lines.append(self._partial)
-        return tuple(lines[-n:])
-
-    def clear(self) -> None:
-        with self._lock:
-            self._lines.clear()
-            self._partial = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class BackendInfo:
-    """What llama.cpp was built with. ``gpu_offload`` is llama_supports_gpu_offload()."""
-
-    gpu_offload: bool
-    name: str
-    system_info: str
-
-
-class Backend:
-    """Process-wide llama.cpp initialisation plus its log capture."""
-
-    def __init__(self, echo_log: Callable[[str], None] | None = None) -> None:
-        self.log = LlamaLog(echo=echo_log)
-        self.log.install()
-        ll.llama_backend_init()
-        self.ggml = _ggml_or_none()
-        self.info = _backend_info(self.ggml)
-
-
-def _ggml_or_none() -> rpc.Ggml | None:
-    """The ggml device API, or None where its libraries are not found by name (RPC is then unavailable)."""
-    try:
-        return rpc.Ggml()
-    except OSError:
-        return None
-
-
-def _backend_info(ggml: rpc.Ggml | None) -> BackendInfo:
-    system = ll.llama_print_system_info().decode("utf-8", errors="replace")
-    # llama_supports_gpu_offload() alone is true in any build with the RPC backend, GPU or not.
-    gpu = bool(ll.llama_supports_gpu_offload()) and (ggml is None or bool(ggml.local_accelerators()))
-    name = "CPU"
-    for marker, label in (("CUDA", "CUDA"), ("METAL", "Metal"), ("VULKAN", "Vulkan"), ("HIP", "ROCm"),
-                          ("SYCL", "SYCL")):
-        if marker in system.upper() and gpu:
-            name = label
-            break
-    else:
-        if gpu:
-            name = "GPU"
-    return BackendInfo(gpu_offload=gpu, name=name, system_info=system)
-
-
-
-
-_FILE_TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
-                    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
-                    17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS",
-                    23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S",
-                    29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0",
-                    38: "MXFP4"}
 
 
 class LoadedModel:
@@ -157,22 +43,22 @@ class LoadedModel:
         self.backend = backend
         self.path = str(path)
         self.settings = settings
-        header = _precheck(Path(path))
+        header = precheck(Path(path))
         mark = backend.log.mark()
         params = ll.llama_model_default_params()
         params.n_gpu_layers = settings.gpu_layers if settings.gpu_layers >= 0 else 999
         params.use_mmap = settings.use_mmap
-        params.use_extra_bufts = _extra_buffers_safe(backend.info, header, settings.cpu_extra_buffers)
+        params.use_extra_bufts = extra_buffers_safe(backend.info, header, settings.cpu_extra_buffers)
         placement = rpc.connect(backend.ggml, settings.rpc, self.path) if settings.rpc else rpc.local_only(backend.ggml)
         if placement is not None:  # NULL-terminated; left NULL, llama.cpp would keep every layer local
             params.devices = ctypes.cast(placement.array, ctypes.c_void_p).value
-        split = _tensor_split(settings.split, placement, self.path)
+        split = tensor_split(settings.split, placement, self.path)
         if split is not None:
             params.tensor_split = ctypes.cast(split, ctypes.POINTER(ctypes.c_float))
         model = ll.llama_model_load_from_file(os.fsencode(self.path), params)
         if not model:
             lines = backend.log.since(mark)
-            raise _explain_load_failure(self.path, header.architecture, lines)
+            raise explain_load_failure(self.path, header.architecture, lines)
         self._placement = placement
         if settings.rpc:
             rpc.harden_connections(settings.rpc)
@@ -217,7 +103,7 @@ class LoadedModel:
         if self.backend.info.gpu_offload or self.settings.rpc:
             wanted = self.settings.gpu_layers if self.settings.gpu_layers >= 0 else n_layer + 1
             offloaded = min(wanted, n_layer + 1)
-        quant = _FILE_TYPE_NAMES.get(int(file_type), str(file_type)) if file_type is not None else "unknown"
+        quant = quantisation_name(file_type)
         return ModelFacts(
             path=self.path,
             architecture=self.meta("general.architecture") or "unknown",
@@ -322,70 +208,11 @@ class LoadedModel:
         self.close()
 
 
-def _tensor_split(split: Sequence[float], placement: rpc.Placement | None, path: str) -> Any:
-    """``llama_model_params.tensor_split``: one proportion per offload device, padded to llama_max_devices()."""
-    if not split:
-        return None
-    n_devices = len(placement.handles) if placement is not None else len(split)
-    if len(split) > n_devices:
-        raise ModelLoadError("bad_split", path, f"a split of {len(split)} parts for {n_devices} devices")
-    size = int(ll.llama_max_devices())
-    return (ctypes.c_float * size)(*split[:size])
-
-
 def _int_or_none(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
     except ValueError:
         return None
-
-
-MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: llama.cpp aborts (GGML_ASSERT) on more
-# ggml types with AMX kernels (ggml-cpu/amx/common.h qtype_has_amx_kernels): Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K,
-# IQ4_XS — the ones whose AMX matmul crashes in this llama.cpp (see ModelSettings).
-AMX_TYPES = frozenset({2, 3, 8, 12, 13, 14, 23})
-
-
-def _extra_buffers_safe(info: BackendInfo, header: Any, wanted: bool | None) -> bool:
-    if wanted is not None:
-        return wanted
-    has_amx = "AMX_INT8 = 1" in info.system_info
-    return not (has_amx and any(t.ggml_type in AMX_TYPES for t in header.tensors))
-
-
-def _precheck(path: Path) -> Any:
-    """Reject files llama.cpp would reject (or crash on) with a specific message, before loading."""
-    try:
-        header = read_header(path, keep_arrays=False)
-    except GGUFHeaderError as exc:
-        raise ModelLoadError(exc.kind, str(path), str(exc)) from exc
-    n_layer = header.arch_value("block_count")
-    if isinstance(n_layer, int) and not 0 < n_layer <= MAX_LAYERS:
-        raise ModelLoadError("bad_metadata", str(path),
-                             f"{path.name} declares {n_layer} layers (llama.cpp supports 1 to {MAX_LAYERS})")
-    return header
-
-
-def _explain_load_failure(path: str, architecture: str, lines: Sequence[str]) -> ModelLoadError:
-    text = "\n".join(lines)
-    tail = tuple(lines[-20:])
-    if "unknown model architecture" in text:
-        return ModelLoadError(
-            "unsupported_arch", path, f"unsupported model architecture '{architecture}'", tail
-        )
-    if "failed to allocate" in text.lower() or "out of memory" in text.lower():
-        return ModelLoadError(
-            "out_of_memory", path, "not enough memory to load the model — try fewer GPU layers", tail
-        )
-    # The specific reason ("error loading model: … invalid n_rot") sits above the generic "failed to load model".
-    detail = next((ln.split("error loading model:")[-1].strip() for ln in reversed(lines)
-                   if "error loading model:" in ln), "")
-    if not detail:
-        detail = next((ln.strip() for ln in reversed(lines) if "error" in ln.lower() or "failed" in ln.lower()), "")
-    message = f"llama.cpp could not load {Path(path).name}" + (f": {detail}" if detail else "")
-    return ModelLoadError("load_failed", path, message, tail)
-
-
 
 
 class ModelContext:

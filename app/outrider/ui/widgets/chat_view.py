@@ -1,8 +1,7 @@
 """The chat: one QTextBrowser document for the conversation, a composer, and the reply controls.
 
-Streaming is O(1) per batch: the streaming reply's text lives in one ``ReplyText`` (``chat_items``), which
-``ChatSession`` appends to; ``reply_grew`` asks this view to show the pieces it has not shown yet, inserted with a
-``QTextCursor`` at the end of the document, at most ``APPEND_CHARS_PER_TURN`` characters per ``FRAME_MS`` frame.
+Streaming is O(1) per batch: ``reply_grew`` asks the streaming reply's body (``reply_stream.ReplyStream``) to show
+the pieces it has not shown yet, at most ``reply_stream.APPEND_CHARS_PER_TURN`` characters per ``FRAME_MS`` frame.
 Only the message being streamed is ever re-rendered (its Markdown, at most a few times a second by a timer, and
 once at the end); earlier messages are rendered when a conversation opens or the theme / provenance view changes.
 
@@ -18,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from PySide6.QtCore import QElapsedTimer, QEvent, QObject, Qt, QTimer, QUrl, Signal, Slot
-from PySide6.QtGui import QGuiApplication, QKeyEvent, QTextBlock, QTextCharFormat, QTextCursor
+from PySide6.QtCore import QEvent, QObject, Qt, QUrl, Signal, Slot
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QTextBlock, QTextCursor
 from PySide6.QtWidgets import (
     QLabel,
     QTextBrowser,
@@ -30,27 +29,21 @@ from PySide6.QtWidgets import (
 from outrider.ui.theme import LIGHT, ThemeColours
 from outrider.ui.widgets.chat_format import (
     HEADER_PROPERTY,
-    PLACEHOLDER,
-    PROVENANCE_MARKDOWN_MAX_CHARS,
     SAMPLE_PROMPTS,
     RunFormats,
     header_html,
     insert_body,
     insert_header,
     mark_header,
-    muted_format,
     run_formats,
     welcome_html,
 )
-from outrider.ui.widgets.chat_items import MessageItem, ReplyText, merge_runs
+from outrider.ui.widgets.chat_items import MessageItem, ReplyText
 from outrider.ui.widgets.composer import Composer
 from outrider.ui.widgets.markdown import code_blocks
-from outrider.ui.widgets.markdown_tail import MarkdownTail
 from outrider.ui.widgets.reply_controls import ReplyControls
+from outrider.ui.widgets.reply_stream import ReplyStream
 
-MARKDOWN_INTERVAL_MS = 350  # re-render the streaming message's Markdown tail at most ~3 times a second
-FRAME_MS = 16  # streamed text reaches the document at most once per frame (one layout and repaint per frame)
-APPEND_CHARS_PER_TURN = 2048  # a drain inserts at most this much text per event-loop turn; the rest waits a turn
 FOLLOW_SLACK_PX = 4  # the view counts as "at the end" this close to the bottom
 
 
@@ -78,17 +71,12 @@ class ChatView(QWidget):
         self.colours: ThemeColours = LIGHT
         self.messages: list[MessageItem] = []
         self._provenance = True
-        self._streaming: MessageItem | None = None
-        self._body_start = 0
         self._editing_id: int | None = None
-        self._shown = 0  # pieces of the streaming reply already in the document
-        self._placeholder = False  # the streaming reply's body shows PLACEHOLDER (no text yet)
         self._follow = True  # keep the end of the conversation in view (off while the user reads further up)
         self._busy = False
         self._headers: dict[int, QTextBlock] = {}  # header block of each message index, as drawn
         self._scrolling = False  # the view itself is moving the scroll bar
         self._formats: RunFormats = {}  # None: plain; True/False: draft/target token
-        self._md = MarkdownTail()  # the streaming reply's rendered Markdown (head frozen, tail re-rendered)
 
         self.browser = QTextBrowser(self)
         self.browser.setObjectName("chatView")
@@ -98,6 +86,7 @@ class ChatView(QWidget):
         self.browser.setAccessibleName("Conversation")
         self.browser.document().setDocumentMargin(12)
         self.browser.document().setUndoRedoEnabled(False)  # read-only: an undo stack would only cost time and memory
+        self._stream = ReplyStream(self.browser.document(), self._follow_end, self)  # the streaming reply's body
 
         self.composer = Composer(self)
         self.composer.setAccessibleName("Message")
@@ -134,14 +123,6 @@ class ChatView(QWidget):
         self.setTabOrder(self.regenerate_button, self.provenance_box)
         self.setTabOrder(self.provenance_box, self.browser)
 
-        self._markdown_timer = QTimer(self)
-        self._markdown_timer.setInterval(MARKDOWN_INTERVAL_MS)
-        self._markdown_timer.timeout.connect(self._on_markdown_timer_timeout)
-        self._drain_timer = QTimer(self)
-        self._drain_timer.setSingleShot(True)
-        self._drain_timer.timeout.connect(self._on_drain_timer_timeout)
-        self._since_drain = QElapsedTimer()
-        self._since_drain.start()
         bar = self.browser.verticalScrollBar()
         bar.valueChanged.connect(self._on_scroll_value_changed)
         bar.rangeChanged.connect(self._on_scroll_range_changed)
@@ -156,7 +137,7 @@ class ChatView(QWidget):
 
     @property
     def streaming(self) -> bool:
-        return self._streaming is not None
+        return self._stream.item is not None
 
     def set_colours(self, colours: ThemeColours) -> None:
         self.colours = colours
@@ -180,7 +161,7 @@ class ChatView(QWidget):
     def _continuable(self) -> int | None:
         """The id of the last message when it is a reply cut at the token limit (it can be continued)."""
         last = self.messages[-1] if self.messages else None
-        if last is not None and last.role == "assistant" and last.end == "length" and self._streaming is None:
+        if last is not None and last.role == "assistant" and last.end == "length" and not self.streaming:
             return last.message_id
         return None
 
@@ -196,9 +177,8 @@ class ChatView(QWidget):
     # -- whole document ---------------------------------------------------------------------------------------
     def set_messages(self, messages: Sequence[MessageItem]) -> None:
         self.messages = list(messages)
-        self._streaming = None
-        self._markdown_timer.stop()
-        self._drain_timer.stop()
+        self._stream.stop()
+        self._stream.item = None
         self._follow = True
         self.render_all()
         self.set_busy(False)
@@ -208,7 +188,7 @@ class ChatView(QWidget):
         shows the first-run page with sample prompts."""
         self._rebuild_formats()
         self._update_legend()
-        self._drain_timer.stop()
+        self._stream.stop()
         doc = self.browser.document()
         doc.clear()
         self._headers.clear()
@@ -223,21 +203,15 @@ class ChatView(QWidget):
             self._insert_header(cursor, index, item, last=index == last)
             start = cursor.position()
             self._insert_body(cursor, index, item)
-            if item is self._streaming:
-                self._body_start = start
-                self._shown = len(item.reply.pieces) if item.reply is not None else 0
-                self._placeholder = False
-                if not item.text:
-                    self._insert_placeholder(cursor)
+            if item is self._stream.item:
+                self._stream.redrawn(index, start, cursor)
         cursor.endEditBlock()
-        self._reset_markdown_tail()
+        self._stream.reset_markdown()
         self._scroll_to_end()
 
     def _rebuild_formats(self) -> None:
         self._formats = run_formats(self.colours, self._provenance)
-
-    def _plain_format(self) -> QTextCharFormat:
-        return self._formats[None]
+        self._stream.set_style(self.colours, self._formats, provenance=self._provenance)
 
     def _insert_header(self, cursor: QTextCursor, index: int, item: MessageItem, *, last: bool = True) -> None:
         insert_header(cursor, index, item, self.colours, self._formats, last=last)
@@ -245,7 +219,7 @@ class ChatView(QWidget):
 
     def _insert_body(self, cursor: QTextCursor, index: int, item: MessageItem) -> None:
         insert_body(cursor, index, item, self.colours, self._formats, provenance=self._provenance,
-                    streaming=item is self._streaming)
+                    streaming=item is self._stream.item)
 
     def _header_block(self, index: int) -> QTextBlock:
         """The header block of message ``index``: remembered when drawn, else searched from the end."""
@@ -308,18 +282,11 @@ class ChatView(QWidget):
         item = MessageItem("assistant", "", status="streaming", reply=reply)
         self.messages.append(item)
         self._redraw_previous_reply()
-        self._streaming = item
         self._follow = True
         cursor = QTextCursor(self.browser.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         self._insert_header(cursor, len(self.messages) - 1, item)
-        self._body_start = cursor.position()
-        self._shown = 0
-        self._placeholder = False
-        self._insert_placeholder(cursor)
-        self._reset_markdown_tail()
-        self._md.dirty = False
-        self._markdown_timer.start()
+        self._stream.begin(item, len(self.messages) - 1, cursor)
         self.set_busy(True)
         self._scroll_to_end()
         if reply.pieces:
@@ -334,95 +301,25 @@ class ChatView(QWidget):
             self.render_all()
         self.begin_reply(reply)
 
-    def _insert_placeholder(self, cursor: QTextCursor) -> None:
-        cursor.insertText(PLACEHOLDER, muted_format(self.colours))
-        cursor.setCharFormat(self._plain_format())
-        self._placeholder = True
-
-    def _remove_placeholder(self) -> None:
-        if not self._placeholder:
-            return
-        cursor = QTextCursor(self.browser.document())
-        cursor.setPosition(self._body_start)
-        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
-        cursor.removeSelectedText()
-        cursor.setCharFormat(self._plain_format())
-        self._placeholder = False
-
     def reply_grew(self) -> None:
-        """The streaming reply has new pieces: append (part of) them at the end of the document (no re-render).
-
-        One drain inserts at most ``APPEND_CHARS_PER_TURN`` characters, consecutive pieces of one provenance as
-        one insertion, inside one edit block (one layout pass); the rest follows on a later event-loop turn.
-        Drains are paced to one per ``FRAME_MS``: new text arriving sooner waits for the frame's timer.
-        """
-        if self._streaming is None:
-            return
-        self._md.dirty = True
-        if self._drain_timer.isActive():
-            return
-        wait = FRAME_MS - self._since_drain.elapsed()
-        if wait <= 0:
-            self._drain(APPEND_CHARS_PER_TURN)
-        else:
-            self._drain_timer.start(int(wait))
-
-    def _drain(self, budget: int) -> None:
-        item = self._streaming
-        reply = item.reply if item is not None else None
-        if reply is None or self._shown >= len(reply.pieces):
-            return
-        self._since_drain.restart()
-        pieces = reply.pieces
-        first = self._shown
-        while self._shown < len(pieces) and budget > 0:
-            budget -= len(pieces[self._shown][0])
-            self._shown += 1
-        taken = pieces[first:self._shown]
-        runs = merge_runs(taken) if self._provenance else [("".join(t for t, _ in taken), None)]
-        self._remove_placeholder()
-        cursor = QTextCursor(self.browser.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.beginEditBlock()
-        for text, drafted in runs:
-            cursor.insertText(text, self._formats[drafted])
-        cursor.endEditBlock()
-        if self._follow:
-            self._scroll_to_end()
-        if self._shown < len(pieces):
-            self._drain_timer.start(0)  # the next event-loop turn: input, paints and other timers go first
-
-    @Slot()
-    def _on_drain_timer_timeout(self) -> None:
-        self._drain(APPEND_CHARS_PER_TURN)
+        """The streaming reply has new pieces: they reach the document on the next frame (``ReplyStream.grew``)."""
+        self._stream.grew()
 
     def end_reply(self, status: str, text: str | None = None, message_id: int | None = None, end: str = "") -> None:
         """The reply ended (``end``: how, an ``EndReason`` value): its header says so; in the Markdown view its
         unrendered tail is rendered. The whole message is re-rendered only when it must be: the engine's final
         text differs from what streamed, it ended empty, or the provenance view lays its colours over Markdown.
         """
-        item = self._streaming
+        item = self._stream.item
         if item is None:
             return
-        self._markdown_timer.stop()
-        self._drain_timer.stop()
-        streamed = item.flush().text
-        final = streamed if text is None else text
-        index = len(self.messages) - 1
-        if final == streamed and final and (not self._provenance or len(final) > PROVENANCE_MARKDOWN_MAX_CHARS):
-            if self._provenance:
-                self._drain(len(final) + 1)  # a very long reply keeps its streamed runs: the rest, at once
-            else:
-                self._render_markdown_tail(final=True)  # the Markdown view: only the unrendered tail is left
-            item.finish(status, final, end)
-            item.message_id = message_id
-            self._streaming = None
-            self._redraw_header(index)
+        final = item.flush().text if text is None else text
+        kept = self._stream.end(final)  # the body shows all of ``final`` when it can keep what streamed
+        item.finish(status, final, end)
+        item.message_id = message_id
+        if kept:
+            self._redraw_header(len(self.messages) - 1)
         else:
-            item.finish(status, final, end)
-            item.message_id = message_id
-            self._streaming = None
-            self._placeholder = False
             self._rerender_last()
         self.set_busy(False)
 
@@ -441,40 +338,17 @@ class ChatView(QWidget):
         if index > 0:
             cursor.deletePreviousChar()  # the block separator; _insert_header adds it back
         self._insert_header(cursor, index, self.messages[index])
-        self._body_start = cursor.position()
         self._insert_body(cursor, index, self.messages[index])
         cursor.endEditBlock()
         if self._follow:
             self._scroll_to_end()
 
-    @Slot()
-    def _on_markdown_timer_timeout(self) -> None:
-        item = self._streaming
-        if item is None or not self._md.dirty or self._provenance:
-            return  # provenance view shows the streamed tokens themselves
-        self._render_markdown_tail(final=False)
-
-    def _reset_markdown_tail(self) -> None:
-        self._md.reset(self._body_start)
-
-    def _render_markdown_tail(self, final: bool) -> None:
-        """Render the streaming message's Markdown, only from its last stable boundary on (``MarkdownTail``).
-        ``final``: the reply ended, render all that is left."""
-        item = self._streaming
-        if item is None:
-            return
-        text = item.flush().text
-        if not text:
-            return  # the placeholder stays until the first text
-        self._remove_placeholder()
-        self._shown = len(item.reply.pieces) if item.reply is not None else 0  # the tail covers every piece
-        self._drain_timer.stop()
-        self._md.render(self.browser.document(), text, index=len(self.messages) - 1, colours=self.colours,
-                        final=final, body_start=self._body_start, plain=self._plain_format())
+    # -- following the end ------------------------------------------------------------------------------------
+    def _follow_end(self) -> None:
+        """Text reached the document: keep its end in view unless the user scrolled up."""
         if self._follow:
             self._scroll_to_end()
 
-    # -- following the end ------------------------------------------------------------------------------------
     def _scroll_to_end(self) -> None:
         bar = self.browser.verticalScrollBar()
         self._scrolling = True
