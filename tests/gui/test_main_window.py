@@ -68,7 +68,7 @@ def test_send_streams_reply_with_statistics_and_provenance(qtbot: Any, window: A
     messages = win.session.store.store.get_conversation(win.session.conversation_id).messages
     assert [m.role for m in messages] == [Role.USER, Role.ASSISTANT]
     assert messages[-1].id == message_id and messages[-1].stats is not None
-    assert messages[-1].stats.tokens_per_s
+    assert messages[-1].stats.decode_tps
     # stored exactly as the engine reported it (None when the reply measured no plain step)
     assert messages[-1].stats.speedup == done.stats.speedup
     assert messages[-1].stats.speedup_error == done.stats.speedup_error

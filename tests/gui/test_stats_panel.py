@@ -108,7 +108,7 @@ def test_conversation_chart_numbers_replies_and_follows_the_replies_shown(panel:
     for _ in range(3):
         _stream_reply(widget, meter, clock)
     assert [p[0] for p in meter.conversation_series] == [1, 2, 3]
-    stats = ReplyStats(tokens_per_s=30.0, acceptance_rate=0.5)
+    stats = ReplyStats(decode_tps=30.0, acceptance_rate=0.5)
     shown = [_message(1, Role.USER), _message(2, Role.ASSISTANT, stats),
              _message(3, Role.USER), _message(4, Role.ASSISTANT, status=MessageStatus.INTERRUPTED),  # no stats
              _message(5, Role.USER)]

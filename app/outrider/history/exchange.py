@@ -98,8 +98,8 @@ def stats_line(stats: ReplyStats) -> str:
         parts.append(f"{stats.accepted}/{stats.drafted} drafted accepted")
     if stats.acceptance_rate is not None:
         parts.append(f"acceptance {stats.acceptance_rate:.0%}")
-    if stats.tokens_per_s is not None:
-        parts.append(f"{stats.tokens_per_s:.1f} tok/s")
+    if stats.decode_tps is not None:
+        parts.append(f"{stats.decode_tps:.1f} tok/s")
     if stats.speedup is not None:
         error = f" ± {stats.speedup_error:.2f}" if stats.speedup_error is not None else ""
         parts.append(f"speed-up {stats.speedup:.2f}x{error} vs plain (measured in the reply)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -26,12 +27,12 @@ class MessageStatus(StrEnum):
 UNREADABLE_LABEL = "could not be read"
 
 
-def upgrade_stats_dict(data: dict[str, Any]) -> dict[str, Any]:
-    """Statistics as stored or exported by an older Outrider, in today's keys (a new dict; ``data`` is kept).
+def k_mean_from_k(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema version 3: the mean draft length is ``k_mean``, no longer ``k`` (a new dict; ``data`` is kept).
 
-    Before schema version 3 the mean draft length was stored as ``k``: a JSON real (``round(k_mean, 2)``,
-    always written with a decimal point). Earlier still, ``k`` held the fixed-k *setting*, a JSON integer; that
-    is another meaning, so it keeps its name (and lands in ``ReplyStats.extra``). A record that already has
+    Before version 3 the mean draft length was stored as ``k``: a JSON real (``round(k_mean, 2)``, always
+    written with a decimal point). Earlier still, ``k`` held the fixed-k *setting*, a JSON integer; that is
+    another meaning, so it keeps its name (and lands in ``ReplyStats.extra``). A record that already has
     ``k_mean`` is left as it is.
     """
     k = data.get("k")
@@ -42,6 +43,30 @@ def upgrade_stats_dict(data: dict[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
+def decode_tps_from_tokens_per_s(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema version 4: decode tokens per second is ``decode_tps`` (the engine's name, docs/metrics.md), no
+    longer ``tokens_per_s`` (a new dict; ``data`` is kept).
+
+    ``tokens_per_s`` always meant decode tokens per second, so it is renamed whatever its value (a malformed
+    one stays malformed under the new name). A record that already has ``decode_tps`` is left as it is.
+    """
+    if "decode_tps" in data or "tokens_per_s" not in data:
+        return dict(data)
+    return {("decode_tps" if key == "tokens_per_s" else key): value for key, value in data.items()}
+
+
+# Each schema version's renames of the statistics' keys, oldest first; ``upgrade_stats_dict`` applies them all.
+STATS_UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (k_mean_from_k, decode_tps_from_tokens_per_s)
+
+
+def upgrade_stats_dict(data: dict[str, Any]) -> dict[str, Any]:
+    """Statistics as stored or exported by any older Outrider, in today's keys (a new dict; ``data`` is kept):
+    every step of ``STATS_UPGRADES`` in turn. Applied on every read, so old export files import the same way."""
+    for upgrade in STATS_UPGRADES:
+        data = upgrade(data)
+    return dict(data)
+
+
 @dataclass(frozen=True)
 class ReplyStats:
     """Per-reply statistics, stored with each assistant message so pairs and settings can be compared later.
@@ -50,8 +75,8 @@ class ReplyStats:
     the engine used (``GenerationStats.k_mean``, two decimals), not the setting. ``speedup`` and
     ``speedup_error`` are the engine's own figures for the reply (``GenerationStats.speedup``: measured against
     plain steps interleaved in that reply; docs/metrics.md), stored as reported — None when the reply measured
-    no plain step. ``tokens_per_s`` is decode tokens per second. Unknown keys found in stored JSON are kept in
-    ``extra``; older records are read through ``upgrade_stats_dict``.
+    no plain step. ``decode_tps`` is decode tokens per second (``GenerationStats.decode_tps``). Unknown keys
+    found in stored JSON are kept in ``extra``; older records are read through ``upgrade_stats_dict``.
     """
 
     pair_id: str | None = None
@@ -62,7 +87,7 @@ class ReplyStats:
     drafted: int | None = None
     accepted: int | None = None
     acceptance_rate: float | None = None
-    tokens_per_s: float | None = None
+    decode_tps: float | None = None
     speedup: float | None = None
     speedup_error: float | None = None
     stop_reason: str | None = None

@@ -12,9 +12,10 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from outrider.history.database import transaction
-from outrider.history.models import upgrade_stats_dict
+from outrider.history.models import ReplyStats, decode_tps_from_tokens_per_s, k_mean_from_k
 
 
 @dataclass(frozen=True)
@@ -86,21 +87,24 @@ V2_STATEMENTS = (
 
 
 
-def _v3_rename_k_to_k_mean(conn: sqlite3.Connection) -> None:
-    """Version 3: a reply's mean draft length is stored as ``k_mean``, no longer ``k`` (``upgrade_stats_dict``).
+def _rewrite_stats(conn: sqlite3.Connection, old_key: str, upgrade: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Rewrite the ``stats_json`` of the replies that hold ``old_key`` through ``upgrade`` (one version's rename).
 
-    Only the ``stats_json`` of rows that change is rewritten; a record that cannot be decoded or re-encoded
-    (bad UTF-8, bad JSON, NaN) is left exactly as it was, to be reported as unreadable like before.
+    Only the rows that change are rewritten; a record that cannot be decoded, re-encoded or read as a
+    ``ReplyStats`` (bad UTF-8, bad JSON, NaN, a wrong type) is left exactly as it was, to be reported as
+    unreadable like before. No message's ``updated_at`` changes: a rename is no edit.
     """
-    rows = conn.execute("SELECT id, stats_json FROM messages WHERE stats_json LIKE '%\"k\"%'").fetchall()
+    pattern = f'%"{old_key}"%'
+    rows = conn.execute("SELECT id, stats_json FROM messages WHERE stats_json LIKE ?", (pattern,)).fetchall()
     for message_id, raw in rows:
         try:
             data = json.loads(raw)
             if not isinstance(data, dict):
                 continue
-            upgraded = upgrade_stats_dict(data)
+            upgraded = upgrade(data)
             if upgraded == data:
                 continue
+            ReplyStats.from_dict(upgraded)  # raises for a record the store cannot read: it stays as stored
             text = json.dumps(upgraded, ensure_ascii=False, allow_nan=False)
             text.encode("utf-8")
         except (TypeError, ValueError, RecursionError):  # UnicodeError and JSONDecodeError are ValueErrors
@@ -108,10 +112,22 @@ def _v3_rename_k_to_k_mean(conn: sqlite3.Connection) -> None:
         conn.execute("UPDATE messages SET stats_json = ? WHERE id = ?", (text, message_id))
 
 
+def _v3_rename_k_to_k_mean(conn: sqlite3.Connection) -> None:
+    """Version 3: a reply's mean draft length is stored as ``k_mean``, no longer ``k`` (``k_mean_from_k``)."""
+    _rewrite_stats(conn, "k", k_mean_from_k)
+
+
+def _v4_rename_tokens_per_s_to_decode_tps(conn: sqlite3.Connection) -> None:
+    """Version 4: decode tokens per second is stored as ``decode_tps``, the engine's name, no longer
+    ``tokens_per_s`` (``decode_tps_from_tokens_per_s``)."""
+    _rewrite_stats(conn, "tokens_per_s", decode_tps_from_tokens_per_s)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, lambda conn: _run(conn, V1_STATEMENTS)),
     Migration(2, lambda conn: _run(conn, V2_STATEMENTS)),
     Migration(3, _v3_rename_k_to_k_mean),
+    Migration(4, _v4_rename_tokens_per_s_to_decode_tps),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version

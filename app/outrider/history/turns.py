@@ -199,7 +199,7 @@ def reply_stats(stats: Any, stop_reason: str, *, pair_id: str | None = None,
         pair_id=pair_id or None, draft_mode=stats.draft_mode,
         k_mean=round(float(k_mean), 2) if k_mean is not None else None,
         temperature=temperature, generated=stats.generated, drafted=stats.drafted, accepted=stats.accepted,
-        acceptance_rate=stats.acceptance_rate, tokens_per_s=stats.decode_tps,
+        acceptance_rate=stats.acceptance_rate, decode_tps=stats.decode_tps,
         speedup=stats.speedup, speedup_error=stats.speedup_error, stop_reason=stop_reason,
     )
 

@@ -38,6 +38,7 @@ def test_ask_stores_the_engines_speedup_as_reported(tmp_path: Path, smollm_path:
     stats = _stored_reply(tmp_path, done["conversation"]).stats
     assert stats is not None
     assert stats.speedup == st["speedup"] and stats.speedup_error == st["speedup_error"]  # bit for bit
+    assert stats.decode_tps == st["decode_tps"] and stats.decode_tps  # one name, the engine's, from engine to disk
 
 
 def test_ask_with_the_draft_off_stores_one_and_prints_it(tmp_path: Path, smollm_path: Path) -> None:

@@ -42,7 +42,7 @@ def home(tmp_path: Path) -> Path:
             cid = store.create_conversation(title, pair_id="pair-a")
             store.add_user_message(cid, question)
             rid = store.begin_reply(cid)
-            store.finish_reply(rid, answer, MessageStatus.COMPLETE, ReplyStats(k_mean=3.5, tokens_per_s=20.0))
+            store.finish_reply(rid, answer, MessageStatus.COMPLETE, ReplyStats(k_mean=3.5, decode_tps=20.0))
     return home
 
 
@@ -67,7 +67,7 @@ def test_export_md_and_json_to_file_and_stdout(home: Path, tmp_path: Path) -> No
     result = run(home, "export", str(ids["Geography"]), "--format", "json", "-o", str(out))
     assert result.returncode == 0 and result.stdout == ""
     doc = json.loads(out.read_text())
-    assert doc["conversations"][0]["messages"][1]["stats"] == {"k_mean": 3.5, "tokens_per_s": 20.0}
+    assert doc["conversations"][0]["messages"][1]["stats"] == {"k_mean": 3.5, "decode_tps": 20.0}
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp files left
 
 

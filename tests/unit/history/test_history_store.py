@@ -43,7 +43,7 @@ STATS = ReplyStats(
     drafted=150,
     accepted=100,
     acceptance_rate=0.667,
-    tokens_per_s=41.5,
+    decode_tps=41.5,
     speedup=1.8,
     stop_reason="eos",
 )
@@ -271,7 +271,7 @@ def test_upgrade_from_schema_version_1_keeps_data_and_backs_up(tmp_path: Path) -
     )
     conn.close()
     with HistoryStore.open(tmp_path) as store:
-        assert store.schema_version == CURRENT_VERSION == 3
+        assert store.schema_version == CURRENT_VERSION == 4
         assert store.backup_path is not None and store.backup_path.exists()
         conversation = store.get_conversation(1)
         assert conversation.title == "old" and len(conversation.summary.uuid) == 32

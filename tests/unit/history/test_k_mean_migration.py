@@ -23,7 +23,7 @@ OLD_ROWS: list[tuple[str, ReplyStats | None]] = [
     ('{"k": 4.0}', ReplyStats(k_mean=4.0)),  # round(k_mean, 2) of a whole number is still written as a real
     ('{"k": 4, "draft_mode": "model"}', ReplyStats(draft_mode="model", extra={"k": 4})),  # the fixed-k setting
     ('{"k": 3.0, "k_mean": 2.0}', ReplyStats(k_mean=2.0, extra={"k": 3.0})),  # already has k_mean: untouched
-    ('{"tokens_per_s": 12.5}', ReplyStats(tokens_per_s=12.5)),
+    ('{"tokens_per_s": 12.5}', ReplyStats(decode_tps=12.5)),  # renamed too, by version 4
     ('{"k": 1.5, "broken', None),  # not JSON: reported as unreadable, before and after
     ('{"k": NaN}', None),  # not finite
 ]
@@ -67,7 +67,7 @@ def test_a_schema_2_database_opens_with_the_mean_k_renamed_and_the_setting_kept(
     db = tmp_path / "data" / "history.sqlite3"
     before = _raw_stats(db)
     with HistoryStore.open(tmp_path / "data") as store:
-        assert store.schema_version == CURRENT_VERSION == 3
+        assert store.schema_version == CURRENT_VERSION == 4
         assert store.backup_path is not None and store.backup_path.exists()
         messages = store.get_conversation(1).messages
     expected = [stats for _, stats in OLD_ROWS] + [None]
@@ -79,7 +79,8 @@ def test_a_schema_2_database_opens_with_the_mean_k_renamed_and_the_setting_kept(
             assert isinstance(message, Message) and message.stats == stats
     after = _raw_stats(db)
     assert json.loads(after[0][0] or b"") == {"k_mean": 2.5, "generated": 10, "draft_mode": "model"}
-    assert [row for row in after[2:]] == before[2:]  # nothing else was rewritten, not even re-serialised
+    assert json.loads(after[4][0] or b"") == {"decode_tps": 12.5}  # version 4's rename, in the same upgrade
+    assert after[2:4] + after[5:] == before[2:4] + before[5:]  # nothing else was rewritten, not even re-serialised
     assert [updated for _, updated in after] == [7.0] * len(after)  # the rename is no edit of the message
     backup = sqlite3.connect(store.backup_path)
     try:

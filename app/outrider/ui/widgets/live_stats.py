@@ -244,7 +244,7 @@ def reply_points(messages: Iterable[Any]) -> list[tuple[float | None, float | No
     points: list[tuple[float | None, float | None]] = []
     for m in messages:
         if isinstance(m, Message) and m.role is Role.ASSISTANT:
-            points.append((m.stats.tokens_per_s, m.stats.acceptance_rate) if m.stats is not None else (None, None))
+            points.append((m.stats.decode_tps, m.stats.acceptance_rate) if m.stats is not None else (None, None))
     return points
 
 
