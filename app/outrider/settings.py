@@ -95,6 +95,11 @@ class AppSettings:
     # share of the target's offloaded layers per device ("3,1": local GPUs first, then the workers), "" = auto.
     rpc_servers: str = ""
     target_split: str = ""
+    # The "Serve on localhost" panel's last address and API key ("" = none), shown again at the next start. The key
+    # is kept in this file only (written owner-only, PRIVATE_FILE_MODE), never logged.
+    serve_host: str = "127.0.0.1"
+    serve_port: int = 8080
+    serve_api_key: str = ""
 
     def overridden(self) -> set[str]:
         return {n for n in self.user_overrides.split(",") if n}
@@ -128,6 +133,7 @@ class AppSettings:
             "max_tokens": 1 <= self.max_tokens <= 1 << 20, "theme": self.theme in THEMES,
             "rpc_servers": _parses(parse_rpc_list, self.rpc_servers),
             "target_split": not self.target_split.strip() or _parses(parse_split, self.target_split),
+            "serve_host": bool(self.serve_host.strip()), "serve_port": 1 <= self.serve_port <= 65535,
         }
         for name, ok in checks.items():
             if not ok:
