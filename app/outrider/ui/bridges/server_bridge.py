@@ -4,8 +4,11 @@ The server runs on the ``EngineClient`` the chat uses (``QtEngineBridge.client``
 process. Its replies wait in the server's ``EngineScheduler`` queue, and the client serialises them with the
 chat's own generations (one reply at a time, never interleaved). Starting binds the socket on the GUI thread (a
 busy port or a bad host is reported at once, on ``failed``); waiting for uvicorn to accept connections and stopping
-(which may wait up to ``runner.GRACEFUL_SHUTDOWN_S`` for open streams) run on a short-lived thread, so the GUI thread
-never blocks. Results come back as signals (queued across threads).
+(which may wait up to ``runner.GRACEFUL_SHUTDOWN_S`` for open streams) run on the bridge's ``QtTaskRunner`` (one
+thread, so a stop never overtakes the start before it), and the GUI thread never blocks. ``started``, ``stopped``
+and a ``failed`` start are emitted from that thread as soon as the server is up or down (connections to them are
+queued; the serve panel's are queued explicitly), an unexpected error comes back through the runner on the GUI
+thread; ``shutdown`` waits for a start or stop still running.
 
 The served model's id is set on the GUI thread (``set_model_name``) and read by the server's thread as a plain
 string; while no pair is loaded the API answers 503.
@@ -13,6 +16,7 @@ string; while no pair is loaded the API answers 503.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -22,10 +26,13 @@ from outrider.engine.params import DraftParams, SamplingParams
 from outrider.server.requests import Defaults
 from outrider.server.runner import DEFAULT_HOST, DEFAULT_PORT, BindError, host_warning
 from outrider.server.scheduler import Job
+from outrider.ui.bridges.tasks import QtTaskRunner
 from outrider.worker.client import EngineClient
 
 if TYPE_CHECKING:  # FastAPI (~1 s to import) is loaded when serving starts, not with the main window
     from outrider.server.local import LocalServer
+
+_log = logging.getLogger(__name__)
 
 
 class QtServerBridge(QObject):
@@ -51,7 +58,7 @@ class QtServerBridge(QObject):
         super().__init__(parent)
         self._client = client
         self._server: LocalServer | None = None
-        self._worker: threading.Thread | None = None
+        self._tasks = QtTaskRunner("outrider-server-control", self)  # start and stop, in order, off the GUI thread
         self._model_name: str | None = None
         self._served = 0
         self._lock = threading.Lock()
@@ -103,19 +110,28 @@ class QtServerBridge(QObject):
         self._served = 0
         self.warning = host_warning(host, server.port, api_key or None)
         self.url = f"{server.url}/v1"
-        self._worker = threading.Thread(target=self._start_in_background, args=(server,),
-                                        name="outrider-server-start", daemon=True)
-        self._worker.start()
+        self._tasks.submit(lambda: self._start_and_report(server),
+                           on_error=lambda exc: self._on_start_failed(server, exc))
         return True
 
-    def _start_in_background(self, server: LocalServer) -> None:
+    def _start_and_report(self, server: LocalServer) -> None:
+        """On the task runner's thread: wait until uvicorn accepts connections; ``started`` or ``failed``.
+        A server stopped meanwhile (``stop``, ``shutdown``) is not announced: ``stopped`` (or nothing) follows."""
         try:
             server.start()
         except BindError as exc:
             self._forget(server)
             self.failed.emit(str(exc))
             return
-        self.started.emit(f"{server.url}/v1")
+        with self._lock:
+            current = self._server is server
+        if current:
+            self.started.emit(f"{server.url}/v1")
+
+    def _on_start_failed(self, server: LocalServer, exc: Exception) -> None:
+        """On the GUI thread: starting raised something else than ``BindError`` (a bug), said as what failed."""
+        self._forget(server)
+        self.failed.emit(f"the server could not start: {exc}")
 
     def stop(self) -> None:
         """Stop serving: open streams are ended and their replies cancelled; ``stopped`` follows. Idempotent."""
@@ -123,20 +139,26 @@ class QtServerBridge(QObject):
         if server is None:
             return
         self._forget(server)
-        threading.Thread(target=self._stop_in_background, args=(server,), name="outrider-server-stop",
-                         daemon=True).start()
+        self._tasks.submit(lambda: self._stop_and_report(server), on_error=self._on_stop_failed)
 
-    def _stop_in_background(self, server: LocalServer) -> None:
+    def _stop_and_report(self, server: LocalServer) -> None:
+        """On the task runner's thread: end open streams, stop uvicorn; then ``stopped``."""
         server.stop()
         self.stopped.emit()
 
+    def _on_stop_failed(self, exc: Exception) -> None:
+        """On the GUI thread: stopping raised; the server is forgotten all the same (its thread is a daemon)."""
+        _log.warning("the local server did not stop cleanly: %s", exc)
+        self.stopped.emit()
+
     def shutdown(self) -> None:
-        """Stop now and wait (the app is quitting: the engine goes next). Idempotent."""
+        """Stop now and wait (the app is quitting: the engine goes next), then wait for a start or stop still
+        running and drop their results (no signal after this). Idempotent."""
         server = self._server
-        if server is None:
-            return
-        self._forget(server)
-        server.stop(timeout=5.0)
+        if server is not None:
+            self._forget(server)
+            server.stop(timeout=5.0)
+        self._tasks.close(cancel_pending=True)
 
     def _forget(self, server: LocalServer) -> None:
         with self._lock:
