@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import socket
 import threading
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -159,3 +161,31 @@ def test_closing_the_window_stops_serving(qtbot: Any, window: Any) -> None:
     assert not window.server_bridge.running
     with pytest.raises(openai.APIConnectionError):
         openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=10).models.list()
+
+
+def test_the_address_and_key_served_with_are_remembered_and_the_key_is_never_logged(
+        qtbot: Any, window: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    from outrider.settings import settings_path
+    from outrider.ui.settings import QtSettings
+
+    key = "key-9f3b7c1e-never-logged"
+    dialog = _open_panel(window)
+    qtbot.keyClicks(dialog.api_key, key)
+    port = _free_port()
+    url = _serve(qtbot, dialog, port)
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=url, api_key="wrong", max_retries=0, timeout=60).models.list()
+    api = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=60)
+    with qtbot.waitSignal(dialog.server.request_finished, timeout=60_000):
+        api.chat.completions.create(model="m", max_tokens=4, temperature=0,
+                                    messages=[{"role": "user", "content": "Say hi."}])
+    _stop(qtbot, dialog)
+    restored = QtSettings().value  # what the next start of the app reads
+    assert (restored.serve_host, restored.serve_port, restored.serve_api_key) == ("127.0.0.1", port, key)
+    window.close()
+    out, err = capfd.readouterr()
+    assert key not in out and key not in err
+    home = Path(os.environ["OUTRIDER_HOME"])  # data, logs, caches of this test's app (conftest)
+    leaked = [p for p in home.rglob("*") if p.is_file() and p != settings_path()
+              and key.encode() in p.read_bytes()]
+    assert not leaked, leaked  # engine and app logs, crash reports, history: nowhere but the settings file

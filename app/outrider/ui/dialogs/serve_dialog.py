@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Slot
-from PySide6.QtGui import QAction, QGuiApplication
+from PySide6.QtGui import QAction, QGuiApplication, QHideEvent
 from PySide6.QtWidgets import (
     QDialog,
     QFormLayout,
@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from outrider.server.runner import DEFAULT_HOST, DEFAULT_PORT, host_warning
 from outrider.ui.bridges.server_bridge import QtServerBridge
+from outrider.ui.settings import QtSettings
 
 ACTION_SERVE = "serve"
 SERVE_TEXT = "Serve on &localhost…"
@@ -40,7 +41,9 @@ class ServeDialog(QDialog):
     """The server's controls. Reads and drives a ``QtServerBridge``; closing the dialog keeps the server running.
 
     ``defaults()`` (given by the window) returns the request defaults ``(sampling, draft)`` at start: the chat's
-    own settings.
+    own settings. With ``settings`` (the app's ``QtSettings``) the host, port and API key shown are the last ones
+    used, and what is typed is remembered (``serve_host``, ``serve_port``, ``serve_api_key``) when a field is left,
+    when serving starts and when the panel closes; the key goes into the owner-only settings file, nowhere else.
 
     Attributes:
         toggle: the Serve / Stop button (checkable).
@@ -50,11 +53,12 @@ class ServeDialog(QDialog):
     """
 
     def __init__(self, server: QtServerBridge, parent: QWidget | None = None, *,
-                 defaults: Any = None) -> None:
+                 defaults: Any = None, settings: QtSettings | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Serve on localhost")
         self.server = server
         self._defaults = defaults
+        self._settings = settings
         self.host = QLineEdit(DEFAULT_HOST)
         self.host.setToolTip("127.0.0.1 serves this machine only; 0.0.0.0 serves every network interface")
         self.port = QSpinBox()
@@ -81,7 +85,10 @@ class ServeDialog(QDialog):
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._build()
+        self._restore()
         self.host.textChanged.connect(self._on_host_text_changed)
+        for field in (self.host, self.port, self.api_key):
+            field.editingFinished.connect(self._on_field_editing_finished)
         self.toggle.toggled.connect(self._on_toggle_toggled)
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
         self.example_button.clicked.connect(self._on_example_button_clicked)
@@ -107,6 +114,25 @@ class ServeDialog(QDialog):
         layout.addLayout(url_row)
         layout.addWidget(self.status)
 
+    # -- remembered address ------------------------------------------------------------------------------------
+    def _restore(self) -> None:
+        if self._settings is None:
+            return
+        value = self._settings.value
+        self.host.setText(value.serve_host)
+        self.port.setValue(value.serve_port)
+        self.api_key.setText(value.serve_api_key)
+
+    def remember(self) -> None:
+        """Keep the host, port and API key as typed for the next start (a blank host: the default)."""
+        if self._settings is not None:
+            self._settings.set(serve_host=self.host.text().strip() or DEFAULT_HOST, serve_port=self.port.value(),
+                               serve_api_key=self.api_key.text())
+
+    def hideEvent(self, event: QHideEvent) -> None:  # Qt override: closing the panel keeps what was typed
+        self.remember()
+        super().hideEvent(event)
+
     # -- view state -------------------------------------------------------------------------------------------
     def _sync(self) -> None:
         running = self.server.running
@@ -127,6 +153,10 @@ class ServeDialog(QDialog):
                                      model=self.server.served_model() or "outrider")
 
     # -- slots ------------------------------------------------------------------------------------------------
+    @Slot()
+    def _on_field_editing_finished(self) -> None:  # the host, port or API key field was left
+        self.remember()
+
     @Slot(str)
     def _on_host_text_changed(self, text: str) -> None:
         warning = host_warning(text.strip() or DEFAULT_HOST, self.port.value(), self.api_key.text() or None)
@@ -140,6 +170,7 @@ class ServeDialog(QDialog):
             self.status.setText("Stopping…")
             self._sync()
             return
+        self.remember()
         sampling, draft = self._defaults() if self._defaults is not None else (None, None)
         ok = self.server.start(self.host.text().strip() or DEFAULT_HOST, self.port.value(),
                                self.api_key.text() or None, sampling=sampling, draft=draft)
@@ -213,7 +244,7 @@ def add_serve_action(window: Any, menu: QMenu) -> QAction:
 
     def open_dialog() -> None:
         if not dialog:
-            dialog.append(ServeDialog(server, window, defaults=defaults))
+            dialog.append(ServeDialog(server, window, defaults=defaults, settings=window.settings))
         if dialog[0].isVisible():
             dialog[0].raise_()  # already open behind the window: bring it forward
         dialog[0].show()
