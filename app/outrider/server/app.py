@@ -18,11 +18,9 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-import json
 import math
 import threading
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -220,7 +218,7 @@ class _Api:
             raise ApiError(429, str(exc), type_="server_error", code="queue_full") from None
         except SchedulerClosed as exc:
             raise ApiError(503, str(exc), type_="server_error", code="shutting_down") from None
-        ids = responses.ReplyIds("chatcmpl" if chat else "cmpl", name)
+        shape = responses.ReplyShape(name, chat=chat)
         try:
             first = await self._take_or_disconnect(request, reply, job)
         except BaseException:
@@ -231,16 +229,13 @@ class _Api:
         if isinstance(first[0], JobFailed):
             raise engine_error(first[0].error, parsed.input_param)
         if parsed.stream:
-            return EventSourceResponse(self._stream(first, reply, job, ids, chat=chat,
-                                                    include_usage=parsed.include_usage,
+            return EventSourceResponse(self._stream(first, reply, job, shape, include_usage=parsed.include_usage,
                                                     input_param=parsed.input_param),
                                        ping=SSE_PING_S, sep="\n")
         done = first[-1]  # a whole answer receives its final event only
         if not isinstance(done, DoneEvent):
             raise ApiError(500, "the reply ended without a result", type_="server_error", code="internal_error")
-        body = (responses.chat_completion if chat else responses.text_completion)(
-            ids, done.text, done.stop_reason, done.stats)
-        return JSONResponse(body)
+        return JSONResponse(shape.completion(done.text, done.stop_reason, done.stats))
 
     async def _take_or_disconnect(self, request: Request, reply: _Reply, job: Job) -> list[JobEvent] | None:
         """The job's next events; None (and the job cancelled) if the client disconnected meanwhile."""
@@ -252,38 +247,34 @@ class _Api:
                     job.cancel()
                     return None
 
-    async def _stream(self, first: list[JobEvent], reply: _Reply, job: Job, ids: responses.ReplyIds, *,
-                      chat: bool, include_usage: bool, input_param: str) -> AsyncIterator[bytes]:
+    async def _stream(self, first: list[JobEvent], reply: _Reply, job: Job, shape: responses.ReplyShape, *,
+                      include_usage: bool, input_param: str) -> AsyncIterator[bytes]:
         """SSE ``data:`` events: chunks, a last chunk with ``finish_reason`` and ``timings``, then ``[DONE]``.
 
-        Steps that arrived together, or within ``stream_interval_s`` of the previous chunk, go out as one chunk (the
-        first text and the end at once). A client that disconnects cancels this generator
-        (sse-starlette), which cancels the job."""
+        Steps that arrived together, or within ``stream_interval_s`` of the previous write, go out as one chunk (the
+        first text and the end at once); what one pass has to say is one write (the opening chunk with the first
+        text, the last text with the closing chunks): each write costs a socket send here and a wake-up in the
+        client. A client that disconnects cancels this generator (sse-starlette), which cancels the job."""
         try:
-            if chat:
-                yield _data(responses.chat_chunk(ids, {"role": "assistant", "content": ""}))
+            out = shape.opening()
             events = first
             loop = asyncio.get_running_loop()
             sent_at = -math.inf
             while True:
                 text = "".join(e.text for e in events if isinstance(e, StepBatch))
                 if text:
-                    yield _data(responses.chat_chunk(ids, {"content": text}) if chat
-                                else responses.text_chunk(ids, text))
-                    sent_at = loop.time()
+                    out += shape.text_event(text)
                 final = next((e for e in events if not isinstance(e, StepBatch)), None)
                 if isinstance(final, DoneEvent):
-                    reason = responses.FINISH_REASONS.get(final.stop_reason, "stop")
-                    yield _data(responses.chat_chunk(ids, {}, reason, final.stats) if chat
-                                else responses.text_chunk(ids, "", reason, final.stats))
-                    if include_usage:
-                        obj = "chat.completion.chunk" if chat else "text_completion"
-                        yield _data(responses.usage_chunk(ids, obj, final.stats))
-                    yield _data("[DONE]")
+                    yield out + shape.closing(final.stop_reason, final.stats, include_usage=include_usage)
                     return
                 if isinstance(final, JobFailed):  # mid-reply: the status line is sent, so the error is an event
-                    yield _data(engine_error(final.error, input_param).body())
+                    yield out + responses.sse(engine_error(final.error, input_param).body())
                     return
+                if out:
+                    yield out
+                    out = b""
+                    sent_at = loop.time()
                 wait = sent_at + self.config.stream_interval_s - loop.time()
                 if wait > 0:
                     await asyncio.sleep(wait)  # a chunk went out just now: the next steps join the next one
@@ -291,10 +282,3 @@ class _Api:
         finally:
             if job.result is None:  # left before the end (set before the final event is delivered)
                 job.cancel()
-
-
-def _data(obj: dict[str, Any] | str) -> bytes:
-    """One SSE ``data:`` event, encoded here (compact JSON has no line breaks: one ``data:`` line suffices)."""
-    text = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    return b"data: " + text.encode() + b"\n\n"
-

@@ -11,13 +11,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
 
 MAX_STOP = 4  # OpenAI's limit on stop strings
 MAX_STOP_CHARS = 256
+_N = TypeVar("_N", int, float)  # a number read from a request
+_D = TypeVar("_D")  # its default
 
 
 class ApiError(Exception):
@@ -203,6 +205,20 @@ def _integer(value: Any, param: str) -> int:
     return value
 
 
+def _ranged(data: Mapping[str, Any], name: str, default: _D, read: Callable[[Any, str], _N],
+            within: Callable[[_N], bool], wanted: str) -> _N | _D:
+    """``data[name]`` read as a number by ``read`` (which refuses another type) and checked by ``within`` (else a
+    400 saying it must be ``wanted``); ``default`` when absent or null."""
+    raw = data.get(name)
+    if raw is None:
+        return default
+    value = read(raw, name)
+    if not within(value):
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        raise bad(f"{name} must be {wanted}, got {shown}", name)
+    return value
+
+
 def _stops(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -226,31 +242,11 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
         if not 1 <= n_max <= limit:
             raise bad(f"{max_param} must be between 1 and {limit} (this server's limit), got {n_max}", max_param)
     base = defaults.sampling
-    temperature = base.temperature
-    if data.get("temperature") is not None:
-        temperature = _number(data["temperature"], "temperature")
-        if not 0 <= temperature <= 2:
-            raise bad(f"temperature must be between 0 and 2, got {temperature:g}", "temperature")
-    top_p = base.top_p
-    if data.get("top_p") is not None:
-        top_p = _number(data["top_p"], "top_p")
-        if not 0 < top_p <= 1:
-            raise bad(f"top_p must be in (0, 1], got {top_p:g}", "top_p")
-    top_k = base.top_k
-    if data.get("top_k") is not None:
-        top_k = _integer(data["top_k"], "top_k")
-        if top_k < 0:
-            raise bad(f"top_k must be >= 0, got {top_k}", "top_k")
-    min_p = base.min_p
-    if data.get("min_p") is not None:
-        min_p = _number(data["min_p"], "min_p")
-        if not 0 <= min_p <= 1:
-            raise bad(f"min_p must be in [0, 1], got {min_p:g}", "min_p")
-    seed = base.seed
-    if data.get("seed") is not None:
-        seed = _integer(data["seed"], "seed")
-        if seed < 0:
-            raise bad(f"seed must be >= 0, got {seed}", "seed")
+    temperature = _ranged(data, "temperature", base.temperature, _number, lambda v: 0 <= v <= 2, "between 0 and 2")
+    top_p = _ranged(data, "top_p", base.top_p, _number, lambda v: 0 < v <= 1, "in (0, 1]")
+    top_k = _ranged(data, "top_k", base.top_k, _integer, lambda v: v >= 0, ">= 0")
+    min_p = _ranged(data, "min_p", base.min_p, _number, lambda v: 0 <= v <= 1, "in [0, 1]")
+    seed = _ranged(data, "seed", base.seed, _integer, lambda v: v >= 0, ">= 0")
     stream = data.get("stream", False)
     if stream is None:
         stream = False

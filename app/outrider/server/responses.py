@@ -10,6 +10,7 @@ Times in milliseconds, rates in tokens per second; a figure that was not measure
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
@@ -54,56 +55,82 @@ def usage(stats: GenerationStats) -> dict[str, int]:
             "total_tokens": stats.prompt_tokens + stats.generated}
 
 
-class ReplyIds:
-    """The id, creation time and model name every chunk of one reply repeats."""
+def sse(obj: dict[str, Any] | str) -> bytes:
+    """One SSE ``data:`` event (compact JSON has no line breaks: one ``data:`` line suffices)."""
+    text = obj if isinstance(obj, str) else _dumps(obj)
+    return b"data: " + text.encode() + b"\n\n"
 
-    def __init__(self, prefix: str, model: str) -> None:
-        self.id = f"{prefix}-{uuid.uuid4().hex}"
+
+DONE_EVENT = sse("[DONE]")
+
+
+def _dumps(obj: object) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+class ReplyShape:
+    """The bodies of one reply, whole or streamed: a chat completion (``chat``) or a text completion.
+
+    Every body repeats the reply's ``id``, ``created`` (Unix seconds) and ``model``. ``text_event(text)`` is the
+    streamed text chunk as SSE bytes, the hot path of a stream: its constant part is encoded once per reply and only
+    ``text`` is encoded per chunk; it equals ``sse(chunk(text))`` byte for byte.
+    """
+
+    def __init__(self, model: str, *, chat: bool) -> None:
+        self.chat = chat
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.model = model
+        head, _, tail = sse(self.chunk(_MARK)).partition(_dumps(_MARK).encode())
+        self._text_head, self._text_tail = head, tail
+
+    def _object(self, *, chunk: bool) -> dict[str, Any]:
+        if self.chat:
+            name = "chat.completion.chunk" if chunk else "chat.completion"
+        else:
+            name = "text_completion"
+        return {"id": self.id, "object": name, "created": self.created, "model": self.model}
+
+    def completion(self, text: str, stop_reason: str, stats: GenerationStats) -> dict[str, Any]:
+        """The whole answer: ``stop_reason`` is the engine's (``stop``, ``length``, ``cancelled``)."""
+        body = {"message": {"role": "assistant", "content": text}} if self.chat else {"text": text}
+        choice = {"index": 0, **body, "finish_reason": FINISH_REASONS.get(stop_reason, "stop"), "logprobs": None}
+        return {**self._object(chunk=False), "choices": [choice], "usage": usage(stats), "timings": timings(stats)}
+
+    def chunk(self, text: str | None, finish_reason: str | None = None,
+              stats: GenerationStats | None = None) -> dict[str, Any]:
+        """A streamed chunk: ``text`` (None: no content, as the last chat chunk's empty delta), the
+        ``finish_reason`` of the last chunk and its ``timings``."""
+        if self.chat:
+            body: dict[str, Any] = {"delta": {} if text is None else {"content": text}}
+        else:
+            body = {"text": text or ""}
+        chunk = {**self._object(chunk=True),
+                 "choices": [{"index": 0, **body, "finish_reason": finish_reason, "logprobs": None}]}
+        if stats is not None:
+            chunk["timings"] = timings(stats)
+        return chunk
+
+    def opening(self) -> bytes:
+        """What a stream starts with: a chat's first chunk, ``delta: {"role": "assistant", "content": ""}``."""
+        if not self.chat:
+            return b""
+        chunk = self.chunk("")
+        chunk["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+        return sse(chunk)
+
+    def text_event(self, text: str) -> bytes:
+        """``sse(chunk(text))``, encoding only ``text``."""
+        return self._text_head + _dumps(text).encode() + self._text_tail
+
+    def closing(self, stop_reason: str, stats: GenerationStats, *, include_usage: bool) -> bytes:
+        """What a stream ends with: the chunk with ``finish_reason`` and ``timings``, with ``include_usage`` the
+        chunk with ``usage`` and no choices, then ``[DONE]``."""
+        out = sse(self.chunk(None, FINISH_REASONS.get(stop_reason, "stop"), stats))
+        if include_usage:
+            out += sse({**self._object(chunk=True), "choices": [], "usage": usage(stats),
+                        "timings": timings(stats)})
+        return out + DONE_EVENT
 
 
-def chat_completion(ids: ReplyIds, text: str, stop_reason: str, stats: GenerationStats) -> dict[str, Any]:
-    return {
-        "id": ids.id, "object": "chat.completion", "created": ids.created, "model": ids.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "finish_reason": FINISH_REASONS.get(stop_reason, "stop"), "logprobs": None}],
-        "usage": usage(stats), "timings": timings(stats),
-    }
-
-
-def text_completion(ids: ReplyIds, text: str, stop_reason: str, stats: GenerationStats) -> dict[str, Any]:
-    return {
-        "id": ids.id, "object": "text_completion", "created": ids.created, "model": ids.model,
-        "choices": [{"index": 0, "text": text, "finish_reason": FINISH_REASONS.get(stop_reason, "stop"),
-                     "logprobs": None}],
-        "usage": usage(stats), "timings": timings(stats),
-    }
-
-
-def chat_chunk(ids: ReplyIds, delta: dict[str, Any], finish_reason: str | None = None,
-               stats: GenerationStats | None = None) -> dict[str, Any]:
-    chunk: dict[str, Any] = {
-        "id": ids.id, "object": "chat.completion.chunk", "created": ids.created, "model": ids.model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
-    }
-    if stats is not None:
-        chunk["timings"] = timings(stats)
-    return chunk
-
-
-def text_chunk(ids: ReplyIds, text: str, finish_reason: str | None = None,
-               stats: GenerationStats | None = None) -> dict[str, Any]:
-    chunk: dict[str, Any] = {
-        "id": ids.id, "object": "text_completion", "created": ids.created, "model": ids.model,
-        "choices": [{"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}],
-    }
-    if stats is not None:
-        chunk["timings"] = timings(stats)
-    return chunk
-
-
-def usage_chunk(ids: ReplyIds, obj: str, stats: GenerationStats) -> dict[str, Any]:
-    """The extra last chunk of ``stream_options.include_usage``: no choices, the usage."""
-    return {"id": ids.id, "object": obj, "created": ids.created, "model": ids.model, "choices": [],
-            "usage": usage(stats), "timings": timings(stats)}
+_MARK = "\x00text\x00"  # stands for the text while a chunk's constant part is encoded

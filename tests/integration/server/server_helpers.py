@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar, cast
 
 import openai
 
@@ -14,6 +16,8 @@ from outrider.server.local import LocalServer
 from outrider.server.requests import Defaults
 from outrider.server.scheduler import Job
 from outrider.worker.client import EngineClient
+
+T = TypeVar("T")
 
 DEMO_CTX = 1024
 TINY_CTX = 2048
@@ -63,3 +67,26 @@ def serve(engine: EngineClient, name: str, *, api_key: str | None = None, max_to
     server.start()
     api = openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key or "no-key", max_retries=0, timeout=120)
     return Served(server, engine, api, finished, done)
+
+
+def at_once(calls: Sequence[Callable[[], T]], timeout: float = 120.0) -> list[T]:
+    """Run every call in a thread of its own, all started before any is waited for; their results in the order of
+    ``calls``. The first exception a call raised is raised here; a call still running after ``timeout`` fails."""
+    results: list[T | None] = [None] * len(calls)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except BaseException as exc:  # re-raised on the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+        assert not t.is_alive(), f"a concurrent call did not finish within {timeout:.0f} s"
+    if errors:
+        raise errors[0]
+    return cast("list[T]", results)  # every call returned: each slot holds its result

@@ -106,27 +106,19 @@ def test_completion_prompt_must_be_text(tiny: Served) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_conversation_longer_than_the_context_is_400_naming_messages(tiny: Served, stream: bool) -> None:
+@pytest.mark.parametrize("param", ["messages", "prompt"])
+def test_an_input_longer_than_the_context_is_400_naming_its_field(tiny: Served, param: str, stream: bool) -> None:
+    """``messages`` on chat completions, ``prompt`` on completions: whole or streamed, the refusal is a 400."""
     words = " ".join(["the of and"] * TINY_CTX)
     with pytest.raises(openai.BadRequestError) as caught:
-        tiny.api.chat.completions.create(model="t", messages=[{"role": "user", "content": words}], max_tokens=4,
-                                         stream=stream)
+        if param == "messages":
+            tiny.api.chat.completions.create(model="t", messages=[{"role": "user", "content": words}],
+                                             max_tokens=4, stream=stream)
+        else:
+            tiny.api.completions.create(model="t", prompt=words, max_tokens=4, stream=stream)
     assert caught.value.status_code == 400
     data = caught.value.response.json()
-    message = assert_openai_error(data, param="messages", code=data["error"]["code"])
-    assert data["error"]["code"] in ("context_overflow", "input_too_long"), data
-    assert data["error"]["type"] == "invalid_request_error" and "context" in message.lower(), message
-    still_serving(tiny)
-
-
-@pytest.mark.parametrize("stream", [False, True])
-def test_a_prompt_longer_than_the_context_is_400_naming_prompt(tiny: Served, stream: bool) -> None:
-    words = " ".join(["the of and"] * TINY_CTX)
-    with pytest.raises(openai.BadRequestError) as caught:
-        tiny.api.completions.create(model="t", prompt=words, max_tokens=4, stream=stream)
-    assert caught.value.status_code == 400
-    data = caught.value.response.json()
-    message = assert_openai_error(data, param="prompt", code=data["error"]["code"])
+    message = assert_openai_error(data, param=param, code=data["error"]["code"])
     assert data["error"]["code"] in ("context_overflow", "input_too_long"), data
     assert data["error"]["type"] == "invalid_request_error" and "context" in message.lower(), message
     still_serving(tiny)

@@ -4,17 +4,17 @@ reasons, usage and llama-server's ``timings`` with Outrider's acceptance and spe
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-from server_helpers import DEMO_CTX, Served
+from server_helpers import DEMO_CTX, Served, at_once
 
 pytestmark = [pytest.mark.smollm, pytest.mark.slow]
 
@@ -148,23 +148,15 @@ def test_concurrent_requests_each_equal_the_same_request_alone(demo: Served) -> 
                                     ("Name an animal.", False)]
     alone = {q: demo.api.chat.completions.create(model="m", temperature=0, max_tokens=24, messages=[
         {"role": "user", "content": q}]).choices[0].message.content for q, _ in asks}
-    got: dict[str, str] = {}
-    lock = threading.Lock()
 
-    def ask(question: str, stream: bool) -> None:
+    def ask(question: str, stream: bool) -> str:
         messages: Any = [{"role": "user", "content": question}]
         if stream:
-            text = "".join(c.choices[0].delta.content or "" for c in demo.api.chat.completions.create(
+            return "".join(c.choices[0].delta.content or "" for c in demo.api.chat.completions.create(
                 model="m", temperature=0, max_tokens=24, messages=messages, stream=True) if c.choices)
-        else:
-            text = demo.api.chat.completions.create(model="m", temperature=0, max_tokens=24,
-                                                    messages=messages).choices[0].message.content or ""
-        with lock:
-            got[question] = text
+        return demo.api.chat.completions.create(model="m", temperature=0, max_tokens=24,
+                                                messages=messages).choices[0].message.content or ""
 
-    threads = [threading.Thread(target=ask, args=a) for a in asks]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    texts = at_once([functools.partial(ask, q, stream) for q, stream in asks])
+    got = {q: text for (q, _), text in zip(asks, texts, strict=True)}
     assert got == alone

@@ -4,16 +4,16 @@ whole answer, or while still queued — cancels its generation in the engine."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import socket
-import threading
 import time
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from server_helpers import Served, serve
+from server_helpers import Served, at_once, serve
 
 from outrider.engine.events import DoneEvent
 
@@ -23,11 +23,12 @@ PROMPT = "the of and"
 LONG = 1800  # tokens: seconds of generation, far longer than any test waits for
 
 
-def stream_text(served: Served, prompt: str, max_tokens: int, out: dict[str, Any], key: str) -> None:
+def stream_text(served: Served, prompt: str, max_tokens: int) -> tuple[str, str | None]:
+    """The streamed text and the finish reason of its last chunk."""
     stream = served.api.completions.create(model="tiny", prompt=prompt, max_tokens=max_tokens, temperature=0,
                                            stream=True)
     chunks = list(stream)
-    out[key] = ("".join(c.choices[0].text for c in chunks), chunks[-1].choices[0].finish_reason)
+    return "".join(c.choices[0].text for c in chunks), chunks[-1].choices[0].finish_reason
 
 
 def _engine_texts(served: Served, count: int) -> set[str]:
@@ -42,13 +43,8 @@ def _engine_texts(served: Served, count: int) -> set[str]:
 # checked with the real demo model (test_openai_client.py).
 def test_two_concurrent_streams_both_complete_correctly(tiny: Served) -> None:
     tiny.reset()
-    out: dict[str, Any] = {}
-    threads = [threading.Thread(target=stream_text, args=(tiny, PROMPT, 48, out, "a")),
-               threading.Thread(target=stream_text, args=(tiny, "and the of", 40, out, "b"))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    a, b = at_once([lambda: stream_text(tiny, PROMPT, 48), lambda: stream_text(tiny, "and the of", 40)])
+    out = {"a": a, "b": b}
     assert out["a"][1] == out["b"][1] == "length"
     assert {out["a"][0], out["b"][0]} == _engine_texts(tiny, 2)
     assert out["a"][0] and out["b"][0] and out["a"][0] != out["b"][0]
@@ -56,19 +52,11 @@ def test_two_concurrent_streams_both_complete_correctly(tiny: Served) -> None:
 
 def test_many_concurrent_requests_are_served_in_turn(tiny: Served) -> None:
     tiny.reset()
-    results: list[Any] = []
-    lock = threading.Lock()
 
-    def ask(i: int) -> None:
-        reply = tiny.api.completions.create(model="t", prompt=f"{PROMPT} {'of ' * i}", max_tokens=12, temperature=0)
-        with lock:
-            results.append(reply)
+    def ask(i: int) -> Any:
+        return tiny.api.completions.create(model="t", prompt=f"{PROMPT} {'of ' * i}", max_tokens=12, temperature=0)
 
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    results = at_once([functools.partial(ask, i) for i in range(6)])
     assert len(results) == 6
     assert all(r.usage.completion_tokens == 12 and r.choices[0].finish_reason == "length" for r in results)
     assert {r.choices[0].text for r in results} == _engine_texts(tiny, 6)

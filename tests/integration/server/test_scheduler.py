@@ -3,17 +3,19 @@ ends with exactly one final event, cancellation of queued and running jobs, fail
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from server_helpers import at_once
 
 from outrider.engine.events import DoneEvent, StepBatch, StepEvent
 from outrider.engine.params import TextRequest
 from outrider.engine.stats import GenerationStats
-from outrider.server.scheduler import EngineScheduler, Job, JobEvent, JobFailed, QueueFull, SchedulerClosed
+from outrider.server.scheduler import EngineScheduler, JobEvent, JobFailed, QueueFull, SchedulerClosed
 
 
 class FakeGeneration:
@@ -101,19 +103,7 @@ def test_jobs_run_one_at_a_time_in_submission_order() -> None:
 def test_submissions_from_many_threads_never_interleave() -> None:
     engine = FakeEngine(steps=3, step_s=0.002)
     scheduler = EngineScheduler(engine, max_queued=64)
-    jobs: list[Job] = []
-    lock = threading.Lock()
-
-    def submit(i: int) -> None:
-        job = scheduler.submit(req(f"t{i}"), Collector())
-        with lock:
-            jobs.append(job)
-
-    threads = [threading.Thread(target=submit, args=(i,)) for i in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    jobs = at_once([functools.partial(scheduler.submit, req(f"t{i}"), Collector()) for i in range(20)])
     assert all(j.finished.wait(10) for j in jobs)
     assert engine.max_active == 1 and sorted(engine.started) == sorted(f"t{i}" for i in range(20))
     assert engine.started == [j.request.prompt for j in sorted(jobs, key=lambda j: j.number)]
