@@ -23,15 +23,25 @@ from typing import Any, Final
 PRIVATE_FILE_MODE: Final = 0o600
 
 
-def fsync_directory(directory: Path) -> None:
-    """Make a rename inside ``directory`` durable (no-op where directories cannot be opened, e.g. Windows)."""
-    if sys.platform == "win32":
-        return
-    fd = os.open(directory, os.O_RDONLY)
+def _fsync_path(path: Path, flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename inside ``directory`` durable (no-op where directories cannot be opened, e.g. Windows)."""
+    if sys.platform == "win32":
+        return
+    _fsync_path(directory, os.O_RDONLY)
+
+
+def fsync_file(path: Path) -> None:
+    """Make the content of a file another writer wrote (SQLite's backup) durable, before it is renamed into place.
+    Raises ``OSError``."""
+    _fsync_path(path, os.O_RDWR if sys.platform == "win32" else os.O_RDONLY)  # Windows flushes writable handles only
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = PRIVATE_FILE_MODE) -> None:

@@ -37,6 +37,23 @@ def test_write_fsyncs_the_file_then_the_directory(tmp_path: Path, monkeypatch: p
     assert [p.name for p in tmp_path.iterdir()] == ["export.md"]
 
 
+def test_a_file_another_writer_made_is_fsynced_by_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[tuple[str, int]] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file", os.fstat(fd).st_ino))
+        real_fsync(fd)
+
+    monkeypatch.setattr(fileio.os, "fsync", spy)
+    made = tmp_path / "backup.sqlite3"
+    made.write_bytes(b"SQLite format 3\0")
+    fileio.fsync_file(made)
+    assert synced == [("file", made.stat().st_ino)]
+    with pytest.raises(FileNotFoundError):
+        fileio.fsync_file(tmp_path / "gone")
+
+
 @posix_only
 def test_files_are_private_unless_a_mode_is_given(tmp_path: Path) -> None:
     old = os.umask(0o022)

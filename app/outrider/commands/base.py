@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from outrider.exit_status import EXIT_BAD_INPUT as EXIT_BAD_INPUT
 from outrider.exit_status import EXIT_ENGINE_CRASHED as EXIT_ENGINE_CRASHED
 from outrider.exit_status import EXIT_RUNTIME as EXIT_RUNTIME
 from outrider.exit_status import CliError as CliError
+
+T = TypeVar("T")
 
 
 def print_json(obj: Any) -> None:
@@ -26,6 +29,16 @@ def whole_number(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def in_range(n: int, low: int, high: int, what: str, unit: str = "") -> int:
+    """``n`` when ``low <= n <= high``, else argparse's one-line error (exit 2): "``what`` must be between ``low``
+    and ``high````unit``, got ``n``" (``unit``: what the bounds are, e.g. " (this machine's CPUs)")."""
+    import argparse
+
+    if not low <= n <= high:
+        raise argparse.ArgumentTypeError(f"{what} must be between {low} and {high}{unit}, got {n}")
+    return n
 
 
 def positive_int(text: str) -> int:
@@ -48,28 +61,28 @@ def seed_int(text: str) -> int:
     return n
 
 
-def rpc_list(text: str) -> tuple[str, ...]:
-    """An argparse type: "HOST:PORT[,HOST:PORT…]", the llama.cpp RPC workers (``outrider rpc-worker``)."""
+def _parsed_by(parse: Callable[[str], T], text: str) -> T:
+    """``parse(text)``, its ``ValueError`` (already in words) as argparse's one-line error."""
     import argparse
 
-    from outrider.engine.params import parse_rpc_list
-
     try:
-        return parse_rpc_list(text)
+        return parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def rpc_list(text: str) -> tuple[str, ...]:
+    """An argparse type: "HOST:PORT[,HOST:PORT…]", the llama.cpp RPC workers (``outrider rpc-worker``)."""
+    from outrider.engine.params import parse_rpc_list
+
+    return _parsed_by(parse_rpc_list, text)
 
 
 def split_list(text: str) -> tuple[float, ...]:
     """An argparse type: "3,1", the share of the offloaded target layers per device."""
-    import argparse
-
     from outrider.engine.params import parse_split
 
-    try:
-        return parse_split(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return _parsed_by(parse_split, text)
 
 
 def add_rpc_options(p: Any) -> None:

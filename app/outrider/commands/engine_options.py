@@ -22,6 +22,7 @@ from outrider.commands.base import (
     EXIT_ENGINE_CRASHED,
     CliError,
     add_rpc_options,
+    in_range,
     positive_int,
     seed_int,
 )
@@ -72,9 +73,7 @@ def k_value(text: str) -> int | None:
         k = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
-    if not 0 <= k <= 64:
-        raise argparse.ArgumentTypeError(f"draft length must be between 0 and 64, got {k}")
-    return k
+    return in_range(k, 0, 64, "draft length")
 
 
 DEFAULT_K_MAX = 16  # DraftParams.k_max's default
@@ -148,6 +147,15 @@ def pair_spec(args: argparse.Namespace) -> Any:
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+
+
+def add_prompt_options(p: argparse.ArgumentParser) -> None:
+    """What to answer, one of ``--prompt`` (raw text) or ``--chat`` (one user message, ``--system`` with it): the
+    ``prompt``/``chat`` that ``text_request`` takes."""
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prompt", help="raw text, tokenised with the model's BOS rule")
+    what.add_argument("--chat", help="one user message through the model's chat template")
+    p.add_argument("--system", help="system prompt (with --chat)")
 
 
 def text_request(args: argparse.Namespace, *, prompt: str | None = None, chat: str | None = None,

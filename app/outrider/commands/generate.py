@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from outrider.commands.base import CliError, positive_int, print_json
-from outrider.commands.engine_options import CommandEngine, add_model_options, engine_session, is_done, text_request
+from outrider.commands.engine_options import (
+    CommandEngine,
+    add_model_options,
+    add_prompt_options,
+    engine_session,
+    is_done,
+    text_request,
+)
 from outrider.engine.measure.bench import DEFAULT_BENCH_PROMPTS, bench_row, bench_summary
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
@@ -18,10 +25,7 @@ GREEN, RESET = "\x1b[32m", "\x1b[0m"
 def register(sub: Any) -> None:
     gen = sub.add_parser("generate", help="generate text with speculative decoding")
     add_model_options(gen)
-    what = gen.add_mutually_exclusive_group(required=True)
-    what.add_argument("--prompt", help="raw text, tokenised with the model's BOS rule")
-    what.add_argument("--chat", help="one user message through the model's chat template")
-    gen.add_argument("--system", help="system prompt (with --chat)")
+    add_prompt_options(gen)
     gen.add_argument("--max-tokens", type=positive_int, default=256)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--json", action="store_true", help="one JSON object per line")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from outrider.commands.base import EXIT_RUNTIME, CliError, whole_number
+from outrider.commands.base import EXIT_RUNTIME, CliError, in_range, whole_number
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 50052
@@ -29,21 +29,13 @@ SECURITY_WARNING = (
 
 
 def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is from 1 to 65535, got {port}")
-    return port
+    """An argparse type: a TCP port, 1 to 65535."""
+    return in_range(whole_number(text), 1, 65535, "a port")
 
 
 def _threads(text: str) -> int:
-    n = whole_number(text)
-    limit = os.cpu_count() or 1
-    if not 1 <= n <= limit:
-        raise argparse.ArgumentTypeError(f"threads must be between 1 and {limit} (this machine's CPUs), got {n}")
-    return n
+    """An argparse type: CPU threads for the worker, 1 to this machine's CPU count."""
+    return in_range(whole_number(text), 1, os.cpu_count() or 1, "threads", " (this machine's CPUs)")
 
 
 def register(sub: Any) -> None:

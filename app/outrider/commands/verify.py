@@ -13,7 +13,14 @@ import sys
 from typing import Any
 
 from outrider.commands.base import EXIT_RUNTIME, CliError, positive_int, print_json
-from outrider.commands.engine_options import add_model_options, engine_session, is_done, pair_spec, text_request
+from outrider.commands.engine_options import (
+    add_model_options,
+    add_prompt_options,
+    engine_session,
+    is_done,
+    pair_spec,
+    text_request,
+)
 
 DEFAULT_SAMPLES = 200
 DEFAULT_TOKENS = 8
@@ -38,10 +45,7 @@ def register(sub: Any) -> None:
                     "exact or inconclusive (nothing drafted), 2 bad input.",
     )
     add_model_options(ver)
-    what = ver.add_mutually_exclusive_group(required=True)
-    what.add_argument("--prompt", help="raw text, tokenised with the model's BOS rule")
-    what.add_argument("--chat", help="one user message through the model's chat template")
-    ver.add_argument("--system", help="system prompt (with --chat)")
+    add_prompt_options(ver)
     ver.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES,
                      help=f"speculative and plain samples each (default {DEFAULT_SAMPLES})")
     ver.add_argument("--tokens", type=positive_int, default=DEFAULT_TOKENS,

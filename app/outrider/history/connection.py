@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from outrider import paths
-from outrider.fileio import fsync_directory
+from outrider.fileio import fsync_directory, fsync_file
 from outrider.history.database import classify_error
 from outrider.history.errors import (
     CorruptionNotice,
@@ -185,11 +185,7 @@ def _backup(conn: sqlite3.Connection, db_path: Path, version: int) -> Path:
         dest.execute("PRAGMA journal_mode=DELETE")  # a self-contained single file
     finally:
         dest.close()
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_file(tmp)
     os.replace(tmp, target)
     fsync_directory(db_path.parent)
     return target

@@ -21,10 +21,9 @@ from outrider.history import (
     Message,
     ReplyStats,
     UnreadableRecord,
-    connect,
 )
 from outrider.history.models import decode_tps_from_tokens_per_s, upgrade_stats_dict
-from outrider.history.schema import create_database
+from support.old_history import export_with_stats, old_database, raw_stats
 
 # stats_json as schema 3 stored it -> what the store reads now (None: unreadable) and whether the row is rewritten
 OLD_ROWS: list[tuple[str, ReplyStats | None, bool]] = [
@@ -39,44 +38,16 @@ OLD_ROWS: list[tuple[str, ReplyStats | None, bool]] = [
 ]
 
 
-def _schema_3_database(data_dir: Path) -> None:
-    data_dir.mkdir()
-    conn = connect(data_dir / "history.sqlite3")
-    try:
-        create_database(conn, version=3)
-        conn.execute(
-            "INSERT INTO conversations (uuid, title, created_at, updated_at, settings_json) "
-            "VALUES ('00112233445566778899aabbccddeeff', 'from schema 3', 1, 2, '{}')"
-        )
-        for raw, _, _ in OLD_ROWS:
-            conn.execute(
-                "INSERT INTO messages (conversation_id, role, text, status, created_at, updated_at, stats_json) "
-                "VALUES (1, 'assistant', 'an answer', 'complete', 1, 7, ?)",
-                (raw,),
-            )
-        # A record whose bytes are not UTF-8 ({"tokens_per_s": 1.5,"x":"\xff"}): left exactly as stored.
-        conn.execute(
-            "INSERT INTO messages (conversation_id, role, text, status, created_at, updated_at, stats_json) VALUES "
-            "(1, 'assistant', 'bad bytes', 'complete', 1, 7, "
-            "CAST(X'7B22746F6B656E735F7065725F73223A20312E352C2278223A22FF227D' AS TEXT))"
-        )
-    finally:
-        conn.close()
-
-
-def _raw_stats(db: Path) -> list[tuple[bytes | None, float]]:
-    conn = sqlite3.connect(db)
-    conn.text_factory = bytes
-    try:
-        return conn.execute("SELECT stats_json, updated_at FROM messages ORDER BY id").fetchall()
-    finally:
-        conn.close()
+def _schema_3_database(data_dir: Path) -> Path:
+    # The last record's bytes ({"tokens_per_s": 1.5,"x":"\xff"}) are not UTF-8: left exactly as stored.
+    return old_database(data_dir, 3, (raw for raw, _, _ in OLD_ROWS),
+                        "7B22746F6B656E735F7065725F73223A20312E352C2278223A22FF227D")
 
 
 def test_a_schema_3_database_opens_with_decode_tps(tmp_path: Path) -> None:
     _schema_3_database(tmp_path / "data")
     db = tmp_path / "data" / "history.sqlite3"
-    before = _raw_stats(db)
+    before = raw_stats(db)
     assert b"tokens_per_s" in (before[-1][0] or b"")  # the fixture really holds the old key in the bad-bytes row
     with HistoryStore.open(tmp_path / "data") as store:
         assert store.schema_version == CURRENT_VERSION == 4
@@ -89,7 +60,7 @@ def test_a_schema_3_database_opens_with_decode_tps(tmp_path: Path) -> None:
             assert isinstance(message, UnreadableRecord)
         else:
             assert isinstance(message, Message) and message.stats == stats
-    after = _raw_stats(db)
+    after = raw_stats(db)
     rows = [*OLD_ROWS, ("", None, False)]  # the bad-bytes row last
     for (raw_before, _), (raw_after, _), (_, stats, changed) in zip(before, after, rows, strict=True):
         if changed:
@@ -106,14 +77,34 @@ def test_a_schema_3_database_opens_with_decode_tps(tmp_path: Path) -> None:
         backup.close()
 
 
-def test_reopening_a_migrated_database_changes_nothing(tmp_path: Path) -> None:
+def test_the_backup_is_fsynced_before_the_migration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
     _schema_3_database(tmp_path / "data")
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    with HistoryStore.open(tmp_path / "data") as store:
+        assert store.backup_path is not None
+        assert store.backup_path.stat().st_ino in synced  # its bytes, then the rename (the folder)
+        assert (tmp_path / "data").stat().st_ino in synced
+
+
+@pytest.mark.parametrize("version", [2, 3])  # also k -> k_mean's upgrade (test_k_mean_migration.py)
+def test_reopening_a_migrated_database_changes_nothing(tmp_path: Path, version: int) -> None:
+    old_database(tmp_path / "data", version, ['{"k": 2.5, "tokens_per_s": 3.0}', *(raw for raw, _, _ in OLD_ROWS)],
+                 "7B22746F6B656E735F7065725F73223A20312E352C2278223A22FF227D")
     with HistoryStore.open(tmp_path / "data"):
         pass
-    migrated = _raw_stats(tmp_path / "data" / "history.sqlite3")
+    migrated = raw_stats(tmp_path / "data" / "history.sqlite3")
     with HistoryStore.open(tmp_path / "data") as store:
         assert store.backup_path is None  # no migration ran, so no backup was taken
-    assert _raw_stats(tmp_path / "data" / "history.sqlite3") == migrated
+    assert raw_stats(tmp_path / "data" / "history.sqlite3") == migrated
 
 
 def test_a_new_reply_is_stored_and_exported_with_decode_tps(tmp_path: Path) -> None:
@@ -125,20 +116,7 @@ def test_a_new_reply_is_stored_and_exported_with_decode_tps(tmp_path: Path) -> N
         markdown = store.render_conversation(cid, ExportFormat.MARKDOWN)
     assert doc["conversations"][0]["messages"][0]["stats"] == {"decode_tps": 41.25, "generated": 4}
     assert "41.2 tok/s" in markdown
-    assert json.loads(_raw_stats(tmp_path / "history.sqlite3")[0][0] or b"") == {"decode_tps": 41.25, "generated": 4}
-
-
-def _export_with_stats(stats: dict[str, Any]) -> str:
-    """An export file as an Outrider with schema 3 (or older) wrote it: same format version, old keys."""
-    return json.dumps({
-        "format": "outrider-history", "format_version": 1, "exported_at": 1.0,
-        "conversations": [{
-            "uuid": "ffeeddccbbaa99887766554433221100", "title": "exported earlier", "created_at": 1.0,
-            "updated_at": 2.0, "pair_id": None, "settings": {},
-            "messages": [{"role": "assistant", "text": "hi", "status": "complete", "created_at": 1.0,
-                          "stats": stats}],
-        }],
-    })
+    assert json.loads(raw_stats(tmp_path / "history.sqlite3")[0][0] or b"") == {"decode_tps": 41.25, "generated": 4}
 
 
 @pytest.mark.parametrize(
@@ -153,7 +131,7 @@ def test_an_export_from_an_older_version_imports_with_decode_tps(
     tmp_path: Path, stats: dict[str, Any], expected: ReplyStats
 ) -> None:
     with HistoryStore.open(tmp_path) as store:
-        result = store.import_json_text(_export_with_stats(stats))
+        result = store.import_json_text(export_with_stats(stats))
         (message,) = store.get_conversation(result.imported[0]).messages
         markdown = store.render_conversation(result.imported[0], ExportFormat.MARKDOWN)
     assert isinstance(message, Message) and message.stats == expected
@@ -163,7 +141,7 @@ def test_an_export_from_an_older_version_imports_with_decode_tps(
 def test_an_old_export_with_a_malformed_rate_is_refused_whole(tmp_path: Path) -> None:
     with HistoryStore.open(tmp_path) as store:
         with pytest.raises(ImportFormatError, match=r"messages\[0\]\.stats: stats\.decode_tps must be a number"):
-            store.import_json_text(_export_with_stats({"tokens_per_s": "fast"}))
+            store.import_json_text(export_with_stats({"tokens_per_s": "fast"}))
         assert store.list_conversations() == []  # nothing was written
 
 
