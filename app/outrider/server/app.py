@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import hmac
 import math
 import threading
@@ -100,12 +101,21 @@ def engine_error(error: BaseException, input_param: str | None = None) -> ApiErr
     return ApiError(503, str(error) or type(error).__name__, type_="server_error", code="engine_unavailable")
 
 
+class _Wake(enum.Enum):
+    """What must wake a waiting ``_Reply.take``."""
+
+    NOTHING = "nothing"  # not waiting: events are only buffered
+    ANY = "any"  # waiting for any event
+    FINAL = "final"  # pacing: only the final event ends the wait early
+
+
 class _Reply:
     """One job's events, handed from the scheduler's thread to the server's event loop in batches.
 
-    ``deliver`` (scheduler thread) appends to a buffer and wakes the loop only when ``take`` (event loop) is
-    waiting; ``take`` returns everything buffered. A consumer that waits sees each event at once; one that is busy
-    (or pacing its chunks) gets them together, with no loop wake-up per engine message.
+    ``deliver`` (scheduler thread) appends to a buffer and wakes the loop only when ``take`` (event loop) waits for
+    that event; ``take`` returns everything buffered. A consumer that waits sees each event at once; one that is
+    busy, or pacing its chunks (``take(not_before=…)``), gets the steps together, with no loop wake-up per engine
+    message — but the final event at once: pacing never delays the end of a reply.
     A whole (non-streamed) answer keeps only the final event: its steps need not cross threads at all.
     """
 
@@ -114,30 +124,44 @@ class _Reply:
         self._keep_steps = keep_steps
         self._lock = threading.Lock()
         self._pending: list[JobEvent] = []
-        self._waiting = False  # take() is waiting: the next event must wake the loop (else it is just buffered)
+        self._final_pending = False  # the final event (DoneEvent or JobFailed) is among _pending
+        self._wake = _Wake.NOTHING
         self._ready = asyncio.Event()
 
     def deliver(self, event: JobEvent) -> None:
-        if not self._keep_steps and isinstance(event, StepBatch):
+        final = not isinstance(event, StepBatch)
+        if not final and not self._keep_steps:
             return
         with self._lock:
-            wake, self._waiting = self._waiting, False
             self._pending.append(event)
+            self._final_pending |= final
+            wake = self._wake is _Wake.ANY or (final and self._wake is _Wake.FINAL)
+            if wake:
+                self._wake = _Wake.NOTHING
         if wake:
             with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone, nobody listens
                 self._loop.call_soon_threadsafe(self._ready.set)
 
-    async def take(self) -> list[JobEvent]:
-        """Every event delivered since the last call (waits for at least one)."""
+    async def take(self, not_before: float | None = None) -> list[JobEvent]:
+        """Every event delivered since the last call (waits for at least one). With ``not_before`` (a time of the
+        event loop's clock), steps are left to gather until then; the final event is returned at once."""
         while True:
             self._ready.clear()
+            now = self._loop.time()
+            deadline = not_before if not_before is not None and now < not_before else None
             with self._lock:
-                if self._pending:
+                if self._pending and (self._final_pending or deadline is None):
                     events, self._pending = self._pending, []
-                    self._waiting = False
+                    self._final_pending = False
+                    self._wake = _Wake.NOTHING
                     return events
-                self._waiting = True
-            await self._ready.wait()
+                self._wake = _Wake.ANY if deadline is None else _Wake.FINAL
+            timer = None if deadline is None else self._loop.call_at(deadline, self._ready.set)
+            try:
+                await self._ready.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
 
 class _Api:
@@ -271,10 +295,8 @@ class _Api:
                     yield out
                     out = b""
                     sent_at = loop.time()
-                wait = sent_at + self.config.stream_interval_s - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)  # a chunk went out just now: the next steps join the next one
-                events = await reply.take()
+                # a chunk went out just now: the next steps join the next one (the end comes at once)
+                events = await reply.take(not_before=sent_at + self.config.stream_interval_s)
         finally:
             if job.result is None:  # left before the end (set before the final event is delivered)
                 job.cancel()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -15,18 +16,26 @@ from urllib.parse import urlparse
 import pytest
 from test_scheduler import FakeEngine
 
+from outrider.server import DEFAULT_STREAM_INTERVAL_S
 from outrider.server.app import ServerConfig
 from outrider.server.local import LocalServer
 
 STEPS = 12
 
 
+def scripted(step_s: float = 0.01, stream_interval_s: float = DEFAULT_STREAM_INTERVAL_S) -> LocalServer:
+    """A started server over a scripted engine of ``STEPS`` steps of ``step_s`` seconds each."""
+    engine = FakeEngine(steps=STEPS, step_s=step_s)
+    engine.fail_on = "never asked"  # (its default, None, refuses a chat: a chat request has no prompt)
+    local = LocalServer(engine, ServerConfig(model_name=lambda: "fake", stream_interval_s=stream_interval_s),
+                        port=0)
+    local.start()
+    return local
+
+
 @pytest.fixture
 def server() -> Iterator[LocalServer]:
-    engine = FakeEngine(steps=STEPS, step_s=0.01)
-    engine.fail_on = "never asked"  # (its default, None, refuses a chat: a chat request has no prompt)
-    local = LocalServer(engine, ServerConfig(model_name=lambda: "fake"), port=0)
-    local.start()
+    local = scripted()
     yield local
     local.stop()
 
@@ -89,3 +98,19 @@ def test_a_stream_opens_and_closes_in_one_write_each(server: LocalServer, chat: 
               and e["choices"][0]["finish_reason"] is not None]
     assert len(finals) == 1
     assert len(written) < sum(len(frame) for frame in parsed)  # fewer writes than events
+
+
+def test_pacing_never_delays_the_end_of_a_reply() -> None:
+    """Steps wait for the next write (here 2 s away), the end does not: the stream closes when the reply does."""
+    local = scripted(step_s=0.02, stream_interval_s=2.0)
+    try:
+        started = time.perf_counter()
+        written = frames(local, "/v1/completions", {"prompt": "p", "max_tokens": STEPS, "stream": True})
+        elapsed = time.perf_counter() - started
+    finally:
+        local.stop()
+    assert elapsed < 1.5, f"the stream ended {elapsed:.2f} s after the request, for a reply of {STEPS * 0.02:.2f} s"
+    parsed = [events(f) for f in written]
+    assert len(written) == 2  # the first text at once; every other step with the end, the moment it came
+    assert "".join(text_of(e) for frame in parsed for e in frame) == "".join(f"p{i} " for i in range(STEPS))
+    assert parsed[-1][-1] == "[DONE]"
