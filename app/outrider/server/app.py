@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from outrider.engine.events import DoneEvent, ErrorKind, StepBatch
 from outrider.server import DEFAULT_STREAM_INTERVAL_S, responses
-from outrider.server.requests import ApiError, Defaults, ParsedRequest, chat_request, completion_request, parse_json
+from outrider.server.requests import ApiError, Defaults, chat_request, completion_request, parse_json
 from outrider.server.scheduler import EngineScheduler, Job, JobEvent, JobFailed, QueueFull, SchedulerClosed
 from outrider.worker.errors import EngineCrashed, EngineNotRunning, EngineRequestError, WorkerError
 
@@ -190,14 +190,10 @@ class _Api:
         return JSONResponse({"id": name, "object": "model", "created": 0, "owned_by": "outrider"})
 
     async def chat_completions(self, request: Request) -> Response:
-        self._authorise(request)
-        parsed = chat_request(parse_json(await self._body(request)), self.config.defaults)
-        return await self._answer(request, parsed, chat=True)
+        return await self._answer(request, chat=True)
 
     async def completions(self, request: Request) -> Response:
-        self._authorise(request)
-        parsed = completion_request(parse_json(await self._body(request)), self.config.defaults)
-        return await self._answer(request, parsed, chat=False)
+        return await self._answer(request, chat=False)
 
     # -- checks -----------------------------------------------------------------------------------------------
     def _authorise(self, request: Request) -> None:
@@ -227,7 +223,11 @@ class _Api:
         return b"".join(chunks)
 
     # -- answering --------------------------------------------------------------------------------------------
-    async def _answer(self, request: Request, parsed: ParsedRequest, *, chat: bool) -> Response:
+    async def _answer(self, request: Request, *, chat: bool) -> Response:
+        """A chat (``chat``) or text completion: checked (key, body, fields), queued, answered whole or streamed."""
+        self._authorise(request)
+        parse = chat_request if chat else completion_request
+        parsed = parse(parse_json(await self._body(request)), self.config.defaults)
         name = self.config.model_name()
         if name is None:
             raise ApiError(503, "no model is loaded", type_="server_error", code="model_not_loaded")
