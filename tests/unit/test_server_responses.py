@@ -1,5 +1,6 @@
 """The server's response bodies: whole answers, stream chunks and the pre-encoded text chunk of a stream (equal to
-encoding the whole chunk, for every text), and what a stream opens and closes with."""
+encoding the whole chunk, for every text), and what a stream opens and closes with; the server's configuration never
+shows its API key."""
 
 from __future__ import annotations
 
@@ -84,3 +85,11 @@ def test_a_whole_answer(chat: bool) -> None:
         assert choice["text"] == "Hi there"
     assert choice["finish_reason"] == "stop" and choice["logprobs"] is None
     assert body["usage"]["total_tokens"] == 5 and body["timings"]["predicted_n"] == 2
+
+
+def test_the_api_key_is_not_in_the_server_config_repr() -> None:
+    from outrider.server.app import ServerConfig
+
+    config = ServerConfig(model_name=lambda: "m", api_key="s3cret-key")
+    assert "s3cret-key" not in repr(config) and "s3cret-key" not in str(config)
+    assert config.api_key == "s3cret-key"

@@ -44,7 +44,7 @@ class ServerConfig:
     """How the API answers. ``model_name()`` is the served model's id, None while no pair is loaded (503)."""
 
     model_name: Callable[[], str | None]
-    api_key: str | None = None
+    api_key: str | None = dataclasses.field(default=None, repr=False)  # a secret: never in a repr, log or report
     defaults: Defaults = Defaults()
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     stream_interval_s: float = DEFAULT_STREAM_INTERVAL_S  # 0: one chunk per engine message
