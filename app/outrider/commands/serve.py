@@ -84,9 +84,12 @@ def _resolve_pair(args: argparse.Namespace) -> None:
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
+    from outrider.server.runner import api_key_problem
+
     key: str | None = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
-    if key is not None and (not key.strip() or any(c.isspace() or not c.isprintable() for c in key)):
-        raise CliError("the API key must be printable text without spaces")
+    problem = None if key is None else api_key_problem(key)
+    if problem is not None:
+        raise CliError(problem)
     return key
 
 

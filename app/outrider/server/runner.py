@@ -46,6 +46,13 @@ def host_warning(host: str, port: int, api_key: str | None) -> str | None:
     return f"serving on {who}, port {port}, not only this machine: {guard}"
 
 
+def api_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be an API key (a bearer token: printable, no spaces), or None when it can."""
+    if not key.strip() or any(c.isspace() or not c.isprintable() for c in key):
+        return "the API key must be printable text without spaces"
+    return None
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host``:``port`` (port 0 = any free port); ``BindError`` with the reason."""
     if not 0 <= port <= 65535:

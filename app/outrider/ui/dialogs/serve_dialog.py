@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.server.runner import DEFAULT_HOST, DEFAULT_PORT, host_warning
+from outrider.server.runner import DEFAULT_HOST, DEFAULT_PORT, api_key_problem, host_warning
 from outrider.ui.bridges.server_bridge import QtServerBridge
 from outrider.ui.settings import QtSettings
 
@@ -171,6 +171,12 @@ class ServeDialog(QDialog):
             self._sync()
             return
         self.remember()
+        problem = api_key_problem(self.api_key.text()) if self.api_key.text() else None
+        if problem is not None:  # refused before anything starts; what was typed stays for correcting
+            self.status.setText(f"Could not serve: {problem}.")
+            self._sync()
+            self.api_key.setFocus()
+            return
         sampling, draft = self._defaults() if self._defaults is not None else (None, None)
         ok = self.server.start(self.host.text().strip() or DEFAULT_HOST, self.port.value(),
                                self.api_key.text() or None, sampling=sampling, draft=draft)

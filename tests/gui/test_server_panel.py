@@ -1,6 +1,7 @@
-"""The "Serve on localhost" panel remembers its host, port and API key across restarts (the app's settings file,
-owner-only), whether the panel is closed after typing, a field is left, or serving starts; a damaged value in the
-file falls back to the default. No model: the panel's server is never started here."""
+"""The "Serve on localhost" panel without a model (its server is never started here): it remembers its host, port
+and API key across restarts (the app's settings file, owner-only), whether the panel is closed after typing, a field
+is left, or serving starts; a damaged value in the file falls back to the default; a key that cannot be a bearer
+token is refused in words before anything starts, and stays as typed."""
 
 from __future__ import annotations
 
@@ -100,3 +101,14 @@ def test_bad_stored_values_fall_back_to_the_defaults(qtbot: Any, bridge: QtServe
     dialog = panel(qtbot, bridge)
     assert (dialog.host.text(), dialog.port.value(), dialog.api_key.text()) == expected
     assert QtSettings().value.theme == "dark"  # the rest of the file is kept
+
+
+@pytest.mark.parametrize("key", ["two words", "   ", "tab\tkey"])
+def test_a_key_that_cannot_be_a_bearer_token_is_refused_and_kept(qtbot: Any, bridge: QtServerBridge,
+                                                                   key: str) -> None:
+    dialog = panel(qtbot, bridge)
+    dialog.api_key.setText(key)  # as pasted (a tab cannot be typed into the field)
+    dialog.toggle.click()
+    assert dialog.status.text() == "Could not serve: the API key must be printable text without spaces."
+    assert not bridge.running and not dialog.toggle.isChecked() and dialog.toggle.text() == "Serve"
+    assert dialog.api_key.text() == key and dialog.api_key.isEnabled()
