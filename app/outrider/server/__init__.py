@@ -7,7 +7,7 @@
 """
 
 # A stream sends text at most this often (the first text and the end at once): steps that arrive meanwhile go out
-# together. Each write costs about 0.3-0.4 ms of CPU in the server (most of it the socket send) and 0.4-0.5 ms in
+# together. Each write costs 0.15-0.35 ms of CPU in the server (most of it the socket send) and 0.25-0.45 ms in
 # the openai client, taken from llama.cpp's threads when the cores are all busy. On a 2-core machine (13 ms a token)
 # a write every 30 ms cost 0.4 ms of CPU per token more than the same reply whole (3 %), every 100 ms 0.1 ms (under
 # 1 %) (docs/server.md, Overhead). 10 writes a second still reads as a stream; --stream-interval-ms 0 sends every
