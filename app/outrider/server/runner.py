@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import signal
 import socket
 import threading
 import time
@@ -97,6 +98,10 @@ def serve_forever(app: Any, sock: socket.socket) -> None:
         server.run(sockets=[sock])
     finally:
         sock.close()
+    if signal.SIGINT in getattr(server, "_captured_signals", ()):
+        # uvicorn re-raises a Ctrl-C it stopped for, but asyncio's runner can swallow it when the serving task has
+        # already ended (seen under load: exit 0 instead of 130); a Ctrl-C always ends as an interrupt.
+        raise KeyboardInterrupt
 
 
 class ServerThread:
