@@ -284,6 +284,7 @@ class _Api:
                 text = "".join(e.text for e in events if isinstance(e, StepBatch))
                 if text:
                     out += shape.text_event(text)
+                    sent_at = loop.time()  # paced from the last text sent (the opening alone does not count)
                 final = next((e for e in events if not isinstance(e, StepBatch)), None)
                 if isinstance(final, DoneEvent):
                     yield out + shape.closing(final.stop_reason, final.stats, include_usage=include_usage)
@@ -294,8 +295,7 @@ class _Api:
                 if out:
                     yield out
                     out = b""
-                    sent_at = loop.time()
-                # a chunk went out just now: the next steps join the next one (the end comes at once)
+                # text went out just now: the next steps join the next chunk (the end comes at once)
                 events = await reply.take(not_before=sent_at + self.config.stream_interval_s)
         finally:
             if job.result is None:  # left before the end (set before the final event is delivered)

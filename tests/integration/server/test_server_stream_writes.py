@@ -13,9 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
+import openai
 import pytest
-from test_scheduler import FakeEngine
+from test_scheduler import FakeEngine, FakeGeneration
 
+from outrider.engine.events import StepBatch, StepEvent
+from outrider.engine.params import TextRequest
+from outrider.engine.stats import GenerationStats
 from outrider.server import DEFAULT_STREAM_INTERVAL_S
 from outrider.server.app import ServerConfig
 from outrider.server.local import LocalServer
@@ -114,3 +118,40 @@ def test_pacing_never_delays_the_end_of_a_reply() -> None:
     assert len(written) == 2  # the first text at once; every other step with the end, the moment it came
     assert "".join(text_of(e) for frame in parsed for e in frame) == "".join(f"p{i} " for i in range(STEPS))
     assert parsed[-1][-1] == "[DONE]"
+
+
+class HeldFirstGeneration(FakeGeneration):
+    """Its first step releases no text (held back, as a partial UTF-8 character or a stop-string prefix is)."""
+
+    def _run(self) -> Iterator[Any]:
+        steps = super()._run()
+        next(steps)
+        yield StepBatch((StepEvent([0], [False], [""], 0),), GenerationStats(generated=1))
+        yield from steps
+
+
+class HeldFirstEngine(FakeEngine):
+    def generate(self, request: TextRequest) -> FakeGeneration:
+        return HeldFirstGeneration(self, request)
+
+
+def test_the_first_text_goes_at_once_even_after_an_empty_first_step() -> None:
+    """The chat's opening chunk goes with the first step; text that comes after it is not paced behind it."""
+    local = LocalServer(HeldFirstEngine(steps=10, step_s=0.15),
+                        ServerConfig(model_name=lambda: "fake", stream_interval_s=1.0), port=0)
+    local.start()
+    try:
+        api = openai.OpenAI(base_url=f"{local.url}/v1", api_key="x", max_retries=0, timeout=30)
+        started = time.perf_counter()
+        first_text_at = None
+        texts: list[str] = []
+        for chunk in api.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                                 stream=True):
+            content = chunk.choices[0].delta.content if chunk.choices else None
+            if content:
+                first_text_at = first_text_at or time.perf_counter() - started
+                texts.append(content)
+    finally:
+        local.stop()
+    assert "".join(texts) == "".join(f"{i} " for i in range(1, 10))
+    assert first_text_at is not None and first_text_at < 0.7, first_text_at  # its step comes at 0.3 s; pacing: 1.0 s
