@@ -18,10 +18,25 @@ from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ChatMessage, DraftParams, PairSpec, SamplingParams, TextRequest
-from outrider.engine.speculative import GenerationRequest, SpeculativeDecoder
+from outrider.engine.speculative import STOP_CANCELLED, STOP_LENGTH, GenerationRequest, SpeculativeDecoder
+
+CONTINUABLE = (STOP_LENGTH, STOP_CANCELLED)
+"""Stop reasons after which a reply's tokens are exactly its text (a stop string's tokens are not in the text)."""
 
 LoadStageCallback = Callable[[str, str], None]
 """``on_load_stage(stage, path)``: called just before a model file is handed to llama.cpp (``target``, ``draft``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _LastReply:
+    """The token ids of the latest reply, for Continue: re-tokenising the reply's text can split it differently
+    from how the model generated it (a word emitted as two pieces is read back as one), and the continuation then
+    differs from the reply the model would have written uninterrupted. ``head`` is the prompt up to the reply
+    (conversation + generation prompt); ``tokens`` are the reply's ids so far, ``text`` their text."""
+
+    head: tuple[int, ...]
+    tokens: tuple[int, ...]
+    text: str
 
 
 class Engine:
@@ -41,6 +56,8 @@ class Engine:
         self._generating = threading.Lock()
         self.spec: PairSpec | None = None
         self.info: LoadedPair | None = None
+        self._last_reply: _LastReply | None = None
+        self._pending_reply: _LastReply | None = None  # head (and text continued) of the reply being generated
 
     # -- loading --------------------------------------------------------------------------------------------
     def load(self, spec: PairSpec) -> LoadedPair:
@@ -110,6 +127,7 @@ class Engine:
         self._target = self._draft_model = None
         self._decoder = self._plain = None
         self._formatter = None
+        self._last_reply = self._pending_reply = None
         self.info = None
         self.spec = None
 
@@ -154,7 +172,18 @@ class Engine:
         n_ctx = self._decoder_or_raise().context.n_ctx
         budget = max(1, n_ctx - max(0, min(reserve, n_ctx // 2)))
         fitted = fit_conversation(messages, lambda m: len(tokens_of(m)), budget)
-        return tokens_of(fitted)
+        if not continue_reply:
+            tokens = tokens_of(fitted)
+            self._pending_reply = _LastReply(tuple(tokens), (), "")
+            return tokens
+        head = target.tokenize(formatter.render(fitted), add_special=False, parse_special=True)
+        last = self._last_reply
+        if last is not None and last.head == tuple(head) and last.text == prefix:
+            tokens = [*head, *last.tokens]  # the reply as the model generated it (see ``_LastReply``)
+        else:
+            tokens = tokens_of(fitted)  # another process wrote it, or it was edited: its text is all there is
+        self._pending_reply = _LastReply(tuple(head), tuple(tokens[len(head):]), prefix)
+        return tokens
 
     def take_chat_notes(self) -> list[str]:
         """Notes about the chat template since the last call (e.g. the model's own was replaced by the built-in
@@ -193,8 +222,18 @@ class Engine:
     def _stream(self, decoder: SpeculativeDecoder, request: GenerationRequest) -> Iterator[StepEvent | DoneEvent]:
         if not self._generating.acquire(blocking=False):
             raise EngineError("a generation is already running")
+        pending, self._pending_reply = self._pending_reply, None
+        if pending is not None and [*pending.head, *pending.tokens] != list(request.prompt_tokens):
+            pending = None  # tokenised for another request
+        self._last_reply = None
+        reply: list[int] = []
         try:
-            yield from decoder.generate(request, self._cancel)
+            for event in decoder.generate(request, self._cancel):
+                if isinstance(event, StepEvent):
+                    reply.extend(event.tokens)
+                elif pending is not None and event.stop_reason in CONTINUABLE:
+                    self._last_reply = _LastReply(pending.head, (*pending.tokens, *reply), pending.text + event.text)
+                yield event
         finally:
             self._generating.release()
 
