@@ -34,6 +34,7 @@ from outrider import paths
 from outrider.engine.events import ErrorKind, LoadedPair, LoadProgress, ProtocolError, loaded_from_wire
 from outrider.worker.errors import (
     EngineCrashed,
+    EngineIgnoredCancel,
     EngineNotRunning,
     EngineRequestError,
     EngineStuck,
@@ -57,6 +58,10 @@ from outrider.worker.registry import UnsafeModels
 
 DEFAULT_START_TIMEOUT = 60.0
 DEFAULT_LOAD_TIMEOUT = 600.0
+# Seconds a reply may go on after Stop. A cancel lands within one step or one n_batch chunk of a prompt (llama.cpp's
+# abort callback also cuts a CPU graph short); one step of a 70B model partly on the CPU takes a few seconds. Past
+# this, llama.cpp is blocked where no cancel reaches (an RPC worker stopped without closing its connection).
+DEFAULT_CANCEL_GRACE = 20.0
 # Only these signals are the model's doing (a crash inside llama.cpp): a kill -9 from outside, the OOM killer or
 # a timeout does not make a model unsafe.
 MODEL_FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE})
@@ -78,13 +83,17 @@ class EngineClient:
     """
 
     def __init__(self, *, log_dir: Path | None = None, unsafe_models: UnsafeModels | None = None,
-                 start_timeout: float = DEFAULT_START_TIMEOUT, heartbeat_timeout: float | None = None) -> None:
+                 start_timeout: float = DEFAULT_START_TIMEOUT, heartbeat_timeout: float | None = None,
+                 cancel_grace: float = DEFAULT_CANCEL_GRACE) -> None:
         """``heartbeat_timeout``: seconds of silence after which the engine is declared unresponsive (default
-        ``$OUTRIDER_ENGINE_HEARTBEAT_TIMEOUT`` or 30); the engine beats at a quarter of it, at most once a second."""
+        ``$OUTRIDER_ENGINE_HEARTBEAT_TIMEOUT`` or 30); the engine beats at a quarter of it, at most once a second.
+        ``cancel_grace``: seconds a reply may go on after ``cancel`` before the engine is killed."""
         self._log_dir = log_dir
         self.unsafe_models = unsafe_models if unsafe_models is not None else UnsafeModels()
         self.start_timeout = start_timeout
         self.heartbeat_timeout = heartbeat_timeout if heartbeat_timeout is not None else heartbeat_timeout_from_env()
+        self.cancel_grace = cancel_grace
+        self._cancel_deadline: float | None = None  # when a cancelled reply must have ended (monotonic seconds)
         self._last_heard = time.monotonic()
         self._state = threading.RLock()
         self._send_lock = threading.Lock()
@@ -286,9 +295,14 @@ class EngineClient:
             wait = remaining
             if watch:
                 wait = poll if remaining is None else min(poll, remaining)
+            cancel_deadline = self._cancel_deadline if rid is not None and rid == self._current else None
+            if cancel_deadline is not None:
+                wait = min(poll, wait) if wait is not None else poll
             try:
                 item = self._inbox.get(timeout=wait)
             except queue.Empty:
+                if cancel_deadline is not None and time.monotonic() > cancel_deadline:
+                    self._ignored_cancel()
                 if remaining is None or (wait is not None and remaining > wait):
                     if watch and time.monotonic() - self._last_heard > self.heartbeat_timeout:
                         self._unresponsive()
@@ -304,6 +318,22 @@ class EngineClient:
                 raise item.error
             if rid is None or item.get("id") == rid:
                 return item
+
+    def _ignored_cancel(self) -> None:
+        """Stop was asked ``cancel_grace`` seconds ago and the reply goes on (or is silent while the heartbeat
+        still comes): llama.cpp is blocked where no cancel reaches it. Kill the engine and raise."""
+        with self._state:
+            proc = self._proc
+            phase = self._phase
+            if proc is None or proc.poll() is not None:
+                return  # it died meanwhile: the reader reports that
+            self._stopping = True  # the reader must not report the kill below as a crash of its own
+            self._kill()
+            error = EngineIgnoredCancel(phase, None, self.cancel_grace, exitcode=proc.returncode,
+                                        log_tail=read_tail(self.log_path), log_path=self.log_path)
+            self.last_crash = error
+            self._reap()
+        raise error
 
     def _unresponsive(self) -> None:
         """Silence for longer than ``heartbeat_timeout``: after a short grace (a reader thread that has not run
@@ -338,6 +368,7 @@ class EngineClient:
             self._next_id += 1
             self._current = self._next_id
             self._phase = phase
+            self._cancel_deadline = None
             return self._next_id
 
     def _release(self, rid: int) -> None:
@@ -345,6 +376,7 @@ class EngineClient:
             if self._current == rid:
                 self._current = None
                 self._phase = "idle"
+                self._cancel_deadline = None
                 self._busy.release()
 
     # -- requests -------------------------------------------------------------------------------------------
@@ -415,11 +447,19 @@ class EngineClient:
         return Generation(self, rid)
 
     def cancel(self) -> None:
-        """Cancel the running generation, if any (thread-safe, returns at once)."""
+        """Cancel the running generation, if any (thread-safe, returns at once). A reply that has not ended
+        ``cancel_grace`` seconds later is blocked inside llama.cpp: the engine is killed (``EngineIgnoredCancel``)."""
         with self._state:
             rid = self._current if self._phase == "generating" else None
         if rid is not None:
-            self._send_quiet({"type": "cancel", "target": rid})
+            self._cancel_request(rid)
+
+    def _cancel_request(self, rid: int) -> None:
+        """Send a cancel for request ``rid`` and, if it is the one running, start its ``cancel_grace``."""
+        with self._state:
+            if rid == self._current and self._cancel_deadline is None:
+                self._cancel_deadline = time.monotonic() + self.cancel_grace
+        self._send_quiet({"type": "cancel", "target": rid})
 
     def unload(self, *, timeout: float | None = 60.0) -> None:
         """Free the loaded models (GPU memory included); the process stays up."""

@@ -101,6 +101,16 @@ class EngineStuck(EngineCrashed):
         return f"engine stopped: {what} did not finish within {self.seconds:g} s"
 
 
+class EngineIgnoredCancel(EngineStuck):
+    """A reply did not stop within ``seconds`` of Stop, though the engine still sent its heartbeat: it is blocked
+    inside llama.cpp (an RPC worker that stopped answering without closing its connection, a hung GPU driver).
+    The engine process was killed; what was streamed is the consumer's; the next ``load`` starts a new process."""
+
+    def _message(self) -> str:
+        return (f"engine stopped: the reply did not stop within {self.seconds:g} s of being asked to, so the "
+                "engine was ended (is an RPC worker or the GPU not answering?)")
+
+
 class EngineUnresponsive(EngineCrashed):
     """The engine sent nothing — not even its heartbeat — for ``seconds``: stopped (SIGSTOP) or frozen. It was
     killed; the next ``load`` starts a new process."""

@@ -87,9 +87,10 @@ class Generation(Iterator[Event]):
             self._client._release(self.id)
 
     def cancel(self) -> None:
-        """Ask the engine to stop this reply (within one speculative step); a DoneEvent('cancelled') follows."""
+        """Ask the engine to stop this reply (within one speculative step); a DoneEvent('cancelled') follows, or
+        ``EngineIgnoredCancel`` when the engine is blocked past the client's ``cancel_grace``."""
         if not self._finished:
-            self._client._send_quiet({"type": "cancel", "target": self.id})
+            self._client._cancel_request(self.id)
 
     def close(self) -> None:
         """Cancel if still running and wait for the end, discarding events (errors and crashes included)."""
