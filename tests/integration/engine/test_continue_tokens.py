@@ -4,15 +4,10 @@ from the re-read text then differs from the reply the model would have written u
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from outrider.engine.chat import ChatMessage
-from outrider.engine.llama.runtime import Backend
-from outrider.engine.params import ContextSettings
-from outrider.engine.session import Engine, PairSpec, TextRequest
+from outrider.engine.session import Engine, TextRequest
 from outrider.engine.speculative import DoneEvent, StepEvent
 
 pytestmark = pytest.mark.smollm
@@ -20,14 +15,6 @@ pytestmark = pytest.mark.smollm
 # Greedy SmolLM2 on this question: its 12th and 13th tokens are "\n", "\n" (found by search; checked below).
 QUESTION = [ChatMessage("user", "List five prime numbers with emoji.")]
 CUT = 13
-
-
-@pytest.fixture(scope="module")
-def smol(backend: Backend, smollm_path: Path) -> Iterator[Engine]:
-    engine = Engine(backend)
-    engine.load(PairSpec(target=str(smollm_path), lookup=True, context=ContextSettings(n_ctx=1024, threads=2)))
-    yield engine
-    engine.unload()
 
 
 def reply(engine: Engine, request: TextRequest) -> tuple[list[int], DoneEvent]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,6 @@ QUOTE = (
     "once or twice she had peeped into the book her sister was reading, but it had no pictures or "
     "conversations in it."
 )
-
-
-@pytest.fixture(scope="module")
-def smol(backend: Backend, smollm_path: Path) -> Iterator[Engine]:
-    engine = Engine(backend)
-    engine.load(PairSpec(target=str(smollm_path), lookup=True, context=ContextSettings(n_ctx=1024, threads=2)))
-    yield engine
-    engine.unload()
 
 
 def _run(engine: Engine, request: TextRequest) -> tuple[str, DoneEvent, list[StepEvent]]:
