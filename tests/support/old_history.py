@@ -57,3 +57,29 @@ def export_with_stats(stats: dict[str, Any]) -> str:
                           "stats": stats}],
         }],
     })
+
+
+def import_old_export(data_dir: Path, stats: dict[str, Any]) -> tuple[Any, str]:
+    """Import an old export whose one reply has ``stats`` into a new store in ``data_dir``: (the reply as read
+    back, its conversation rendered as Markdown)."""
+    from outrider.history import ExportFormat, HistoryStore
+
+    with HistoryStore.open(data_dir) as store:
+        result = store.import_json_text(export_with_stats(stats))
+        (message,) = store.get_conversation(result.imported[0]).messages
+        return message, store.render_conversation(result.imported[0], ExportFormat.MARKDOWN)
+
+
+def store_new_reply(data_dir: Path, stats: Any) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """Store a new reply with ``stats`` (a ReplyStats) in a new store in ``data_dir``: (its stats in the JSON export,
+    the Markdown export, its stats as stored in the database)."""
+    from outrider.history import ExportFormat, HistoryStore
+
+    with HistoryStore.open(data_dir) as store:
+        cid = store.create_conversation("new")
+        rid = store.begin_reply(cid)
+        store.finish_reply(rid, "done", stats=stats)
+        doc = json.loads(store.render_conversation(cid, ExportFormat.JSON))
+        markdown = store.render_conversation(cid, ExportFormat.MARKDOWN)
+    return (doc["conversations"][0]["messages"][0]["stats"], markdown,
+            json.loads(raw_stats(data_dir / "history.sqlite3")[0][0] or b""))

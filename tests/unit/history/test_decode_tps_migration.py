@@ -15,7 +15,6 @@ import pytest
 
 from outrider.history import (
     CURRENT_VERSION,
-    ExportFormat,
     HistoryStore,
     ImportFormatError,
     Message,
@@ -23,7 +22,7 @@ from outrider.history import (
     UnreadableRecord,
 )
 from outrider.history.models import decode_tps_from_tokens_per_s, upgrade_stats_dict
-from support.old_history import export_with_stats, old_database, raw_stats
+from support.old_history import export_with_stats, import_old_export, old_database, raw_stats, store_new_reply
 
 # stats_json as schema 3 stored it -> what the store reads now (None: unreadable) and whether the row is rewritten
 OLD_ROWS: list[tuple[str, ReplyStats | None, bool]] = [
@@ -108,15 +107,9 @@ def test_reopening_a_migrated_database_changes_nothing(tmp_path: Path, version: 
 
 
 def test_a_new_reply_is_stored_and_exported_with_decode_tps(tmp_path: Path) -> None:
-    with HistoryStore.open(tmp_path) as store:
-        cid = store.create_conversation("new")
-        rid = store.begin_reply(cid)
-        store.finish_reply(rid, "done", stats=ReplyStats(decode_tps=41.25, generated=4))
-        doc = json.loads(store.render_conversation(cid, ExportFormat.JSON))
-        markdown = store.render_conversation(cid, ExportFormat.MARKDOWN)
-    assert doc["conversations"][0]["messages"][0]["stats"] == {"decode_tps": 41.25, "generated": 4}
+    exported, markdown, stored = store_new_reply(tmp_path, ReplyStats(decode_tps=41.25, generated=4))
+    assert exported == stored == {"decode_tps": 41.25, "generated": 4}
     assert "41.2 tok/s" in markdown
-    assert json.loads(raw_stats(tmp_path / "history.sqlite3")[0][0] or b"") == {"decode_tps": 41.25, "generated": 4}
 
 
 @pytest.mark.parametrize(
@@ -130,10 +123,7 @@ def test_a_new_reply_is_stored_and_exported_with_decode_tps(tmp_path: Path) -> N
 def test_an_export_from_an_older_version_imports_with_decode_tps(
     tmp_path: Path, stats: dict[str, Any], expected: ReplyStats
 ) -> None:
-    with HistoryStore.open(tmp_path) as store:
-        result = store.import_json_text(export_with_stats(stats))
-        (message,) = store.get_conversation(result.imported[0]).messages
-        markdown = store.render_conversation(result.imported[0], ExportFormat.MARKDOWN)
+    message, markdown = import_old_export(tmp_path, stats)
     assert isinstance(message, Message) and message.stats == expected
     assert f"{expected.decode_tps:.1f} tok/s" in markdown
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from outrider.history import CURRENT_VERSION, ExportFormat, HistoryStore, Message, ReplyStats, UnreadableRecord
+from outrider.history import CURRENT_VERSION, HistoryStore, Message, ReplyStats, UnreadableRecord
 from outrider.history.models import upgrade_stats_dict
-from support.old_history import export_with_stats, old_database, raw_stats
+from support.old_history import import_old_export, old_database, raw_stats, store_new_reply
 
 # stats_json as an older Outrider stored it -> what the store reads now (None: still unreadable)
 OLD_ROWS: list[tuple[str, ReplyStats | None]] = [
@@ -62,15 +62,9 @@ def test_a_schema_2_database_opens_with_the_mean_k_renamed_and_the_setting_kept(
 
 
 def test_a_new_reply_is_stored_and_exported_with_k_mean(tmp_path: Path) -> None:
-    with HistoryStore.open(tmp_path) as store:
-        cid = store.create_conversation("new")
-        rid = store.begin_reply(cid)
-        store.finish_reply(rid, "done", stats=ReplyStats(k_mean=3.25, generated=4))
-        doc = json.loads(store.render_conversation(cid, ExportFormat.JSON))
-        markdown = store.render_conversation(cid, ExportFormat.MARKDOWN)
-    assert doc["conversations"][0]["messages"][0]["stats"] == {"k_mean": 3.25, "generated": 4}
+    exported, markdown, stored = store_new_reply(tmp_path, ReplyStats(k_mean=3.25, generated=4))
+    assert exported == stored == {"k_mean": 3.25, "generated": 4}
     assert "mean k 3.25" in markdown and "k=" not in markdown
-    assert json.loads(raw_stats(tmp_path / "history.sqlite3")[0][0] or b"") == {"k_mean": 3.25, "generated": 4}
 
 
 @pytest.mark.parametrize(
@@ -84,9 +78,7 @@ def test_a_new_reply_is_stored_and_exported_with_k_mean(tmp_path: Path) -> None:
 def test_an_export_from_an_older_version_imports_with_k_mean(
     tmp_path: Path, stats: dict[str, Any], expected: ReplyStats
 ) -> None:
-    with HistoryStore.open(tmp_path) as store:
-        result = store.import_json_text(export_with_stats(stats))
-        (message,) = store.get_conversation(result.imported[0]).messages
+    message, _ = import_old_export(tmp_path, stats)
     assert isinstance(message, Message) and message.stats == expected
 
 
