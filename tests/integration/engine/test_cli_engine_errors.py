@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from support import bad_models
-from support.processes import engine_of
+from support.processes import engine_of, release
 from support.tiny_gguf import Family
 
 
@@ -91,12 +91,7 @@ def stopped_engines() -> Iterator[list[int]]:
     """Engines the test stopped: killed afterwards whatever happened (never left stopped on a shared machine)."""
     pids: list[int] = []
     yield pids
-    for pid in pids:
-        for sig in (signal.SIGCONT, signal.SIGKILL):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                break
+    release(pids)
 
 
 def _start_long_generation(target: Path, home: Path, extra_env: dict[str, str]) -> subprocess.Popen[str]:
