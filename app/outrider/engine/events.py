@@ -226,10 +226,14 @@ def stats_to_wire(stats: GenerationStats) -> dict[str, Any]:
 
 
 def stats_from_wire(data: Any) -> GenerationStats:
-    """The counters of ``data``; derived figures and unknown keys are ignored (the properties recompute them)."""
+    """The counters of ``data``; derived figures and unknown keys are ignored (the properties recompute them).
+    A ``speedup`` without its interval (an older engine's, valued from one or two plain probes) is dropped."""
     if not isinstance(data, Mapping):
         raise ProtocolError("stats: expected an object")
-    return GenerationStats(**{k: _number(k, v, _STAT_TYPES[k]) for k, v in data.items() if k in _STAT_TYPES})
+    stats = GenerationStats(**{k: _number(k, v, _STAT_TYPES[k]) for k, v in data.items() if k in _STAT_TYPES})
+    if stats.speedup_low is None or stats.speedup_high is None:
+        stats.speedup = stats.speedup_low = stats.speedup_high = None
+    return stats
 
 
 def _facts_from_wire(data: Any) -> ModelFacts:
