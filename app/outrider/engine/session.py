@@ -269,6 +269,12 @@ class Engine:
         return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext) else [])
 
 
+# The conversation a model's template is tried on at load: a template must render it safely, and with the user's
+# words in it (one that drops them would send the model an empty prompt on every turn).
+_SAMPLE_SYSTEM = "Answer briefly."
+_SAMPLE_USER = "What is the capital of France?"
+
+
 def _chat_formatter(target: LoadedModel, notes: list[str]) -> ChatFormatter:
     """The model's own template when it renders a sample conversation safely, else a built-in one (noted)."""
     chatml_marker = target.tokenize("<|im_start|>", add_special=False, parse_special=True)
@@ -276,10 +282,15 @@ def _chat_formatter(target: LoadedModel, notes: list[str]) -> ChatFormatter:
     eos = target.token_text(target.eos_id) if target.eos_id >= 0 else ""
     chatml = len(chatml_marker) == 1 and target.token_text(chatml_marker[0]) == "<|im_start|>"
     template = target.chat_template()
-    if template:
+    if template is not None and not template.strip():
+        notes.append("the model's chat template is empty (it would leave the conversation out of the prompt) "
+                     "— using the built-in template")
+    elif template:
         try:
             formatter = ChatFormatter(template, bos_token=bos, eos_token=eos, has_chatml_tokens=chatml)
-            formatter.render([ChatMessage("system", "s"), ChatMessage("user", "u")])
+            sample = formatter.render([ChatMessage("system", _SAMPLE_SYSTEM), ChatMessage("user", _SAMPLE_USER)])
+            if _SAMPLE_USER not in sample:
+                raise TemplateError("the model's chat template leaves the user's message out of the prompt")
             return formatter
         except TemplateError as exc:
             notes.append(f"{exc} — using the built-in template")
