@@ -78,7 +78,8 @@ class Engine:
                 self._announce("draft", spec.draft)
                 draft_model = LoadedModel(self.backend, spec.draft, spec.draft_settings)
                 check_facts(target.vocab_facts(), draft_model.vocab_facts()).raise_if_incompatible()
-                drafter = ModelDraft(ModelContext(draft_model, dataclasses.replace(spec.context)), target.n_vocab)
+                drafter = ModelDraft(ModelContext(draft_model, dataclasses.replace(spec.context)), target.n_vocab,
+                                     target)
             elif spec.lookup:
                 drafter = PromptLookupDraft(spec.lookup_settings)
         except BaseException:
