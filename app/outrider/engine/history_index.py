@@ -111,8 +111,7 @@ class HistoryIndex:
         self.stamps = np.zeros(0, np.float64)
         self.lengths: IntArray = np.zeros(0, np.int64)
         self.corpus: IntArray = np.zeros(0, np.int64)
-        self._sorted_hashes = np.zeros(0, np.uint64)
-        self._order: IntArray = np.zeros(0, np.int64)
+        self._hashed: tuple[npt.NDArray[np.uint64], IntArray] | None = None  # sorted hashes, their positions
         self.rebuilt_reason: str | None = None  # why the saved file was not used at load (corrupt, other format)
 
     # -- the file -------------------------------------------------------------------------------------------
@@ -177,18 +176,16 @@ class HistoryIndex:
              corpus: IntArray) -> None:
         self.message_ids, self.conversation_ids, self.stamps, self.lengths = ids, convs, stamps, lengths
         self.corpus = corpus
-        self._rehash()
+        self._hashed = None
 
-    def _rehash(self) -> None:
-        """Hash every ANCHOR-token window (by its last position) and sort the hashes for ``searchsorted``."""
-        c = self.corpus
-        n = len(c)
-        if n < ANCHOR:
-            self._sorted_hashes, self._order = np.zeros(0, np.uint64), np.zeros(0, np.int64)
-            return
-        h = _window_hashes(c)
-        self._order = np.argsort(h, kind="stable").astype(np.int64)
-        self._sorted_hashes = h[self._order]
+    def _hashes(self) -> tuple[npt.NDArray[np.uint64], IntArray]:
+        """Every ANCHOR-token window's hash (by its last position), sorted for ``searchsorted``, and the positions
+        in that order; computed at the first search after a change (removing entries needs none)."""
+        if self._hashed is None:
+            h = _window_hashes(self.corpus)
+            order = np.argsort(h, kind="stable").astype(np.int64)
+            self._hashed = h[order], order
+        return self._hashed
 
     def remove(self, keep: npt.NDArray[np.bool_]) -> None:
         """Keep only the entries where ``keep`` is True (their tokens with them)."""
@@ -257,15 +254,16 @@ class HistoryIndex:
     def longest_match(self, committed: Sequence[int]) -> Match | None:
         """The occurrences of the longest suffix of ``committed`` (at least ANCHOR tokens) found in the corpus,
         None if there is none; at most MAX_OCCURRENCES of them, the latest in the corpus."""
-        if len(committed) < ANCHOR or not len(self._sorted_hashes):
+        if len(committed) < ANCHOR or len(self.corpus) < ANCHOR:
             return None
+        hashes, order = self._hashes()
         tail = np.array(committed[-ANCHOR:], np.int64)
         key = _window_hashes(tail)[-1]
-        lo = int(np.searchsorted(self._sorted_hashes, key, side="left"))
-        hi = int(np.searchsorted(self._sorted_hashes, key, side="right"))
+        lo = int(np.searchsorted(hashes, key, side="left"))
+        hi = int(np.searchsorted(hashes, key, side="right"))
         if hi <= lo:
             return None
-        last = np.sort(self._order[max(lo, hi - 4 * MAX_OCCURRENCES) : hi])  # window's last positions
+        last = np.sort(order[max(lo, hi - 4 * MAX_OCCURRENCES) : hi])  # the windows' last positions
         c = self.corpus
         same = np.all(np.stack([c[last - j] == tail[-1 - j] for j in range(ANCHOR)]), axis=0)  # hash collisions
         last = last[same][-MAX_OCCURRENCES:]
