@@ -91,16 +91,19 @@ def test_the_most_frequent_continuation_wins_and_confidence_stops_the_draft(stor
     assert tokens == words("b c d") or tokens == words("b c e")
 
 
-def test_no_match_shorter_than_the_anchor_and_none_across_messages(store: HistoryStore) -> None:
-    """A match needs ANCHOR tokens, and no window spans two messages. (Without the separator mask the end of one
-    message and the start of the next matched.)"""
+def test_no_match_shorter_than_the_anchor_and_nothing_across_messages(store: HistoryStore) -> None:
+    """A match needs ANCHOR tokens, no match spans two messages, and a match at the end of a message proposes
+    nothing (the next message is another turn). (Without the separator filter in ``continuation`` the draft was
+    the separator id -1 followed by the next message.)"""
     words = Words()
-    _chat(store, "a b", "c d e f")
+    _chat(store, "c d e f", "g h i j")
     index = _index(store)
     index.sync(store.db_path, words)
-    assert index.longest_match(words("c d e")) is None
-    assert index.longest_match(words("a b c d")) is None  # 'a b' ends the user message, 'c d' starts the reply
-    assert index.longest_match(words("c d e f")) is not None
+    assert index.longest_match(words("d e f")) is None
+    assert index.longest_match(words("e f g h")) is None  # 'e f' ends the user message, 'g h' starts the reply
+    match = index.longest_match(words("c d e f"))
+    assert match is not None
+    assert index.continuation(match, 4, 0.0) == ([], 1.0)
 
 
 def test_the_index_survives_a_restart_and_forgets_a_deleted_chat(store: HistoryStore) -> None:
@@ -146,7 +149,7 @@ def test_an_edited_message_is_indexed_again(store: HistoryStore) -> None:
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "missing", "inconsistent"])
 def test_a_corrupt_or_missing_index_is_rebuilt_never_fatal(store: HistoryStore, damage: str) -> None:
     """A bad file opens as an empty index that the next sync rebuilds from the history and saves. (Letting
-    np.load's error through failed every case but 'missing'; skipping the save left the bad file in place.)"""
+    np.load's error through failed every case but 'missing'.)"""
     words = Words()
     _chat(store, "u", "the reply that should be found again")
     index = _index(store)
