@@ -9,15 +9,19 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
+from outrider.engine.chain_draft import ChainDraft
 from outrider.engine.chat import ChatFormatter, fit_conversation
 from outrider.engine.compat import check_facts
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
 from outrider.engine.errors import EngineError, TemplateError
 from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
+from outrider.engine.history_draft import HistoryLookupDraft
+from outrider.engine.history_index import HistoryIndex, index_dir_for, tokenizer_fingerprint
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.runtime import Backend
-from outrider.engine.params import ChatMessage, DraftParams, PairSpec, SamplingParams, TextRequest
+from outrider.engine.params import ChatMessage, DraftParams, LookupSettings, PairSpec, SamplingParams, TextRequest
 from outrider.engine.speculative import STOP_CANCELLED, STOP_LENGTH, GenerationRequest, SpeculativeDecoder
 
 CONTINUABLE = (STOP_LENGTH, STOP_CANCELLED)
@@ -82,6 +86,8 @@ class Engine:
                                      target)
             elif spec.lookup:
                 drafter = PromptLookupDraft(spec.lookup_settings)
+            if spec.lookup_history is not None:
+                drafter = _history_chain(target, Path(spec.lookup_history), spec.lookup_settings, drafter, notes)
         except BaseException:
             context.close()
             target.close()
@@ -268,6 +274,25 @@ class Engine:
             return []
         draft_ctx = getattr(decoder.drafter, "context", None)
         return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext) else [])
+
+
+def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings, drafter: DraftSource,
+                   notes: list[str]) -> ChainDraft:
+    """History lookup, prompt lookup, then ``drafter`` if it is a model (chain_draft.py). The index is the one
+    kept with ``history_db`` for this target's tokenizer (history_index.py); a missing or unreadable one is
+    rebuilt from the history, and a history that cannot be read leaves history lookup with what the index holds."""
+    facts = target.vocab_facts()
+    path = index_dir_for(history_db) / f"{tokenizer_fingerprint(facts.vocab_type, facts.token_texts)}.npz"
+    index = HistoryIndex.open(path)
+    history = HistoryLookupDraft(
+        index, history_db, lambda text: target.tokenize(text, add_special=False, parse_special=False))
+    history.prefill([])
+    if history.last_error is not None:
+        notes.append(f"history lookup: {history.last_error}")
+    members: list[DraftSource] = [history, PromptLookupDraft(lookup)]
+    if drafter.kind not in ("none", "lookup"):
+        members.append(drafter)
+    return ChainDraft(members)
 
 
 # The conversation a model's template is tried on at load: a template must render it safely, and with the user's
