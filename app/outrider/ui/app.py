@@ -349,6 +349,7 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
     code = app.exec()
     first_paint.cancel()  # quit before the first paint: nothing starts loading after this
     window.close()
+    settings.flush()  # what closing the window saved (last conversation, geometry) is in the file before exit
     startup.close()
     bridge.shutdown()
     store.close()
