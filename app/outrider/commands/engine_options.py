@@ -99,7 +99,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     src.add_argument("--draft", help="draft model (GGUF) of the same family")
     src.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram) instead of a model")
     p.add_argument("--threads", type=int, default=0,
-                   help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = llama.cpp's default)")
+                   help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = automatic: the CPUs "
+                        "other processes leave free, one fewer than the CPUs when they are busy, re-chosen before "
+                        "each reply; the count used is in the stats)")
     p.add_argument("--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
     p.add_argument("--draft-gpu-layers", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
     add_rpc_options(p)

@@ -66,6 +66,7 @@ class GenerationStats:
     plain_sq_s2: float = 0.0
     plain_equiv_s: float = 0.0
     draft_mode: str = "none"
+    threads: int = 0  # llama.cpp CPU threads the reply ran with (engine/threads.py; 0: not known)
 
     @property
     def acceptance_rate(self) -> float | None:
