@@ -33,12 +33,15 @@ class Draft:
     ``sync_s`` is the part of the drafting time spent bringing the drafter up to date with the committed tokens
     (a draft model evaluating what the target emitted since its last draft) and ``synced`` how many tokens that
     was: after a run of plain steps this catch-up is large and says nothing about the cost of drafting a token.
+    ``sources[i]`` is the kind of the drafter that proposed ``tokens[i]`` (a chain of drafters, chain_draft.py);
+    empty means the decoder's drafter proposed them all.
     """
 
     tokens: list[int]
     dists: list[SparseDist] | None = None
     sync_s: float = 0.0
     synced: int = 0
+    sources: tuple[str, ...] = ()
 
 EMPTY_DRAFT = Draft([])
 SHADOW_WINDOW = 16  # a draft model's guesses scored per shadow scoring (the most recent ones)

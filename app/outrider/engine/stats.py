@@ -18,7 +18,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
+
+
+@dataclasses.dataclass
+class DrafterCounts:
+    """One drafter's part of a reply (a chain of drafters has one per member, chain_draft.py).
+
+    Attributes:
+        drafted: tokens it proposed that the target verified (cut where a stop ended the reply, like ``drafted``).
+        accepted: of those, the tokens the target accepted.
+        steps: steps in which it proposed at least one token.
+    """
+
+    drafted: int = 0
+    accepted: int = 0
+    steps: int = 0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
 
 
 @dataclasses.dataclass
@@ -44,6 +64,8 @@ class GenerationStats:
         plain_steps: steps that drafted nothing and so measured plain decoding (see the module docstring).
         plain_s / plain_sq_s2: sum of their per-token times and of the squares (seconds, seconds²).
         plain_equiv_s: seconds plain decoding would have needed for the tokens of every step so far.
+        by_drafter: ``drafted`` and ``accepted`` split by the kind of drafter that proposed each token (``lookup``
+            = prompt lookup, ``history``, ``model``, ``mtp``); their sums are ``drafted`` and ``accepted``.
     """
 
     prompt_tokens: int = 0
@@ -67,6 +89,21 @@ class GenerationStats:
     plain_equiv_s: float = 0.0
     draft_mode: str = "none"
     threads: int = 0  # llama.cpp CPU threads the reply ran with (engine/threads.py; 0: not known)
+    by_drafter: dict[str, DrafterCounts] = dataclasses.field(default_factory=dict)
+
+    def count_drafters(self, sources: Sequence[str], accepted: int) -> None:
+        """Add one step's verified draft tokens, ``sources[i]`` the drafter of token i; the first ``accepted``
+        were accepted."""
+        seen: set[str] = set()
+        for i, kind in enumerate(sources):
+            counts = self.by_drafter.get(kind)
+            if counts is None:
+                counts = self.by_drafter[kind] = DrafterCounts()
+            counts.drafted += 1
+            counts.accepted += int(i < accepted)
+            if kind not in seen:
+                seen.add(kind)
+                counts.steps += 1
 
     @property
     def acceptance_rate(self) -> float | None:
