@@ -102,7 +102,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                    help="draft from the chat history too (history lookup, tried before prompt lookup and the draft "
                         "model); HISTORY is a history.sqlite3, by default the app's own")
     p.add_argument("--threads", type=int, default=0,
-                   help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = llama.cpp's default)")
+                   help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = automatic: the CPUs "
+                        "other processes leave free, one fewer than the CPUs when they are busy, re-chosen before "
+                        "each reply; the count used is in the stats)")
     p.add_argument("--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
     p.add_argument("--draft-gpu-layers", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
     add_rpc_options(p)

@@ -91,7 +91,7 @@ def format_summary(s: dict[str, Any], stop_reason: str) -> str:
         f"-- {s['generated']} tokens, stop: {stop_reason}, draft: {s['draft_mode']}",
         f"   decode {_fmt(s['decode_tps'], '.1f')} tok/s · prompt {_fmt(s['prompt_tps'], '.1f')} tok/s "
         f"({s['prompt_tokens']} tokens, {s['prompt_tokens_reused']} reused) · first token "
-        f"{_fmt(s['ttft_s'], '.3f')} s",
+        f"{_fmt(s['ttft_s'], '.3f')} s" + (f" · {s['threads']} threads" if s.get("threads") else ""),
         f"   acceptance {_fmt(s['acceptance_rate'], '.1%')} ({s['accepted']}/{s['drafted']}) · per-token a "
         f"{_fmt(s.get('token_acceptance'), '.1%')} · {_fmt(s['tokens_per_pass'], '.2f')} tokens/pass · mean k "
         f"{_fmt(s['k_mean'], '.2f')}",

@@ -25,6 +25,7 @@ from outrider.engine.llama.text import clean_text
 from outrider.engine.params import ChatMessage, DraftParams, LookupSettings, PairSpec, SamplingParams, TextRequest
 from outrider.engine.speculative import STOP_CANCELLED, STOP_LENGTH, GenerationRequest, SpeculativeDecoder
 from outrider.engine.stats import GenerationStats
+from outrider.engine.threads import OtherLoadMeter, choose_threads, usable_cpus
 
 CONTINUABLE = (STOP_LENGTH, STOP_CANCELLED)
 """Stop reasons after which a reply's tokens are exactly its text (a stop string's tokens are not in the text)."""
@@ -48,9 +49,11 @@ class _LastReply:
 class Engine:
     """Owns the llama.cpp objects of one loaded pair. Not thread-safe except ``cancel``."""
 
-    def __init__(self, backend: Backend | None = None, *, on_load_stage: LoadStageCallback | None = None) -> None:
+    def __init__(self, backend: Backend | None = None, *, on_load_stage: LoadStageCallback | None = None,
+                 load_meter: OtherLoadMeter | None = None) -> None:
         """``on_load_stage(stage, path)`` is told which file each load is about to hand to llama.cpp (the engine
-        process reports it, so a crash inside llama.cpp can be blamed on the right file)."""
+        process reports it, so a crash inside llama.cpp can be blamed on the right file). ``load_meter`` measures
+        the other processes' load for automatic threads (engine/threads.py)."""
         self.backend = backend or Backend()
         self.on_load_stage = on_load_stage
         self._target: LoadedModel | None = None
@@ -62,6 +65,8 @@ class Engine:
         self._generating = threading.Lock()
         self.spec: PairSpec | None = None
         self.info: LoadedPair | None = None
+        self._auto_threads = False  # the pair was loaded with threads 0: the engine chooses (engine/threads.py)
+        self._load_meter = load_meter or OtherLoadMeter()
         self._last_reply: _LastReply | None = None
         self._pending_reply: _LastReply | None = None  # head (and text continued) of the reply being generated
 
@@ -70,6 +75,11 @@ class Engine:
         """Load ``spec`` (unloading any previous pair first, so memory is freed before the new load)."""
         self.unload()
         notes: list[str] = []
+        requested = spec
+        self._auto_threads = spec.context.threads == 0
+        if self._auto_threads:  # chosen from the CPUs free now, re-chosen before each reply (``_retune_threads``)
+            threads = choose_threads(usable_cpus(), self._load_meter.probe())
+            spec = dataclasses.replace(spec, context=dataclasses.replace(spec.context, threads=threads))
         self._announce("target", spec.target)
         target = LoadedModel(self.backend, spec.target, spec.target_settings)
         try:
@@ -105,7 +115,7 @@ class Engine:
         self._plain = SpeculativeDecoder(target, context, NoDraft())
         self._plain.cached = self._decoder.cached  # one context, one cache mirror
         self._formatter = _chat_formatter(target, notes)
-        self.spec = spec
+        self.spec = requested  # as asked (threads 0 stays "automatic")
         n_ctx = context.n_ctx
         self.info = LoadedPair(
             target=target.facts,
@@ -118,8 +128,22 @@ class Engine:
             target_kv_bytes=target.kv_bytes_per_token() * n_ctx,
             draft_kv_bytes=draft_model.kv_bytes_per_token() * n_ctx if draft_model else 0,
             notes=tuple(notes),
+            threads=context.n_threads,
         )
         return self.info
+
+    def _retune_threads(self) -> None:
+        """With automatic threads, re-choose the count from what other processes used since the last request
+        (kept when that interval was too short to say): a load that came or went since the pair was loaded."""
+        if not self._auto_threads or self._decoder is None:
+            return
+        busy = self._load_meter.busy_since_last()
+        if busy is None:
+            return
+        threads = choose_threads(usable_cpus(), busy)
+        for ctx in self._contexts():
+            if ctx.n_threads != threads:
+                ctx.set_threads(threads)
 
     def _announce(self, stage: str, path: object) -> None:
         if self.on_load_stage is not None:
@@ -278,6 +302,7 @@ class Engine:
         self._cancel.clear()
         for ctx in self._contexts():
             ctx.clear_abort()
+        self._retune_threads()
         return self._stream(decoder, request)
 
     def _stream(self, decoder: SpeculativeDecoder, request: GenerationRequest) -> Iterator[StepEvent | DoneEvent]:

@@ -128,7 +128,8 @@ class SpeculativeDecoder:
             raise ValueError("the prompt is empty")
         if len(prompt) >= n_ctx:
             raise ContextOverflowError(len(prompt), n_ctx)
-        stats = GenerationStats(prompt_tokens=len(prompt), draft_mode=self.drafter.kind)
+        stats = GenerationStats(prompt_tokens=len(prompt), draft_mode=self.drafter.kind,
+                                threads=self.context.n_threads)
         try:
             stats.prompt_tokens_reused = self._prefill(prompt)
             self.drafter.prefill(prompt)

@@ -335,10 +335,13 @@ class MainWindow(QMainWindow):
         mem = st.get("memory_bytes", 0) / 2**20
         layers = st.get("gpu_layers", (0, 0))
         plain = self.session.last_plain_tps  # measured in the last reply (docs/metrics.md: plain_tps)
+        last = self.session.last_done  # automatic threads are re-chosen per reply: the last reply's count first
+        threads = (last.stats.threads if last is not None and last.stats.threads else 0) or getattr(info, "threads", 0)
         self.engine_label.setText(
             f"Engine: {backend} · target {st.get('target')} · {drafting_text(self.settings.value, info)} · "
             f"{mem:,.0f} MiB "
             f"(weights + KV, ctx {st.get('n_ctx')}) · GPU layers {layers[0]}/{layers[1]}"
+            + (f" · {threads} CPU thread{'s' if threads != 1 else ''}" if threads else "")
             + (f" · plain {plain:.1f} tok/s (last reply)" if plain else "")
             + (f" · {info.placement_text()}" if info.uses_rpc else ""))
 

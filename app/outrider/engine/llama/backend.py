@@ -342,6 +342,15 @@ class ModelContext:
         ll.llama_memory_clear(self._mem, True)
         self.n_past = 0
 
+    @property
+    def n_threads(self) -> int:
+        """The CPU threads llama.cpp uses for this context's passes (one token and batches alike)."""
+        return int(ll.llama_n_threads(self._ctx))
+
+    def set_threads(self, n: int) -> None:
+        """Use ``n`` CPU threads from the next pass on (between requests: ``engine/threads.py``)."""
+        ll.llama_set_n_threads(self._ctx, n, n)
+
     def close(self) -> None:
         if getattr(self, "_ctx", None):
             ll.llama_batch_free(self._batch)

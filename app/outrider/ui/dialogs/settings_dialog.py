@@ -181,7 +181,9 @@ class SettingsDialog(QDialog):
             "Hardware": (
                 ("target_gpu_layers", "Target GPU layers", self.target_gpu_layers, ""),
                 ("draft_gpu_layers", "Draft GPU layers", self.draft_gpu_layers, ""),
-                ("threads", "CPU threads", self.threads, "Auto uses the machine's cores."),
+                ("threads", "CPU threads", self.threads,
+                 "Auto: the CPUs other programs leave free (one fewer than the cores when they are busy), "
+                 "re-chosen before each reply; the status bar shows the count."),
                 ("rpc_servers", "RPC workers", self.rpc_servers, RPC_HELP),
                 ("target_split", "Target split", self.target_split, SPLIT_HELP),
             ),
