@@ -20,8 +20,8 @@ from outrider.engine.params import LookupSettings, SamplingParams
 from outrider.engine.sampling import (
     SparseDist,
     distribution,
+    draft_token,
     greedy_token,
-    sample,
     top_probability,
 )
 
@@ -188,7 +188,8 @@ class ModelDraft:
                 q = distribution(logits, sampling)
                 if p_min > 0 and not 0 < len(tokens) < must and float(q.probs.max()) < p_min:
                     break
-                token = sample(q, rng)
+                # The request's sampler's proposal, keyed by absolute position (its noise is the target's there).
+                token = draft_token(q, sampling, len(committed) + len(tokens))
                 assert dists is not None
                 dists.append(q)
             tokens.append(token)

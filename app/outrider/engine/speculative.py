@@ -6,7 +6,9 @@ One step, with ``committed`` = prompt + every token emitted so far and its last 
 2. evaluate [last committed, d1..dk] in ONE target batch with logits for every position;
 3. temperature 0: accept the longest prefix of d equal to the target's argmax, then add the target's own next
    token — so the output is token-for-token what target-only greedy decoding gives;
-   temperature > 0: speculative sampling (``sampling.accept_draft_token`` / ``residual``), exact in distribution;
+   temperature > 0: the request's sampler (``sampling.verify_sampled``): Gumbel-max coupling (the output is the
+   target's own seeded choice whatever was drafted) or speculative sampling's accept/residual rule; both exact in
+   distribution, both drawing from noise keyed by (seed, position), so no draw depends on earlier steps;
 4. roll the target's KV cache back to exactly the committed tokens (the drafter re-syncs itself next step).
 
 Invariant: ``self.cached`` lists exactly the tokens in the target's KV cache, in position order.
@@ -29,13 +31,7 @@ from outrider.engine.events import DoneEvent, StepEvent
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter
 from outrider.engine.params import DraftParams, SamplingParams
-from outrider.engine.sampling import (
-    accept_draft_token,
-    distribution,
-    greedy_token,
-    residual,
-    sample,
-)
+from outrider.engine.sampling import distribution, greedy_token, resolve_seed, verify_sampled
 from outrider.engine.stats import GenerationStats, PlainRateMeter
 
 STOP_EOG = "stop"  # end-of-generation token or a stop string
@@ -156,7 +152,10 @@ class SpeculativeDecoder:
         probe_every = request.plain_probe_every if self.drafter.kind != "none" else 0
         # A draft of k tokens is verified in one batch of k + 1: more than n_batch would split the pass.
         k_cap = max(0, self.context.n_batch - 1)
-        rng = np.random.default_rng(request.sampling.seed)
+        # One concrete seed per reply: the draft and the target draw from the same keyed noise (an unseeded
+        # reply gets a fresh one). ``rng`` is only for drafters with randomness of their own (exact either way).
+        sampling = resolve_seed(request.sampling)
+        rng = np.random.default_rng(sampling.seed)
         detok = IncrementalDetokenizer()
         stops = StopStringFilter(request.stop)
         meter = PlainRateMeter(stats)
@@ -185,7 +184,7 @@ class SpeculativeDecoder:
             draft = EMPTY_DRAFT
             drafting_s = 0.0  # the cost of drafting itself, without a draft model's catch-up (for auto k)
             if k > 0:
-                draft = self.drafter.propose(committed, k, request.sampling, rng, params.p_min, params.draft_min)
+                draft = self.drafter.propose(committed, k, sampling, rng, params.p_min, params.draft_min)
                 if len(draft.tokens) > k:
                     draft = dataclasses.replace(
                         draft, tokens=draft.tokens[:k], dists=draft.dists[:k] if draft.dists else None)
@@ -204,7 +203,7 @@ class SpeculativeDecoder:
             batch = [committed[-1], *draft.tokens]
             self.context.decode(batch, logits="all")
             self.cached.extend(batch)
-            n_accepted, new_token = self._verify(draft, request.sampling, rng)
+            n_accepted, new_token = self._verify(draft, sampling, len(committed))
             t2 = time.perf_counter()
             keep = len(committed) + n_accepted
             self.context.truncate(keep)
@@ -268,8 +267,9 @@ class SpeculativeDecoder:
         stats.decode_s = time.perf_counter() - t_decode
         yield DoneEvent(stop_reason, stats, "".join(texts))
 
-    def _verify(self, draft: Draft, sampling: SamplingParams, rng: np.random.Generator) -> tuple[int, int]:
-        """Compare the draft with the target's logits (outputs 0..len(draft)); return (accepted, next token)."""
+    def _verify(self, draft: Draft, sampling: SamplingParams, position: int) -> tuple[int, int]:
+        """Compare the draft (its first token at absolute ``position``) with the target's logits (outputs
+        0..len(draft)); return (accepted, next token)."""
         ctx = self.context
         if sampling.greedy:
             for i, token in enumerate(draft.tokens):
@@ -278,9 +278,5 @@ class SpeculativeDecoder:
                     return i, choice
             return len(draft.tokens), greedy_token(ctx.logits_row(len(draft.tokens)))
         assert draft.dists is not None or not draft.tokens
-        for i, token in enumerate(draft.tokens):
-            p = distribution(ctx.logits_row(i), sampling)
-            q = draft.dists[i]  # type: ignore[index]
-            if not accept_draft_token(token, p, q, rng):
-                return i, sample(residual(p, q), rng)
-        return len(draft.tokens), sample(distribution(ctx.logits_row(len(draft.tokens)), sampling), rng)
+        return verify_sampled(draft.tokens, lambda i: distribution(ctx.logits_row(i), sampling), draft.dists or [],
+                              sampling, position)
