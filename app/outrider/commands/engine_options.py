@@ -39,6 +39,8 @@ class CommandEngine(Protocol):
 
     def run(self, request: Any) -> Iterator[Any]: ...
 
+    def score(self, request: Any, tokens: Sequence[int]) -> Sequence[Sequence[float]]: ...
+
     def close(self, *, quick: bool = False) -> None: ...
 
 
@@ -235,6 +237,10 @@ class WorkerEngine:
                 else:
                     yield event
 
+    def score(self, request: Any, tokens: Sequence[int]) -> Sequence[Sequence[float]]:
+        with self._errors():
+            return self._client.score(request, tokens)
+
     def close(self, *, quick: bool = False) -> None:
         self._client.stop(timeout=0.5 if quick else 10.0)
 
@@ -263,6 +269,14 @@ class InProcessEngine:
             for text in self._engine.take_chat_notes():  # the template may have been replaced just now
                 note(text, self._noted)
             yield from events
+        except EngineError as exc:
+            raise CliError(str(exc)) from None
+
+    def score(self, request: Any, tokens: Sequence[int]) -> Sequence[Sequence[float]]:
+        from outrider.engine.errors import EngineError
+
+        try:
+            return self._engine.score(request, tokens)
         except EngineError as exc:
             raise CliError(str(exc)) from None
 

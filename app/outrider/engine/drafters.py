@@ -199,6 +199,20 @@ class ModelDraft:
             self.cached.append(token)
         return Draft(tokens, dists, sync_s, synced)
 
+    def proposal_dists(self, prefix: Sequence[int], tokens: Sequence[int],
+                       sampling: SamplingParams) -> list[SparseDist] | None:
+        """q at each position of ``tokens`` continuing ``prefix`` (``outrider verify``'s draft-direction test);
+        None when they do not fit one batch."""
+        if not tokens or len(tokens) > self.context.n_batch or len(prefix) + len(tokens) > self.context.n_ctx:
+            return None
+        self._sync(prefix)
+        dists = [distribution(self._logits(-1), sampling)]
+        if len(tokens) > 1:
+            self.context.decode(list(tokens[:-1]), logits="all")
+            self.cached.extend(tokens[:-1])
+            dists += [distribution(self._logits(i), sampling) for i in range(len(tokens) - 1)]
+        return dists
+
     def close(self) -> None:
         self.context.close()
 
@@ -259,6 +273,11 @@ class PromptLookupDraft:
                 hits += int(guess == committed[i])
         self._update_index(committed)
         return hits, trials
+
+    def proposals(self, prefix: Sequence[int], tokens: Sequence[int]) -> list[int | None]:
+        """The token this lookup would propose first at each position of ``tokens`` continuing ``prefix`` (None:
+        no match there): its point-mass q, for ``outrider verify``'s draft-direction test."""
+        return [self._first_guess([*prefix, *tokens[:j]]) for j in range(len(tokens))]
 
     def _first_guess(self, prefix: Sequence[int]) -> int | None:
         self._update_index(prefix)

@@ -203,6 +203,7 @@ class TextRequest:
     stop: tuple[str, ...] = ()
     plain: bool = False
     continue_reply: bool = False
+    ignore_eos: bool = False  # ``outrider verify``: sample through end-of-generation tokens (every sample M tokens)
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

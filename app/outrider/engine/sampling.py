@@ -197,16 +197,17 @@ def residual(p: SparseDist, q: SparseDist) -> SparseDist:
     return SparseDist(ids[keep].astype(np.int64), r[keep] / total)
 
 
-def rank_mass(dist: SparseDist, token: int) -> tuple[float, float]:
-    """(mass ranked before ``token``, probability of ``token``) in ``dist``, tokens ranked by decreasing probability,
-    ties by id: what a randomised probability-integral transform of ``token`` needs (``outrider verify``).
-    A token outside the support gives (1.0, 0.0)."""
+def rank_mass(dist: SparseDist, token: int) -> tuple[float, float, float]:
+    """(mass ranked before ``token``, probability of ``token``, probability of the likeliest token) in ``dist``,
+    tokens ranked by decreasing probability, ties by id: what a randomised probability-integral transform of
+    ``token`` needs (``outrider verify``). A token outside the support gives (1.0, 0.0, top)."""
+    top = float(dist.probs.max())
     hit = np.flatnonzero(dist.ids == token)
     if not hit.size:
-        return 1.0, 0.0
+        return 1.0, 0.0, top
     px = float(dist.probs[hit[0]])
     before = (dist.probs > px) | ((dist.probs == px) & (dist.ids < token))
-    return float(dist.probs[before].sum()), px
+    return float(dist.probs[before].sum()), px, top
 
 
 # ======================================================================================== keyed draws ==
@@ -258,7 +259,7 @@ class KeyedDraws:
     def _words(self, ids: npt.ArrayLike, positions: npt.ArrayLike, stream: int) -> tuple[npt.NDArray[np.uint64], ...]:
         pos = np.asarray(positions, dtype=np.uint64)
         key = (self.seed & 0xFFFF_FFFF, (self.seed >> 32) & 0xFFFF_FFFF)
-        counter = (np.asarray(ids, dtype=np.uint64), pos & _MASK32, np.full(1, stream, dtype=np.uint64),
+        counter = (np.asarray(ids, dtype=np.uint64), pos & _MASK32, np.asarray(stream, dtype=np.uint64),
                    pos >> np.uint64(32))
         return philox4x32(counter, key)
 

@@ -25,13 +25,20 @@ from typing import Protocol
 import numpy as np
 
 from outrider.engine.autodraft import AutoDraftLength
-from outrider.engine.drafters import EMPTY_DRAFT, Draft, DraftSource, common_prefix_length
+from outrider.engine.drafters import (
+    EMPTY_DRAFT,
+    Draft,
+    DraftSource,
+    ModelDraft,
+    PromptLookupDraft,
+    common_prefix_length,
+)
 from outrider.engine.errors import ContextOverflowError, DecodeError
 from outrider.engine.events import DoneEvent, StepEvent
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter
 from outrider.engine.params import DraftParams, SamplingParams
-from outrider.engine.sampling import distribution, greedy_token, resolve_seed, verify_sampled
+from outrider.engine.sampling import SparseDist, distribution, greedy_token, rank_mass, resolve_seed, verify_sampled
 from outrider.engine.stats import GenerationStats, PlainRateMeter
 
 STOP_EOG = "stop"  # end-of-generation token or a stop string
@@ -39,6 +46,9 @@ STOP_LENGTH = "length"  # max tokens reached or the context is full
 STOP_CANCELLED = "cancelled"
 
 PLAIN_PROBE_EVERY = 32  # steps: the longest run without a plain-decoding measurement (~1-2% of the gain)
+TokenScore = tuple[float, float, float, float, float, float]
+"""``SpeculativeDecoder.score``'s row: mass ranked before x, p(x), top p, then q(x), E_p[q], Var_p[q] (Var -1: none)."""
+
 CATCH_UP_TOKENS = 2  # what a draft model evaluates to catch up after a speculative step (last accepted + new)
 
 
@@ -266,6 +276,65 @@ class SpeculativeDecoder:
             yield StepEvent([], [], [tail], 0, stats)
         stats.decode_s = time.perf_counter() - t_decode
         yield DoneEvent(stop_reason, stats, "".join(texts))
+
+    def score(self, prompt: Sequence[int], tokens: Sequence[int],
+              sampling: SamplingParams) -> list[TokenScore]:
+        """The target's own view of ``tokens`` continuing ``prompt``: for each token, (mass of the tokens ranked
+        before it, its probability, the likeliest token's probability) in the target's distribution at its
+        position, with ``sampling``'s filters and temperature (``sampling.rank_mass``; greedy: temperature 1),
+        then the drafter's direction: (q(x), E_p[q], Var_p[q]) where q is the draft's proposal distribution at the
+        position (a draft model's, or the point mass of prompt lookup's proposal), or (0, 0, -1) where it has none.
+
+        One plain evaluation of the sampled prefix, independent of how the tokens were generated: what
+        ``outrider verify`` compares every sampled token with. Leaves the cache holding ``prompt`` minus its last
+        token, as a generation would find it.
+        """
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if len(prompt) + len(tokens) > self.context.n_ctx:
+            raise ContextOverflowError(len(prompt) + len(tokens), self.context.n_ctx)
+        if sampling.greedy:
+            sampling = dataclasses.replace(sampling, temperature=1.0)
+        self._prefill(prompt)
+        sequence = [prompt[-1], *tokens[:-1]]
+        dists: list[SparseDist] = []
+        step = max(1, self.context.n_batch)
+        try:
+            for start in range(0, len(tokens), step):
+                chunk = sequence[start : start + step]
+                self.context.decode(chunk, logits="all")
+                self.cached.extend(chunk)
+                dists += [distribution(self.context.logits_row(i), sampling) for i in range(len(chunk))]
+        finally:
+            keep = len(prompt) - 1
+            self.context.truncate(keep)
+            del self.cached[keep:]
+        direction = self._draft_direction(prompt, tokens, dists, sampling)
+        return [(*rank_mass(p, int(t)), *d) for p, t, d in zip(dists, tokens, direction, strict=True)]
+
+    def _draft_direction(self, prompt: Sequence[int], tokens: Sequence[int], dists: Sequence[SparseDist],
+                         sampling: SamplingParams) -> list[tuple[float, float, float]]:
+        """(q(x), E_p[q], Var_p[q]) per position for ``score``; (0, 0, -1) where the drafter proposes nothing."""
+        none = (0.0, 0.0, -1.0)
+        drafter = self.drafter
+        if isinstance(drafter, PromptLookupDraft):
+            out = []
+            for p, token, guess in zip(dists, tokens, drafter.proposals(prompt, tokens), strict=True):
+                if guess is None:
+                    out.append(none)
+                else:
+                    pd = p.prob_of(guess)
+                    out.append((float(token == guess), pd, pd * (1.0 - pd)))
+            return out
+        qs = drafter.proposal_dists(prompt, tokens, sampling) if isinstance(drafter, ModelDraft) else None
+        if qs is None:
+            return [none] * len(tokens)
+        out = []
+        for p, q, token in zip(dists, qs, tokens, strict=True):
+            q_on_p = np.array([q.prob_of(int(t)) for t in p.ids])
+            mean = float(np.dot(p.probs, q_on_p))
+            out.append((q.prob_of(int(token)), mean, max(0.0, float(np.dot(p.probs, q_on_p**2)) - mean * mean)))
+        return out
 
     def _verify(self, draft: Draft, sampling: SamplingParams, position: int) -> tuple[int, int]:
         """Compare the draft (its first token at absolute ``position``) with the target's logits (outputs
