@@ -11,54 +11,12 @@ setting (``planted_bugs.WHERE``). Prints one row per bug: caught / runs, and the
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from outrider.cli import main as outrider_main
-from support.planted_bugs import BUGS, SETTINGS, WHERE, planted
-from support.tiny_gguf import TinyShape, make_family
-
-SMALL_SHAPE = TinyShape(n_layer=4, n_embd=128, n_head=4, n_ff=256)  # the test suite's tiny_family
-# test_sampling_exact's family: peaked next-token distributions, a draft (the first layer) that often disagrees.
-PEAKED_SHAPE = TinyShape(n_layer=3, n_embd=64, n_head=2, n_ff=128)
-
-
-def family_of(name: str, directory: Path) -> Any:
-    if name == "small":
-        return make_family(directory, shape=SMALL_SHAPE, extra_layer_scale=0.2)
-    return make_family(directory, shape=PEAKED_SHAPE, extra_layer_scale=0.3, output_scale=4.0, seed=1234)
-
-
-def verify_once(pair: list[str], setting: str, sampler: str, seed: int, samples: int, tokens: int,
-                prompt: str) -> tuple[int, dict[str, Any]]:
-    argv = ["verify", *pair, *SETTINGS[setting], "--sampler", sampler, "--seed", str(seed), "--samples",
-            str(samples), "--tokens", str(tokens), "--prompt", prompt, "--ctx", "512", "--threads", "1", "--k", "3",
-            "--in-process", "--json"]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = outrider_main(argv)
-    return code, json.loads(out.getvalue())
-
-
-def echo_prompt(target: Path, prompt: str, n: int = 12) -> str:
-    """``prompt`` + the target's greedy continuation of it + ``prompt`` again: prompt lookup then proposes what the
-    target itself continued with (as in test_sampling_exact's lookup case), so it drafts at most positions."""
-    from outrider.engine.params import ContextSettings, PairSpec, SamplingParams
-    from outrider.engine.session import Engine
-
-    engine = Engine()
-    try:
-        engine.load(PairSpec(target=str(target), context=ContextSettings(n_ctx=256, threads=1)))
-        events = list(engine.generate(engine.tokenize_prompt(prompt), max_tokens=n, sampling=SamplingParams()))
-        return f"{prompt}{events[-1].text} {prompt}"  # type: ignore[union-attr]
-    finally:
-        engine.close()
+from support.planted_bugs import BUGS, WHERE, echo_prompt, family_of, planted, verify_once
 
 
 def main() -> None:

@@ -18,7 +18,11 @@ block (in this process: ``outrider verify --in-process``), with what a plausible
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,6 +31,7 @@ from outrider.engine import drafters, sampling
 from outrider.engine.drafters import EMPTY_DRAFT, Draft, ModelDraft, common_prefix_length
 from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist, distribution, draft_token, greedy_token
+from support.tiny_gguf import Family, TinyShape, make_family
 
 SETTINGS: dict[str, list[str]] = {
     "T 0.7": ["--temperature", "0.7"],
@@ -113,3 +118,44 @@ WHERE: dict[str, tuple[tuple[str, str], ...]] = {
     "accept_at_t1": (("T 0.7", "rejection"), ("lookup", "rejection")),
     "coupled_always_accept": (("T 0.7", "coupled"),),
 }
+
+
+SMALL_SHAPE = TinyShape(n_layer=4, n_embd=128, n_head=4, n_ff=256)  # the test suite's tiny_family
+# test_sampling_exact's family: peaked next-token distributions, a draft (the first layer) that often disagrees.
+PEAKED_SHAPE = TinyShape(n_layer=3, n_embd=64, n_head=2, n_ff=128)
+
+
+def family_of(name: str, directory: Path) -> Family:
+    if name == "small":
+        return make_family(directory, shape=SMALL_SHAPE, extra_layer_scale=0.2)
+    return make_family(directory, shape=PEAKED_SHAPE, extra_layer_scale=0.3, output_scale=4.0, seed=1234)
+
+
+def verify_once(pair: list[str], setting: str, sampler: str, seed: int, samples: int | None, tokens: int | None,
+                prompt: str) -> tuple[int, dict[str, Any]]:
+    """One ``outrider verify --in-process --json`` (its exit status, its JSON object); ``samples`` / ``tokens``
+    None: verify's defaults."""
+    from outrider.cli import main as outrider_main
+
+    size = [*(["--samples", str(samples)] if samples else []), *(["--tokens", str(tokens)] if tokens else [])]
+    argv = ["verify", *pair, *SETTINGS[setting], "--sampler", sampler, "--seed", str(seed), *size, "--prompt",
+            prompt, "--ctx", "512", "--threads", "1", "--k", "3", "--in-process", "--json"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = outrider_main(argv)
+    return code, json.loads(out.getvalue())
+
+
+def echo_prompt(target: Path, prompt: str, n: int = 12) -> str:
+    """``prompt`` + the target's greedy continuation of it + ``prompt`` again: prompt lookup then proposes what the
+    target itself continued with (as in test_sampling_exact's lookup case), so it drafts at most positions."""
+    from outrider.engine.params import ContextSettings, PairSpec, SamplingParams
+    from outrider.engine.session import Engine
+
+    engine = Engine()
+    try:
+        engine.load(PairSpec(target=str(target), context=ContextSettings(n_ctx=256, threads=1)))
+        events = list(engine.generate(engine.tokenize_prompt(prompt), max_tokens=n, sampling=SamplingParams()))
+        return f"{prompt}{events[-1].text} {prompt}"  # type: ignore[union-attr]
+    finally:
+        engine.close()
