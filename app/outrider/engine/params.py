@@ -105,15 +105,27 @@ class LookupSettings:
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"n-gram sizes must satisfy 1 <= min <= max, got {self.ngram_min}..{self.ngram_max}")
 
+Sampler = Literal["coupled", "rejection"]
+SAMPLERS: tuple[Sampler, ...] = ("coupled", "rejection")
+DEFAULT_SAMPLER: Sampler = "coupled"
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
-    """Sampling settings. ``temperature == 0`` means greedy; top_k 0, top_p 1 and min_p 0 disable a filter."""
+    """Sampling settings. ``temperature == 0`` means greedy; top_k 0, top_p 1 and min_p 0 disable a filter.
+
+    ``sampler`` (temperature > 0 with a drafter; both exact in distribution, see ``engine/sampling.py``):
+    ``coupled`` (Gumbel-max coupling: a seeded reply is the same text with any drafter and any k, or none) or
+    ``rejection`` (classic speculative sampling: the seeded text depends on what was drafted). The default was
+    chosen by measured acceptance (docs/metrics.md).
+    """
 
     temperature: float = 0.0
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int | None = None
+    sampler: Sampler = DEFAULT_SAMPLER
 
     def __post_init__(self) -> None:
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
@@ -126,6 +138,8 @@ class SamplingParams:
             raise ValueError(f"min-p must be in [0, 1], got {self.min_p}")
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be coupled or rejection, got {self.sampler!r}")
 
     @property
     def greedy(self) -> bool:
@@ -204,6 +218,7 @@ class TextRequest:
     plain: bool = False
     continue_reply: bool = False
     trim: bool = True
+    ignore_eos: bool = False  # ``outrider verify``: sample through end-of-generation tokens (every sample M tokens)
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

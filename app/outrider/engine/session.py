@@ -23,7 +23,13 @@ from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.llama.text import clean_text
 from outrider.engine.params import ChatMessage, DraftParams, LookupSettings, PairSpec, SamplingParams, TextRequest
-from outrider.engine.speculative import STOP_CANCELLED, STOP_LENGTH, GenerationRequest, SpeculativeDecoder
+from outrider.engine.speculative import (
+    STOP_CANCELLED,
+    STOP_LENGTH,
+    GenerationRequest,
+    SpeculativeDecoder,
+    TokenScore,
+)
 from outrider.engine.stats import GenerationStats
 from outrider.engine.threads import OtherLoadMeter, choose_threads, usable_cpus
 
@@ -344,7 +350,26 @@ class Engine:
             draft=request.draft,
             stop=request.stop,
             plain=request.plain,
+            ignore_eos=request.ignore_eos,
         )
+
+    def score(self, request: TextRequest, tokens: Sequence[int]) -> list[TokenScore]:
+        """For each of ``tokens`` continuing ``request``'s prompt (tokenised as ``run`` would): (mass ranked before
+        it, its probability, the top probability) in the target's distribution at its position with the request's
+        filters (``SpeculativeDecoder.score``). Not while a generation runs."""
+        if request.messages is not None:
+            prompt = self.tokenize_chat(request.messages, reserve=min(request.max_tokens, 256),
+                                        continue_reply=request.continue_reply)
+            self._pending_reply = None
+        else:
+            assert request.prompt is not None
+            prompt = self.tokenize_prompt(request.prompt)
+        if not self._generating.acquire(blocking=False):
+            raise EngineError("a generation is already running")
+        try:
+            return self._decoder_or_raise().score(prompt, [int(t) for t in tokens], request.sampling)
+        finally:
+            self._generating.release()
 
     def cancel(self) -> None:
         """Stop the running generation within one step (or abort prompt evaluation). Thread-safe."""

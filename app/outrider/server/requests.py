@@ -12,9 +12,9 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
+from outrider.engine.params import SAMPLERS, ChatMessage, DraftParams, Sampler, SamplingParams, TextRequest
 
 MAX_STOP = 4  # OpenAI's limit on stop strings
 MAX_STOP_CHARS = 256
@@ -87,6 +87,10 @@ _COMPLETION_FIELDS = frozenset({"prompt", "max_tokens", "temperature", "top_p", 
                                 "frequency_penalty"})
 
 
+# Outrider's own request fields, on both endpoints: ``sampler`` (coupled | rejection, see SamplingParams).
+_EXTENSIONS = frozenset({"sampler"})
+
+
 def parse_json(body: bytes) -> dict[str, Any]:
     """The request body as a JSON object, or a 400 saying what is wrong with it."""
     try:
@@ -135,7 +139,7 @@ def _check_fields(data: Mapping[str, Any], known: frozenset[str]) -> None:
     for name, value in data.items():
         if name in _NOT_SUPPORTED and value not in (None, [], {}, "none", "auto"):
             raise bad(_NOT_SUPPORTED[name], name, "unsupported_parameter")
-        if name not in known and name not in _HARMLESS and name not in _NOT_SUPPORTED:
+        if name not in known and name not in _HARMLESS and name not in _NOT_SUPPORTED and name not in _EXTENSIONS:
             raise bad(f"unknown field {name!r}", name, "unknown_parameter")
     n = data.get("n", 1)
     if n != 1 or isinstance(n, bool):
@@ -232,6 +236,16 @@ def _stops(value: Any) -> tuple[str, ...]:
     return tuple(stops)
 
 
+def _sampler(value: Any, default: Sampler) -> Sampler:
+    """The extension field ``sampler`` (``coupled`` or ``rejection``, see SamplingParams); absent or null: the
+    server's default."""
+    if value is None:
+        return default
+    if value not in SAMPLERS:
+        raise bad(f"sampler must be one of {', '.join(SAMPLERS)}, got {value!r}", "sampler")
+    return cast(Sampler, value)
+
+
 def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[ChatMessage, ...] | None,
             prompt: str | None, max_tokens: Any, max_param: str) -> ParsedRequest:
     limit = defaults.max_tokens_limit
@@ -247,6 +261,7 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
     top_k = _ranged(data, "top_k", base.top_k, _integer, lambda v: v >= 0, ">= 0")
     min_p = _ranged(data, "min_p", base.min_p, _number, lambda v: 0 <= v <= 1, "in [0, 1]")
     seed = _ranged(data, "seed", base.seed, _integer, lambda v: v >= 0, ">= 0")
+    sampler = _sampler(data.get("sampler"), base.sampler)
     stream = data.get("stream", False)
     if stream is None:
         stream = False
@@ -260,6 +275,6 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
     if model is not None and not isinstance(model, str):
         raise bad("model must be a string", "model", "invalid_type")
     text = TextRequest(prompt=prompt, messages=messages, max_tokens=n_max,
-                       sampling=SamplingParams(temperature, top_k, top_p, min_p, seed), draft=defaults.draft,
+                       sampling=SamplingParams(temperature, top_k, top_p, min_p, seed, sampler), draft=defaults.draft,
                        stop=_stops(data.get("stop")))
     return ParsedRequest(text, stream, include_usage and stream, model)
