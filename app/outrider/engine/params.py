@@ -155,7 +155,8 @@ class DraftParams:
 
 @dataclasses.dataclass(frozen=True)
 class PairSpec:
-    """What to load: a target and optionally a draft model file or prompt lookup."""
+    """What to load: a target and optionally one drafter: a draft model file, prompt lookup, the target's own MTP
+    heads (``mtp``) or a separate MTP head file (``mtp_head``, loaded with ``draft_settings``)."""
 
     target: str
     draft: str | None = None
@@ -164,13 +165,21 @@ class PairSpec:
     draft_settings: ModelSettings = ModelSettings()
     context: ContextSettings = ContextSettings()
     lookup_settings: LookupSettings = LookupSettings()
+    mtp: bool = False
+    mtp_head: str | None = None
 
     def __post_init__(self) -> None:
-        if self.draft and self.lookup:
-            raise ValueError("choose a draft model or prompt lookup, not both")
+        chosen = [name for name, on in (("a draft model", bool(self.draft)), ("prompt lookup", self.lookup),
+                                        ("the model's MTP heads", self.mtp), ("an MTP head file", bool(self.mtp_head)))
+                  if on]
+        if len(chosen) > 1:
+            raise ValueError(f"choose one drafter, not {' and '.join(chosen)}")
 
     @property
     def draft_mode(self) -> str:
+        """``model``, ``lookup``, ``mtp`` (heads in the target or a head file) or ``none``."""
+        if self.mtp or self.mtp_head:
+            return "mtp"
         return "model" if self.draft else ("lookup" if self.lookup else "none")
 
 @dataclasses.dataclass(frozen=True)
