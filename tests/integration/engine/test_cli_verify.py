@@ -114,7 +114,7 @@ def test_too_few_samples_to_compare_is_inconclusive(tiny_family: Family) -> None
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--prompt", "x"], "verify needs --draft D or --lookup"),
+        (["--prompt", "x"], "verify needs a drafter: --draft D, --lookup, --mtp or --mtp-head FILE"),
         (["--lookup", "--prompt", "x", "--temperature", "0"], "--temperature > 0"),
         (["--lookup", "--prompt", "x", "--samples", "0"], "must be at least 1"),
         (["--lookup", "--prompt", "x", "--tokens", "x"], "expected a whole number"),
