@@ -13,7 +13,7 @@ import pytest
 from tests.support.fake_hf import tiny_catalogue
 from tests.support.tiny_gguf import Family
 
-from outrider.catalogue import PROMPT_LOOKUP, CatalogueError, ModelStore, load_catalogue
+from outrider.catalogue import CatalogueError, ModelStore, load_catalogue
 from outrider.catalogue.loading import default_catalogue_path, parse_catalogue, validate_data
 from outrider.catalogue.schema import PAIR_STATUSES
 from outrider.engine.compat import check_files
