@@ -95,6 +95,7 @@ class AppSettings:
     pair_target: str = ""  # the last chosen pair, loaded at the next start (files as chosen)
     pair_draft: str = ""
     pair_lookup: bool = False
+    pair_mtp: bool = False  # the pair drafts with MTP heads: the target's own, or the head file pair_draft
     pair_name: str = ""
     user_overrides: str = ""  # comma-separated PAIR_RECOMMENDED names the user set in the settings dialog
     last_conversation_id: int = 0  # the conversation open when the app was last used, reopened at start (0: none)
@@ -188,12 +189,17 @@ class AppSettings:
             k = self.k
         return DraftParams(k=k, k_max=self.k_max, draft_min=self.draft_min, p_min=self.p_min)
 
-    def pair_spec(self, target: str, draft: str | None, lookup: bool) -> PairSpec:
+    def pair_spec(self, target: str, draft: str | None, lookup: bool, mtp: bool = False) -> PairSpec:
         """The load request: the ``lookup`` source forces prompt lookup; otherwise the pair's own drafter (also
-        with no draft source: it then drafts nothing, k = 0, and switching back needs no reload)."""
+        with no draft source: it then drafts nothing, k = 0, and switching back needs no reload). With ``mtp``
+        the pair's drafter is MTP heads: the target's own (no ``draft``) or the head file ``draft``."""
+        mtp_head: str | None = None
         if self.draft_source == "lookup":
-            draft, lookup = None, True
-        return PairSpec(target=target, draft=draft, lookup=lookup and draft is None,
+            draft, lookup, mtp = None, True, False
+        elif mtp:
+            draft, mtp_head, lookup = None, draft, False
+        return PairSpec(target=target, draft=draft, lookup=lookup and draft is None and not mtp and not mtp_head,
+                        mtp=mtp and mtp_head is None, mtp_head=mtp_head,
                         target_settings=ModelSettings(gpu_layers=self.target_gpu_layers,
                                                       rpc=parse_rpc_list(self.rpc_servers),
                                                       split=parse_split(self.target_split)

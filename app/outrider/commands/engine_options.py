@@ -101,6 +101,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--draft", help="draft model (GGUF) of the same family")
     src.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram) instead of a model")
+    src.add_argument("--mtp", action="store_true",
+                     help="draft with the target's own MTP (NextN) heads, when its file carries them")
+    src.add_argument("--mtp-head", metavar="FILE",
+                     help="draft with a separate MTP head file (GGUF) made for the target")
     p.add_argument("--lookup-history", nargs="?", const="", default=None, metavar="HISTORY",
                    help="draft from the chat history too (history lookup, tried before prompt lookup and the draft "
                         "model); HISTORY is a history.sqlite3, by default the app's own")
@@ -137,11 +141,19 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 
 # -- building requests ----------------------------------------------------------------------------------------
+def has_drafter(args: argparse.Namespace) -> bool:
+    """Whether the options choose a drafter (a draft model, prompt lookup, MTP heads or an MTP head file)."""
+    return bool(args.draft or args.lookup or args.mtp or args.mtp_head)
+
+
+DRAFTER_CHOICES = "--draft D, --lookup, --mtp or --mtp-head FILE"
+
+
 def pair_spec(args: argparse.Namespace) -> Any:
     """The ``PairSpec`` of the model options; missing files and bad settings are a ``CliError`` (exit 2)."""
     from outrider.engine.params import ContextSettings, LookupSettings, ModelSettings, PairSpec
 
-    for path in (args.target, args.draft):
+    for path in (args.target, args.draft, args.mtp_head):
         if path is not None and not Path(path).exists():
             raise CliError(f"file not found: {path}")
     if not 0 <= args.threads <= max_threads():
@@ -152,6 +164,8 @@ def pair_spec(args: argparse.Namespace) -> Any:
             target=args.target,
             draft=args.draft,
             lookup=args.lookup,
+            mtp=args.mtp,
+            mtp_head=args.mtp_head,
             target_settings=ModelSettings(gpu_layers=args.gpu_layers, rpc=args.rpc, split=args.split),
             draft_settings=ModelSettings(gpu_layers=args.draft_gpu_layers),
             context=ContextSettings(n_ctx=args.ctx, threads=args.threads),

@@ -10,10 +10,12 @@ from typing import Any
 
 from outrider.commands.base import CliError, positive_int, print_json
 from outrider.commands.engine_options import (
+    DRAFTER_CHOICES,
     CommandEngine,
     add_model_options,
     add_prompt_options,
     engine_session,
+    has_drafter,
     is_done,
     text_request,
 )
@@ -134,8 +136,8 @@ def load_prompts(path: Path | None) -> list[tuple[str, str]]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    if not args.draft and not args.lookup:
-        raise CliError("bench needs --draft D or --lookup")
+    if not has_drafter(args):
+        raise CliError(f"bench needs a drafter: {DRAFTER_CHOICES}")
     prompts = load_prompts(args.prompts)
     rows: list[dict[str, Any]] = []
     with engine_session(args) as engine:

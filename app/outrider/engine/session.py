@@ -11,17 +11,21 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from outrider.engine import mtp_files
 from outrider.engine.chain_draft import ChainDraft
 from outrider.engine.chat import ChatFormatter, Segment, TrimCancelled, fit_conversation
 from outrider.engine.compat import check_facts
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
-from outrider.engine.errors import ContextOverflowError, EngineError, TemplateError
+from outrider.engine.errors import ContextOverflowError, EngineError, IncompatiblePairError, TemplateError
 from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
 from outrider.engine.history_draft import HistoryLookupDraft
 from outrider.engine.history_index import HistoryIndex, index_dir_for, tokenizer_fingerprint
 from outrider.engine.llama.backend import LoadedModel, ModelContext
+from outrider.engine.llama.gguf_header import GGUFHeaderError
+from outrider.engine.llama.mtp_context import MtpContext, n_nextn_layers
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.llama.text import clean_text
+from outrider.engine.mtp import MtpDraft
 from outrider.engine.params import ChatMessage, DraftParams, LookupSettings, PairSpec, SamplingParams, TextRequest
 from outrider.engine.speculative import (
     STOP_CANCELLED,
@@ -86,8 +90,10 @@ class Engine:
         if self._auto_threads:  # chosen from the CPUs free now, re-chosen before each reply (``_retune_threads``)
             threads = choose_threads(usable_cpus(), self._load_meter.probe())
             spec = dataclasses.replace(spec, context=dataclasses.replace(spec.context, threads=threads))
+        if spec.mtp:
+            _refuse_mtp_problem(lambda: mtp_files.check_target_file(spec.target))
         self._announce("target", spec.target)
-        target = LoadedModel(self.backend, spec.target, spec.target_settings)
+        target = LoadedModel(self.backend, spec.target, spec.target_settings, load_mtp=spec.mtp)
         try:
             context = ModelContext(target, spec.context)
         except BaseException:
@@ -104,6 +110,8 @@ class Engine:
                                      target)
             elif spec.lookup:
                 drafter = PromptLookupDraft(spec.lookup_settings)
+            elif spec.mtp or spec.mtp_head:
+                drafter, draft_model = self._mtp_drafter(spec, target, context)
             if spec.lookup_history is not None:
                 drafter = _history_chain(target, Path(spec.lookup_history), spec.lookup_settings, drafter, notes)
         except BaseException:
@@ -132,7 +140,7 @@ class Engine:
             gpu_offload=self.backend.info.gpu_offload,
             chat_template=self._formatter.source,
             target_kv_bytes=target.kv_bytes_per_token() * n_ctx,
-            draft_kv_bytes=draft_model.kv_bytes_per_token() * n_ctx if draft_model else 0,
+            draft_kv_bytes=_draft_kv_bytes(drafter, draft_model, target) * n_ctx,
             notes=tuple(notes),
             threads=context.n_threads,
         )
@@ -150,6 +158,27 @@ class Engine:
         for ctx in self._contexts():
             if ctx.n_threads != threads:
                 ctx.set_threads(threads)
+
+    def _mtp_drafter(self, spec: PairSpec, target: LoadedModel,
+                     context: ModelContext) -> tuple[MtpDraft, LoadedModel | None]:
+        """The MTP drafter on the target's own heads (``spec.mtp``) or on a head file (``spec.mtp_head``, loaded
+        here and returned so it is freed with the pair)."""
+        head: LoadedModel | None = None
+        source = target
+        if spec.mtp_head:
+            head_path = spec.mtp_head
+            _refuse_mtp_problem(lambda: mtp_files.check_head_file(spec.target, head_path))
+            self._announce("draft", head_path)
+            head = LoadedModel(self.backend, head_path, spec.draft_settings, load_mtp=True)
+            source = head
+        try:
+            if n_nextn_layers(source) == 0:
+                raise IncompatiblePairError("no_mtp_layers", f"{Path(source.path).name} has no MTP layers")
+            return MtpDraft(context, MtpContext(source, spec.context), target.n_vocab), head
+        except BaseException:
+            if head is not None:
+                head.close()
+            raise
 
     def _announce(self, stage: str, path: object) -> None:
         if self.on_load_stage is not None:
@@ -377,13 +406,36 @@ class Engine:
         for ctx in self._contexts():
             ctx.request_abort()
 
-    def _contexts(self) -> list[ModelContext]:
+    def _contexts(self) -> list[ModelContext | MtpContext]:
         """The target's context and the draft model's, if any."""
         decoder = self._decoder
         if decoder is None:
             return []
         draft_ctx = getattr(decoder.drafter, "context", None)
-        return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext) else [])
+        if isinstance(decoder.drafter, MtpDraft):
+            draft_ctx = decoder.drafter.mtp
+        return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext | MtpContext) else [])
+
+
+def _refuse_mtp_problem(check: Callable[[], mtp_files.MtpFileProblem | None]) -> None:
+    """Raise the header-only MTP problem of a file as IncompatiblePairError (an unreadable file is left to the
+    model load, which explains it)."""
+    try:
+        problem = check()
+    except GGUFHeaderError:
+        return
+    if problem is not None:
+        raise IncompatiblePairError(problem.rule, problem.reason)
+
+
+def _draft_kv_bytes(drafter: DraftSource, draft_model: LoadedModel | None, target: LoadedModel) -> int:
+    """KV bytes per position of the drafter's context: a draft model's, or the MTP context's (its NextN blocks
+    only, each as wide as a target layer)."""
+    if isinstance(drafter, MtpDraft):
+        source = drafter.mtp.model
+        per_layer = target.kv_bytes_per_token() // max(1, target.facts.n_layer)
+        return per_layer * n_nextn_layers(source)
+    return draft_model.kv_bytes_per_token() if draft_model is not None else 0
 
 
 def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings, drafter: DraftSource,

@@ -145,13 +145,14 @@ def _startup_choice(saved: Any = None) -> Any:
             not saved.pair_draft or Path(saved.pair_draft).is_file()):
         return PairChoice(Path(saved.pair_target), Path(saved.pair_draft) if saved.pair_draft else None,
                           saved.pair_lookup, saved.pair_id, saved.pair_name or Path(saved.pair_target).name,
-                          demo=demo is not None and saved.pair_id == demo.id)
+                          demo=demo is not None and saved.pair_id == demo.id, mtp=saved.pair_mtp)
     state = startup_pair(catalogue, ModelStore())
     if state is None or state.target_path is None:
         return None
     pair = state.pair
-    return PairChoice(state.target_path, state.draft_path, pair.draft is None, pair.id, pair.name,
-                      demo=demo is not None and pair.id == demo.id)
+    mtp = pair.draft_kind in ("mtp", "mtp-head")
+    return PairChoice(state.target_path, state.draft_path, pair.draft is None and not mtp, pair.id, pair.name,
+                      demo=demo is not None and pair.id == demo.id, mtp=mtp)
 
 
 def _catalogue_service() -> Any:

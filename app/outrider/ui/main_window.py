@@ -317,6 +317,7 @@ class MainWindow(QMainWindow):
             changes = s.recommended(rec.k, int(rec.draft_min), float(rec.p_min), n_ctx)
         changes.update(pair_id=choice.pair_id or "", pair_target=str(choice.target),
                        pair_draft=str(choice.draft) if choice.draft else "", pair_lookup=choice.lookup,
+                       pair_mtp=choice.mtp,
                        pair_name=choice.name)
         self._applying_pair = True  # the load below uses the new settings: no reload of the old pair
         try:

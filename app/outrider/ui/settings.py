@@ -33,6 +33,8 @@ def drafting_text(value: AppSettings, loaded: LoadedPair | None) -> str:
         name = "prompt lookup" if value.draft_source == "lookup" else "model"
     elif loaded.draft_mode == "lookup":
         name = "prompt lookup"
+    elif loaded.draft_mode == "mtp":
+        name = f"MTP head {Path(loaded.draft.path).name}" if loaded.draft is not None else "MTP heads"
     else:
         name = Path(loaded.draft.path).name if loaded.draft is not None else "model"
     k = f"k auto ≤ {value.k_max}" if value.k_policy == "auto" else f"k {value.k}"
@@ -52,7 +54,8 @@ def reload_needed(value: AppSettings, names: list[str], choice: PairChoice | Non
         return False
     if loaded is None:
         return True  # loading (or crashed): load again with the new source
-    spec = value.pair_spec(str(choice.target), str(choice.draft) if choice.draft else None, choice.lookup)
+    spec = value.pair_spec(str(choice.target), str(choice.draft) if choice.draft else None, choice.lookup,
+                           choice.mtp)
     return spec.draft_mode != loaded.draft_mode
 
 

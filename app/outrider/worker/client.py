@@ -402,7 +402,7 @@ class EngineClient:
         except EngineRequestError as exc:
             if not draft_fallback or exc.kind is not ErrorKind.INCOMPATIBLE_PAIR:
                 raise
-            wire = {**spec_to_wire(spec), "draft": None, "lookup": False}
+            wire = {**spec_to_wire(spec), "draft": None, "lookup": False, "mtp": False, "mtp_head": None}
             info = self._load(wire, timeout, refuse_unsafe, on_progress)
             note = f"draft model not compatible — running without draft ({exc.message})"
             info = dataclasses.replace(info, notes=(note, *info.notes))
@@ -412,7 +412,7 @@ class EngineClient:
     def _load(self, wire: dict[str, Any], timeout: float | None, refuse_unsafe: bool,
               on_progress: Callable[[LoadProgress], None] | None) -> LoadedPair:
         if refuse_unsafe:
-            for path in (wire.get("target"), wire.get("draft")):
+            for path in (wire.get("target"), wire.get("draft"), wire.get("mtp_head")):
                 reason = self.unsafe_models.reason(str(path)) if path else None
                 if path and reason:
                     raise EngineRequestError(ErrorKind.UNSAFE_MODEL, f"{Path(path).name} is not loaded automatically: "
@@ -431,7 +431,7 @@ class EngineClient:
                 elif msg["type"] == "loaded":
                     info = loaded_from_wire(msg.get("info"))
                     self.loaded = info
-                    for path in (wire.get("target"), wire.get("draft")):
+                    for path in (wire.get("target"), wire.get("draft"), wire.get("mtp_head")):
                         if path:
                             with contextlib.suppress(OSError):
                                 self.unsafe_models.clear(path)

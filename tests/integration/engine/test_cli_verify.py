@@ -133,7 +133,7 @@ def test_rejection_sampler_adds_coupled_identity_pairs(tiny_family: Family) -> N
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--prompt", "x"], "verify needs --draft D or --lookup"),
+        (["--prompt", "x"], "verify needs a drafter: --draft D, --lookup, --mtp or --mtp-head FILE"),
         (["--lookup", "--prompt", "x", "--temperature", "0"], "--temperature > 0"),
         (["--lookup", "--prompt", "x", "--samples", "0"], "must be at least 1"),
         (["--lookup", "--prompt", "x", "--tokens", "x"], "expected a whole number"),
