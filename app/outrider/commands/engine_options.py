@@ -159,12 +159,12 @@ def history_database(option: str | None) -> str | None:
     given file, which must exist."""
     if option is None:
         return None
+    from outrider.history import DB_FILENAME
+
     if not option:
         from outrider import paths
 
         return str(paths.data_dir() / DB_FILENAME)
-    from outrider.history import DB_FILENAME
-
     path = Path(option)
     if path.is_dir():
         path = path / DB_FILENAME
