@@ -344,7 +344,7 @@ def error_kind_of(exc: BaseException) -> tuple[ErrorKind, dict[str, Any]]:
     if isinstance(exc, IncompatiblePairError):
         return ErrorKind.INCOMPATIBLE_PAIR, {"rule": exc.rule}
     if isinstance(exc, ContextOverflowError):
-        return ErrorKind.CONTEXT_OVERFLOW, {"n_tokens": exc.n_tokens, "n_ctx": exc.n_ctx}
+        return ErrorKind.CONTEXT_OVERFLOW, {"n_tokens": exc.n_tokens, "n_ctx": exc.n_ctx, "reserved": exc.reserved}
     if isinstance(exc, DecodeError):
         return ErrorKind.DECODE, {"status": exc.status}
     if isinstance(exc, TemplateError):

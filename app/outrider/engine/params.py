@@ -191,6 +191,8 @@ class TextRequest:
 
     ``continue_reply``: the last of ``messages`` is an assistant reply cut short (at the token limit); the model
     continues its text instead of starting a new reply (the prompt ends with that text, no end of turn).
+    ``trim``: a conversation too long for the context loses its oldest turns (the app's chats); False: it is
+    refused with a context overflow instead (the server, unless the request asks for trimming).
     """
 
     prompt: str | None = None
@@ -201,6 +203,7 @@ class TextRequest:
     stop: tuple[str, ...] = ()
     plain: bool = False
     continue_reply: bool = False
+    trim: bool = True
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

@@ -249,7 +249,7 @@ class SpeculativeDecoder:
 
             n_drafted = len(draft.tokens)
             stats.passes += 1
-            stats.k_sum += k
+            stats.k_sum += n_drafted  # what the target verified: p-min may cut or empty the chosen k
             # When a stop cuts the step, draft positions beyond it were never used and do not count, so the final
             # step does not bias acceptance, and accepted == the provenance count (plus a drafted end token).
             stats.drafted += n_drafted if reached is None else min(n_drafted, reached)

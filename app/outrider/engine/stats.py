@@ -56,7 +56,7 @@ class GenerationStats:
         passes: target verification passes (one per decoding step).
         pass_tokens: tokens the target passes yielded: ``generated`` plus an end-of-generation token that ended
             the reply (it costs a pass but is not emitted). Invariant: pass_tokens >= passes.
-        k_sum: sum over steps of the draft length k chosen for the step.
+        k_sum: sum over steps of the tokens drafted and verified (the chosen k less what p-min cut).
         draft_s / verify_s: time spent drafting (draft model catch-up included) / in target passes.
         decode_s: wall time from the first decoding step to the last (draft + verify + bookkeeping).
         step_s: engine time of all decoding steps (``decode_s`` less the time the consumer held each step).
@@ -123,7 +123,7 @@ class GenerationStats:
 
     @property
     def k_mean(self) -> float | None:
-        """Mean draft length chosen per step (0 for a plain step)."""
+        """Mean draft length verified per step (0 for a plain step or a draft p-min emptied)."""
         return self.k_sum / self.passes if self.passes else None
 
     @property
