@@ -188,7 +188,6 @@ def history_database(option: str | None) -> str | None:
         from outrider import paths
 
         return str(paths.data_dir() / DB_FILENAME)
-
     path = Path(option)
     if path.is_dir():
         path = path / DB_FILENAME

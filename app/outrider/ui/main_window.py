@@ -333,6 +333,7 @@ class MainWindow(QMainWindow):
         if info is None:
             self.engine_label.setText(f"Engine: {backend} · {st['state']}")
             return
+        self.chat.set_drafters(str(getattr(info, "draft_mode", "")))
         mem = st.get("memory_bytes", 0) / 2**20
         layers = st.get("gpu_layers", (0, 0))
         plain = self.session.last_plain_tps  # measured in the last reply (docs/metrics.md: plain_tps)

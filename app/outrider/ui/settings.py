@@ -18,7 +18,8 @@ from outrider.settings import AppSettings, load_settings, save_settings, setting
 from outrider.ui.picker.choice import PairChoice
 
 # Settings whose change reloads the pair (they are fixed when the models are loaded).
-RELOAD_KEYS = ("target_gpu_layers", "draft_gpu_layers", "context_size", "threads", "rpc_servers", "target_split")
+RELOAD_KEYS = ("target_gpu_layers", "draft_gpu_layers", "context_size", "threads", "rpc_servers", "target_split",
+               "lookup_history")
 # Settings of drafting: a change applies from the next reply (the status bar and a notice say so).
 DRAFT_KEYS = ("draft_source", "k_policy", "k", "k_max", "draft_min", "p_min")
 
@@ -37,6 +38,8 @@ def drafting_text(value: AppSettings, loaded: LoadedPair | None) -> str:
         name = f"MTP head {Path(loaded.draft.path).name}" if loaded.draft is not None else "MTP heads"
     else:
         name = Path(loaded.draft.path).name if loaded.draft is not None else "model"
+    if loaded is not None and loaded.draft_mode.startswith("history+"):  # a chain (engine/chain_draft.py)
+        name = "history + prompt lookup" + (f" + {name}" if loaded.draft is not None else "")
     k = f"k auto ≤ {value.k_max}" if value.k_policy == "auto" else f"k {value.k}"
     return f"draft {name} ({k})"
 
@@ -54,8 +57,9 @@ def reload_needed(value: AppSettings, names: list[str], choice: PairChoice | Non
         return False
     if loaded is None:
         return True  # loading (or crashed): load again with the new source
+    # Only the drafter's kind is compared: any history path gives the kind a history database would.
     spec = value.pair_spec(str(choice.target), str(choice.draft) if choice.draft else None, choice.lookup,
-                           choice.mtp)
+                           choice.mtp, history="history")
     return spec.draft_mode != loaded.draft_mode
 
 
