@@ -28,6 +28,8 @@ AUTO_KEEP_FRACTIONS: Final = (0.25, 0.4, 0.55, 0.7)  # sizes ``auto`` tries, as 
 SHAPE_CHECK_FRACTION: Final = 0.4  # the size at which the other shapes are measured too
 CALIBRATION_K: Final = 4  # draft length every candidate is measured at (the same for all: comparable)
 QUANT_BLOCK: Final = 32  # Q8_0 and Q4_0 quantise rows in blocks of 32 values; other rows keep their type
+Q6_K_BLOCK: Final = 256
+Q6_K_BITS: Final = 6.5625
 
 
 class DraftType(enum.StrEnum):
@@ -224,15 +226,21 @@ def estimated_draft_bytes(header: GGUFHeader, keep: Iterable[int], draft_type: D
     """The written draft's size: the kept blocks' and the shared tensors' weights at ``draft_type`` (rows whose
     length is not a multiple of ``QUANT_BLOCK``, and 1-D tensors, keep their size), plus the header."""
     kept = set(keep)
+    names = {t.name for t in header.tensors}
+    output = "output.weight" if "output.weight" in names else "token_embd.weight"  # tied embeddings
     total = header.data_offset
     for t in header.tensors:
         m = _BLOCK.match(t.name)
         if m is not None and int(m.group(1)) not in kept:
             continue
-        if len(t.shape) >= 2 and t.shape[0] % QUANT_BLOCK == 0:
-            total += math.ceil(math.prod(t.shape) * draft_type.bits_per_weight / 8)
-        else:
+        if len(t.shape) < 2 or t.shape[0] % QUANT_BLOCK != 0:
             total += t.n_bytes
+            continue
+        bits = draft_type.bits_per_weight
+        if t.name == output and draft_type is not DraftType.Q8_0:
+            # llama.cpp gives the output head more bits: Q6_K, or Q8_0 where rows are not whole Q6_K blocks
+            bits = Q6_K_BITS if t.shape[0] % Q6_K_BLOCK == 0 else DraftType.Q8_0.bits_per_weight
+        total += math.ceil(math.prod(t.shape) * bits / 8)
     return total
 
 
