@@ -98,6 +98,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--draft", help="draft model (GGUF) of the same family")
     src.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram) instead of a model")
+    p.add_argument("--lookup-history", nargs="?", const="", default=None, metavar="HISTORY",
+                   help="draft from the chat history too (history lookup, tried before prompt lookup and the draft "
+                        "model); HISTORY is a history.sqlite3, by default the app's own")
     p.add_argument("--threads", type=int, default=0,
                    help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = llama.cpp's default)")
     p.add_argument("--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
@@ -144,9 +147,31 @@ def pair_spec(args: argparse.Namespace) -> Any:
             draft_settings=ModelSettings(gpu_layers=args.draft_gpu_layers),
             context=ContextSettings(n_ctx=args.ctx, threads=args.threads),
             lookup_settings=LookupSettings(args.ngram_min, args.ngram_max),
+            lookup_history=history_database(getattr(args, "lookup_history", None)),
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+
+
+def history_database(option: str | None) -> str | None:
+    """The history database ``--lookup-history`` names: None without the option, the app's own history for a
+    bare ``--lookup-history`` (it may not exist yet: history lookup then has nothing to draft from), else the
+    given file, which must exist."""
+    if option is None:
+        return None
+    from outrider.history import DB_FILENAME
+
+    if not option:
+        from outrider import paths
+
+        return str(paths.data_dir() / DB_FILENAME)
+
+    path = Path(option)
+    if path.is_dir():
+        path = path / DB_FILENAME
+    if not path.is_file():
+        raise CliError(f"no chat history at {option} (--lookup-history takes a history.sqlite3 or its folder)")
+    return str(path)
 
 
 def add_prompt_options(p: argparse.ArgumentParser) -> None:

@@ -98,7 +98,14 @@ def format_summary(s: dict[str, Any], stop_reason: str) -> str:
         f"   time: draft {s['draft_s']:.3f} s · verify {s['verify_s']:.3f} s · other {s['other_s']:.3f} s",
         f"   {format_speedup(s)}",
     ]
+    by_drafter = s.get("by_drafter") or {}
+    if len(by_drafter) > 1 or "+" in str(s.get("draft_mode", "")):  # a chain: who drafted what
+        parts = [f"{DRAFTER_NAMES.get(kind, kind)} {c['accepted']}/{c['drafted']}" for kind, c in by_drafter.items()]
+        lines.append("   accepted/drafted by drafter: " + (" · ".join(parts) or "nothing drafted"))
     return "\n".join(lines)
+
+
+DRAFTER_NAMES = {"lookup": "prompt lookup", "history": "history lookup", "model": "draft model", "mtp": "MTP"}
 
 
 # -- bench ------------------------------------------------------------------------------------------------------

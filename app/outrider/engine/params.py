@@ -155,7 +155,12 @@ class DraftParams:
 
 @dataclasses.dataclass(frozen=True)
 class PairSpec:
-    """What to load: a target and optionally a draft model file or prompt lookup."""
+    """What to load: a target and optionally a draft model file or prompt lookup.
+
+    ``lookup_history``: the history database (``history.sqlite3``) to draft from as well (history lookup,
+    engine/history_draft.py): the drafters are then chained — history lookup, prompt lookup, then the draft model
+    if there is one (engine/chain_draft.py).
+    """
 
     target: str
     draft: str | None = None
@@ -164,13 +169,20 @@ class PairSpec:
     draft_settings: ModelSettings = ModelSettings()
     context: ContextSettings = ContextSettings()
     lookup_settings: LookupSettings = LookupSettings()
+    lookup_history: str | None = None
 
     def __post_init__(self) -> None:
         if self.draft and self.lookup:
             raise ValueError("choose a draft model or prompt lookup, not both")
+        if self.lookup_history is not None and not str(self.lookup_history).strip():
+            raise ValueError("history lookup needs the history database's path")
 
     @property
     def draft_mode(self) -> str:
+        """The loaded drafter's kind (``LoadedPair.draft_mode``): ``model``, ``lookup``, ``none``, or a chain's
+        members joined by ``+`` (``history+lookup``, ``history+lookup+model``)."""
+        if self.lookup_history is not None:
+            return "history+lookup" + ("+model" if self.draft else "")
         return "model" if self.draft else ("lookup" if self.lookup else "none")
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +191,8 @@ class TextRequest:
 
     ``continue_reply``: the last of ``messages`` is an assistant reply cut short (at the token limit); the model
     continues its text instead of starting a new reply (the prompt ends with that text, no end of turn).
+    ``trim``: a conversation too long for the context loses its oldest turns (the app's chats); False: it is
+    refused with a context overflow instead (the server, unless the request asks for trimming).
     """
 
     prompt: str | None = None
@@ -189,6 +203,7 @@ class TextRequest:
     stop: tuple[str, ...] = ()
     plain: bool = False
     continue_reply: bool = False
+    trim: bool = True
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

@@ -9,16 +9,22 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
-from outrider.engine.chat import ChatFormatter, fit_conversation
+from outrider.engine.chain_draft import ChainDraft
+from outrider.engine.chat import ChatFormatter, Segment, TrimCancelled, fit_conversation
 from outrider.engine.compat import check_facts
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
-from outrider.engine.errors import EngineError, TemplateError
+from outrider.engine.errors import ContextOverflowError, EngineError, TemplateError
 from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
+from outrider.engine.history_draft import HistoryLookupDraft
+from outrider.engine.history_index import HistoryIndex, index_dir_for, tokenizer_fingerprint
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.runtime import Backend
-from outrider.engine.params import ChatMessage, DraftParams, PairSpec, SamplingParams, TextRequest
+from outrider.engine.llama.text import clean_text
+from outrider.engine.params import ChatMessage, DraftParams, LookupSettings, PairSpec, SamplingParams, TextRequest
 from outrider.engine.speculative import STOP_CANCELLED, STOP_LENGTH, GenerationRequest, SpeculativeDecoder
+from outrider.engine.stats import GenerationStats
 
 CONTINUABLE = (STOP_LENGTH, STOP_CANCELLED)
 """Stop reasons after which a reply's tokens are exactly its text (a stop string's tokens are not in the text)."""
@@ -78,9 +84,12 @@ class Engine:
                 self._announce("draft", spec.draft)
                 draft_model = LoadedModel(self.backend, spec.draft, spec.draft_settings)
                 check_facts(target.vocab_facts(), draft_model.vocab_facts()).raise_if_incompatible()
-                drafter = ModelDraft(ModelContext(draft_model, dataclasses.replace(spec.context)), target.n_vocab)
+                drafter = ModelDraft(ModelContext(draft_model, dataclasses.replace(spec.context)), target.n_vocab,
+                                     target)
             elif spec.lookup:
                 drafter = PromptLookupDraft(spec.lookup_settings)
+            if spec.lookup_history is not None:
+                drafter = _history_chain(target, Path(spec.lookup_history), spec.lookup_settings, drafter, notes)
         except BaseException:
             context.close()
             target.close()
@@ -150,39 +159,91 @@ class Engine:
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
     def tokenize_chat(self, messages: Sequence[ChatMessage], *, reserve: int = 0,
-                      continue_reply: bool = False) -> list[int]:
-        """A conversation through the chat template; oldest turns are dropped to leave ``reserve`` tokens.
+                      continue_reply: bool = False, trim: bool = True) -> list[int]:
+        """A conversation through the chat template, leaving ``reserve`` tokens of the context for the reply.
 
+        ``trim``: the oldest turns are dropped until it fits (``fit_conversation``: about log2(turns) renders,
+        cancellable with ``cancel``); without it a conversation that does not fit raises ``ContextOverflowError``
+        (the server's default: a client must know its conversation was not read whole).
         ``continue_reply``: the last message is an assistant reply to continue: the prompt is the conversation
-        before it with the generation prompt, then that reply's text (no end of turn).
+        before it with the generation prompt, then that reply's text (no end of turn). Message text is never
+        read as control tokens (``_chat_tokens``).
         """
-        formatter = self._formatter
-        if formatter is None:
+        if self._formatter is None:
             raise EngineError("no model is loaded")
-        target = self.target
         prefix = ""
         if continue_reply:
             if not messages or messages[-1].role != "assistant":
                 raise EngineError("continuing a reply needs the reply as the last chat message")
             messages, prefix = messages[:-1], messages[-1].content
+        special: dict[str, bool] = {}
 
         def tokens_of(msgs: Sequence[ChatMessage]) -> list[int]:
-            return target.tokenize(formatter.render(msgs) + prefix, add_special=False, parse_special=True)
+            return self._chat_tokens(msgs, prefix, special)
 
         n_ctx = self._decoder_or_raise().context.n_ctx
-        budget = max(1, n_ctx - max(0, min(reserve, n_ctx // 2)))
-        fitted = fit_conversation(messages, lambda m: len(tokens_of(m)), budget)
+        reserved = max(0, min(reserve, n_ctx // 2))
+        budget = max(1, n_ctx - reserved)
+        if trim:
+            fitted = fit_conversation(messages, lambda m: len(tokens_of(m)), budget, self._cancel.is_set,
+                                      reserved=reserved)
+        else:
+            fitted = list(messages)
+            n = len(tokens_of(fitted))
+            if n > budget:
+                raise ContextOverflowError(n, n_ctx, reserved=reserved)
         if not continue_reply:
             tokens = tokens_of(fitted)
             self._pending_reply = _LastReply(tuple(tokens), (), "")
             return tokens
-        head = target.tokenize(formatter.render(fitted), add_special=False, parse_special=True)
+        head = self._chat_tokens(fitted, "", special)
         last = self._last_reply
         if last is not None and last.head == tuple(head) and last.text == prefix:
             tokens = [*head, *last.tokens]  # the reply as the model generated it (see ``_LastReply``)
         else:
             tokens = tokens_of(fitted)  # another process wrote it, or it was edited: its text is all there is
         self._pending_reply = _LastReply(tuple(head), tuple(tokens[len(head):]), prefix)
+        return tokens
+
+    def _chat_tokens(self, messages: Sequence[ChatMessage], prefix: str, special: dict[str, bool]) -> list[int]:
+        """The template's markup tokenised with its control tokens, the messages' text (and ``prefix``, a reply
+        being continued) as plain text: ``<|im_start|>`` typed in a message is 7 tokens of text, not the marker.
+
+        A conversation whose texts hold no control-token text (``special`` caches the check per text) is one
+        string tokenised with special-token parsing on — exactly as before, and with the same merges across
+        the markup/text boundaries. Otherwise the texts that do are tokenised on their own with parsing off
+        (``ChatFormatter.segments``); a template that rewrites message text then cannot be split: refused."""
+        formatter = self._formatter
+        if formatter is None:
+            raise EngineError("no model is loaded")
+        target = self.target
+
+        def has_special(text: str) -> bool:
+            if text not in special:
+                special[text] = bool(text) and (target.tokenize(text, add_special=False, parse_special=True)
+                                                != target.tokenize(text, add_special=False, parse_special=False))
+            return special[text]
+
+        if not any(has_special(clean_text(m.content)) for m in messages) and not has_special(clean_text(prefix)):
+            return target.tokenize(formatter.render(messages) + prefix, add_special=False, parse_special=True)
+        parts = formatter.segments(messages)
+        if parts is None:
+            raise TemplateError("a message contains the text of one of the model's control tokens, and this "
+                                "model's chat template rewrites message text, so it cannot be kept as plain text")
+        if prefix:
+            parts.append(Segment(clean_text(prefix), True))
+        tokens: list[int] = []
+        run = ""
+        for part in parts:
+            if part.content and has_special(part.text):
+                if run:
+                    tokens += target.tokenize(run, add_special=False, parse_special=True)
+                    run = ""
+                tokens += target.tokenize(part.text, add_special=False, parse_special=False)
+            else:
+                run += part.text
+        if run:
+            tokens += target.tokenize(run, add_special=False, parse_special=True)
         return tokens
 
     def take_chat_notes(self) -> list[str]:
@@ -238,10 +299,16 @@ class Engine:
             self._generating.release()
 
     def run(self, request: TextRequest) -> Iterator[StepEvent | DoneEvent]:
-        """Tokenise ``request`` (chat template or raw prompt) and stream the reply."""
+        """Tokenise ``request`` (chat template or raw prompt) and stream the reply. A cancel while a long
+        conversation is being trimmed ends the reply ``cancelled`` before anything is generated."""
         if request.messages is not None:
             reserve = min(request.max_tokens, 256)
-            tokens = self.tokenize_chat(request.messages, reserve=reserve, continue_reply=request.continue_reply)
+            self._cancel.clear()  # a request starts here: an old cancel must not stop its trimming
+            try:
+                tokens = self.tokenize_chat(request.messages, reserve=reserve,
+                                            continue_reply=request.continue_reply, trim=request.trim)
+            except TrimCancelled:
+                return iter([DoneEvent(STOP_CANCELLED, GenerationStats(), "")])
         else:
             assert request.prompt is not None
             tokens = self.tokenize_prompt(request.prompt)
@@ -269,6 +336,31 @@ class Engine:
         return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext) else [])
 
 
+def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings, drafter: DraftSource,
+                   notes: list[str]) -> ChainDraft:
+    """History lookup, prompt lookup, then ``drafter`` if it is a model (chain_draft.py). The index is the one
+    kept with ``history_db`` for this target's tokenizer (history_index.py); a missing or unreadable one is
+    rebuilt from the history, and a history that cannot be read leaves history lookup with what the index holds."""
+    facts = target.vocab_facts()
+    path = index_dir_for(history_db) / f"{tokenizer_fingerprint(facts.vocab_type, facts.token_texts)}.npz"
+    index = HistoryIndex.open(path)
+    history = HistoryLookupDraft(
+        index, history_db, lambda text: target.tokenize(text, add_special=False, parse_special=False))
+    history.prefill([])
+    if history.last_error is not None:
+        notes.append(f"history lookup: {history.last_error}")
+    members: list[DraftSource] = [history, PromptLookupDraft(lookup)]
+    if drafter.kind not in ("none", "lookup"):
+        members.append(drafter)
+    return ChainDraft(members)
+
+
+# The conversation a model's template is tried on at load: a template must render it safely, and with the user's
+# words in it (one that drops them would send the model an empty prompt on every turn).
+_SAMPLE_SYSTEM = "Answer briefly."
+_SAMPLE_USER = "What is the capital of France?"
+
+
 def _chat_formatter(target: LoadedModel, notes: list[str]) -> ChatFormatter:
     """The model's own template when it renders a sample conversation safely, else a built-in one (noted)."""
     chatml_marker = target.tokenize("<|im_start|>", add_special=False, parse_special=True)
@@ -276,10 +368,15 @@ def _chat_formatter(target: LoadedModel, notes: list[str]) -> ChatFormatter:
     eos = target.token_text(target.eos_id) if target.eos_id >= 0 else ""
     chatml = len(chatml_marker) == 1 and target.token_text(chatml_marker[0]) == "<|im_start|>"
     template = target.chat_template()
-    if template:
+    if template is not None and not template.strip():
+        notes.append("the model's chat template is empty (it would leave the conversation out of the prompt) "
+                     "— using the built-in template")
+    elif template:
         try:
             formatter = ChatFormatter(template, bos_token=bos, eos_token=eos, has_chatml_tokens=chatml)
-            formatter.render([ChatMessage("system", "s"), ChatMessage("user", "u")])
+            sample = formatter.render([ChatMessage("system", _SAMPLE_SYSTEM), ChatMessage("user", _SAMPLE_USER)])
+            if _SAMPLE_USER not in sample:
+                raise TemplateError("the model's chat template leaves the user's message out of the prompt")
             return formatter
         except TemplateError as exc:
             notes.append(f"{exc} — using the built-in template")

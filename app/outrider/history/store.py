@@ -13,6 +13,7 @@ Every multi-row change (edit, delete, import, migration) is one transaction: who
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 import uuid
@@ -209,10 +210,27 @@ class HistoryStore:
             )
 
     def delete_conversation(self, conversation_id: int) -> None:
-        """Soft delete: hidden from lists and search until ``restore_conversation`` or ``purge_deleted``."""
+        """Soft delete: hidden from lists and search until ``restore_conversation`` or ``purge_deleted``.
+
+        It also leaves the draft index of history lookup at once (``_forget_in_draft_index``); a restored
+        conversation comes back into it at the engine's next sync."""
         with self._db.write() as conn:
             self._require_conversation(conn, conversation_id)
             conn.execute("UPDATE conversations SET deleted_at = ? WHERE id = ?", (time.time(), conversation_id))
+        self._forget_in_draft_index([conversation_id])
+
+    def _forget_in_draft_index(self, conversation_ids: list[int]) -> None:
+        """Remove these conversations' tokens from the draft index files kept with the database
+        (``engine.history_index``): the engine would drop them at its next sync, but it may not run for days, and
+        a deleted chat must not stay on disk in another form. If a file cannot be rewritten it is deleted (the
+        engine rebuilds it from the history); the delete itself never fails because of the index."""
+        from outrider.engine.history_index import forget_conversations, remove_index_files
+
+        try:
+            forget_conversations(self.db_path, conversation_ids)
+        except OSError:
+            with contextlib.suppress(OSError):
+                remove_index_files(self.db_path)
 
     def restore_conversation(self, conversation_id: int) -> None:
         """Undo ``delete_conversation``."""

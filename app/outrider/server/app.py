@@ -30,6 +30,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from outrider.engine.events import DoneEvent, ErrorKind, StepBatch
 from outrider.server import DEFAULT_STREAM_INTERVAL_S, responses
+from outrider.server.connections import ConnectionLimits
+from outrider.server.guard import AccessPolicy, RequestGuard
 from outrider.server.requests import ApiError, Defaults, chat_request, completion_request, parse_json
 from outrider.server.scheduler import EngineScheduler, Job, JobEvent, JobFailed, QueueFull, SchedulerClosed
 from outrider.worker.errors import EngineCrashed, EngineNotRunning, EngineRequestError, WorkerError
@@ -48,6 +50,8 @@ class ServerConfig:
     defaults: Defaults = Defaults()
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     stream_interval_s: float = DEFAULT_STREAM_INTERVAL_S  # 0: one chunk per engine message
+    access: AccessPolicy = AccessPolicy()  # Host names and cross-site origins served (guard.py)
+    limits: ConnectionLimits = ConnectionLimits()  # connections, header/body/keep-alive deadlines
 
 
 def create_app(scheduler: EngineScheduler, config: ServerConfig) -> FastAPI:
@@ -72,6 +76,7 @@ def create_app(scheduler: EngineScheduler, config: ServerConfig) -> FastAPI:
                          code="internal_error")
         return JSONResponse(error.body(), status_code=500)
 
+    app.add_middleware(RequestGuard, policy=config.access)
     app.add_api_route("/health", api.health, methods=["GET"])
     app.add_api_route("/v1/models", api.models, methods=["GET"])
     app.add_api_route("/v1/models/{model_id:path}", api.model, methods=["GET"])
@@ -207,6 +212,13 @@ class _Api:
             raise ApiError(401, why, code="invalid_api_key")
 
     async def _body(self, request: Request) -> bytes:
+        """The request's JSON body: ``application/json`` only (415: a ``text/plain`` body is what a web page can
+        send without asking first), at most ``max_request_bytes`` (413), within ``body_timeout_s`` (408)."""
+        kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if kind != "application/json":
+            shown = f"Content-Type {kind!r}" if kind else "no Content-Type"
+            raise ApiError(415, f"the request body must be JSON sent as Content-Type: application/json (got "
+                           f"{shown})", code="unsupported_media_type")
         limit = self.config.max_request_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -214,12 +226,18 @@ class _Api:
                            code="request_too_large")
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ApiError(413, f"the request is over this server's limit of {limit:,} bytes",
-                               code="request_too_large")
-            chunks.append(chunk)
+        deadline = self.config.limits.body_timeout_s
+        try:
+            async with asyncio.timeout(deadline):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise ApiError(413, f"the request is over this server's limit of {limit:,} bytes",
+                                       code="request_too_large")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise ApiError(408, f"the request body did not arrive within {deadline:g} s",
+                           code="request_timeout") from None
         return b"".join(chunks)
 
     # -- answering --------------------------------------------------------------------------------------------

@@ -86,6 +86,55 @@ def test_draft_with_a_longer_vocabulary_never_proposes_missing_ids(backend: Back
     assert tokens == ReferenceModel(target).greedy(prompt, len(tokens))
 
 
+def test_draft_with_a_shorter_vocabulary_is_fed_only_ids_it_has(backend: Backend, tmp_path: Path) -> None:
+    """A target with 100 more tokens than its draft (allowed up to 128) whose head favours exactly those: the
+    target emits ids the draft lacks, and the reply goes on, drafting, equal to the target alone. Before the fix
+    the draft was fed those ids and the reply died with "llama_decode returned -1"; with ``feedable`` bypassed
+    (ids passed as they are) this test fails the same way."""
+    vocab = build_vocab()
+    long_vocab = vocab_variant(extra_words=100)
+    n_short, n_long = len(vocab[0]), len(long_vocab[0])
+    target_w = random_weights(SHAPE, n_long, 7)
+    head = target_w["output.weight"].astype("float32")
+    head[n_short:] = head[: n_long - n_short] * 4  # the extra ids win many argmaxes, not all
+    target_w["output.weight"] = head.astype("float16")
+    target = write_gguf(tmp_path / "t.gguf", target_w, SHAPE, long_vocab, name="t")
+    draft_shape = TinyShape(n_layer=1, n_embd=SHAPE.n_embd, n_head=SHAPE.n_head, n_ff=SHAPE.n_ff)
+    draft = write_gguf(tmp_path / "d.gguf", random_weights(draft_shape, n_short, 8), draft_shape, vocab, name="d")
+    engine = Engine(backend)
+    engine.load(PairSpec(target=str(target), draft=str(draft), context=ContextSettings(n_ctx=256)))
+    try:
+        prompt = engine.tokenize_prompt("hello world")
+        tokens, done = _run(engine, prompt, max_tokens=32, draft=DraftParams(k=3), ignore_eos=True)
+        again, _ = _run(engine, prompt + tokens[:5], max_tokens=8, draft=DraftParams(k=3), ignore_eos=True)
+        assert done.stats.drafted > 0 and done.stop_reason == "length"
+        assert max(tokens) >= n_short  # the target did emit ids the draft lacks, before later drafts
+        assert any(t >= n_short for t in tokens[:-4])
+    finally:
+        engine.unload()
+    reference = ReferenceModel(target)
+    assert tokens == reference.greedy(prompt, len(tokens))
+    assert again == reference.greedy(prompt + tokens[:5], len(again))
+
+
+def test_k_mean_counts_the_draft_that_ran_not_the_k_chosen(backend: Backend, family) -> None:  # type: ignore[no-untyped-def]
+    """k 8 with p-min 0.999: the draft model is almost never that sure, so p-min empties most drafts. k_mean must
+    be the tokens verified per pass (drafted / passes here: no stop cuts a step), not 8 (before the fix it read
+    8.0 while well under one token per pass was drafted)."""
+    engine = Engine(backend)
+    engine.load(PairSpec(target=str(family.target), draft=str(family.unrelated), context=ContextSettings(n_ctx=256)))
+    try:
+        prompt = engine.tokenize_prompt("the model is")
+        _, done = _run(engine, prompt, max_tokens=40, draft=DraftParams(k=8, p_min=0.999), ignore_eos=True)
+        _, full = _run(engine, prompt, max_tokens=40, draft=DraftParams(k=8), ignore_eos=True)
+    finally:
+        engine.unload()
+    s = done.stats
+    assert s.k_mean is not None and s.k_mean == pytest.approx(s.drafted / s.passes)
+    assert s.k_mean < 4
+    assert full.stats.drafted > 0 and full.stats.k_mean == pytest.approx(full.stats.drafted / full.stats.passes)
+
+
 def test_prompt_lookup_stops_at_a_full_context_like_plain_decoding(backend: Backend, family) -> None:  # type: ignore[no-untyped-def]
     engine = Engine(backend)
     engine.load(PairSpec(target=str(family.target), lookup=True, context=ContextSettings(n_ctx=256)))
