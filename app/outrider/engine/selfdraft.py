@@ -56,7 +56,8 @@ class SelfDraftError(Exception):
     ``too_few_layers``, ``per_layer_metadata`` (an architecture whose metadata lists a value per block, which a cut
     would leave inconsistent), ``bad_layers`` (a ``--layers`` list that is not a valid subset), ``build_failed``
     (llama.cpp refused to write it), ``load_failed`` (the written draft does not load), ``disk_full``,
-    ``store_write``, ``cancelled``, ``bad_calibration``, ``crashed`` (the build process died).
+    ``store_write``, ``cancelled``, ``bad_calibration``, ``crashed`` (the build process died), ``not_speculative``
+    (a recurrent model, whose memory llama.cpp cannot roll back: no draft can speculate for it).
     """
 
     def __init__(self, kind: str, message: str) -> None:
@@ -216,6 +217,11 @@ def prunable_layers(header: GGUFHeader) -> int:
                 and len(value) == n_layer:
             raise SelfDraftError("per_layer_metadata", f"{header.path.name} ({header.architecture}) describes each "
                                                        f"block separately ({key}); a cut copy would not load")
+    if int(header.arch_value("full_attention_interval", 0) or 0) > 0:
+        # a hybrid whose block types follow from their numbers: renumbered blocks would change type
+        raise SelfDraftError("per_layer_metadata", f"{header.path.name} ({header.architecture}) mixes block types "
+                                                   "by position (full_attention_interval); a cut copy would not "
+                                                   "load")
     if int(header.arch_value("nextn_predict_layers", 0) or 0) > 0:
         raise SelfDraftError("per_layer_metadata", f"{header.path.name} ends with NextN (MTP) blocks; use MTP "
                                                    "drafting for it instead of a self-draft")

@@ -112,6 +112,25 @@ def test_a_target_with_per_block_metadata_is_refused(tmp_path: Path) -> None:
     assert "head_count_kv" in str(info.value)
 
 
+@pytest.mark.parametrize("kind", ["qwen35", "lfm2", "qwen35-nextn"])
+def test_hybrid_and_nextn_targets_are_refused(tmp_path: Path, kind: str) -> None:
+    """Hybrids whose block types follow from their position (qwen35) or from a per-block list (lfm2), and a model
+    ending with a NextN block: a renumbered copy would describe other blocks. Without the interval check, the
+    qwen35 target was accepted."""
+    from support import hybrid_gguf
+
+    if kind == "qwen35":
+        path = hybrid_gguf.make_qwen35(tmp_path / "q35.gguf")
+    elif kind == "lfm2":
+        path = hybrid_gguf.make_lfm2(tmp_path / "lfm2.gguf")
+    else:
+        path = hybrid_gguf.make_qwen35_mtp(tmp_path / "mtp").target
+    with pytest.raises(SelfDraftError) as info:
+        prunable_layers(read_header(path))
+    assert info.value.kind == "per_layer_metadata", info.value
+    assert path.name in str(info.value)
+
+
 def test_the_size_estimate_counts_only_kept_blocks(tmp_path: Path) -> None:
     header = read_header(_gguf(tmp_path / "m.gguf", 6))
     all_but_one = estimated_draft_bytes(header, range(5), DraftType.Q8_0)
