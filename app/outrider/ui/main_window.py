@@ -417,9 +417,20 @@ class MainWindow(QMainWindow):
             return
         from outrider.ui.picker.dialog import PairPickerDialog  # here: the picker's imports wait until it is used
 
-        dialog = PairPickerDialog(self.catalogue_service, self)
+        dialog = PairPickerDialog(self.catalogue_service, self, calibration_prompts=self._calibration_prompts)
         dialog.pair_chosen.connect(self.choose_pair)
         dialog.open()
+
+    def _calibration_prompts(self) -> tuple[list[str], str]:
+        """The user's recent prompts, which a self-draft is measured on (read on the GUI thread, as the list of
+        conversations is); none when the history cannot be read (the picker then uses its bundled prompts)."""
+        from outrider.history import StoreError
+        from outrider.history.recent import recent_user_prompts
+
+        try:
+            return recent_user_prompts(self.store.store), "history"
+        except StoreError:
+            return [], "history"
 
     @Slot()
     def _on_benchmark(self) -> None:

@@ -2,7 +2,8 @@
 anything loads. A draft that is an MTP head file is recognised from its header and checked as one.
 
 The header-only compatibility check and the memory estimate (``CatalogueService.check_own_pair``) run on the
-picker's ``QtTaskRunner``; a mismatch is explained by the rule it breaks and both values.
+picker's ``QtTaskRunner``; a mismatch is explained by the rule it breaks and both values. A target without a draft
+can get one cut from its own layers (``SelfDraftPanel``, under the target): once built, it fills the draft field.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from outrider.catalogue.service import CatalogueService, OwnPairReport
 from outrider.engine.llama.gguf_header import GGUFHeaderError
 from outrider.ui.bridges.tasks import QtTaskRunner
 from outrider.ui.picker.choice import PairChoice
+from outrider.ui.picker.self_draft_panel import PromptSource, SelfDraftPanel
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 
@@ -49,7 +51,7 @@ class OwnPairTab(QWidget):
     chosen = Signal(object)
 
     def __init__(self, service: CatalogueService, runner: QtTaskRunner, memory: Callable[[], MemoryInfo],
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, *, calibration_prompts: PromptSource | None = None) -> None:
         super().__init__(parent)
         self.service = service
         self._runner = runner
@@ -68,6 +70,7 @@ class OwnPairTab(QWidget):
         self.draft_edit.setToolTip("The small model that proposes tokens; it must share the target's vocabulary")
         self.draft_browse = QPushButton("Browse…", self)
         self.draft_browse.setToolTip("Choose the draft GGUF")
+        self.self_draft = SelfDraftPanel(service.store, runner, calibration_prompts, self)
         self.lookup_check = QCheckBox("&Prompt lookup instead of a draft model", self)
         self.lookup_check.setToolTip("Draft by copying n-grams from the conversation: no second model, no memory")
         self.mtp_check = QCheckBox("&MTP heads in this model instead of a draft model", self)
@@ -103,6 +106,7 @@ class OwnPairTab(QWidget):
         c_label = QLabel("Conte&xt:", self)
         c_label.setBuddy(self.ctx_spin)
         form.addRow(t_label, t_row)
+        form.addRow("", self.self_draft)
         form.addRow(d_label, d_row)
         form.addRow("", self.lookup_check)
         form.addRow("", self.mtp_check)
@@ -126,6 +130,8 @@ class OwnPairTab(QWidget):
         for w in (self.target_edit, self.draft_edit):
             w.textChanged.connect(self._on_input_changed)
         self.ctx_spin.valueChanged.connect(self._on_input_changed)
+        self.target_edit.textChanged.connect(self.self_draft.set_target)
+        self.self_draft.draft_ready.connect(self.set_draft)
 
     # -- filling in -----------------------------------------------------------------------------------------
     def set_pair(self, target: str | Path, draft: str | Path | None) -> None:
