@@ -35,6 +35,7 @@ from outrider.ui.widgets.live_stats import (
     TOOLTIPS,
     ReplyMeter,
     Snapshot,
+    by_drafter_text,
     fmt,
     format_speedup,
     speedup_shown_as_figure,
@@ -76,6 +77,7 @@ ROWS = (
     ("ttft_s", "Time to first token"),
     ("prompt_tps", "Prompt speed"),
     ("time_share", "Draft / verify / other"),
+    ("by_drafter", "By drafter"),
     ("generated", "Generated"),
 )
 
@@ -356,6 +358,7 @@ class StatsPanel(QWidget):
         else:
             v["time_share"].setText(f"{s.draft_share:.0%} / {s.verify_share or 0:.0%} / {s.other_share or 0:.0%}")
         v["generated"].setText(str(s.generated))
+        v["by_drafter"].setText(by_drafter_text(s.by_drafter))
         self.speedup_label.setText(format_speedup(s.speedup, s.speedup_low, s.speedup_high, streaming=s.streaming)
                                    if s.has_reply else "–")
         figure = speedup_shown_as_figure(s.speedup, s.speedup_low, s.speedup_high)
