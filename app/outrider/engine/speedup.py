@@ -56,19 +56,10 @@ MIN_SIGMA_SHARE = 0.005  # robust sigma floor, relative to c1 (identical timings
 LOCAL_STEPS = 8  # steps: the reach of the growth's pairs and the window of the local plain cost
 PLAIN_PROBES_MIN = 3  # one-token passes after the first step the decoder forces until it has them
 PLAIN_PROBE_GAP = 4  # steps between those early probes (the first one is the reply's second step)
-FULL_FIT_PASSES = 16  # refit after every step up to this many passes, then more rarely (refit_due)
+REFIT_INTERVAL_S = 0.25  # seconds: the longest a reply's figures go without a refit (the GUI ticks at 4 Hz)
 
 
 Floats = npt.NDArray[np.float64]
-
-
-def refit_due(passes: int) -> bool:
-    """Whether the fit is redone after ``passes`` steps: every step up to ``FULL_FIT_PASSES``, every 4th up to
-    64, then every ``passes // 16`` steps, so that a reply's fits cost O(passes) in all (a fit takes well under
-    a millisecond; the display reads the figures four times a second)."""
-    if passes <= FULL_FIT_PASSES:
-        return True
-    return passes % (4 if passes <= 64 else passes // 16) == 0
 
 
 def speedup_is_settled(speedup: float | None, low: float | None, high: float | None) -> bool:
