@@ -52,6 +52,8 @@ ACTION_CONTINUE = "continue"
 ACTION_COPY_REPLY = "copy_reply"
 ACTION_FOCUS_COMPOSER = "focus_composer"
 ACTION_FOCUS_SEARCH = "focus_search"
+ACTION_SHOW_CONVERSATIONS = "show_conversations"
+ACTION_SHOW_STATISTICS = "show_statistics"
 
 
 def _banner(name: str, parent: QWidget) -> tuple[QFrame, QLabel, QHBoxLayout]:
@@ -180,6 +182,16 @@ class MainWindow(QMainWindow):
         provenance.setChecked(self.chat.provenance_box.isChecked())
         self.chat.provenance_box.toggled.connect(provenance.setChecked)
         view.addAction(provenance)
+        view.addSeparator()
+        # The side panels can be hidden (a narrow, tiled window: the chat gets the room) and come back as they were.
+        panes = ((ACTION_SHOW_CONVERSATIONS, "&Conversations", self.conversations, "Ctrl+Shift+L"),
+                 (ACTION_SHOW_STATISTICS, "&Statistics", self.stats, "Ctrl+Shift+S"))
+        for ident, text, pane, key in panes:
+            toggle = self._action(ident, text, lambda: None, key)
+            toggle.setCheckable(True)
+            toggle.setChecked(True)
+            toggle.toggled.connect(pane.setVisible)
+            view.addAction(toggle)
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self._action(ACTION_ABOUT, "&About Outrider", self._on_about))
         self.actions_by_id[ACTION_CHOOSE_PAIR].setEnabled(self.catalogue_service is not None)
