@@ -67,7 +67,7 @@ class FlowLayout(QLayout):
 
     # -- placing ----------------------------------------------------------------------------------------------------
     def _visible(self) -> list[QLayoutItem]:
-        return [i for i in self._items if not (i.widget() is not None and i.widget().isHidden())]
+        return [i for i in self._items if (w := i.widget()) is None or not w.isHidden()]
 
     def _arrange(self, rect: QRect, *, place: bool) -> int:
         """Lay the items out in ``rect`` (or only measure); returns the height used."""
