@@ -326,3 +326,29 @@ def test_regenerate_in_a_long_conversation_keeps_the_new_reply_in_view(qtbot: An
         qtbot.mouseClick(win.chat.regenerate_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: bar.value() == bar.maximum())
     assert "A new answer" in win.chat.browser.toPlainText() and len(win.chat.messages) == 8
+
+
+@pytest.mark.parametrize("ending", ["stopped", "crashed"])
+def test_a_reply_that_stopped_early_can_be_continued_also_after_reopening(qtbot: Any, chat: Any,
+                                                                          ending: str) -> None:
+    """Before: Continue was offered only for a reply cut at the token limit (not after Stop/Esc or a crash)."""
+    win, client = chat
+    script = Script([("The quick", True), (" brown", False)], stop="cancelled", crash=ending == "crashed")
+    _send(qtbot, win, "Tell me about foxes", script, client)
+    if ending == "crashed":
+        with qtbot.waitSignal(win.session.engine_changed, timeout=10_000,
+                              check_params_cb=lambda info: info is not None):
+            win.session.reload()
+    _settled(qtbot, win)
+    reply_id = _stored(win)[-1].id
+    cid = win.session.conversation_id
+    win.session.open_conversation(None)
+    win.session.open_conversation(cid)  # reopened (as after a restart): the stored end says it can go on
+    assert win.chat.continue_button.isVisibleTo(win) and "continue:1" in win.chat.browser.toHtml()
+    client.scripts.append(Script([(" fox", True), (" jumps.", False)]))
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+        qtbot.mouseClick(win.chat.continue_button, Qt.MouseButton.LeftButton)
+    request = client.requests[-1]
+    assert request.continue_reply and request.messages[-1].content == "The quick brown"
+    assert list(blocker.args) == ["complete", "The quick brown fox jumps.", reply_id]
+    assert not win.chat.continue_button.isVisibleTo(win)  # a reply that ended by itself: nothing to continue

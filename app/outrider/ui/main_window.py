@@ -207,7 +207,7 @@ class MainWindow(QMainWindow):
         chat.addAction(self._action(ACTION_SEND, "&Send", c.send_button.click, "Ctrl+Return"))
         chat.addAction(self._action(ACTION_STOP, "S&top\tEsc", c.stop_button.click))  # Esc: the window's shortcut
         chat.addAction(self._action(ACTION_REGENERATE, "&Regenerate last reply", c.regenerate_button.click, "Ctrl+R"))
-        chat.addAction(self._action(ACTION_CONTINUE, "C&ontinue the cut reply", c.continue_button.click,
+        chat.addAction(self._action(ACTION_CONTINUE, "C&ontinue the last reply", c.continue_button.click,
                                     "Ctrl+Shift+Return"))
         chat.addAction(self._action(ACTION_COPY_REPLY, "&Copy last reply", self._copy_last_reply, "Ctrl+Shift+C"))
         chat.addSeparator()
