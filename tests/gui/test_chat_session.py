@@ -20,6 +20,7 @@ from outrider.engine.stats import GenerationStats
 from outrider.history import HistoryStore, MessageStatus, Role
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
+from outrider.ui.chat_session import NoticeScope
 from outrider.ui.main_window import ACTION_NEW_CHAT, MainWindow
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
@@ -352,3 +353,33 @@ def test_a_reply_that_stopped_early_can_be_continued_also_after_reopening(qtbot:
     assert request.continue_reply and request.messages[-1].content == "The quick brown"
     assert list(blocker.args) == ["complete", "The quick brown fox jumps.", reply_id]
     assert not win.chat.continue_button.isVisibleTo(win)  # a reply that ended by itself: nothing to continue
+
+
+def test_every_notice_goes_with_what_it_is_about(qtbot: Any, chat: Any) -> None:
+    """Before: "Conversation exported to …" stayed across chats, "Drafting: … (applies from the next reply)" after
+    that reply, and after a crash Send said "No model is loaded yet." instead of what to do."""
+    win, client = chat
+    _send(qtbot, win, "First", Script([("One", False)]), client)
+    _settled(qtbot, win)
+    first = win.session.conversation_id
+    win.show_notice("Conversation exported to /tmp/x.md", NoticeScope.CHAT)
+    win.session.open_conversation(None)
+    assert not win.notice_label.isVisible()  # another chat: the export notice went with the old one
+    win.session.open_conversation(first)
+    win.show_notice("Drafting: draft off (plain decoding) (applies from the next reply)", NoticeScope.REPLY)
+    client.scripts.append(Script([("Two", False)]))
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+        win.chat.composer.setPlainText("Second")
+        qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
+    assert not win.notice_label.isVisible()  # that reply came: the note is no longer news
+    win.show_notice("A note about the pair", NoticeScope.PAIR)
+    _send(qtbot, win, "Third", Script([("Partial", False)], crash=True), client)
+    assert not win.notice_label.isVisible() or "A note about the pair" not in win.notice_label.text()
+    with qtbot.waitSignal(win.session.notice, timeout=5000) as blocker:
+        win.chat.composer.setPlainText("Are you there?")
+        qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
+    assert "press Reload" in blocker.args[0] and "No model is loaded yet" not in blocker.args[0]
+    assert win.notice_label.text() == blocker.args[0]
+    with qtbot.waitSignal(win.session.engine_changed, timeout=10_000, check_params_cb=lambda info: info is not None):
+        win.session.reload()
+    assert not win.notice_label.isVisible()  # the pair is back: "press Reload" is stale

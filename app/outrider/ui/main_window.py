@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from outrider.settings import PAIR_RECOMMENDED, AppSettings
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
-from outrider.ui.chat_session import ChatSession
+from outrider.ui.chat_session import ChatSession, NoticeScope
 from outrider.ui.first_paint import FirstPaintWatcher
 from outrider.ui.picker.choice import PairChoice, pair_choice_of
 from outrider.ui.settings import DRAFT_KEYS, QtSettings, drafting_text, reload_needed
@@ -104,6 +104,7 @@ class MainWindow(QMainWindow):
         self.invite_button.clicked.connect(self._on_choose_pair)
         invite_layout.addWidget(self.invite_button)
         self.notice_label = QLabel("", self)
+        self._notice_scope = NoticeScope.APP
         self.notice_label.setWordWrap(True)
         self.notice_label.hide()
 
@@ -281,6 +282,9 @@ class MainWindow(QMainWindow):
         s.crashed.connect(self._on_session_crashed)
         s.load_failed.connect(self._on_session_load_failed)
         s.busy_changed.connect(c.set_busy)
+        s.busy_changed.connect(lambda busy: self._notice_is_stale(NoticeScope.REPLY) if busy else None)
+        s.engine_changed.connect(lambda _info: self._notice_is_stale(NoticeScope.PAIR))
+        s.conversation_opened.connect(lambda *_: self._notice_is_stale(NoticeScope.CHAT, NoticeScope.REPLY))
         self.stats.draft_off_requested.connect(lambda: self.settings.set(draft_source="none"))
         self.stats.draft_auto_requested.connect(lambda: self.settings.set(k_policy="auto"))
         self.settings.changed.connect(self._on_settings_changed)
@@ -417,10 +421,18 @@ class MainWindow(QMainWindow):
         self.chat.composer.setFocus()
 
     # -- dialogs and settings ---------------------------------------------------------------------------------
-    def show_notice(self, text: str) -> None:
+    def show_notice(self, text: str, scope: str = NoticeScope.APP) -> None:
+        """Show ``text`` above the chat until what it belongs to (``scope``, a ``NoticeScope``) changes."""
+        self._notice_scope = NoticeScope(scope)
         self.notice_label.setText(text)
         self.notice_label.setVisible(bool(text))
         self.statusBar().showMessage(text, 8000)
+
+    def _notice_is_stale(self, *scopes: NoticeScope) -> None:
+        """What the shown notice belongs to changed (one of ``scopes``): it goes."""
+        if self.notice_label.text() and self._notice_scope in scopes:
+            self.show_notice("", NoticeScope.APP)
+            self.statusBar().clearMessage()
 
     @Slot()
     def _on_choose_pair(self) -> None:
@@ -447,7 +459,7 @@ class MainWindow(QMainWindow):
     @Slot()
     def _on_benchmark(self) -> None:
         if not self.session.ready or self.session.streaming:
-            self.show_notice("Load a pair and let the reply finish before benchmarking.")
+            self.show_notice("Load a pair and let the reply finish before benchmarking.", NoticeScope.PAIR)
             return
         prompts = [m.text for m in self.chat.messages if m.role == "user"][-5:]
         name = self.session.choice.name if self.session.choice else ""
@@ -491,7 +503,8 @@ class MainWindow(QMainWindow):
         if reload_needed(value, names, self.session.choice, self.session.loaded):
             self.session.reload()  # prompt lookup vs model draft, layers, context: chosen at load time
         if any(n in DRAFT_KEYS for n in names):
-            self.show_notice(f"Drafting: {drafting_text(value, self.session.loaded)} (applies from the next reply)")
+            self.show_notice(f"Drafting: {drafting_text(value, self.session.loaded)} (applies from the next reply)",
+                             NoticeScope.REPLY)
             self._on_session_engine_changed(self.session.loaded)
 
     def apply_settings_theme(self) -> None:
