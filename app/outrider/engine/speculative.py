@@ -46,7 +46,7 @@ STOP_EOG = "stop"  # end-of-generation token or a stop string
 STOP_LENGTH = "length"  # max tokens reached or the context is full
 STOP_CANCELLED = "cancelled"
 
-PLAIN_PROBE_EVERY = 32  # steps: the longest run without a plain-decoding measurement (~1-2% of the gain)
+PLAIN_PROBE_EVERY = 32  # steps: the longest run without a plain-decoding measurement once the early probes ran
 TokenScore = tuple[float, float, float, float, float, float]
 """``SpeculativeDecoder.score``'s row: mass ranked before x, p(x), top p, then q(x), E_p[q], Var_p[q] (Var -1: none)."""
 
@@ -191,8 +191,8 @@ class SpeculativeDecoder:
                 stop_reason = STOP_LENGTH
                 break
             t0 = time.perf_counter()
-            # Plain decoding is measured in the reply itself: the first step, and one in every probe_every.
-            forced_plain = probe_every > 0 and (stats.passes == 0 or meter.steps_since_plain >= probe_every - 1)
+            # Plain decoding is measured in the reply itself: probes until the cost model has plain passes.
+            forced_plain = meter.wants_plain_probe(probe_every)
             chosen = 0 if forced_plain else policy.choose()
             remaining = request.max_tokens - stats.generated
             # Every emitted token needs a context position: k drafted + 1 target token must fit.
@@ -201,6 +201,7 @@ class SpeculativeDecoder:
                 k = 0
             draft = EMPTY_DRAFT
             drafting_s = 0.0  # the cost of drafting itself, without a draft model's catch-up (for auto k)
+            consulted = k > 0  # the drafter ran in this step: its time is charged to speculation
             if k > 0:
                 draft = self.drafter.propose(committed, k, sampling, rng, params.p_min, params.draft_min)
                 if len(draft.tokens) > k:
@@ -214,6 +215,7 @@ class SpeculativeDecoder:
                 shadow_from = len(committed)
             elif self.auto_policy is not None and auto and (
                     len(committed) - shadow_from >= self.auto_policy.shadow_interval):
+                consulted = True
                 hits, trials = self.drafter.observe(committed, shadow_from)
                 shadow_from = len(committed)
                 policy.observe_shadow(hits, trials)
@@ -276,9 +278,9 @@ class SpeculativeDecoder:
             policy.observe(batch=len(batch), verify_s=t2 - t1, drafted=n_drafted, accepted=n_accepted,
                            draft_s=drafting_s)
             now = time.perf_counter()
-            # A step that drafted nothing is a plain-decoding step once the drafter's time is taken out.
-            meter.add_step(pass_tokens=pass_tokens, step_s=now - t0,
-                           plain_s=(now - t1) if n_drafted == 0 else None)
+            # The target's part of the step (the drafter's time taken out) feeds the cost model of the speed-up.
+            meter.add_step(batch=len(batch), pass_tokens=pass_tokens, step_s=now - t0,
+                           target_s=now - (t1 if consulted else t0))
             if stats.ttft_s is None and tokens:
                 stats.ttft_s = now - t_request
             stats.decode_s = now - t_decode
@@ -290,6 +292,7 @@ class SpeculativeDecoder:
             texts.append(tail)
             yield StepEvent([], [], [tail], 0, stats)
         stats.decode_s = time.perf_counter() - t_decode
+        meter.finish()
         yield DoneEvent(stop_reason, stats, "".join(texts))
 
     def score(self, prompt: Sequence[int], tokens: Sequence[int],
