@@ -24,7 +24,8 @@ The p-min cases' skews in this family are far larger than 0.01 (see the report i
 Temperature 0.7 (the ``_t0.7`` cases): a sampler that computes its acceptance at temperature 1 whatever the setting
 changes nothing at temperature 1, so the cases at 1 alone cannot see it. Mutation check: that bug
 (``support/planted_bugs.py``'s ``accept_at_t1``) planted into the engine fails ``lookup_t0.7`` here (positions 1-3,
-p ~ 1e-278 to 1e-100: the target's greedy token, which lookup proposes, came out 8 % too rarely). The ``coupled_`` cases run the coupled sampler (the default): exact whatever was drafted.
+p ~ 1e-278 to 1e-100: the target's greedy token, which lookup proposes, came out 8 % too rarely). The ``coupled_``
+cases run the coupled sampler (a seeded request's default): exact whatever was drafted.
 """
 
 from __future__ import annotations
