@@ -77,6 +77,9 @@ class AppSettings:
     context_size: int = 4096
     threads: int = 0
     draft_source: str = "model"
+    # History lookup (engine/history_draft.py): draft from the user's own chats too, chained before prompt lookup
+    # and the draft model. On by default: it costs nothing where it finds nothing (automatic k switches it off).
+    lookup_history: bool = True
     k_policy: str = "auto"
     k: int = 4
     k_max: int = 16
@@ -96,6 +99,7 @@ class AppSettings:
     pair_target: str = ""  # the last chosen pair, loaded at the next start (files as chosen)
     pair_draft: str = ""
     pair_lookup: bool = False
+    pair_mtp: bool = False  # the pair drafts with MTP heads: the target's own, or the head file pair_draft
     pair_name: str = ""
     user_overrides: str = ""  # comma-separated PAIR_RECOMMENDED names the user set in the settings dialog
     last_conversation_id: int = 0  # the conversation open when the app was last used, reopened at start (0: none)
@@ -189,12 +193,20 @@ class AppSettings:
             k = self.k
         return DraftParams(k=k, k_max=self.k_max, draft_min=self.draft_min, p_min=self.p_min)
 
-    def pair_spec(self, target: str, draft: str | None, lookup: bool) -> PairSpec:
+    def pair_spec(self, target: str, draft: str | None, lookup: bool, mtp: bool = False, *,
+                  history: str | None = None) -> PairSpec:
         """The load request: the ``lookup`` source forces prompt lookup; otherwise the pair's own drafter (also
-        with no draft source: it then drafts nothing, k = 0, and switching back needs no reload)."""
+        with no draft source: it then drafts nothing, k = 0, and switching back needs no reload). With ``mtp``
+        the pair's drafter is MTP heads: the target's own (no ``draft``) or the head file ``draft``. ``history``:
+        the history database, drafted from (history lookup) while ``lookup_history`` is on."""
+        mtp_head: str | None = None
         if self.draft_source == "lookup":
-            draft, lookup = None, True
-        return PairSpec(target=target, draft=draft, lookup=lookup and draft is None,
+            draft, lookup, mtp = None, True, False
+        elif mtp:
+            draft, mtp_head, lookup = None, draft, False
+        return PairSpec(target=target, draft=draft, lookup=lookup and draft is None and not mtp and not mtp_head,
+                        mtp=mtp and mtp_head is None, mtp_head=mtp_head,
+                        lookup_history=history if self.lookup_history else None,
                         target_settings=ModelSettings(gpu_layers=self.target_gpu_layers,
                                                       rpc=parse_rpc_list(self.rpc_servers),
                                                       split=parse_split(self.target_split)

@@ -14,7 +14,7 @@ from outrider.engine.events import LoadedPair, ModelFacts
 from outrider.settings import AppSettings, load_settings, save_settings
 from outrider.ui.dialogs.settings_dialog import GROUPS, SettingsDialog
 from outrider.ui.picker.choice import PairChoice
-from outrider.ui.settings import drafting_text, reload_needed
+from outrider.ui.settings import RELOAD_KEYS, drafting_text, reload_needed
 
 
 def _dialog(qtbot: Any, settings: AppSettings | None = None, **kw: Any) -> SettingsDialog:
@@ -56,7 +56,8 @@ def test_auto_k_ceiling_reaches_the_engine_request() -> None:
 def test_fields_come_in_four_groups_with_units_and_help(qtbot: Any) -> None:
     dialog = _dialog(qtbot)
     assert tuple(dialog.groups) == GROUPS == ("Drafting", "Sampling", "Hardware", "Context")
-    where = {"draft_source": "Drafting", "k_policy": "Drafting", "k": "Drafting", "k_max": "Drafting",
+    where = {"draft_source": "Drafting", "lookup_history": "Drafting", "k_policy": "Drafting", "k": "Drafting",
+             "k_max": "Drafting",
              "p_min": "Drafting", "temperature": "Sampling", "top_p": "Sampling", "seed": "Sampling",
              "sampler": "Sampling", "target_gpu_layers": "Hardware", "threads": "Hardware", "rpc_servers": "Hardware",
              "target_split": "Hardware", "context_size": "Context",
@@ -135,6 +136,22 @@ def test_the_sampler_choice_reaches_the_engine_request(qtbot: Any) -> None:
     assert AppSettings(sampler="gumbel").validated().sampler == "auto"
 
 
+def test_history_lookup_is_on_by_default_and_the_dialog_turns_it_off(qtbot: Any) -> None:
+    """On by default, the load request then names the history; unticked, it does not, and the change reloads
+    the pair (the chain is built at load). (Without the checkbox in ``result_settings`` the setting stayed on.)"""
+    assert AppSettings().lookup_history
+    on = AppSettings().pair_spec("t.gguf", "d.gguf", False, history="/data/history.sqlite3")
+    assert on.lookup_history == "/data/history.sqlite3" and on.draft_mode == "history+lookup+model"
+    dialog = _dialog(qtbot, AppSettings())
+    assert dialog.lookup_history.isChecked()
+    dialog.lookup_history.setChecked(False)
+    value = dialog.result_settings()
+    assert not value.lookup_history
+    assert value.pair_spec("t.gguf", "d.gguf", False, history="/data/history.sqlite3").lookup_history is None
+    assert "lookup_history" in RELOAD_KEYS
+    assert AppSettings.from_json({"lookup_history": False}).lookup_history is False
+
+
 def _loaded(draft_mode: str) -> LoadedPair:
     draft = ModelFacts(path="/m/draft.gguf") if draft_mode == "model" else None
     return LoadedPair(ModelFacts(path="/m/t.gguf"), draft, draft_mode, 2048, "CPU", False, "chatml", 0, 0, ())
@@ -152,13 +169,17 @@ def test_a_reload_only_when_the_drafter_to_load_changes() -> None:
     model = _loaded("model")
     assert not reload_needed(AppSettings(draft_source="none"), ["draft_source"], pair, model)  # k = 0 instead
     assert reload_needed(AppSettings(draft_source="lookup"), ["draft_source"], pair, model)
-    assert not reload_needed(AppSettings(draft_source="model"), ["draft_source"], pair, model)
+    assert not reload_needed(AppSettings(draft_source="model", lookup_history=False), ["draft_source"], pair, model)
+    chain = _loaded("history+lookup+model")  # history lookup on (the default): the loaded chain is what it wants
+    assert not reload_needed(AppSettings(draft_source="model"), ["draft_source"], pair, chain)
+    assert reload_needed(AppSettings(draft_source="model"), ["lookup_history"], pair, chain)
     assert not reload_needed(AppSettings(k_policy="fixed"), ["k_policy"], pair, model)
     assert reload_needed(AppSettings(context_size=8192), ["context_size"], pair, model)
     assert reload_needed(AppSettings(rpc_servers="10.0.0.2:50052"), ["rpc_servers"], pair, model)
     assert reload_needed(AppSettings(target_split="3,1"), ["target_split"], pair, model)
     demo = PairChoice(Path("t.gguf"), None, True, "demo", "Demo")  # a lookup pair: model = lookup, no reload
-    assert not reload_needed(AppSettings(draft_source="lookup"), ["draft_source"], demo, _loaded("lookup"))
+    assert not reload_needed(AppSettings(draft_source="lookup", lookup_history=False), ["draft_source"], demo,
+                             _loaded("lookup"))
     assert not reload_needed(AppSettings(), ["draft_source"], None, None)
 
 

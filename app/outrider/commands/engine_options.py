@@ -101,8 +101,17 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--draft", help="draft model (GGUF) of the same family")
     src.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram) instead of a model")
+    src.add_argument("--mtp", action="store_true",
+                     help="draft with the target's own MTP (NextN) heads, when its file carries them")
+    src.add_argument("--mtp-head", metavar="FILE",
+                     help="draft with a separate MTP head file (GGUF) made for the target")
+    p.add_argument("--lookup-history", nargs="?", const="", default=None, metavar="HISTORY",
+                   help="draft from the chat history too (history lookup, tried before prompt lookup and the draft "
+                        "model); HISTORY is a history.sqlite3, by default the app's own")
     p.add_argument("--threads", type=int, default=0,
-                   help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = llama.cpp's default)")
+                   help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = automatic: the CPUs "
+                        "other processes leave free, one fewer than the CPUs when they are busy, re-chosen before "
+                        "each reply; the count used is in the stats)")
     p.add_argument("--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
     p.add_argument("--draft-gpu-layers", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
     add_rpc_options(p)
@@ -133,11 +142,19 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 
 # -- building requests ----------------------------------------------------------------------------------------
+def has_drafter(args: argparse.Namespace) -> bool:
+    """Whether the options choose a drafter (a draft model, prompt lookup, MTP heads or an MTP head file)."""
+    return bool(args.draft or args.lookup or args.mtp or args.mtp_head)
+
+
+DRAFTER_CHOICES = "--draft D, --lookup, --mtp or --mtp-head FILE"
+
+
 def pair_spec(args: argparse.Namespace) -> Any:
     """The ``PairSpec`` of the model options; missing files and bad settings are a ``CliError`` (exit 2)."""
     from outrider.engine.params import ContextSettings, LookupSettings, ModelSettings, PairSpec
 
-    for path in (args.target, args.draft):
+    for path in (args.target, args.draft, args.mtp_head):
         if path is not None and not Path(path).exists():
             raise CliError(f"file not found: {path}")
     if not 0 <= args.threads <= max_threads():
@@ -148,13 +165,36 @@ def pair_spec(args: argparse.Namespace) -> Any:
             target=args.target,
             draft=args.draft,
             lookup=args.lookup,
+            mtp=args.mtp,
+            mtp_head=args.mtp_head,
             target_settings=ModelSettings(gpu_layers=args.gpu_layers, rpc=args.rpc, split=args.split),
             draft_settings=ModelSettings(gpu_layers=args.draft_gpu_layers),
             context=ContextSettings(n_ctx=args.ctx, threads=args.threads),
             lookup_settings=LookupSettings(args.ngram_min, args.ngram_max),
+            lookup_history=history_database(getattr(args, "lookup_history", None)),
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+
+
+def history_database(option: str | None) -> str | None:
+    """The history database ``--lookup-history`` names: None without the option, the app's own history for a
+    bare ``--lookup-history`` (it may not exist yet: history lookup then has nothing to draft from), else the
+    given file, which must exist."""
+    if option is None:
+        return None
+    from outrider.history import DB_FILENAME
+
+    if not option:
+        from outrider import paths
+
+        return str(paths.data_dir() / DB_FILENAME)
+    path = Path(option)
+    if path.is_dir():
+        path = path / DB_FILENAME
+    if not path.is_file():
+        raise CliError(f"no chat history at {option} (--lookup-history takes a history.sqlite3 or its folder)")
+    return str(path)
 
 
 def add_prompt_options(p: argparse.ArgumentParser) -> None:

@@ -17,9 +17,11 @@ from typing import Any
 
 from outrider.commands.base import EXIT_RUNTIME, CliError, positive_int, print_json
 from outrider.commands.engine_options import (
+    DRAFTER_CHOICES,
     add_model_options,
     add_prompt_options,
     engine_session,
+    has_drafter,
     is_done,
     pair_spec,
     text_request,
@@ -66,8 +68,8 @@ def register(sub: Any) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    if not args.draft and not args.lookup:
-        raise CliError("verify needs --draft D or --lookup")
+    if not has_drafter(args):
+        raise CliError(f"verify needs a drafter: {DRAFTER_CHOICES}")
     if args.temperature <= 0:
         raise CliError("verify needs --temperature > 0 for the sampling check (temperature 0 is always checked)")
     if args.k == 0:

@@ -170,7 +170,13 @@ class DraftParams:
 
 @dataclasses.dataclass(frozen=True)
 class PairSpec:
-    """What to load: a target and optionally a draft model file or prompt lookup."""
+    """What to load: a target and optionally one drafter: a draft model file, prompt lookup, the target's own MTP
+    heads (``mtp``) or a separate MTP head file (``mtp_head``, loaded with ``draft_settings``).
+
+    ``lookup_history``: the history database (``history.sqlite3``) to draft from as well (history lookup,
+    engine/history_draft.py): the drafters are then chained — history lookup, prompt lookup, then the draft model
+    if there is one (engine/chain_draft.py).
+    """
 
     target: str
     draft: str | None = None
@@ -179,13 +185,30 @@ class PairSpec:
     draft_settings: ModelSettings = ModelSettings()
     context: ContextSettings = ContextSettings()
     lookup_settings: LookupSettings = LookupSettings()
+    lookup_history: str | None = None
+    mtp: bool = False
+    mtp_head: str | None = None
 
     def __post_init__(self) -> None:
-        if self.draft and self.lookup:
-            raise ValueError("choose a draft model or prompt lookup, not both")
+        chosen = [name for name, on in (("a draft model", bool(self.draft)), ("prompt lookup", self.lookup),
+                                        ("the model's MTP heads", self.mtp), ("an MTP head file", bool(self.mtp_head)))
+                  if on]
+        if len(chosen) > 1:
+            raise ValueError(f"choose one drafter, not {' and '.join(chosen)}")
+        if self.lookup_history is not None and not str(self.lookup_history).strip():
+            raise ValueError("history lookup needs the history database's path")
+        if self.lookup_history is not None and (self.mtp or self.mtp_head):
+            raise ValueError("history lookup does not chain with MTP drafting: choose one of them")
 
     @property
     def draft_mode(self) -> str:
+        """The loaded drafter's kind (``LoadedPair.draft_mode``): ``model``, ``lookup``, ``mtp`` (heads in the target
+        or a head file), ``none``, or a chain's members joined by ``+`` (``history+lookup``,
+        ``history+lookup+model``)."""
+        if self.mtp or self.mtp_head:
+            return "mtp"
+        if self.lookup_history is not None:
+            return "history+lookup" + ("+model" if self.draft else "")
         return "model" if self.draft else ("lookup" if self.lookup else "none")
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +217,8 @@ class TextRequest:
 
     ``continue_reply``: the last of ``messages`` is an assistant reply cut short (at the token limit); the model
     continues its text instead of starting a new reply (the prompt ends with that text, no end of turn).
+    ``trim``: a conversation too long for the context loses its oldest turns (the app's chats); False: it is
+    refused with a context overflow instead (the server, unless the request asks for trimming).
     """
 
     prompt: str | None = None
@@ -204,6 +229,7 @@ class TextRequest:
     stop: tuple[str, ...] = ()
     plain: bool = False
     continue_reply: bool = False
+    trim: bool = True
     ignore_eos: bool = False  # ``outrider verify``: sample through end-of-generation tokens (every sample M tokens)
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from outrider.engine.autodraft import AutoDraftLength
+from outrider.engine.chain_draft import ChainDraft
 from outrider.engine.drafters import (
     EMPTY_DRAFT,
     Draft,
@@ -34,7 +35,7 @@ from outrider.engine.drafters import (
     common_prefix_length,
 )
 from outrider.engine.errors import ContextOverflowError, DecodeError
-from outrider.engine.events import DoneEvent, StepEvent
+from outrider.engine.events import TARGET, DoneEvent, StepEvent
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter
 from outrider.engine.params import DraftParams, SamplingParams
@@ -133,7 +134,8 @@ class SpeculativeDecoder:
             raise ValueError("the prompt is empty")
         if len(prompt) >= n_ctx:
             raise ContextOverflowError(len(prompt), n_ctx)
-        stats = GenerationStats(prompt_tokens=len(prompt), draft_mode=self.drafter.kind)
+        stats = GenerationStats(prompt_tokens=len(prompt), draft_mode=self.drafter.kind,
+                                threads=self.context.n_threads)
         try:
             stats.prompt_tokens_reused = self._prefill(prompt)
             self.drafter.prefill(prompt)
@@ -150,8 +152,14 @@ class SpeculativeDecoder:
         params = request.draft
         policy: DraftLengthPolicy
         auto = False
+        # A chain of drafters chooses each member's k itself (chain_draft.py): the decoder only caps the total.
+        chain = self.drafter if isinstance(self.drafter, ChainDraft) else None
+        if chain is not None:
+            chain.set_automatic(params.k_max if params.k is None else None)
         if self.drafter.kind == "none" or params.k == 0:
             policy = FixedDraftLength(0)
+        elif params.k is None and chain is not None:
+            policy = FixedDraftLength(params.k_max)
         elif params.k is None:
             if self.auto_policy is None or self.auto_policy.k_max != params.k_max:
                 self.auto_policy = AutoDraftLength(k_max=params.k_max)
@@ -215,6 +223,9 @@ class SpeculativeDecoder:
             self.cached.extend(batch)
             n_accepted, new_token = self._verify(draft, sampling, len(committed))
             t2 = time.perf_counter()
+            if chain is not None:
+                chain.settle(draft, n_accepted, batch=len(batch), verify_s=t2 - t1)
+            sources = draft.sources[: len(draft.tokens)] or (self.drafter.kind,) * len(draft.tokens)
             keep = len(committed) + n_accepted
             self.context.truncate(keep)
             del self.cached[keep:]
@@ -222,6 +233,7 @@ class SpeculativeDecoder:
             emitted = [*draft.tokens[:n_accepted], new_token]
             tokens: list[int] = []
             flags: list[bool] = []
+            origins: list[str] = []
             pieces: list[str] = []
             reached: int | None = None  # positions the output reached when a stop cuts the step short
             ended_on_eog = False
@@ -234,6 +246,7 @@ class SpeculativeDecoder:
                 committed.append(token)
                 tokens.append(token)
                 flags.append(i < n_accepted)
+                origins.append(sources[i] if i < n_accepted else TARGET)
                 pieces.append(stops.feed(detok.feed(self.model.piece(token))))
                 if stops.matched is not None:
                     stop_reason = STOP_EOG
@@ -246,13 +259,15 @@ class SpeculativeDecoder:
 
             n_drafted = len(draft.tokens)
             stats.passes += 1
-            stats.k_sum += k
+            stats.k_sum += n_drafted  # what the target verified: p-min may cut or empty the chosen k
             # When a stop cuts the step, draft positions beyond it were never used and do not count, so the final
             # step does not bias acceptance, and accepted == the provenance count (plus a drafted end token).
             stats.drafted += n_drafted if reached is None else min(n_drafted, reached)
             stats.accepted += n_accepted if reached is None else min(n_accepted, reached)
             if n_accepted < n_drafted and (reached is None or reached > n_accepted):
                 stats.rejections += 1
+            stats.count_drafters(sources[: n_drafted if reached is None else min(n_drafted, reached)],
+                                 n_accepted if reached is None else min(n_accepted, reached))
             stats.generated += len(tokens)
             pass_tokens = len(tokens) + int(ended_on_eog)
             stats.pass_tokens += pass_tokens
@@ -268,7 +283,7 @@ class SpeculativeDecoder:
                 stats.ttft_s = now - t_request
             stats.decode_s = now - t_decode
             texts.extend(pieces)
-            yield StepEvent(tokens, flags, pieces, k, stats)
+            yield StepEvent(tokens, flags, pieces, k, stats, origins)
 
         tail = stops.feed(detok.flush()) + stops.flush()
         if tail:

@@ -1,6 +1,7 @@
 """OpenAI request bodies → the engine's ``TextRequest``, with a precise ``ApiError`` for every bad field.
 
-Only JSON the OpenAI API defines (plus llama-server's ``top_k`` and ``min_p``) is understood. A field Outrider
+Only JSON the OpenAI API defines (plus llama-server's ``top_k`` and ``min_p``, and Outrider's ``trim_history``:
+a chat too long for the context loses its oldest turns instead of being refused) is understood. A field Outrider
 cannot honour (``n`` > 1, ``logprobs``, ``tools``, penalties …) is refused by name rather than silently ignored;
 fields that change nothing here (``user``, ``metadata``, ``store``…) are accepted. Ranges follow the OpenAI
 reference: ``temperature`` 0–2, ``top_p`` (0, 1], at most ``MAX_STOP`` stop strings.
@@ -79,7 +80,8 @@ _NOT_SUPPORTED = {
     "logit_bias": "logit_bias is not supported", "audio": "audio output is not supported",
     "web_search_options": "web search is not supported", "best_of": "best_of is not supported",
 }
-_CHAT_FIELDS = frozenset({"messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+_CHAT_FIELDS = frozenset({"trim_history",  # Outrider's extension: drop the oldest turns rather than refuse
+                          "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
                           "min_p", "stop", "seed", "stream", "stream_options", "n", "logprobs", "top_logprobs",
                           "presence_penalty", "frequency_penalty", "response_format"})
 _COMPLETION_FIELDS = frozenset({"prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed",
@@ -102,6 +104,8 @@ def parse_json(body: bytes) -> dict[str, Any]:
                   code="invalid_json") from None
     except RecursionError:
         raise bad("the request body nests too deeply", code="invalid_json") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits (Python's conversion limit)
+        raise bad(f"the request body holds a number Outrider does not read: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise bad(f"the request body must be a JSON object, got {type(data).__name__}", code="invalid_json")
     return data
@@ -129,6 +133,8 @@ def completion_request(data: Mapping[str, Any], defaults: Defaults) -> ParsedReq
     if not isinstance(prompt, str):
         raise bad("prompt must be a string (or a list of exactly one string)", "prompt",
                   "missing_required_parameter" if prompt is None else "invalid_type")
+    if not prompt:
+        raise bad("prompt must not be empty (there is nothing to continue)", "prompt")
     if data.get("echo"):
         raise bad("echo is not supported", "echo", "unsupported_parameter")
     return _parsed(data, defaults, messages=None, prompt=prompt, max_tokens=data.get("max_tokens"),
@@ -141,8 +147,8 @@ def _check_fields(data: Mapping[str, Any], known: frozenset[str]) -> None:
             raise bad(_NOT_SUPPORTED[name], name, "unsupported_parameter")
         if name not in known and name not in _HARMLESS and name not in _NOT_SUPPORTED and name not in _EXTENSIONS:
             raise bad(f"unknown field {name!r}", name, "unknown_parameter")
-    n = data.get("n", 1)
-    if n != 1 or isinstance(n, bool):
+    n = data.get("n")
+    if n is not None and (n != 1 or isinstance(n, bool)):
         raise bad("only n = 1 is supported (one choice per request)", "n", "unsupported_value")
     if data.get("logprobs") not in (None, False, 0) or data.get("top_logprobs") not in (None, 0):
         raise bad("logprobs are not supported", "logprobs", "unsupported_parameter")
@@ -258,9 +264,9 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
     base = defaults.sampling
     temperature = _ranged(data, "temperature", base.temperature, _number, lambda v: 0 <= v <= 2, "between 0 and 2")
     top_p = _ranged(data, "top_p", base.top_p, _number, lambda v: 0 < v <= 1, "in (0, 1]")
-    top_k = _ranged(data, "top_k", base.top_k, _integer, lambda v: v >= 0, ">= 0")
+    top_k = _ranged(data, "top_k", base.top_k, _integer, lambda v: 0 <= v < 1 << 31, "between 0 and 2^31 - 1")
     min_p = _ranged(data, "min_p", base.min_p, _number, lambda v: 0 <= v <= 1, "in [0, 1]")
-    seed = _ranged(data, "seed", base.seed, _integer, lambda v: v >= 0, ">= 0")
+    seed = _ranged(data, "seed", base.seed, _integer, lambda v: 0 <= v < 1 << 63, "between 0 and 2^63 - 1")
     sampler = _sampler(data.get("sampler"), base.sampler)
     stream = data.get("stream", False)
     if stream is None:
@@ -274,7 +280,10 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         raise bad("model must be a string", "model", "invalid_type")
+    trim = data.get("trim_history", False)
+    if not isinstance(trim, bool | None):
+        raise bad("trim_history must be true or false", "trim_history", "invalid_type")
     text = TextRequest(prompt=prompt, messages=messages, max_tokens=n_max,
                        sampling=SamplingParams(temperature, top_k, top_p, min_p, seed, sampler), draft=defaults.draft,
-                       stop=_stops(data.get("stop")))
+                       stop=_stops(data.get("stop")), trim=bool(trim))
     return ParsedRequest(text, stream, include_usage and stream, model)

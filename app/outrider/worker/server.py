@@ -390,6 +390,10 @@ def _limit_input(request: TextRequest, n_ctx: int) -> TextRequest:
     system = messages[:1] if messages[0].role == "system" and len(messages) > 1 else []
     rest = messages[len(system):]
     total = sum(len(m.content) for m in system + rest)
+    if not request.trim:  # nothing may be dropped: far too long is refused as it is, whole
+        if total > 2 * limit:
+            raise _InputTooLong(total, n_ctx)
+        return request
     while total > 2 * limit and len(rest) > 1:
         total -= len(rest.pop(0).content)
     if len(rest) + len(system) == len(messages):

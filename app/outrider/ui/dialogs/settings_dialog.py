@@ -19,6 +19,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -124,6 +125,11 @@ class SettingsDialog(QDialog):
         self.draft_source = _combo(DRAFT_SOURCES, DRAFT_SOURCE_LABELS, s.draft_source,
                                    "Where draft tokens come from: the pair's draft model (prompt lookup for a pair "
                                    "without one), prompt lookup (n-grams of the conversation), or none")
+        self.lookup_history = QCheckBox("Draft from your chat history", self)
+        self.lookup_history.setChecked(s.lookup_history)
+        self.lookup_history.setToolTip("History lookup: text of your earlier chats (a file edited again, a repeated "
+                                       "tool call) proposed as a draft, before prompt lookup and the draft model. "
+                                       "The index stays on this computer, next to the history.")
         self.k_policy = _combo(K_POLICIES, K_POLICY_LABELS, s.k_policy,
                                "How the draft length k is chosen: by the cost model every step (k = 0 is a plain "
                                "step), or always the same k")
@@ -176,6 +182,7 @@ class SettingsDialog(QDialog):
         return {
             "Drafting": (
                 ("draft_source", "Draft source", self.draft_source, ""),
+                ("lookup_history", "History lookup", self.lookup_history, "Kept on this computer; reloads the pair."),
                 ("k_policy", "Draft length k", self.k_policy, ""),
                 ("k", "Fixed k", self.k, "Tokens drafted each step."),
                 ("k_max", "Automatic k up to", self.k_max, "Automatic k chooses from 0 to this."),
@@ -193,7 +200,9 @@ class SettingsDialog(QDialog):
             "Hardware": (
                 ("target_gpu_layers", "Target GPU layers", self.target_gpu_layers, ""),
                 ("draft_gpu_layers", "Draft GPU layers", self.draft_gpu_layers, ""),
-                ("threads", "CPU threads", self.threads, "Auto uses the machine's cores."),
+                ("threads", "CPU threads", self.threads,
+                 "Auto: the CPUs other programs leave free (one fewer than the cores when they are busy), "
+                 "re-chosen before each reply; the status bar shows the count."),
                 ("rpc_servers", "RPC workers", self.rpc_servers, RPC_HELP),
                 ("target_split", "Target split", self.target_split, SPLIT_HELP),
             ),
@@ -247,6 +256,7 @@ class SettingsDialog(QDialog):
         drafting = source != "none"
         greedy = self.temperature.value() == 0.0
         self.k_policy.setEnabled(drafting)
+        self.lookup_history.setEnabled(drafting)
         self.k.setEnabled(drafting and fixed)
         self.k_max.setEnabled(drafting and not fixed)
         self.draft_min.setEnabled(drafting)
@@ -317,6 +327,7 @@ class SettingsDialog(QDialog):
             target_gpu_layers=self.target_gpu_layers.value(), draft_gpu_layers=self.draft_gpu_layers.value(),
             context_size=self.context_size.value(), threads=self.threads.value(),
             draft_source=str(self.draft_source.currentData()), k_policy=str(self.k_policy.currentData()),
+            lookup_history=self.lookup_history.isChecked(),
             k=self.k.value(), k_max=self.k_max.value(),
             draft_min=self.draft_min.value(), p_min=self.p_min.value(), temperature=self.temperature.value(),
             top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(), seed=self.seed.value(),
