@@ -32,6 +32,7 @@ from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist
 
 LOOKUP_KINDS = ("history", "lookup")  # drafters without a model: alternatives to each other, tried in order
+CATCH_UP_TOKENS = 2  # speculative.CATCH_UP_TOKENS (that module imports this one)
 
 
 @dataclasses.dataclass
@@ -102,8 +103,10 @@ class ChainDraft:
             context = committed if not tokens else [*committed, *tokens]
             t0 = time.perf_counter()
             part = m.drafter.propose(context, room, sampling, rng, p_min, max(0, draft_min - len(tokens)))
-            m.draft_s = time.perf_counter() - t0 - part.sync_s * (1.0 - min(1.0, 2 / part.synced)
-                                                                 if part.synced else 0.0)
+            # As the decoder does for a single drafter: a model's catch-up on tokens of plain steps is no cost of
+            # drafting (only CATCH_UP_TOKENS of it are).
+            catch_up = min(1.0, CATCH_UP_TOKENS / part.synced) if part.synced else 1.0
+            m.draft_s = time.perf_counter() - t0 - part.sync_s * (1.0 - catch_up)
             part_tokens = part.tokens[:room]
             if not part_tokens:
                 continue
