@@ -59,7 +59,7 @@ def test_fields_come_in_four_groups_with_units_and_help(qtbot: Any) -> None:
     where = {"draft_source": "Drafting", "lookup_history": "Drafting", "k_policy": "Drafting", "k": "Drafting",
              "k_max": "Drafting",
              "p_min": "Drafting", "temperature": "Sampling", "top_p": "Sampling", "seed": "Sampling",
-             "target_gpu_layers": "Hardware", "threads": "Hardware", "rpc_servers": "Hardware",
+             "sampler": "Sampling", "target_gpu_layers": "Hardware", "threads": "Hardware", "rpc_servers": "Hardware",
              "target_split": "Hardware", "context_size": "Context",
              "max_tokens": "Context", "system_prompt": "Context"}
     for name, group in where.items():
@@ -96,11 +96,11 @@ def test_no_draft_source_disables_drafting_and_lookup_disables_p_min(qtbot: Any)
 
 def test_top_k_and_top_p_are_disabled_at_temperature_zero(qtbot: Any) -> None:
     dialog = _dialog(qtbot, AppSettings(temperature=0.0))
-    for w in (dialog.top_k, dialog.top_p, dialog.min_p, dialog.seed):
+    for w in (dialog.top_k, dialog.top_p, dialog.min_p, dialog.seed, dialog.sampler):
         assert not w.isEnabled()
     assert "do not apply" in dialog.help_labels["temperature"].text()
     dialog.temperature.setValue(0.7)
-    for w in (dialog.top_k, dialog.top_p, dialog.min_p, dialog.seed):
+    for w in (dialog.top_k, dialog.top_p, dialog.min_p, dialog.seed, dialog.sampler):
         assert w.isEnabled()
 
 
@@ -125,6 +125,15 @@ def test_the_dialog_returns_the_split_settings(qtbot: Any) -> None:
     assert (value.draft_source, value.k_policy, value.k, value.k_max) == ("lookup", "auto", 5, 8)
     spec = value.pair_spec("t.gguf", "d.gguf", False)
     assert spec.lookup and spec.draft is None
+
+
+def test_the_sampler_choice_reaches_the_engine_request(qtbot: Any) -> None:
+    """The Sampling group's sampler (default coupled) is what the engine is asked for; a bad stored one is reset."""
+    dialog = _dialog(qtbot, AppSettings(temperature=0.7))
+    assert dialog.result_settings().sampling().sampler == "coupled"
+    dialog.sampler.setCurrentIndex(dialog.sampler.findData("rejection"))
+    assert dialog.result_settings().sampling().sampler == "rejection"
+    assert AppSettings(sampler="gumbel").validated().sampler == "coupled"
 
 
 def test_history_lookup_is_on_by_default_and_the_dialog_turns_it_off(qtbot: Any) -> None:
@@ -177,7 +186,7 @@ def test_a_reload_only_when_the_drafter_to_load_changes() -> None:
 def test_tab_goes_through_the_groups_in_order(qtbot: Any) -> None:
     dialog = _dialog(qtbot, AppSettings(temperature=0.5))
     order = ["draft_source", "k_policy", "k_max", "draft_min", "p_min", "temperature", "top_k", "top_p", "min_p",
-             "seed", "target_gpu_layers", "draft_gpu_layers", "threads", "rpc_servers", "target_split",
+             "seed", "sampler", "target_gpu_layers", "draft_gpu_layers", "threads", "rpc_servers", "target_split",
              "context_size", "max_tokens",
              "system_prompt"]  # k is disabled under automatic k: Tab skips it
     widgets = {getattr(dialog, name): name for name in order}

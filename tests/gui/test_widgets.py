@@ -34,6 +34,7 @@ def test_settings_persist_and_emit_only_on_change(qtbot: Any, tmp_path: Path) ->
     assert sorted(blocker.args[0]) == ["k", "k_policy", "system_prompt", "temperature", "theme"]
     with qtbot.assertNotEmitted(settings.changed):
         assert settings.set(k=6) == []
+    settings.flush()  # as the app does before it exits (saves run off the GUI thread)
     again = QtSettings(path)  # "restart"
     assert again.value == settings.value and again.value.draft_params().k == 6
     assert again.value.sampling().temperature == pytest.approx(0.7)

@@ -175,7 +175,7 @@ class ChatSession(QObject):
         self.last_plain_tps = None
         s = self.settings.value
         spec = s.pair_spec(str(choice.target), str(choice.draft) if choice.draft else None, choice.lookup,
-                           history=str(self.store.store.db_path))
+                           choice.mtp, history=str(self.store.store.db_path))
         self.engine_changed.emit(None)
         self.bridge.load(spec, refuse_unsafe=automatic)
 
