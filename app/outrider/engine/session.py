@@ -411,9 +411,10 @@ class Engine:
         decoder = self._decoder
         if decoder is None:
             return []
-        draft_ctx = getattr(decoder.drafter, "context", None)
-        if isinstance(decoder.drafter, MtpDraft):
-            draft_ctx = decoder.drafter.mtp
+        drafter = _model_member(decoder.drafter)
+        draft_ctx = getattr(drafter, "context", None)
+        if isinstance(drafter, MtpDraft):
+            draft_ctx = drafter.mtp
         return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext | MtpContext) else [])
 
 
@@ -431,11 +432,20 @@ def _refuse_mtp_problem(check: Callable[[], mtp_files.MtpFileProblem | None]) ->
 def _draft_kv_bytes(drafter: DraftSource, draft_model: LoadedModel | None, target: LoadedModel) -> int:
     """KV bytes per position of the drafter's context: a draft model's, or the MTP context's (its NextN blocks
     only, each as wide as a target layer)."""
+    drafter = _model_member(drafter)
     if isinstance(drafter, MtpDraft):
         source = drafter.mtp.model
         per_layer = target.kv_bytes_per_token() // max(1, target.facts.n_layer)
         return per_layer * n_nextn_layers(source)
     return draft_model.kv_bytes_per_token() if draft_model is not None else 0
+
+
+def _model_member(drafter: DraftSource) -> DraftSource:
+    """The drafter with a context of its own: a chain's draft model or MTP member (the drafter itself if it is no
+    chain; a chain of lookups only gives its last member, which has none)."""
+    if isinstance(drafter, ChainDraft):
+        return drafter.members[-1].drafter
+    return drafter
 
 
 def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings, drafter: DraftSource,
