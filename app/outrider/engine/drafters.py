@@ -20,8 +20,8 @@ from outrider.engine.params import LookupSettings, SamplingParams
 from outrider.engine.sampling import (
     SparseDist,
     distribution,
+    draft_token,
     greedy_token,
-    sample,
     top_probability,
 )
 
@@ -222,7 +222,8 @@ class ModelDraft:
                 q = distribution(logits, sampling)
                 if p_min > 0 and not 0 < len(tokens) < must and float(q.probs.max()) < p_min:
                     break
-                token = sample(q, rng)
+                # The request's sampler's proposal, keyed by absolute position (its noise is the target's there).
+                token = draft_token(q, sampling, len(committed) + len(tokens))
                 assert dists is not None
                 dists.append(q)
             tokens.append(token)
@@ -231,6 +232,20 @@ class ModelDraft:
             self.context.decode([token], logits="last")
             self.cached.append(token)
         return Draft(tokens, dists, sync_s, synced)
+
+    def proposal_dists(self, prefix: Sequence[int], tokens: Sequence[int],
+                       sampling: SamplingParams) -> list[SparseDist] | None:
+        """q at each position of ``tokens`` continuing ``prefix`` (``outrider verify``'s draft-direction test);
+        None when they do not fit one batch."""
+        if not tokens or len(tokens) > self.context.n_batch or len(prefix) + len(tokens) > self.context.n_ctx:
+            return None
+        self._sync(prefix)
+        dists = [distribution(self._logits(-1), sampling)]
+        if len(tokens) > 1:
+            self.context.decode(list(tokens[:-1]), logits="all")
+            self.cached.extend(tokens[:-1])
+            dists += [distribution(self._logits(i), sampling) for i in range(len(tokens) - 1)]
+        return dists
 
     def close(self) -> None:
         self.context.close()
@@ -292,6 +307,11 @@ class PromptLookupDraft:
                 hits += int(guess == committed[i])
         self._update_index(committed)
         return hits, trials
+
+    def proposals(self, prefix: Sequence[int], tokens: Sequence[int]) -> list[int | None]:
+        """The token this lookup would propose first at each position of ``tokens`` continuing ``prefix`` (None:
+        no match there): its point-mass q, for ``outrider verify``'s draft-direction test."""
+        return [self._first_guess([*prefix, *tokens[:j]]) for j in range(len(tokens))]
 
     def _first_guess(self, prefix: Sequence[int]) -> int | None:
         self._update_index(prefix)

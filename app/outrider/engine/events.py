@@ -120,6 +120,7 @@ class LoadedPair:
     target_kv_bytes: int
     draft_kv_bytes: int
     notes: tuple[str, ...]
+    threads: int = 0  # llama.cpp CPU threads at load (``--threads``, or chosen from the CPUs free: engine/threads.py)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

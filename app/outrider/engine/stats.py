@@ -88,6 +88,7 @@ class GenerationStats:
     plain_sq_s2: float = 0.0
     plain_equiv_s: float = 0.0
     draft_mode: str = "none"
+    threads: int = 0  # llama.cpp CPU threads the reply ran with (engine/threads.py; 0: not known)
     by_drafter: dict[str, DrafterCounts] = dataclasses.field(default_factory=dict)
 
     def count_drafters(self, sources: Sequence[str], accepted: int) -> None:

@@ -52,6 +52,8 @@ ACTION_CONTINUE = "continue"
 ACTION_COPY_REPLY = "copy_reply"
 ACTION_FOCUS_COMPOSER = "focus_composer"
 ACTION_FOCUS_SEARCH = "focus_search"
+ACTION_SHOW_CONVERSATIONS = "show_conversations"
+ACTION_SHOW_STATISTICS = "show_statistics"
 
 
 def _banner(name: str, parent: QWidget) -> tuple[QFrame, QLabel, QHBoxLayout]:
@@ -180,6 +182,16 @@ class MainWindow(QMainWindow):
         provenance.setChecked(self.chat.provenance_box.isChecked())
         self.chat.provenance_box.toggled.connect(provenance.setChecked)
         view.addAction(provenance)
+        view.addSeparator()
+        # The side panels can be hidden (a narrow, tiled window: the chat gets the room) and come back as they were.
+        panes = ((ACTION_SHOW_CONVERSATIONS, "&Conversations", self.conversations, "Ctrl+Shift+L"),
+                 (ACTION_SHOW_STATISTICS, "&Statistics", self.stats, "Ctrl+Shift+S"))
+        for ident, text, pane, key in panes:
+            toggle = self._action(ident, text, lambda: None, key)
+            toggle.setCheckable(True)
+            toggle.setChecked(True)
+            toggle.toggled.connect(pane.setVisible)
+            view.addAction(toggle)
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self._action(ACTION_ABOUT, "&About Outrider", self._on_about))
         self.actions_by_id[ACTION_CHOOSE_PAIR].setEnabled(self.catalogue_service is not None)
@@ -317,6 +329,7 @@ class MainWindow(QMainWindow):
             changes = s.recommended(rec.k, int(rec.draft_min), float(rec.p_min), n_ctx)
         changes.update(pair_id=choice.pair_id or "", pair_target=str(choice.target),
                        pair_draft=str(choice.draft) if choice.draft else "", pair_lookup=choice.lookup,
+                       pair_mtp=choice.mtp,
                        pair_name=choice.name)
         self._applying_pair = True  # the load below uses the new settings: no reload of the old pair
         try:
@@ -332,13 +345,17 @@ class MainWindow(QMainWindow):
         if info is None:
             self.engine_label.setText(f"Engine: {backend} · {st['state']}")
             return
+        self.chat.set_drafters(str(getattr(info, "draft_mode", "")))
         mem = st.get("memory_bytes", 0) / 2**20
         layers = st.get("gpu_layers", (0, 0))
         plain = self.session.last_plain_tps  # measured in the last reply (docs/metrics.md: plain_tps)
+        last = self.session.last_done  # automatic threads are re-chosen per reply: the last reply's count first
+        threads = (last.stats.threads if last is not None and last.stats.threads else 0) or getattr(info, "threads", 0)
         self.engine_label.setText(
             f"Engine: {backend} · target {st.get('target')} · {drafting_text(self.settings.value, info)} · "
             f"{mem:,.0f} MiB "
             f"(weights + KV, ctx {st.get('n_ctx')}) · GPU layers {layers[0]}/{layers[1]}"
+            + (f" · {threads} CPU thread{'s' if threads != 1 else ''}" if threads else "")
             + (f" · plain {plain:.1f} tok/s (last reply)" if plain else "")
             + (f" · {info.placement_text()}" if info.uses_rpc else ""))
 
