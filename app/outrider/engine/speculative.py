@@ -23,9 +23,10 @@ from typing import Protocol
 import numpy as np
 
 from outrider.engine.autodraft import AutoDraftLength
-from outrider.engine.drafters import EMPTY_DRAFT, Draft, DraftSource, common_prefix_length
+from outrider.engine.drafters import EMPTY_DRAFT, Draft, DraftSource, ModelDraft, common_prefix_length
 from outrider.engine.errors import ContextOverflowError, DecodeError
 from outrider.engine.events import DoneEvent, StepEvent
+from outrider.engine.grammar import GrammarMask, cut_draft, verify_draft
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter
 from outrider.engine.params import DraftParams, SamplingParams
@@ -57,6 +58,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks only: keep going through end-of-generation tokens
     plain_probe_every: int = PLAIN_PROBE_EVERY  # 0: never force a plain step (no in-reply speed-up then)
+    grammar: GrammarMask | None = None  # structured output: its state follows the emitted tokens (engine/grammar.py)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -161,6 +163,9 @@ class SpeculativeDecoder:
         stops = StopStringFilter(request.stop)
         meter = PlainRateMeter(stats)
         committed = prompt
+        grammar = request.grammar
+        # a draft model samples from its grammar-masked distribution (others are cut: grammar.cut_draft)
+        masked_draft = {"grammar": grammar} if grammar is not None and isinstance(self.drafter, ModelDraft) else {}
         shadow_from = len(committed)  # first position the drafter has not been scored on
         texts: list[str] = []
         stop_reason: str | None = None
@@ -185,10 +190,13 @@ class SpeculativeDecoder:
             draft = EMPTY_DRAFT
             drafting_s = 0.0  # the cost of drafting itself, without a draft model's catch-up (for auto k)
             if k > 0:
-                draft = self.drafter.propose(committed, k, request.sampling, rng, params.p_min, params.draft_min)
+                draft = self.drafter.propose(committed, k, request.sampling, rng, params.p_min, params.draft_min,
+                                             **masked_draft)
                 if len(draft.tokens) > k:
                     draft = dataclasses.replace(
                         draft, tokens=draft.tokens[:k], dists=draft.dists[:k] if draft.dists else None)
+                if grammar is not None:
+                    draft = cut_draft(draft, grammar, request.sampling)
                 if len(draft.tokens) < max(params.draft_min, 1):
                     draft = dataclasses.replace(draft, tokens=[], dists=None)
                 propose_s = time.perf_counter() - t0
@@ -204,7 +212,10 @@ class SpeculativeDecoder:
             batch = [committed[-1], *draft.tokens]
             self.context.decode(batch, logits="all")
             self.cached.extend(batch)
-            n_accepted, new_token = self._verify(draft, request.sampling, rng)
+            if grammar is not None:
+                n_accepted, new_token = verify_draft(self.context.logits_row, draft, request.sampling, rng, grammar)
+            else:
+                n_accepted, new_token = self._verify(draft, request.sampling, rng)
             t2 = time.perf_counter()
             keep = len(committed) + n_accepted
             self.context.truncate(keep)
@@ -223,6 +234,8 @@ class SpeculativeDecoder:
                     ended_on_eog = True
                     break
                 committed.append(token)
+                if grammar is not None:
+                    grammar.accept(token)
                 tokens.append(token)
                 flags.append(i < n_accepted)
                 pieces.append(stops.feed(detok.feed(self.model.piece(token))))
