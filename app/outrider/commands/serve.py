@@ -72,8 +72,9 @@ def _resolve_pair(args: argparse.Namespace) -> None:
         if args.target is None:
             raise CliError("serve needs --pair ID or --target T")
         return
-    if args.target is not None or args.draft is not None or args.lookup:
-        raise CliError("--pair names the models itself: give --pair, or --target with --draft/--lookup, not both")
+    if args.target is not None or args.draft is not None or args.lookup or args.mtp or args.mtp_head:
+        raise CliError("--pair names the models itself: give --pair, or --target with --draft/--lookup/--mtp/"
+                       "--mtp-head, not both")
     from outrider.catalogue import ModelStore, load_catalogue
     from outrider.catalogue.schema import CatalogueError
 

@@ -57,7 +57,11 @@ PLAIN_TEMPLATE = (
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 MAX_RENDERED_CHARS = 50_000_000  # a template that expands beyond this is treated as hostile
-BASE_RENDER_CHARS = 1_000_000  # a render may produce this much plus OUTPUT_PER_INPUT_CHAR per character of input
+# A render may produce this much text of the template's own plus OUTPUT_PER_INPUT_CHAR per character of input.
+# The wordiest real templates add about 10 KB (a default system prompt, tool instructions); tokenising costs about
+# 5 us a character on a quiet CPU and ten times that on a busy one, so at 1 MB a template that expanded a 2-token
+# message made the user wait 24-172 s for a refusal that blamed their message. 64 KB stays under a second.
+BASE_RENDER_CHARS = 64_000
 OUTPUT_PER_INPUT_CHAR = 4
 RENDER_SECONDS = 2.0  # a chat template renders in milliseconds; one that takes seconds is hostile
 MAX_RANGE = 100_000  # items of one range() (Jinja's sandbox limit)
@@ -89,15 +93,20 @@ class _Budget:
     seconds: float
     deadline: float
     max_chars: int
+    input_chars: int = 0  # the conversation's own characters (the rendered prompt's budget grows with them)
 
     def check_time(self) -> None:
         if time.monotonic() > self.deadline:
             raise TemplateLimitError(f"the model's chat template took longer than {self.seconds:g} s to render")
 
     def check_size(self, n: int, what: str = "text") -> None:
-        if n > self.max_chars:
-            raise TemplateLimitError(f"the model's chat template tried to build {what} of {n:,} items "
-                                     f"(the limit is {self.max_chars:,})")
+        if n <= self.max_chars:
+            return
+        if what == "a prompt":  # the output itself: the template is the cause, never the user's message
+            raise TemplateLimitError(f"the model's chat template turned {self.input_chars:,} characters of "
+                                     f"conversation into more than {self.max_chars:,} characters of prompt")
+        raise TemplateLimitError(f"the model's chat template tried to build {what} of {n:,} items "
+                                 f"(the limit is {self.max_chars:,})")
 
 
 _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("outrider_template_budget", default=None)
@@ -330,7 +339,7 @@ class ChatFormatter:
         self._has_chatml_tokens = has_chatml_tokens
         self._rendered_once = False
         self._notes: list[str] = []
-        if template:
+        if template and template.strip():  # a blank template would render the conversation as nothing
             self.source = "model"
         elif has_chatml_tokens:
             self.source, template = "chatml", CHATML_TEMPLATE
@@ -456,7 +465,8 @@ class ChatFormatter:
                         tools: list[Any] | None = None) -> str:
         input_chars = sum(len(m["content"]) for m in payload) + len(self.bos_token) + len(self.eos_token)
         budget = _Budget(self.render_seconds, time.monotonic() + self.render_seconds,
-                         min(MAX_RENDERED_CHARS, BASE_RENDER_CHARS + OUTPUT_PER_INPUT_CHAR * input_chars))
+                         min(MAX_RENDERED_CHARS, BASE_RENDER_CHARS + OUTPUT_PER_INPUT_CHAR * input_chars),
+                         input_chars)
         token = _BUDGET.set(budget)
         try:
             parts: list[str] = []

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from outrider.engine.errors import GrammarError
 from outrider.engine.params import GrammarSpec, SamplingParams
-from outrider.engine.sampling import accept_draft_token, distribution, residual, sample
+from outrider.engine.sampling import distribution, verify_sampled
 
 if TYPE_CHECKING:
     from outrider.engine.drafters import Draft
@@ -165,28 +165,39 @@ def cut_draft(draft: Draft, grammar: GrammarMask, sampling: SamplingParams) -> D
     return dataclasses.replace(draft, tokens=draft.tokens[:n], dists=draft.dists[:n] if draft.dists else None)
 
 
-def verify_draft(row: Callable[[int], FloatArray], draft: Draft, sampling: SamplingParams,
-                 rng: np.random.Generator, grammar: GrammarMask) -> tuple[int, int]:
+def verify_draft(row: Callable[[int], FloatArray], draft: Draft, sampling: SamplingParams, position: int,
+                 grammar: GrammarMask) -> tuple[int, int]:
     """``SpeculativeDecoder._verify`` under a grammar: the target's row i (``row(i)``) masked by the grammar's
-    state after ``draft.tokens[:i]`` — walked on a clone, so a rejected token never reaches the real state —
-    then the same rule: greedy match, or accept with min(1, p/q) and sample the residual. Returns (accepted,
-    next token); the next token is always one the grammar allows."""
+    state after ``draft.tokens[:i]`` — walked on a clone, so a rejected token never reaches the real state — then
+    the same rule (greedy match, or the request's sampler: ``sampling.verify_sampled``, the draft's first token at
+    absolute ``position``). Returns (accepted, next token); the next token is always one the grammar allows.
+
+    Rows after a draft token the grammar forbids are masked with the state before it: they are never used, since
+    that token cannot be chosen by the masked target (probability 0), so the draft is rejected there or earlier."""
     walker = grammar.clone()
+    walked = 0  # draft tokens accepted into the walker
+    forbidden = False
+
+    def state_for(i: int) -> GrammarMask:
+        nonlocal walked, forbidden
+        while walked < i and not forbidden:
+            token = draft.tokens[walked]
+            if walker.allows(token):
+                walker.accept(token)
+                walked += 1
+            else:
+                forbidden = True
+        return walker
+
     try:
         if sampling.greedy:
             for i, token in enumerate(draft.tokens):
-                choice = walker.greedy(row(i))
+                choice = state_for(i).greedy(row(i))
                 if choice != token:
                     return i, choice
-                walker.accept(token)
-            return len(draft.tokens), walker.greedy(row(len(draft.tokens)))
+            return len(draft.tokens), state_for(len(draft.tokens)).greedy(row(len(draft.tokens)))
         assert draft.dists is not None or not draft.tokens
-        for i, token in enumerate(draft.tokens):
-            p = distribution(walker.mask(row(i)), sampling)
-            q = draft.dists[i]  # type: ignore[index]
-            if not accept_draft_token(token, p, q, rng):
-                return i, sample(residual(p, q), rng)
-            walker.accept(token)
-        return len(draft.tokens), sample(distribution(walker.mask(row(len(draft.tokens))), sampling), rng)
+        return verify_sampled(draft.tokens, lambda i: distribution(state_for(i).mask(row(i)), sampling),
+                              draft.dists or [], sampling, position)
     finally:
         walker.close()

@@ -110,15 +110,27 @@ class LookupSettings:
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"n-gram sizes must satisfy 1 <= min <= max, got {self.ngram_min}..{self.ngram_max}")
 
+Sampler = Literal["coupled", "rejection"]
+SAMPLERS: tuple[Sampler, ...] = ("coupled", "rejection")
+DEFAULT_SAMPLER: Sampler = "coupled"
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
-    """Sampling settings. ``temperature == 0`` means greedy; top_k 0, top_p 1 and min_p 0 disable a filter."""
+    """Sampling settings. ``temperature == 0`` means greedy; top_k 0, top_p 1 and min_p 0 disable a filter.
+
+    ``sampler`` (temperature > 0 with a drafter; both exact in distribution, see ``engine/sampling.py``):
+    ``coupled`` (Gumbel-max coupling: a seeded reply is the same text with any drafter and any k, or none) or
+    ``rejection`` (classic speculative sampling: the seeded text depends on what was drafted). The default was
+    chosen by measured acceptance (docs/metrics.md).
+    """
 
     temperature: float = 0.0
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int | None = None
+    sampler: Sampler = DEFAULT_SAMPLER
 
     def __post_init__(self) -> None:
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
@@ -131,6 +143,8 @@ class SamplingParams:
             raise ValueError(f"min-p must be in [0, 1], got {self.min_p}")
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be coupled or rejection, got {self.sampler!r}")
 
     @property
     def greedy(self) -> bool:
@@ -160,7 +174,13 @@ class DraftParams:
 
 @dataclasses.dataclass(frozen=True)
 class PairSpec:
-    """What to load: a target and optionally a draft model file or prompt lookup."""
+    """What to load: a target and optionally one drafter: a draft model file, prompt lookup, the target's own MTP
+    heads (``mtp``) or a separate MTP head file (``mtp_head``, loaded with ``draft_settings``).
+
+    ``lookup_history``: the history database (``history.sqlite3``) to draft from as well (history lookup,
+    engine/history_draft.py): the drafters are then chained — history lookup, prompt lookup, then the draft model
+    if there is one (engine/chain_draft.py).
+    """
 
     target: str
     draft: str | None = None
@@ -169,13 +189,30 @@ class PairSpec:
     draft_settings: ModelSettings = ModelSettings()
     context: ContextSettings = ContextSettings()
     lookup_settings: LookupSettings = LookupSettings()
+    lookup_history: str | None = None
+    mtp: bool = False
+    mtp_head: str | None = None
 
     def __post_init__(self) -> None:
-        if self.draft and self.lookup:
-            raise ValueError("choose a draft model or prompt lookup, not both")
+        chosen = [name for name, on in (("a draft model", bool(self.draft)), ("prompt lookup", self.lookup),
+                                        ("the model's MTP heads", self.mtp), ("an MTP head file", bool(self.mtp_head)))
+                  if on]
+        if len(chosen) > 1:
+            raise ValueError(f"choose one drafter, not {' and '.join(chosen)}")
+        if self.lookup_history is not None and not str(self.lookup_history).strip():
+            raise ValueError("history lookup needs the history database's path")
+        if self.lookup_history is not None and (self.mtp or self.mtp_head):
+            raise ValueError("history lookup does not chain with MTP drafting: choose one of them")
 
     @property
     def draft_mode(self) -> str:
+        """The loaded drafter's kind (``LoadedPair.draft_mode``): ``model``, ``lookup``, ``mtp`` (heads in the target
+        or a head file), ``none``, or a chain's members joined by ``+`` (``history+lookup``,
+        ``history+lookup+model``)."""
+        if self.mtp or self.mtp_head:
+            return "mtp"
+        if self.lookup_history is not None:
+            return "history+lookup" + ("+model" if self.draft else "")
         return "model" if self.draft else ("lookup" if self.lookup else "none")
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +249,7 @@ class TextRequest:
     trim: bool = True
     grammar: GrammarSpec | None = None
     tools: str | None = None  # OpenAI's ``tools`` array as JSON text, for the chat template (``ChatFormatter``)
+    ignore_eos: bool = False  # ``outrider verify``: sample through end-of-generation tokens (every sample M tokens)
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

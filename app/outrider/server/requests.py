@@ -13,9 +13,9 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from outrider.engine.params import ChatMessage, DraftParams, GrammarSpec, SamplingParams, TextRequest
+from outrider.engine.params import SAMPLERS, ChatMessage, DraftParams, GrammarSpec, Sampler, SamplingParams, TextRequest
 from outrider.server.tools import ToolChoice, ToolError, tool_choice
 
 MAX_STOP = 4  # OpenAI's limit on stop strings
@@ -90,6 +90,10 @@ _CHAT_FIELDS = frozenset({"trim_history",  # Outrider's extension: drop the olde
 _COMPLETION_FIELDS = frozenset({"prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed",
                                 "stream", "stream_options", "n", "logprobs", "echo", "presence_penalty",
                                 "frequency_penalty"})
+
+
+# Outrider's own request fields, on both endpoints: ``sampler`` (coupled | rejection, see SamplingParams).
+_EXTENSIONS = frozenset({"sampler"})
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
@@ -177,7 +181,7 @@ def _check_fields(data: Mapping[str, Any], known: frozenset[str]) -> None:
     for name, value in data.items():
         if name in _NOT_SUPPORTED and value not in (None, [], {}, "none", "auto"):
             raise bad(_NOT_SUPPORTED[name], name, "unsupported_parameter")
-        if name not in known and name not in _HARMLESS and name not in _NOT_SUPPORTED:
+        if name not in known and name not in _HARMLESS and name not in _NOT_SUPPORTED and name not in _EXTENSIONS:
             raise bad(f"unknown field {name!r}", name, "unknown_parameter")
     n = data.get("n")
     if n is not None and (n != 1 or isinstance(n, bool)):
@@ -289,6 +293,16 @@ def _stops(value: Any) -> tuple[str, ...]:
     return tuple(stops)
 
 
+def _sampler(value: Any, default: Sampler) -> Sampler:
+    """The extension field ``sampler`` (``coupled`` or ``rejection``, see SamplingParams); absent or null: the
+    server's default."""
+    if value is None:
+        return default
+    if value not in SAMPLERS:
+        raise bad(f"sampler must be one of {', '.join(SAMPLERS)}, got {value!r}", "sampler")
+    return cast(Sampler, value)
+
+
 def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[ChatMessage, ...] | None,
             prompt: str | None, max_tokens: Any, max_param: str, grammar: GrammarSpec | None = None,
             tools: str | None = None) -> ParsedRequest:
@@ -305,6 +319,7 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
     top_k = _ranged(data, "top_k", base.top_k, _integer, lambda v: 0 <= v < 1 << 31, "between 0 and 2^31 - 1")
     min_p = _ranged(data, "min_p", base.min_p, _number, lambda v: 0 <= v <= 1, "in [0, 1]")
     seed = _ranged(data, "seed", base.seed, _integer, lambda v: 0 <= v < 1 << 63, "between 0 and 2^63 - 1")
+    sampler = _sampler(data.get("sampler"), base.sampler)
     stream = data.get("stream", False)
     if stream is None:
         stream = False
@@ -321,6 +336,7 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
     if not isinstance(trim, bool | None):
         raise bad("trim_history must be true or false", "trim_history", "invalid_type")
     text = TextRequest(prompt=prompt, messages=messages, max_tokens=n_max,
-                       sampling=SamplingParams(temperature, top_k, top_p, min_p, seed), draft=defaults.draft,
-                       stop=_stops(data.get("stop")), trim=bool(trim), grammar=grammar, tools=tools)
+                       sampling=SamplingParams(temperature, top_k, top_p, min_p, seed, sampler), draft=defaults.draft,
+                       stop=_stops(data.get("stop")), trim=bool(trim), grammar=grammar,
+                       tools=tools)
     return ParsedRequest(text, stream, include_usage and stream, model)

@@ -237,6 +237,12 @@ class _Server:
         elif kind == "unload":
             engine.unload()
             self.emit({"type": "result", "id": rid, "value": None}, wait=True)
+        elif kind == "score":
+            tokens = msg.get("tokens")
+            if not isinstance(tokens, list) or not all(isinstance(t, int) and t >= 0 for t in tokens):
+                raise _BadRequest("score needs a list of token ids")
+            scores = engine.score(_build_request(msg.get("request")), tokens)
+            self.emit({"type": "result", "id": rid, "value": [list(s) for s in scores]}, wait=True)
         elif kind == "bench":
             self._bench(rid, int(msg.get("n_tokens", 10_000)), int(msg.get("tokens_per_step", 1)))
         else:
