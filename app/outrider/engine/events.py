@@ -25,6 +25,7 @@ from outrider.engine.errors import (
     ContextOverflowError,
     DecodeError,
     EngineError,
+    GrammarError,
     IncompatiblePairError,
     ModelLoadError,
     TemplateError,
@@ -354,6 +355,8 @@ def error_kind_of(exc: BaseException) -> tuple[ErrorKind, dict[str, Any]]:
         return ErrorKind.DECODE, {"status": exc.status}
     if isinstance(exc, TemplateError):
         return ErrorKind.TEMPLATE, {}
+    if isinstance(exc, GrammarError):
+        return ErrorKind.BAD_REQUEST, {"grammar": True}
     if isinstance(exc, EngineError):
         return ErrorKind.ENGINE, {}
     if isinstance(exc, MemoryError):

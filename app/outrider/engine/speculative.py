@@ -36,6 +36,7 @@ from outrider.engine.drafters import (
 )
 from outrider.engine.errors import ContextOverflowError, DecodeError
 from outrider.engine.events import TARGET, DoneEvent, StepEvent
+from outrider.engine.grammar import GrammarMask, cut_draft, verify_draft
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter
 from outrider.engine.params import DraftParams, SamplingParams
@@ -64,6 +65,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks only: keep going through end-of-generation tokens
     plain_probe_every: int = PLAIN_PROBE_EVERY  # 0: never force a plain step (no in-reply speed-up then)
+    grammar: GrammarMask | None = None  # structured output: its state follows the emitted tokens (engine/grammar.py)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -178,6 +180,9 @@ class SpeculativeDecoder:
         stops = StopStringFilter(request.stop)
         meter = PlainRateMeter(stats)
         committed = prompt
+        grammar = request.grammar
+        # a draft model samples from its grammar-masked distribution (others are cut: grammar.cut_draft)
+        masked_draft = {"grammar": grammar} if grammar is not None and isinstance(self.drafter, ModelDraft) else {}
         shadow_from = len(committed)  # first position the drafter has not been scored on
         texts: list[str] = []
         stop_reason: str | None = None
@@ -203,10 +208,13 @@ class SpeculativeDecoder:
             drafting_s = 0.0  # the cost of drafting itself, without a draft model's catch-up (for auto k)
             consulted = k > 0  # the drafter ran in this step: its time is charged to speculation
             if k > 0:
-                draft = self.drafter.propose(committed, k, sampling, rng, params.p_min, params.draft_min)
+                draft = self.drafter.propose(committed, k, sampling, rng, params.p_min, params.draft_min,
+                                             **masked_draft)
                 if len(draft.tokens) > k:
                     draft = dataclasses.replace(
                         draft, tokens=draft.tokens[:k], dists=draft.dists[:k] if draft.dists else None)
+                if grammar is not None:
+                    draft = cut_draft(draft, grammar, sampling)
                 if len(draft.tokens) < max(params.draft_min, 1):
                     draft = dataclasses.replace(draft, tokens=[], dists=None)
                 propose_s = time.perf_counter() - t0
@@ -223,7 +231,11 @@ class SpeculativeDecoder:
             batch = [committed[-1], *draft.tokens]
             self.context.decode(batch, logits="all")
             self.cached.extend(batch)
-            n_accepted, new_token = self._verify(draft, sampling, len(committed))
+            if grammar is not None:
+                n_accepted, new_token = verify_draft(self.context.logits_row, draft, sampling, len(committed),
+                                                     grammar)
+            else:
+                n_accepted, new_token = self._verify(draft, sampling, len(committed))
             t2 = time.perf_counter()
             if chain is not None:
                 chain.settle(draft, n_accepted, batch=len(batch), verify_s=t2 - t1)
@@ -246,6 +258,8 @@ class SpeculativeDecoder:
                     ended_on_eog = True
                     break
                 committed.append(token)
+                if grammar is not None:
+                    grammar.accept(token)
                 tokens.append(token)
                 flags.append(i < n_accepted)
                 origins.append(sources[i] if i < n_accepted else TARGET)
