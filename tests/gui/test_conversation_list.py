@@ -323,3 +323,15 @@ def test_row_heights_need_no_text_layout(qtbot: Any, win: MainWindow, monkeypatc
     heights = {delegate.sizeHint(option, win.list_model.index(i, 0)).height() for i in range(300)}
     assert len(heights) == 1
     assert delegate.sizeHint(option, win.list_model.index(300, 0)).height() < heights.pop()  # one line
+
+
+def test_the_open_chat_stays_listed_while_a_search_filters(qtbot: Any, win: MainWindow) -> None:
+    """Before: a chat started (or opened) while the list was filtered vanished from it: it matched nothing."""
+    cid = select(win, "Regex help")
+    with qtbot.waitSignal(win.session.conversation_opened, check_params_cb=lambda c, items: c == cid):
+        win.conversations.list.clicked.emit(win.conversations.list.currentIndex())
+    qtbot.keyClicks(win.conversations.search, "raincoat")
+    rows = win.list_model.rows()
+    assert [r.title for r in rows] == ["Regex help", "Packing list"]
+    assert rows[0].snippet == "open now · no match" and "raincoat" in rows[1].snippet
+    assert win.conversations.selected_id() == cid

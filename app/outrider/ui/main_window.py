@@ -389,10 +389,22 @@ class MainWindow(QMainWindow):
         query = self.conversations.search.text().strip()
         if query:
             rows = ConversationListModel.rows_from_hits(self.store.search(query))
+            rows = self._with_open_conversation(rows)
         else:
             rows = [ConversationRow.of(c) for c in self.store.conversations()]
         self.list_model.set_rows(rows)
         self.conversations.select(self.session.conversation_id)
+
+    def _with_open_conversation(self, rows: list[ConversationRow]) -> list[ConversationRow]:
+        """The search results, with the open conversation first when it does not match: a chat started while the
+        list is filtered must not vanish from it (it did: the new chat had no message matching yet)."""
+        open_id = self.session.conversation_id
+        if open_id is None or any(r.id == open_id for r in rows):
+            return rows
+        current = next((c for c in self.store.conversations() if c.id == open_id), None)
+        if current is None:
+            return rows
+        return [dataclasses.replace(ConversationRow.of(current), snippet="open now · no match"), *rows]
 
     @Slot(object, list)
     def _on_session_conversation_opened(self, conversation_id: int | None, items: list[Any]) -> None:
