@@ -10,13 +10,18 @@ import dataclasses
 import math
 from typing import Literal
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 
 
 @dataclasses.dataclass(frozen=True)
 class ChatMessage:
+    """One turn. ``tool_calls``: the calls an assistant turn made (OpenAI's ``tool_calls`` array as JSON text);
+    ``tool_call_id``: the call a ``tool`` turn answers."""
+
     role: Role
     content: str
+    tool_calls: str | None = None
+    tool_call_id: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,15 +110,28 @@ class LookupSettings:
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"n-gram sizes must satisfy 1 <= min <= max, got {self.ngram_min}..{self.ngram_max}")
 
+Sampler = Literal["auto", "coupled", "rejection"]
+SAMPLERS: tuple[Sampler, ...] = ("auto", "coupled", "rejection")
+DEFAULT_SAMPLER: Sampler = "auto"
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
-    """Sampling settings. ``temperature == 0`` means greedy; top_k 0, top_p 1 and min_p 0 disable a filter."""
+    """Sampling settings. ``temperature == 0`` means greedy; top_k 0, top_p 1 and min_p 0 disable a filter.
+
+    ``sampler`` (temperature > 0 with a drafter; both exact in distribution, see ``engine/sampling.py``):
+    ``coupled`` (Gumbel-max coupling: a seeded reply is the same text with any drafter and any k, or none),
+    ``rejection`` (classic speculative sampling: the seeded text depends on what was drafted), or ``auto`` (the
+    default): coupled when a seed is given — a seeded reply must repeat whatever k automatic k picks — and rejection
+    otherwise, whose acceptance is higher with a draft model (measured: docs/metrics.md) and equal with lookup.
+    """
 
     temperature: float = 0.0
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int | None = None
+    sampler: Sampler = DEFAULT_SAMPLER
 
     def __post_init__(self) -> None:
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
@@ -126,6 +144,8 @@ class SamplingParams:
             raise ValueError(f"min-p must be in [0, 1], got {self.min_p}")
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be auto, coupled or rejection, got {self.sampler!r}")
 
     @property
     def greedy(self) -> bool:
@@ -155,7 +175,8 @@ class DraftParams:
 
 @dataclasses.dataclass(frozen=True)
 class PairSpec:
-    """What to load: a target and optionally a draft model file or prompt lookup.
+    """What to load: a target and optionally one drafter: a draft model file, prompt lookup, the target's own MTP
+    heads (``mtp``) or a separate MTP head file (``mtp_head``, loaded with ``draft_settings``).
 
     ``lookup_history``: the history database (``history.sqlite3``) to draft from as well (history lookup,
     engine/history_draft.py): the drafters are then chained — history lookup, prompt lookup, then the draft model
@@ -170,20 +191,43 @@ class PairSpec:
     context: ContextSettings = ContextSettings()
     lookup_settings: LookupSettings = LookupSettings()
     lookup_history: str | None = None
+    mtp: bool = False
+    mtp_head: str | None = None
 
     def __post_init__(self) -> None:
-        if self.draft and self.lookup:
-            raise ValueError("choose a draft model or prompt lookup, not both")
+        chosen = [name for name, on in (("a draft model", bool(self.draft)), ("prompt lookup", self.lookup),
+                                        ("the model's MTP heads", self.mtp), ("an MTP head file", bool(self.mtp_head)))
+                  if on]
+        if len(chosen) > 1:
+            raise ValueError(f"choose one drafter, not {' and '.join(chosen)}")
         if self.lookup_history is not None and not str(self.lookup_history).strip():
             raise ValueError("history lookup needs the history database's path")
+        if self.lookup_history is not None and (self.mtp or self.mtp_head):
+            raise ValueError("history lookup does not chain with MTP drafting: choose one of them")
 
     @property
     def draft_mode(self) -> str:
-        """The loaded drafter's kind (``LoadedPair.draft_mode``): ``model``, ``lookup``, ``none``, or a chain's
-        members joined by ``+`` (``history+lookup``, ``history+lookup+model``)."""
+        """The loaded drafter's kind (``LoadedPair.draft_mode``): ``model``, ``lookup``, ``mtp`` (heads in the target
+        or a head file), ``none``, or a chain's members joined by ``+`` (``history+lookup``,
+        ``history+lookup+model``)."""
+        if self.mtp or self.mtp_head:
+            return "mtp"
         if self.lookup_history is not None:
             return "history+lookup" + ("+model" if self.draft else "")
         return "model" if self.draft else ("lookup" if self.lookup else "none")
+
+@dataclasses.dataclass(frozen=True)
+class GrammarSpec:
+    """A constraint on the reply's text: ``json`` (any JSON object), ``json_schema`` (``text``: the schema as JSON)
+    or ``gbnf`` (``text``: a llama.cpp grammar). Decoded exactly under speculation (engine/grammar.py)."""
+
+    kind: Literal["json", "json_schema", "gbnf"]
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("json", "json_schema", "gbnf"):
+            raise ValueError(f"a grammar is json, json_schema or gbnf, got {self.kind!r}")
+
 
 @dataclasses.dataclass(frozen=True)
 class TextRequest:
@@ -204,6 +248,9 @@ class TextRequest:
     plain: bool = False
     continue_reply: bool = False
     trim: bool = True
+    grammar: GrammarSpec | None = None
+    tools: str | None = None  # OpenAI's ``tools`` array as JSON text, for the chat template (``ChatFormatter``)
+    ignore_eos: bool = False  # ``outrider verify``: sample through end-of-generation tokens (every sample M tokens)
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

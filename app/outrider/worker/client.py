@@ -25,7 +25,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -402,7 +402,7 @@ class EngineClient:
         except EngineRequestError as exc:
             if not draft_fallback or exc.kind is not ErrorKind.INCOMPATIBLE_PAIR:
                 raise
-            wire = {**spec_to_wire(spec), "draft": None, "lookup": False}
+            wire = {**spec_to_wire(spec), "draft": None, "lookup": False, "mtp": False, "mtp_head": None}
             info = self._load(wire, timeout, refuse_unsafe, on_progress)
             note = f"draft model not compatible — running without draft ({exc.message})"
             info = dataclasses.replace(info, notes=(note, *info.notes))
@@ -412,7 +412,7 @@ class EngineClient:
     def _load(self, wire: dict[str, Any], timeout: float | None, refuse_unsafe: bool,
               on_progress: Callable[[LoadProgress], None] | None) -> LoadedPair:
         if refuse_unsafe:
-            for path in (wire.get("target"), wire.get("draft")):
+            for path in (wire.get("target"), wire.get("draft"), wire.get("mtp_head")):
                 reason = self.unsafe_models.reason(str(path)) if path else None
                 if path and reason:
                     raise EngineRequestError(ErrorKind.UNSAFE_MODEL, f"{Path(path).name} is not loaded automatically: "
@@ -431,7 +431,7 @@ class EngineClient:
                 elif msg["type"] == "loaded":
                     info = loaded_from_wire(msg.get("info"))
                     self.loaded = info
-                    for path in (wire.get("target"), wire.get("draft")):
+                    for path in (wire.get("target"), wire.get("draft"), wire.get("mtp_head")):
                         if path:
                             with contextlib.suppress(OSError):
                                 self.unsafe_models.clear(path)
@@ -474,6 +474,14 @@ class EngineClient:
             return
         self._simple("unloading", {"type": "unload"}, timeout)
         self.loaded = None
+
+    def score(self, request: Any, tokens: Sequence[int], *,
+              timeout: float | None = 120.0) -> list[tuple[float, ...]]:
+        """The target's (mass ranked before, probability, top probability) of each of ``tokens`` continuing
+        ``request``'s prompt (``Engine.score``): what ``outrider verify`` tests sampled tokens against."""
+        value = self._simple("scoring", {"type": "score", "request": request_to_wire(request),
+                                         "tokens": [int(t) for t in tokens]}, timeout)
+        return [tuple(float(x) for x in row) for row in value]
 
     def bench(self, n_tokens: int, tokens_per_step: int = 1) -> Generation:
         """Synthetic steps at full speed, to measure the protocol alone."""

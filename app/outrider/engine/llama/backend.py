@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,10 @@ FloatArray = npt.NDArray[np.float32]
 class LoadedModel:
     """A llama.cpp model and its vocabulary. Call ``close()`` (or use as a context manager) to free it."""
 
-    def __init__(self, backend: Backend, path: str | os.PathLike[str], settings: ModelSettings) -> None:
+    def __init__(self, backend: Backend, path: str | os.PathLike[str], settings: ModelSettings, *,
+                 load_mtp: bool = False) -> None:
+        """``load_mtp``: also load the file's MTP (NextN) layers, which llama.cpp skips unless asked (they are
+        only used by an MTP drafter, ``engine/mtp.py``)."""
         self.backend = backend
         self.path = str(path)
         self.settings = settings
@@ -48,6 +51,7 @@ class LoadedModel:
         params = ll.llama_model_default_params()
         params.n_gpu_layers = settings.gpu_layers if settings.gpu_layers >= 0 else 999
         params.use_mmap = settings.use_mmap
+        params.load_mtp = load_mtp
         params.use_extra_bufts = extra_buffers_safe(backend.info, header, settings.cpu_extra_buffers)
         placement = rpc.connect(backend.ggml, settings.rpc, self.path) if settings.rpc else rpc.local_only(backend.ggml)
         if placement is not None:  # NULL-terminated; left NULL, llama.cpp would keep every layer local
@@ -145,6 +149,11 @@ class LoadedModel:
         return 2 * self.facts.n_layer * n_head_kv * (key_len + value_len)
 
     # -- vocabulary -----------------------------------------------------------------------------------------
+    @property
+    def vocab(self) -> Any:
+        """llama.cpp's ``llama_vocab`` pointer (for the grammar sampler, ``engine/grammar.py``)."""
+        return self._vocab
+
     def vocab_facts(self) -> VocabFacts:
         texts = [
             (ll.llama_vocab_get_text(self._vocab, i) or b"").decode("utf-8", errors="replace")
@@ -255,6 +264,14 @@ class ModelContext:
         self.n_vocab = model.n_vocab
         self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
         self.n_past = 0
+        # Called as after_decode(first position, count) after each llama_decode of this context succeeded, while
+        # its outputs are still readable: an MTP drafter copies the target's hidden states from there.
+        self.after_decode: Callable[[int, int], None] | None = None
+
+    @property
+    def handle(self) -> Any:
+        """The ``llama_context *`` (for the MTP drafter's staging-API calls)."""
+        return self._ctx
 
     # -- evaluation -----------------------------------------------------------------------------------------
     def decode(self, tokens: Sequence[int], *, logits: str | int = "last", abortable: bool = False) -> None:
@@ -287,6 +304,8 @@ class ModelContext:
                     reason = "cancelled" if status == 2 else f"llama_decode returned {status}"
                     raise DecodeError(status, reason, self.model.backend.log.tail(10))
                 self.n_past += len(chunk)
+                if self.after_decode is not None:
+                    self.after_decode(self.n_past - len(chunk), len(chunk))
         finally:
             if abortable:
                 ll.llama_set_abort_callback(self._ctx, ll.ggml_abort_callback(0), None)
