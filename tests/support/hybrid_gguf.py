@@ -265,8 +265,12 @@ def _qwen35_linear(w: Weights, rng: np.random.Generator, i: int, s: Qwen35Shape,
     w[f"blk.{i}.attn_qkv.weight"] = mat(conv_dim, d, 1.0 / np.sqrt(d))
     w[f"blk.{i}.attn_gate.weight"] = mat(value_dim, d, 1.0 / np.sqrt(d))
     w[f"blk.{i}.ssm_conv1d.weight"] = _f32(rng.standard_normal((conv_dim, s.ssm_d_conv)) / np.sqrt(s.ssm_d_conv))
-    w[f"blk.{i}.ssm_dt.bias"] = _f32(rng.standard_normal(s.ssm_dt_rank) * 0.5)
-    # ssm_a is -exp(A_log) (the converter's form); HF initialises A uniformly in [1, 16].
+    # As the reference implementations initialise them: time steps dt log-uniform in [0.001, 0.1] stored as
+    # softplus^-1(dt), and ssm_a = -exp(A_log) (the converter's form) with A uniform in [1, 16]. The per-token decay
+    # exp(-A * softplus(alpha + dt_bias)) then stays close to 1: the state remembers many tokens back, so a state
+    # that is not rolled back correctly changes what the model predicts (a fast-forgetting state would hide it).
+    dt = np.exp(rng.uniform(np.log(0.001), np.log(0.1), s.ssm_dt_rank))
+    w[f"blk.{i}.ssm_dt.bias"] = _f32(np.log(np.expm1(dt)))
     w[f"blk.{i}.ssm_a"] = _f32(-rng.uniform(1.0, 16.0, s.ssm_dt_rank))
     w[f"blk.{i}.ssm_alpha.weight"] = mat(s.ssm_dt_rank, d, 1.0 / np.sqrt(d))
     w[f"blk.{i}.ssm_beta.weight"] = mat(s.ssm_dt_rank, d, 1.0 / np.sqrt(d))

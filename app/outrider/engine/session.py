@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 
 from outrider.engine.chat import ChatFormatter, fit_conversation
-from outrider.engine.compat import check_facts
+from outrider.engine.compat import check_facts, rollback_report
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
 from outrider.engine.errors import EngineError, TemplateError
 from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
@@ -78,7 +78,9 @@ class Engine:
                 self._announce("draft", spec.draft)
                 draft_model = LoadedModel(self.backend, spec.draft, spec.draft_settings)
                 check_facts(target.vocab_facts(), draft_model.vocab_facts()).raise_if_incompatible()
-                drafter = ModelDraft(ModelContext(draft_model, dataclasses.replace(spec.context)), target.n_vocab)
+                # A hybrid draft rolls back through a checkpoint (its drafts are one-token decodes): no snapshots.
+                draft_context = ModelContext(draft_model, dataclasses.replace(spec.context), rollback_tokens=0)
+                drafter = ModelDraft(draft_context, target.n_vocab)
             elif spec.lookup:
                 drafter = PromptLookupDraft(spec.lookup_settings)
         except BaseException:
@@ -87,8 +89,11 @@ class Engine:
             if draft_model is not None:
                 draft_model.close()
             raise
-        if target.is_recurrent and drafter.kind != "none":
-            notes.append("this model's memory cannot be rolled back (recurrent/hybrid): running without a draft")
+        if target.is_recurrent and context.rollback_limit == 0 and drafter.kind != "none":
+            # llama.cpp keeps no recurrent-state snapshots for this architecture (it clamped n_rs_seq to 0).
+            rule = rollback_report(target.facts.architecture)
+            notes.append(rule.reason if not rule.ok else
+                         "this model's recurrent state cannot be rolled back: running without a draft")
             drafter.close()
             drafter = NoDraft()
         self._target, self._draft_model = target, draft_model

@@ -7,7 +7,9 @@ One step, with ``committed`` = prompt + every token emitted so far and its last 
 3. temperature 0: accept the longest prefix of d equal to the target's argmax, then add the target's own next
    token — so the output is token-for-token what target-only greedy decoding gives;
    temperature > 0: speculative sampling (``sampling.accept_draft_token`` / ``residual``), exact in distribution;
-4. roll the target's KV cache back to exactly the committed tokens (the drafter re-syncs itself next step).
+4. roll the target's memory back to exactly the committed tokens (the drafter re-syncs itself next step); on a
+   hybrid target the recurrent layers roll back through llama.cpp's per-token state snapshots, which bound k
+   (``ModelContext.rollback_limit``), or, with no snapshots, through a checkpoint saved before the batch.
 
 Invariant: ``self.cached`` lists exactly the tokens in the target's KV cache, in position order.
 """
@@ -93,7 +95,10 @@ class SpeculativeDecoder:
         self.context = context
         self.drafter = drafter
         self.cached: list[int] = []
-        self.can_roll_back = not model.is_recurrent
+        # A recurrent/hybrid target rolls rejected tokens back through its recurrent-state snapshots, so a draft
+        # may not be longer than they reach; with no snapshots (n_rs_seq 0) each verify saves a checkpoint first.
+        self.rollback_limit = context.rollback_limit if model.is_recurrent else None
+        self.checkpoint_rounds = model.is_recurrent and self.rollback_limit == 0
         # Automatic k keeps what it learned (costs per batch size, acceptance) from reply to reply: the costs
         # belong to the pair and the machine, and a cold start would re-probe at every turn of a chat.
         self.auto_policy: AutoDraftLength | None = None
@@ -105,10 +110,8 @@ class SpeculativeDecoder:
     def _prefill(self, prompt: Sequence[int]) -> int:
         """Evaluate all but the last prompt token, keeping the longest cached prefix. Returns tokens reused."""
         keep = min(common_prefix_length(self.cached, prompt), len(prompt) - 1)
-        if not self.can_roll_back and keep < len(self.cached):
-            keep = 0
-            self.reset()
         self.context.truncate(keep)
+        keep = self.context.n_past  # a recurrent memory may keep less (ModelContext.truncate)
         del self.cached[keep:]
         new = list(prompt[keep:-1])
         if new:
@@ -156,6 +159,8 @@ class SpeculativeDecoder:
         probe_every = request.plain_probe_every if self.drafter.kind != "none" else 0
         # A draft of k tokens is verified in one batch of k + 1: more than n_batch would split the pass.
         k_cap = max(0, self.context.n_batch - 1)
+        if self.rollback_limit:
+            k_cap = min(k_cap, self.rollback_limit)
         rng = np.random.default_rng(request.sampling.seed)
         detok = IncrementalDetokenizer()
         stops = StopStringFilter(request.stop)
@@ -202,13 +207,13 @@ class SpeculativeDecoder:
                 policy.observe_shadow(hits, trials)
             t1 = time.perf_counter()
             batch = [committed[-1], *draft.tokens]
+            if self.checkpoint_rounds and draft.tokens:
+                self.context.checkpoint()
             self.context.decode(batch, logits="all")
             self.cached.extend(batch)
             n_accepted, new_token = self._verify(draft, request.sampling, rng)
             t2 = time.perf_counter()
-            keep = len(committed) + n_accepted
-            self.context.truncate(keep)
-            del self.cached[keep:]
+            self._roll_back_to(len(committed) + n_accepted)
 
             emitted = [*draft.tokens[:n_accepted], new_token]
             tokens: list[int] = []
@@ -267,6 +272,15 @@ class SpeculativeDecoder:
             yield StepEvent([], [], [tail], 0, stats)
         stats.decode_s = time.perf_counter() - t_decode
         yield DoneEvent(stop_reason, stats, "".join(texts))
+
+    def _roll_back_to(self, keep: int) -> None:
+        """Make the target's memory hold exactly ``cached[:keep]``: a recurrent memory restored to an earlier
+        checkpoint re-evaluates the kept tokens after it (what a checkpoint-based rollback costs)."""
+        self.context.truncate(keep)
+        kept = self.context.n_past
+        if kept < keep:
+            self.context.decode(self.cached[kept:keep], logits="none")
+        del self.cached[keep:]
 
     def _verify(self, draft: Draft, sampling: SamplingParams, rng: np.random.Generator) -> tuple[int, int]:
         """Compare the draft with the target's logits (outputs 0..len(draft)); return (accepted, next token)."""
