@@ -78,3 +78,13 @@ def atomic_write_json(path: Path, data: Any, *, indent: int | None = 2, sort_key
                       mode: int = PRIVATE_FILE_MODE) -> None:
     """Write ``data`` as JSON (UTF-8) to ``path`` atomically and durably (see ``atomic_write_bytes``)."""
     atomic_write_text(path, json.dumps(data, indent=indent, sort_keys=sort_keys), mode=mode)
+
+
+def move_into_place(tmp: Path, path: Path) -> None:
+    """Make ``tmp`` (a finished file another writer produced in ``path``'s folder, e.g. llama.cpp's quantiser)
+    durable and rename it over ``path``, then fsync the folder: the same guarantee as ``atomic_write_bytes`` for
+    content too large or too foreign to pass through Python. Raises ``OSError`` (``tmp`` is then left to the
+    caller, ``path`` untouched)."""
+    fsync_file(tmp)
+    os.replace(tmp, path)
+    fsync_directory(path.parent)

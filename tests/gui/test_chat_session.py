@@ -260,12 +260,14 @@ def test_the_last_open_conversation_is_reopened_at_start(qtbot: Any, tmp_path: P
     _settled(qtbot, win)
     cid = win.session.conversation_id
     win.close()
+    win.settings.flush()  # as the app does before it exits
     win.bridge.shutdown()
     again = _open(qtbot, store, ScriptedClient(), tmp_path)  # the next start: same data folder
     try:
         qtbot.waitUntil(lambda: again.session.conversation_id == cid)  # once the window has painted
         assert [m.text for m in again.chat.messages] == ["Remember me", "I will"]
         again.session.open_conversation(None)  # a new chat is what the next start shows
+        again.settings.flush()
         assert QtSettings().value.last_conversation_id == 0
     finally:
         again.close()

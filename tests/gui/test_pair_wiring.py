@@ -86,6 +86,7 @@ def test_chosen_pair_loads_with_recommended_settings_and_is_remembered(qtbot: An
     assert (v.draft_source, v.k_policy, v.k, v.draft_min, v.p_min, v.context_size) == ("model", "fixed", 6, 2, 0.6,
                                                                                          8192)
     assert v.draft_params().k == 6
+    settings.flush()  # as the app does before it exits
     again = QtSettings(settings.path).value  # next start
     choice = _startup_choice(again)
     assert choice.target == parts["target"] and choice.draft == parts["draft"] and choice.pair_id == "t+d"

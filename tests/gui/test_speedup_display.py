@@ -284,3 +284,15 @@ def test_the_status_bar_says_where_an_rpc_target_lives(qtbot: Any, scripted: Any
     assert "target: RPC0[10.0.0.2:50052] 2.0 GiB, CPU_Mapped 200.0 MiB; draft on this machine" in text
     assert "workers' memory: 10.0.0.2:50052 11.0 GiB free of 16.0 GiB" in text
     assert remote.placement_text() in text
+
+
+def test_the_status_bar_shows_the_cpu_threads_of_the_last_reply(qtbot: Any, scripted: Any) -> None:
+    """Automatic threads are re-chosen before each reply (engine/threads.py): the status bar shows the count the
+    last reply ran with (from its stats), not only the one at load."""
+    win, client = scripted
+    assert "CPU thread" not in win.engine_label.text()  # this scripted load reports no count
+    client.finals = [reply_stats(threads=1), reply_stats(threads=2)]
+    _send(qtbot, win, "hi")
+    assert "· 1 CPU thread ·" in win.engine_label.text() + " ·"
+    _send(qtbot, win, "again")
+    assert "· 2 CPU threads" in win.engine_label.text()

@@ -166,7 +166,7 @@ def test_a_continued_reply_keeps_its_number_in_the_conversation_chart(panel: Any
 
 
 @pytest.mark.parametrize("key", ["acceptance_rate", "token_acceptance", "tokens_per_pass", "decode_tps",
-                                 "prompt_tps", "ttft_s", "generated"])
+                                 "prompt_tps", "ttft_s", "generated", "by_drafter"])
 def test_the_panels_definitions_are_those_of_docs_metrics(key: str) -> None:
     """Each figure's tooltip carries the formula of its row in docs/metrics.md (defined once, shown the same)."""
     import re
@@ -206,6 +206,24 @@ def test_a_fix_taken_from_the_warning_says_when_it_applies(qtbot: Any, panel: An
     with qtbot.waitSignal(widget.draft_auto_requested):
         widget.draft_auto_button.click()
     assert "Automatic k applies from the next reply." in widget.warning_label.text()
+
+
+def test_the_panel_splits_acceptance_by_drafter(panel: Any) -> None:
+    """A chain's reply shows accepted/drafted for each drafter, from the engine's ``by_drafter``. (Reading the
+    totals instead showed one figure for all drafters.)"""
+    from outrider.engine.stats import DrafterCounts
+
+    widget, meter, _ = panel
+    meter.begin_reply()
+    meter.finish_reply(_stats(40, drafted=30, accepted=20, draft_mode="history+lookup+model",
+                              by_drafter={"history": DrafterCounts(12, 12, 2), "lookup": DrafterCounts(8, 2, 3),
+                                          "model": DrafterCounts(10, 6, 4)}))
+    widget.refresh()
+    assert widget.values["by_drafter"].text() == "history 12/12 · prompt 2/8 · model 6/10"
+    meter.begin_reply()
+    meter.finish_reply(_stats(40, by_drafter={}))
+    widget.refresh()
+    assert widget.values["by_drafter"].text() == "–"
 
 
 def test_the_panel_fits_a_laptop_screen(panel: Any) -> None:

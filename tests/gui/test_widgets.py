@@ -34,6 +34,7 @@ def test_settings_persist_and_emit_only_on_change(qtbot: Any, tmp_path: Path) ->
     assert sorted(blocker.args[0]) == ["k", "k_policy", "system_prompt", "temperature", "theme"]
     with qtbot.assertNotEmitted(settings.changed):
         assert settings.set(k=6) == []
+    settings.flush()  # as the app does before it exits (saves run off the GUI thread)
     again = QtSettings(path)  # "restart"
     assert again.value == settings.value and again.value.draft_params().k == 6
     assert again.value.sampling().temperature == pytest.approx(0.7)
@@ -83,12 +84,51 @@ def test_provenance_colours_each_token_in_the_document(qtbot: Any, colours: Any)
     assert not view.legend_draft.isVisibleTo(view)
 
 
+@pytest.mark.parametrize("colours", [LIGHT, DARK])
+def test_each_drafter_of_a_chain_has_its_colour_and_legend(qtbot: Any, colours: Any) -> None:
+    """Tokens of history lookup, prompt lookup and the draft model each get their drafter's background (and the
+    "draft" tag all drafted tokens share); the legend names the loaded chain's drafters. (With the colour chosen
+    from ``drafted`` alone, as before origins were sent, all three were the draft model's green.)"""
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.set_colours(colours)
+    view.set_drafters("history+lookup+model")
+    view.add_user_message("hi", 1)
+    reply = view.begin_reply()
+    reply.add_steps([StepEvent([1, 2, 3, 4], [True, True, True, False], ["Past", " text", " model", " own"], 3,
+                               None, ["history", "lookup", "model", "target"])])
+    view.reply_grew()
+    qtbot.waitUntil(lambda: "Past text model own" in view.browser.toPlainText())
+    seen: dict[str, tuple[str, str]] = {}
+    block = view.browser.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fmt = it.fragment().charFormat()
+            tag = fmt.property(QTextCharFormat.Property.UserProperty)
+            if tag:
+                seen[it.fragment().text()] = (str(tag), fmt.background().color().name())
+            it += 1
+        block = block.next()
+    assert seen == {"Past": ("draft", colours.history_bg), " text": ("draft", colours.lookup_bg),
+                    " model": ("draft", colours.draft_bg), " own": ("target", colours.target_bg)}
+    assert view.controls.legend_drafters["history"].isVisibleTo(view)
+    assert view.controls.legend_drafters["lookup"].isVisibleTo(view)
+    assert not view.controls.legend_drafters["mtp"].isVisibleTo(view)
+    assert view.legend_draft.isVisibleTo(view) and view.legend_draft.text() == "draft model"
+    view.set_drafters("model")
+    assert not view.controls.legend_drafters["history"].isVisibleTo(view)
+    assert view.legend_draft.text() == "accepted draft token"
+
+
 def test_reply_text_keeps_each_piece_with_its_provenance() -> None:
     reply = ReplyText("Earlier ")  # a continued reply: its start is plain (no token known)
     assert reply.add_steps([_step(["a", "", "b"], [True, True, False]),
                             StepEvent([], [], ["held"], 0)]) == 3  # the empty piece left out; held text: target
-    assert reply.pieces == [("Earlier ", None), ("a", True), ("b", False), ("held", False)]
-    assert reply.text == "Earlier abheld" and reply.runs() == [("Earlier ", None), ("a", True), ("bheld", False)]
+    # No origins sent (an engine of an earlier version): drafted tokens are of the unnamed drafter "draft".
+    assert reply.pieces == [("Earlier ", None), ("a", "draft"), ("b", "target"), ("held", "target")]
+    assert reply.text == "Earlier abheld" and reply.runs() == [("Earlier ", None), ("a", "draft"),
+                                                               ("bheld", "target")]
     reply.add_steps([_step(["!"], [False])])
     assert reply.text == "Earlier abheld!"  # the join is kept and extended
 

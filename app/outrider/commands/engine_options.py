@@ -26,6 +26,7 @@ from outrider.commands.base import (
     positive_int,
     seed_int,
 )
+from outrider.engine.params import DEFAULT_SAMPLER, SAMPLERS
 
 RPC_FAULTS = frozenset({"rpc_unreachable", "rpc_busy", "rpc_version"})  # ErrorKind values: exit 3
 LLAMA_MIN_CTX = 256  # llama.cpp raises a smaller context to this, and rounds a larger one up to a multiple of it
@@ -37,6 +38,8 @@ class CommandEngine(Protocol):
     ``close(quick=True)`` (after Ctrl-C) does not wait for a stuck or stopped engine: it is killed."""
 
     def run(self, request: Any) -> Iterator[Any]: ...
+
+    def score(self, request: Any, tokens: Sequence[int]) -> Sequence[Sequence[float]]: ...
 
     def close(self, *, quick: bool = False) -> None: ...
 
@@ -98,8 +101,17 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--draft", help="draft model (GGUF) of the same family")
     src.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram) instead of a model")
+    src.add_argument("--mtp", action="store_true",
+                     help="draft with the target's own MTP (NextN) heads, when its file carries them")
+    src.add_argument("--mtp-head", metavar="FILE",
+                     help="draft with a separate MTP head file (GGUF) made for the target")
+    p.add_argument("--lookup-history", nargs="?", const="", default=None, metavar="HISTORY",
+                   help="draft from the chat history too (history lookup, tried before prompt lookup and the draft "
+                        "model); HISTORY is a history.sqlite3, by default the app's own")
     p.add_argument("--threads", type=int, default=0,
-                   help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = llama.cpp's default)")
+                   help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = automatic: the CPUs "
+                        "other processes leave free, one fewer than the CPUs when they are busy, re-chosen before "
+                        "each reply; the count used is in the stats)")
     p.add_argument("--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
     p.add_argument("--draft-gpu-layers", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
     add_rpc_options(p)
@@ -121,15 +133,27 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--min-p", type=float, default=0.05)
     p.add_argument("--seed", type=seed_int, default=None, help="random seed (>= 0) for sampled output")
+    p.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER,
+                   help="how drafts are verified when sampling (both exact in distribution): coupled = Gumbel-max "
+                        "coupling, a seeded reply is the same text with any draft and any k (default); rejection = "
+                        "classic speculative sampling")
     p.add_argument("--in-process", action="store_true", help="run the engine in this process (debugging)")
 
 
 # -- building requests ----------------------------------------------------------------------------------------
+def has_drafter(args: argparse.Namespace) -> bool:
+    """Whether the options choose a drafter (a draft model, prompt lookup, MTP heads or an MTP head file)."""
+    return bool(args.draft or args.lookup or args.mtp or args.mtp_head)
+
+
+DRAFTER_CHOICES = "--draft D, --lookup, --mtp or --mtp-head FILE"
+
+
 def pair_spec(args: argparse.Namespace) -> Any:
     """The ``PairSpec`` of the model options; missing files and bad settings are a ``CliError`` (exit 2)."""
     from outrider.engine.params import ContextSettings, LookupSettings, ModelSettings, PairSpec
 
-    for path in (args.target, args.draft):
+    for path in (args.target, args.draft, args.mtp_head):
         if path is not None and not Path(path).exists():
             raise CliError(f"file not found: {path}")
     if not 0 <= args.threads <= max_threads():
@@ -140,13 +164,36 @@ def pair_spec(args: argparse.Namespace) -> Any:
             target=args.target,
             draft=args.draft,
             lookup=args.lookup,
+            mtp=args.mtp,
+            mtp_head=args.mtp_head,
             target_settings=ModelSettings(gpu_layers=args.gpu_layers, rpc=args.rpc, split=args.split),
             draft_settings=ModelSettings(gpu_layers=args.draft_gpu_layers),
             context=ContextSettings(n_ctx=args.ctx, threads=args.threads),
             lookup_settings=LookupSettings(args.ngram_min, args.ngram_max),
+            lookup_history=history_database(getattr(args, "lookup_history", None)),
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+
+
+def history_database(option: str | None) -> str | None:
+    """The history database ``--lookup-history`` names: None without the option, the app's own history for a
+    bare ``--lookup-history`` (it may not exist yet: history lookup then has nothing to draft from), else the
+    given file, which must exist."""
+    if option is None:
+        return None
+    from outrider.history import DB_FILENAME
+
+    if not option:
+        from outrider import paths
+
+        return str(paths.data_dir() / DB_FILENAME)
+    path = Path(option)
+    if path.is_dir():
+        path = path / DB_FILENAME
+    if not path.is_file():
+        raise CliError(f"no chat history at {option} (--lookup-history takes a history.sqlite3 or its folder)")
+    return str(path)
 
 
 def add_prompt_options(p: argparse.ArgumentParser) -> None:
@@ -164,7 +211,8 @@ def text_request(args: argparse.Namespace, *, prompt: str | None = None, chat: s
     from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
 
     try:
-        sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+        sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed,
+                                  getattr(args, "sampler", DEFAULT_SAMPLER))
         draft = DraftParams(k=args.k, k_max=args.k_max, draft_min=args.draft_min, p_min=args.draft_p_min)
         messages = tuple(history) if history is not None else None
         if chat is not None:
@@ -229,6 +277,10 @@ class WorkerEngine:
                 else:
                     yield event
 
+    def score(self, request: Any, tokens: Sequence[int]) -> Sequence[Sequence[float]]:
+        with self._errors():
+            return self._client.score(request, tokens)
+
     def close(self, *, quick: bool = False) -> None:
         self._client.stop(timeout=0.5 if quick else 10.0)
 
@@ -257,6 +309,14 @@ class InProcessEngine:
             for text in self._engine.take_chat_notes():  # the template may have been replaced just now
                 note(text, self._noted)
             yield from events
+        except EngineError as exc:
+            raise CliError(str(exc)) from None
+
+    def score(self, request: Any, tokens: Sequence[int]) -> Sequence[Sequence[float]]:
+        from outrider.engine.errors import EngineError
+
+        try:
+            return self._engine.score(request, tokens)
         except EngineError as exc:
             raise CliError(str(exc)) from None
 

@@ -10,10 +10,12 @@ from typing import Any
 
 from outrider.commands.base import CliError, positive_int, print_json
 from outrider.commands.engine_options import (
+    DRAFTER_CHOICES,
     CommandEngine,
     add_model_options,
     add_prompt_options,
     engine_session,
+    has_drafter,
     is_done,
     text_request,
 )
@@ -91,14 +93,21 @@ def format_summary(s: dict[str, Any], stop_reason: str) -> str:
         f"-- {s['generated']} tokens, stop: {stop_reason}, draft: {s['draft_mode']}",
         f"   decode {_fmt(s['decode_tps'], '.1f')} tok/s · prompt {_fmt(s['prompt_tps'], '.1f')} tok/s "
         f"({s['prompt_tokens']} tokens, {s['prompt_tokens_reused']} reused) · first token "
-        f"{_fmt(s['ttft_s'], '.3f')} s",
+        f"{_fmt(s['ttft_s'], '.3f')} s" + (f" · {s['threads']} threads" if s.get("threads") else ""),
         f"   acceptance {_fmt(s['acceptance_rate'], '.1%')} ({s['accepted']}/{s['drafted']}) · per-token a "
         f"{_fmt(s.get('token_acceptance'), '.1%')} · {_fmt(s['tokens_per_pass'], '.2f')} tokens/pass · mean k "
         f"{_fmt(s['k_mean'], '.2f')}",
         f"   time: draft {s['draft_s']:.3f} s · verify {s['verify_s']:.3f} s · other {s['other_s']:.3f} s",
         f"   {format_speedup(s)}",
     ]
+    by_drafter = s.get("by_drafter") or {}
+    if len(by_drafter) > 1 or "+" in str(s.get("draft_mode", "")):  # a chain: who drafted what
+        parts = [f"{DRAFTER_NAMES.get(kind, kind)} {c['accepted']}/{c['drafted']}" for kind, c in by_drafter.items()]
+        lines.append("   accepted/drafted by drafter: " + (" · ".join(parts) or "nothing drafted"))
     return "\n".join(lines)
+
+
+DRAFTER_NAMES = {"lookup": "prompt lookup", "history": "history lookup", "model": "draft model", "mtp": "MTP"}
 
 
 # -- bench ------------------------------------------------------------------------------------------------------
@@ -127,8 +136,8 @@ def load_prompts(path: Path | None) -> list[tuple[str, str]]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    if not args.draft and not args.lookup:
-        raise CliError("bench needs --draft D or --lookup")
+    if not has_drafter(args):
+        raise CliError(f"bench needs a drafter: {DRAFTER_CHOICES}")
     prompts = load_prompts(args.prompts)
     rows: list[dict[str, Any]] = []
     with engine_session(args) as engine:

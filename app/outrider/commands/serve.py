@@ -12,6 +12,7 @@ Ctrl-C stops the server (exit 130).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, positive_int
 from outrider.commands.engine_options import add_model_options, note, note_load, pair_spec, text_request
 from outrider.server import DEFAULT_STREAM_INTERVAL_S  # the package only: FastAPI loads when serving
+from outrider.server.connections import DEFAULT_MAX_CONNECTIONS
 
 API_KEY_ENV = "OUTRIDER_API_KEY"
 DEFAULT_MAX_TOKENS_LIMIT = 4096
@@ -37,7 +39,18 @@ def register(sub: Any) -> None:
                    help="address to listen on (default 127.0.0.1: this machine only; another host prints a warning)")
     p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0 = any free port)")
     p.add_argument("--api-key", default=None,
-                   help=f"require 'Authorization: Bearer KEY' (default ${API_KEY_ENV} when set, else no key)")
+                   help="require 'Authorization: Bearer KEY' (visible to every user in the process list: prefer "
+                        f"--api-key-file or ${API_KEY_ENV})")
+    p.add_argument("--api-key-file", type=Path, default=None,
+                   help=f"read the API key from this file (its first line); default ${API_KEY_ENV} when set")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="serve requests whose Host header is NAME too (besides localhost and IP addresses; "
+                        "repeatable): e.g. this machine's name on the network")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages from ORIGIN (e.g. http://localhost:3000; '*' for any) use the server "
+                        "(repeatable; by default a page on another origin is refused)")
+    p.add_argument("--max-connections", type=positive_int, default=DEFAULT_MAX_CONNECTIONS,
+                   help=f"open connections at most (default {DEFAULT_MAX_CONNECTIONS}; more get 503 and are closed)")
     p.add_argument("--max-tokens-limit", type=positive_int, default=DEFAULT_MAX_TOKENS_LIMIT,
                    help="the largest max_tokens a request may ask for, and the default when it asks for none "
                         f"(default {DEFAULT_MAX_TOKENS_LIMIT}, at most the context size)")
@@ -59,8 +72,9 @@ def _resolve_pair(args: argparse.Namespace) -> None:
         if args.target is None:
             raise CliError("serve needs --pair ID or --target T")
         return
-    if args.target is not None or args.draft is not None or args.lookup:
-        raise CliError("--pair names the models itself: give --pair, or --target with --draft/--lookup, not both")
+    if args.target is not None or args.draft is not None or args.lookup or args.mtp or args.mtp_head:
+        raise CliError("--pair names the models itself: give --pair, or --target with --draft/--lookup/--mtp/"
+                       "--mtp-head, not both")
     from outrider.catalogue import ModelStore, load_catalogue
     from outrider.catalogue.schema import CatalogueError
 
@@ -83,10 +97,31 @@ def _resolve_pair(args: argparse.Namespace) -> None:
         args.draft_min = pair.settings.draft_min
 
 
+API_KEY_ARGV_WARNING = ("--api-key on the command line is visible to every user of this machine in the process "
+                        f"list; use --api-key-file FILE or ${API_KEY_ENV} instead")
+
+
 def _api_key(args: argparse.Namespace) -> str | None:
+    """The key from ``--api-key-file``, ``--api-key`` (with a warning: argv is public) or ``$OUTRIDER_API_KEY``."""
     from outrider.server.runner import api_key_problem
 
-    key: str | None = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    if args.api_key is not None and args.api_key_file is not None:
+        raise CliError("give --api-key or --api-key-file, not both")
+    key: str | None
+    if args.api_key_file is not None:
+        try:
+            text = args.api_key_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CliError(f"cannot read the API key file {args.api_key_file}: "
+                           f"{getattr(exc, 'strerror', None) or exc}") from None
+        key = text.splitlines()[0].strip() if text.strip() else ""
+        if not key:
+            raise CliError(f"the API key file {args.api_key_file} is empty")
+    elif args.api_key is not None:
+        sys.stderr.write(f"outrider: warning: {API_KEY_ARGV_WARNING}\n")
+        key = args.api_key
+    else:
+        key = os.environ.get(API_KEY_ENV) or None
     problem = None if key is None else api_key_problem(key)
     if problem is not None:
         raise CliError(problem)
@@ -95,6 +130,8 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from outrider.server.app import ServerConfig, create_app
+    from outrider.server.connections import ConnectionLimits
+    from outrider.server.guard import AccessPolicy
     from outrider.server.requests import Defaults
     from outrider.server.runner import BindError, bind, host_warning, serve_forever, url_of
     from outrider.server.scheduler import EngineScheduler
@@ -107,6 +144,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.stream_interval_ms <= 1000:
         raise CliError(f"--stream-interval-ms must be between 0 and 1000, got {args.stream_interval_ms:g}")
     key = _api_key(args)
+    _log_refusals()
     spec = pair_spec(args)
     probe = text_request(args, prompt="")  # sampling and draft options, checked before anything loads
     name = args.name or args.pair or Path(args.target).name
@@ -125,20 +163,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             max_tokens_limit=min(args.max_tokens_limit, n_ctx))
         scheduler = EngineScheduler(engine.client, max_queued=args.max_queued, prepare=engine.reload_if_needed,
                                     on_finished=None if args.quiet else _log_reply)
+        limits = ConnectionLimits(max_connections=args.max_connections)
+        # the name it listens on is this machine's own (``--host mybox.lan``)
+        access = AccessPolicy(allowed_hosts=(*args.allowed_host, args.host), cors_origins=tuple(args.cors_origin))
         app = create_app(scheduler, ServerConfig(model_name=lambda: name, api_key=key, defaults=defaults,
                                                  max_request_bytes=args.max_request_bytes,
-                                                 stream_interval_s=args.stream_interval_ms / 1000.0))
+                                                 stream_interval_s=args.stream_interval_ms / 1000.0,
+                                                 access=access, limits=limits))
         url = url_of(sock)
         sys.stderr.write(f"outrider: serving {name} at {url}/v1 (OpenAI-compatible; Ctrl-C to stop)\n")
         sys.stderr.flush()
         try:
-            serve_forever(app, sock)
+            serve_forever(app, sock, limits)
         finally:
             scheduler.close(timeout=5.0)
     finally:
         engine.close()
         sock.close()
     return 0
+
+
+def _log_refusals() -> None:
+    """The server's one-line notes (a refused connection, Host or Origin) on stderr, as ``outrider: …``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("outrider: %(message)s"))
+    logger = logging.getLogger("outrider.server")
+    logger.addHandler(handler)
+    logger.propagate = False
 
 
 def reply_line(job: Any) -> str:

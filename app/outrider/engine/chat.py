@@ -3,8 +3,11 @@
 Like llama-cpp-python's Jinja2ChatFormatter, templates run in Jinja2's ImmutableSandboxedEnvironment (templates
 ship inside downloaded files: CVE-2024-34359), with ``raise_exception`` and ``strftime_now`` available. The
 rendered text already contains the template's BOS, so it is tokenised without adding special tokens and with
-special-token parsing on. A model without a template gets ChatML when its vocabulary has ChatML markers, and a
-plain "User:/Assistant:" layout otherwise.
+special-token parsing on — for the template's own markup only: a message's text is never read as control tokens
+(``<|im_start|>`` typed in a message must not open a fake system turn). ``ChatFormatter.segments`` says which
+parts of the prompt are message text, so the engine can tokenise those with special-token parsing off.
+A model without a template gets ChatML when its vocabulary has ChatML markers, and a plain "User:/Assistant:"
+layout otherwise.
 
 A template is also bounded in time and size (``TemplateLimitError``): every render has a deadline
 (``RENDER_SECONDS``: checked in ``range``, operators and every call, and enforced by a watchdog timer that raises
@@ -26,6 +29,7 @@ import dataclasses
 import datetime
 import functools
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -51,7 +55,11 @@ PLAIN_TEMPLATE = (
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 MAX_RENDERED_CHARS = 50_000_000  # a template that expands beyond this is treated as hostile
-BASE_RENDER_CHARS = 1_000_000  # a render may produce this much plus OUTPUT_PER_INPUT_CHAR per character of input
+# A render may produce this much text of the template's own plus OUTPUT_PER_INPUT_CHAR per character of input.
+# The wordiest real templates add about 10 KB (a default system prompt, tool instructions); tokenising costs about
+# 5 us a character on a quiet CPU and ten times that on a busy one, so at 1 MB a template that expanded a 2-token
+# message made the user wait 24-172 s for a refusal that blamed their message. 64 KB stays under a second.
+BASE_RENDER_CHARS = 64_000
 OUTPUT_PER_INPUT_CHAR = 4
 RENDER_SECONDS = 2.0  # a chat template renders in milliseconds; one that takes seconds is hostile
 MAX_RANGE = 100_000  # items of one range() (Jinja's sandbox limit)
@@ -63,6 +71,17 @@ _EXPANDING_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs
 _EXPANDING_FILTERS = frozenset({"center", "indent", "wordwrap", "format", "replace", "join", "batch", "slice"})
 
 
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """A part of a rendered prompt: the template's markup (``content`` False: its control tokens are real) or a
+    message's text (``content`` True: tokenised as plain text, whatever it contains)."""
+
+    text: str
+    content: bool
+
+
 class TemplateLimitError(TemplateError):
     """A chat template exceeded its time or size budget (or recursed too deeply) while rendering."""
 
@@ -72,15 +91,20 @@ class _Budget:
     seconds: float
     deadline: float
     max_chars: int
+    input_chars: int = 0  # the conversation's own characters (the rendered prompt's budget grows with them)
 
     def check_time(self) -> None:
         if time.monotonic() > self.deadline:
             raise TemplateLimitError(f"the model's chat template took longer than {self.seconds:g} s to render")
 
     def check_size(self, n: int, what: str = "text") -> None:
-        if n > self.max_chars:
-            raise TemplateLimitError(f"the model's chat template tried to build {what} of {n:,} items "
-                                     f"(the limit is {self.max_chars:,})")
+        if n <= self.max_chars:
+            return
+        if what == "a prompt":  # the output itself: the template is the cause, never the user's message
+            raise TemplateLimitError(f"the model's chat template turned {self.input_chars:,} characters of "
+                                     f"conversation into more than {self.max_chars:,} characters of prompt")
+        raise TemplateLimitError(f"the model's chat template tried to build {what} of {n:,} items "
+                                 f"(the limit is {self.max_chars:,})")
 
 
 _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("outrider_template_budget", default=None)
@@ -313,7 +337,7 @@ class ChatFormatter:
         self._has_chatml_tokens = has_chatml_tokens
         self._rendered_once = False
         self._notes: list[str] = []
-        if template:
+        if template and template.strip():  # a blank template would render the conversation as nothing
             self.source = "model"
         elif has_chatml_tokens:
             self.source, template = "chatml", CHATML_TEMPLATE
@@ -355,11 +379,52 @@ class ChatFormatter:
         self._rendered_once = True
         return text
 
+    def segments(self, messages: Sequence[ChatMessage], *,
+                 add_generation_prompt: bool = True) -> list[Segment] | None:
+        """``render(messages)`` split into markup and message text, or None when the template transforms a
+        message's text beyond trimming its ends (then the parts cannot be told apart).
+
+        The template renders once with each message's text replaced by a mark (its leading and trailing spaces
+        kept, so a template that trims sees what it would see), the marks are replaced by the texts, and the
+        result must equal the ordinary render character for character."""
+        real = self.render(messages, add_generation_prompt=add_generation_prompt)
+        # Private-use marks with a fresh nonce stand for message i: a message cannot forge one.
+        nonce = secrets.token_hex(8)
+        sentinel = re.compile(f"\ue000{nonce}:(\\d+)\ue001")
+        cores: list[str] = []
+        payload: list[dict[str, Any]] = []
+        for i, m in enumerate(messages):
+            text = clean_text(m.content)
+            core = text.strip()
+            cores.append(core)
+            lead, trail = text[:len(text) - len(text.lstrip())], text[len(text.rstrip()):]
+            payload.append({"role": m.role, "content": f"{lead}\ue000{nonce}:{i}\ue001{trail}" if core else text})
+        marked = self._render_payload(payload, add_generation_prompt)
+        out: list[Segment] = []
+        at = 0
+        for match in sentinel.finditer(marked):
+            index = int(match.group(1))
+            if index >= len(cores):
+                return None
+            if match.start() > at:
+                out.append(Segment(marked[at:match.start()], False))
+            out.append(Segment(cores[index], True))
+            at = match.end()
+        if at < len(marked):
+            out.append(Segment(marked[at:], False))
+        if "".join(seg.text for seg in out) != real:
+            return None
+        return out
+
     def _render(self, messages: Sequence[ChatMessage], add_generation_prompt: bool) -> str:
         payload: list[dict[str, Any]] = [{"role": m.role, "content": clean_text(m.content)} for m in messages]
+        return self._render_payload(payload, add_generation_prompt)
+
+    def _render_payload(self, payload: list[dict[str, Any]], add_generation_prompt: bool) -> str:
         input_chars = sum(len(m["content"]) for m in payload) + len(self.bos_token) + len(self.eos_token)
         budget = _Budget(self.render_seconds, time.monotonic() + self.render_seconds,
-                         min(MAX_RENDERED_CHARS, BASE_RENDER_CHARS + OUTPUT_PER_INPUT_CHAR * input_chars))
+                         min(MAX_RENDERED_CHARS, BASE_RENDER_CHARS + OUTPUT_PER_INPUT_CHAR * input_chars),
+                         input_chars)
         token = _BUDGET.set(budget)
         try:
             parts: list[str] = []
@@ -394,24 +459,48 @@ class ChatFormatter:
             _BUDGET.reset(token)
 
 
+class TrimCancelled(Exception):
+    """``fit_conversation`` stopped because the reply was cancelled."""
+
+
 def fit_conversation(
     messages: Sequence[ChatMessage],
     count_tokens: Callable[[Sequence[ChatMessage]], int],
     budget: int,
+    cancelled: Callable[[], bool] | None = None,
+    *,
+    reserved: int = 0,
 ) -> list[ChatMessage]:
     """Drop the oldest turns (never the system prompt or the latest message) until the prompt fits ``budget``.
 
-    Raises ContextOverflowError when the system prompt plus the latest message alone do not fit.
+    The kept conversation starts on a user turn (or is the latest message alone). The number of turns dropped is
+    found by bisection — about log2(turns) renders of the conversation, not one per dropped turn (3,000 messages:
+    a dozen renders instead of 3,000) — on the ground that dropping more turns never makes the prompt longer.
+    ``cancelled()`` is checked before every render (``TrimCancelled``). Raises ContextOverflowError (with
+    ``reserved``, the tokens kept for the reply) when the system prompt plus the latest message alone do not fit.
     """
     system = [m for m in messages[:1] if m.role == "system"]
     rest = list(messages[len(system):])
-    while True:
-        candidate = system + rest
-        n = count_tokens(candidate)
-        if n <= budget:
-            return candidate
-        if len(rest) <= 1:
-            raise ContextOverflowError(n, budget)
-        rest = rest[1:]
-        while len(rest) > 1 and rest[0].role == "assistant":  # a conversation restarts on a user turn
-            rest = rest[1:]
+    last = len(rest) - 1
+    # Where the kept part may start: the whole, any user (or system) turn, or the latest message alone.
+    starts = [j for j in range(len(rest)) if j == 0 or j == last or rest[j].role != "assistant"]
+
+    def count(j: int) -> int:
+        if cancelled is not None and cancelled():
+            raise TrimCancelled
+        return count_tokens(system + rest[starts[j]:])
+
+    n = count(0)
+    if n <= budget:
+        return system + rest
+    n_last = count(len(starts) - 1)
+    if n_last > budget:
+        raise ContextOverflowError(n_last, budget + reserved, reserved=reserved)
+    low, high = 0, len(starts) - 1  # count(low) > budget >= count(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if count(mid) <= budget:
+            high = mid
+        else:
+            low = mid
+    return system + rest[starts[high]:]

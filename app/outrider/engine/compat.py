@@ -53,6 +53,14 @@ HYBRID_ARCHITECTURES = frozenset({
     "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next", "qwen35", "qwen35moe", "qwen4exp",
     "deepseek4", "minimax-01",
 })
+ROLLBACK_TOKENS = 8
+"""Recurrent-state snapshots a hybrid target's context keeps (``llama_context_params.n_rs_seq``): the most tokens
+one rollback can remove from the end of the latest batch, so the longest draft a hybrid target verifies. Each
+snapshot costs one sequence's recurrent state (157 MB on Qwen3.6-27B), hence a bound and not ``k_max`` (64)."""
+DRAFT_RECURRENT_STATES = 2
+"""Recurrent states a hybrid *draft* model's context holds: its own and one checkpoint (drafts are one-token
+decodes, which snapshots cannot step back through; ``ModelContext.checkpoint``)."""
+
 ROLLBACK_ARCHITECTURES = frozenset({
     "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe", "lfm2",
     "lfm2moe", "bailingmoe3",

@@ -15,13 +15,13 @@ from typing import Protocol
 
 import numpy as np
 
-from outrider.engine.llama.backend import FloatArray, ModelContext
+from outrider.engine.llama.backend import FloatArray, LoadedModel, ModelContext
 from outrider.engine.params import LookupSettings, SamplingParams
 from outrider.engine.sampling import (
     SparseDist,
     distribution,
+    draft_token,
     greedy_token,
-    sample,
     top_probability,
 )
 
@@ -33,12 +33,15 @@ class Draft:
     ``sync_s`` is the part of the drafting time spent bringing the drafter up to date with the committed tokens
     (a draft model evaluating what the target emitted since its last draft) and ``synced`` how many tokens that
     was: after a run of plain steps this catch-up is large and says nothing about the cost of drafting a token.
+    ``sources[i]`` is the kind of the drafter that proposed ``tokens[i]`` (a chain of drafters, chain_draft.py);
+    empty means the decoder's drafter proposed them all.
     """
 
     tokens: list[int]
     dists: list[SparseDist] | None = None
     sync_s: float = 0.0
     synced: int = 0
+    sources: tuple[str, ...] = ()
 
 EMPTY_DRAFT = Draft([])
 SHADOW_WINDOW = 16  # a draft model's guesses scored per shadow scoring (the most recent ones)
@@ -108,18 +111,49 @@ class NoDraft:
 class ModelDraft:
     """A separate draft model with its own context, kept in sync with the committed tokens.
 
-    Invariant: ``self.cached`` lists exactly the tokens whose keys/values are in the draft's KV cache.
-    ``n_vocab`` is the target's vocabulary size: a draft vocabulary may be up to 128 tokens longer (compat.py),
-    and those extra ids are cut from its logits so it never proposes a token the target does not have.
+    Invariant: ``self.cached`` lists exactly the committed tokens whose keys/values are in the draft's KV cache
+    (target ids, in position order). ``n_vocab`` is the target's vocabulary size: a draft vocabulary may be up to
+    128 tokens longer (compat.py), and those extra ids are cut from its logits so it never proposes a token the
+    target does not have. It may also be up to 128 tokens *shorter*: a target id the draft lacks (llama_decode
+    fails on it) is fed to the draft as a substitute it has (``feedable``), so the draft's context stays one
+    token per position and drafting goes on; verification keeps the output exact whatever the draft guesses.
     """
 
     kind = "model"
 
-    def __init__(self, context: ModelContext, n_vocab: int | None = None) -> None:
+    def __init__(self, context: ModelContext, n_vocab: int | None = None, target: LoadedModel | None = None) -> None:
         self.context = context
         self.cached: list[int] = []
         self.n_vocab = min(n_vocab or context.n_vocab, context.n_vocab)
         self._synced = 0  # tokens the latest ``_sync`` evaluated
+        self._own_vocab = context.n_vocab
+        self._target = target
+        self._substitutes: dict[int, int] = {}
+
+    def feedable(self, tokens: Sequence[int]) -> list[int]:
+        """``tokens`` with every id the draft's vocabulary lacks replaced by its substitute (``substitute``)."""
+        own = self._own_vocab
+        if not tokens or max(tokens) < own:
+            return list(tokens)
+        return [t if t < own else self.substitute(t) for t in tokens]
+
+    def substitute(self, token: int) -> int:
+        """A draft id standing for target id ``token`` the draft lacks: the draft's own id for the same token
+        text (a special token the draft has at another id), else the first id of the token's rendered text as
+        the draft tokenizes it, else 0. Cached per id."""
+        found = self._substitutes.get(token)
+        if found is not None:
+            return found
+        draft_model = self.context.model
+        choice = 0
+        if self._target is not None:
+            same = draft_model.tokenize(self._target.token_text(token), add_special=False, parse_special=True)
+            rendered = draft_model.tokenize(self._target.piece(token).decode("utf-8", errors="replace"),
+                                            add_special=False, parse_special=False)
+            choice = next((ids[0] for ids in ([same] if len(same) == 1 else []) + [rendered]
+                           if ids and 0 <= ids[0] < self._own_vocab), 0)
+        self._substitutes[token] = choice
+        return choice
 
     def _logits(self, i: int) -> FloatArray:
         return self.context.logits_row(i)[: self.n_vocab]
@@ -150,12 +184,12 @@ class ModelDraft:
             # scored: each scored position costs the draft's output head (a vocabulary-sized product), which for a
             # small draft costs more than its layers; the KV of every new token is needed anyway.
             first = max(score_from - keep - 1, len(new) - 1 - SHADOW_WINDOW)
-            self.context.decode(new, logits=len(new) - first)
+            self.context.decode(self.feedable(new), logits=len(new) - first)
             for j in range(first, len(new) - 1):
                 trials += 1
                 hits += int(greedy_token(self._logits(j)) == committed[keep + j + 1])
         else:
-            self.context.decode(new, logits="last", abortable=abortable)
+            self.context.decode(self.feedable(new), logits="last", abortable=abortable)
         self.cached.extend(new)
         return hits, trials
 
@@ -199,7 +233,8 @@ class ModelDraft:
                 q = distribution(logits, sampling)
                 if p_min > 0 and not 0 < len(tokens) < must and float(q.probs.max()) < p_min:
                     break
-                token = sample(q, rng)
+                # The request's sampler's proposal, keyed by absolute position (its noise is the target's there).
+                token = draft_token(q, sampling, len(committed) + len(tokens))
                 assert dists is not None
                 dists.append(q)
             tokens.append(token)
@@ -208,6 +243,20 @@ class ModelDraft:
             self.context.decode([token], logits="last")
             self.cached.append(token)
         return Draft(tokens, dists, sync_s, synced)
+
+    def proposal_dists(self, prefix: Sequence[int], tokens: Sequence[int],
+                       sampling: SamplingParams) -> list[SparseDist] | None:
+        """q at each position of ``tokens`` continuing ``prefix`` (``outrider verify``'s draft-direction test);
+        None when they do not fit one batch."""
+        if not tokens or len(tokens) > self.context.n_batch or len(prefix) + len(tokens) > self.context.n_ctx:
+            return None
+        self._sync(prefix)
+        dists = [distribution(self._logits(-1), sampling)]
+        if len(tokens) > 1:
+            self.context.decode(list(tokens[:-1]), logits="all")
+            self.cached.extend(tokens[:-1])
+            dists += [distribution(self._logits(i), sampling) for i in range(len(tokens) - 1)]
+        return dists
 
     def close(self) -> None:
         self.context.close()
@@ -269,6 +318,11 @@ class PromptLookupDraft:
                 hits += int(guess == committed[i])
         self._update_index(committed)
         return hits, trials
+
+    def proposals(self, prefix: Sequence[int], tokens: Sequence[int]) -> list[int | None]:
+        """The token this lookup would propose first at each position of ``tokens`` continuing ``prefix`` (None:
+        no match there): its point-mass q, for ``outrider verify``'s draft-direction test."""
+        return [self._first_guess([*prefix, *tokens[:j]]) for j in range(len(tokens))]
 
     def _first_guess(self, prefix: Sequence[int]) -> int | None:
         self._update_index(prefix)

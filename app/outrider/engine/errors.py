@@ -35,10 +35,13 @@ class IncompatiblePairError(EngineError):
 class ContextOverflowError(EngineError):
     """The input alone does not fit in the context window."""
 
-    def __init__(self, n_tokens: int, n_ctx: int) -> None:
+    def __init__(self, n_tokens: int, n_ctx: int, *, reserved: int = 0) -> None:
+        """``n_tokens`` of input, ``n_ctx`` the context size, ``reserved`` the tokens it had to leave for the
+        reply."""
         super().__init__(f"message is {n_tokens} tokens; this model's context is {n_ctx}")
         self.n_tokens = n_tokens
         self.n_ctx = n_ctx
+        self.reserved = reserved
 
 
 class DecodeError(EngineError):

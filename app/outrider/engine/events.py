@@ -8,8 +8,10 @@ computes them: only the counters matter on the wire, derived figures are recompu
 Wire tolerance: unknown keys (a newer engine) are ignored, missing ones keep their defaults, wrong shapes raise
 ``ProtocolError`` (the engine process is untrusted: it parses model files).
 
-Steps travel in batches: a ``steps`` message holds ``[tokens, drafted, text, k, pieces]`` per step and one
-statistics snapshot (the running totals after the last step); it decodes to one ``StepBatch``.
+Steps travel in batches: a ``steps`` message holds ``[tokens, drafted, text, k, pieces, origins]`` per step and
+one statistics snapshot (the running totals after the last step); it decodes to one ``StepBatch``. ``origins``
+(which drafter proposed each token, ``PROVENANCE``) came after ``pieces``: a step without it still decodes, its
+drafted tokens then of the unknown origin ``DRAFTED``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ from outrider.engine.errors import (
     ModelLoadError,
     TemplateError,
 )
-from outrider.engine.stats import GenerationStats
+from outrider.engine.stats import DrafterCounts, GenerationStats
+
+TARGET = "target"  # a token the target chose itself (not a drafted one)
+DRAFTED = "draft"  # a drafted token whose drafter the engine did not say (an engine of an earlier version)
+PROVENANCE = (TARGET, "lookup", "history", "model", "mtp", DRAFTED)
+"""Where a token came from: the target, prompt lookup (``lookup``), history lookup, a draft model, MTP heads."""
 
 
 class ProtocolError(Exception):
@@ -113,6 +120,11 @@ class LoadedPair:
     target_kv_bytes: int
     draft_kv_bytes: int
     notes: tuple[str, ...]
+    threads: int = 0  # llama.cpp CPU threads at load (``--threads``, or chosen from the CPUs free: engine/threads.py)
+    # Recurrent states of hybrid/recurrent models as llama.cpp allocated them: the target's own with its rollback
+    # snapshots, the draft model's own with its checkpoint (0 for attention-only models).
+    target_recurrent_bytes: int = 0
+    draft_recurrent_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -156,7 +168,8 @@ class StepEvent:
     ``pieces[i]`` is the text that ``tokens[i]`` released (possibly empty: a held partial UTF-8 character or
     stop-string prefix); ``text == "".join(pieces)``. A final step may carry only held-back text (no tokens).
     ``stats`` is the engine's live running totals in the engine's own process; steps decoded from the wire carry
-    None (their ``StepBatch`` holds the snapshot).
+    None (their ``StepBatch`` holds the snapshot). ``origins[i]`` says who proposed ``tokens[i]`` (``PROVENANCE``:
+    ``TARGET`` exactly where ``drafted[i]`` is False); empty when not known (``provenance`` then derives it).
     """
 
     tokens: list[int]
@@ -164,10 +177,18 @@ class StepEvent:
     pieces: list[str]
     k: int
     stats: GenerationStats | None = None
+    origins: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    @property
+    def provenance(self) -> list[str]:
+        """``origins``, or from ``drafted`` alone (``DRAFTED`` / ``TARGET``) when the engine did not send them."""
+        if len(self.origins) == len(self.drafted):
+            return self.origins
+        return [DRAFTED if d else TARGET for d in self.drafted]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -229,7 +250,21 @@ def stats_from_wire(data: Any) -> GenerationStats:
     """The counters of ``data``; derived figures and unknown keys are ignored (the properties recompute them)."""
     if not isinstance(data, Mapping):
         raise ProtocolError("stats: expected an object")
-    return GenerationStats(**{k: _number(k, v, _STAT_TYPES[k]) for k, v in data.items() if k in _STAT_TYPES})
+    fields = {k: _number(k, v, _STAT_TYPES[k]) for k, v in data.items() if k in _STAT_TYPES and k != "by_drafter"}
+    return GenerationStats(**fields, by_drafter=_by_drafter_from_wire(data.get("by_drafter", {})))
+
+
+def _by_drafter_from_wire(data: Any) -> dict[str, DrafterCounts]:
+    """``{kind: {drafted, accepted, steps}}`` (unknown keys ignored, missing ones 0)."""
+    if not isinstance(data, Mapping):
+        raise ProtocolError("stats.by_drafter: expected an object")
+    out: dict[str, DrafterCounts] = {}
+    names = ("drafted", "accepted", "steps")
+    for kind, counts in data.items():
+        if not isinstance(kind, str) or not isinstance(counts, Mapping):
+            raise ProtocolError("stats.by_drafter: expected {kind: {drafted, accepted, steps}}")
+        out[kind] = DrafterCounts(**{n: _number(f"by_drafter.{n}", counts[n], "int") for n in names if n in counts})
+    return out
 
 
 def _facts_from_wire(data: Any) -> ModelFacts:
@@ -261,8 +296,8 @@ def loaded_from_wire(data: Any) -> LoadedPair:
 
 
 def step_to_wire(step: StepEvent) -> list[Any]:
-    """``[tokens, drafted, text, k, pieces]`` (``text`` kept for engines and apps of an earlier version)."""
-    return [step.tokens, step.drafted, step.text, step.k, step.pieces]
+    """``[tokens, drafted, text, k, pieces, origins]`` (``text`` kept for engines and apps of an earlier version)."""
+    return [step.tokens, step.drafted, step.text, step.k, step.pieces, step.origins]
 
 
 def steps_to_wire(steps: list[list[Any]], stats: GenerationStats) -> dict[str, Any]:
@@ -271,22 +306,27 @@ def steps_to_wire(steps: list[list[Any]], stats: GenerationStats) -> dict[str, A
 
 
 def batch_from_wire(message: Mapping[str, Any]) -> StepBatch:
-    """A ``steps`` message to a StepBatch. Each step is ``[tokens, drafted, text, k]`` or ``[..., pieces]``."""
+    """A ``steps`` message to a StepBatch. Each step is ``[tokens, drafted, text, k]``, ``[..., pieces]`` or
+    ``[..., pieces, origins]``; elements after those (a newer engine) are ignored."""
     stats = stats_from_wire(message.get("stats", {}))
     steps = message.get("steps")
     if not isinstance(steps, list):
         raise ProtocolError("'steps' must be a list")
     out = []
     for step in steps:
-        if not isinstance(step, list) or len(step) not in (4, 5) or not isinstance(step[2], str):
-            raise ProtocolError("a step is [tokens, drafted, text, k, pieces]")
-        pieces = step[4] if len(step) == 5 else [step[2]]
+        if not isinstance(step, list) or len(step) < 4 or not isinstance(step[2], str):
+            raise ProtocolError("a step is [tokens, drafted, text, k, pieces, origins]")
+        pieces = step[4] if len(step) >= 5 else [step[2]]
         if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
             raise ProtocolError("step pieces must be a list of strings")
         tokens, drafted = step[0], step[1]
         if not isinstance(tokens, list) or not isinstance(drafted, list):
             raise ProtocolError("step tokens and flags must be lists")
-        out.append(StepEvent(tokens, drafted, pieces, int(step[3])))
+        origins = step[5] if len(step) >= 6 else []
+        if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins) or (
+                origins and len(origins) != len(drafted)):
+            raise ProtocolError("step origins must be a list of strings, one per token")
+        out.append(StepEvent(tokens, drafted, pieces, int(step[3]), None, origins))
     return StepBatch(tuple(out), stats)
 
 
@@ -309,7 +349,7 @@ def error_kind_of(exc: BaseException) -> tuple[ErrorKind, dict[str, Any]]:
     if isinstance(exc, IncompatiblePairError):
         return ErrorKind.INCOMPATIBLE_PAIR, {"rule": exc.rule}
     if isinstance(exc, ContextOverflowError):
-        return ErrorKind.CONTEXT_OVERFLOW, {"n_tokens": exc.n_tokens, "n_ctx": exc.n_ctx}
+        return ErrorKind.CONTEXT_OVERFLOW, {"n_tokens": exc.n_tokens, "n_ctx": exc.n_ctx, "reserved": exc.reserved}
     if isinstance(exc, DecodeError):
         return ErrorKind.DECODE, {"status": exc.status}
     if isinstance(exc, TemplateError):

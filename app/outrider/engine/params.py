@@ -105,15 +105,27 @@ class LookupSettings:
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"n-gram sizes must satisfy 1 <= min <= max, got {self.ngram_min}..{self.ngram_max}")
 
+Sampler = Literal["coupled", "rejection"]
+SAMPLERS: tuple[Sampler, ...] = ("coupled", "rejection")
+DEFAULT_SAMPLER: Sampler = "coupled"
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
-    """Sampling settings. ``temperature == 0`` means greedy; top_k 0, top_p 1 and min_p 0 disable a filter."""
+    """Sampling settings. ``temperature == 0`` means greedy; top_k 0, top_p 1 and min_p 0 disable a filter.
+
+    ``sampler`` (temperature > 0 with a drafter; both exact in distribution, see ``engine/sampling.py``):
+    ``coupled`` (Gumbel-max coupling: a seeded reply is the same text with any drafter and any k, or none) or
+    ``rejection`` (classic speculative sampling: the seeded text depends on what was drafted). The default was
+    chosen by measured acceptance (docs/metrics.md).
+    """
 
     temperature: float = 0.0
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int | None = None
+    sampler: Sampler = DEFAULT_SAMPLER
 
     def __post_init__(self) -> None:
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
@@ -126,6 +138,8 @@ class SamplingParams:
             raise ValueError(f"min-p must be in [0, 1], got {self.min_p}")
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be coupled or rejection, got {self.sampler!r}")
 
     @property
     def greedy(self) -> bool:
@@ -155,7 +169,13 @@ class DraftParams:
 
 @dataclasses.dataclass(frozen=True)
 class PairSpec:
-    """What to load: a target and optionally a draft model file or prompt lookup."""
+    """What to load: a target and optionally one drafter: a draft model file, prompt lookup, the target's own MTP
+    heads (``mtp``) or a separate MTP head file (``mtp_head``, loaded with ``draft_settings``).
+
+    ``lookup_history``: the history database (``history.sqlite3``) to draft from as well (history lookup,
+    engine/history_draft.py): the drafters are then chained — history lookup, prompt lookup, then the draft model
+    if there is one (engine/chain_draft.py).
+    """
 
     target: str
     draft: str | None = None
@@ -164,13 +184,30 @@ class PairSpec:
     draft_settings: ModelSettings = ModelSettings()
     context: ContextSettings = ContextSettings()
     lookup_settings: LookupSettings = LookupSettings()
+    lookup_history: str | None = None
+    mtp: bool = False
+    mtp_head: str | None = None
 
     def __post_init__(self) -> None:
-        if self.draft and self.lookup:
-            raise ValueError("choose a draft model or prompt lookup, not both")
+        chosen = [name for name, on in (("a draft model", bool(self.draft)), ("prompt lookup", self.lookup),
+                                        ("the model's MTP heads", self.mtp), ("an MTP head file", bool(self.mtp_head)))
+                  if on]
+        if len(chosen) > 1:
+            raise ValueError(f"choose one drafter, not {' and '.join(chosen)}")
+        if self.lookup_history is not None and not str(self.lookup_history).strip():
+            raise ValueError("history lookup needs the history database's path")
+        if self.lookup_history is not None and (self.mtp or self.mtp_head):
+            raise ValueError("history lookup does not chain with MTP drafting: choose one of them")
 
     @property
     def draft_mode(self) -> str:
+        """The loaded drafter's kind (``LoadedPair.draft_mode``): ``model``, ``lookup``, ``mtp`` (heads in the target
+        or a head file), ``none``, or a chain's members joined by ``+`` (``history+lookup``,
+        ``history+lookup+model``)."""
+        if self.mtp or self.mtp_head:
+            return "mtp"
+        if self.lookup_history is not None:
+            return "history+lookup" + ("+model" if self.draft else "")
         return "model" if self.draft else ("lookup" if self.lookup else "none")
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +216,8 @@ class TextRequest:
 
     ``continue_reply``: the last of ``messages`` is an assistant reply cut short (at the token limit); the model
     continues its text instead of starting a new reply (the prompt ends with that text, no end of turn).
+    ``trim``: a conversation too long for the context loses its oldest turns (the app's chats); False: it is
+    refused with a context overflow instead (the server, unless the request asks for trimming).
     """
 
     prompt: str | None = None
@@ -189,6 +228,8 @@ class TextRequest:
     stop: tuple[str, ...] = ()
     plain: bool = False
     continue_reply: bool = False
+    trim: bool = True
+    ignore_eos: bool = False  # ``outrider verify``: sample through end-of-generation tokens (every sample M tokens)
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

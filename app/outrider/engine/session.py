@@ -9,16 +9,33 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
-from outrider.engine.chat import ChatFormatter, fit_conversation
+from outrider.engine import mtp_files
+from outrider.engine.chain_draft import ChainDraft
+from outrider.engine.chat import ChatFormatter, Segment, TrimCancelled, fit_conversation
 from outrider.engine.compat import check_facts, rollback_report
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
-from outrider.engine.errors import EngineError, TemplateError
+from outrider.engine.errors import ContextOverflowError, EngineError, IncompatiblePairError, TemplateError
 from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
+from outrider.engine.history_draft import HistoryLookupDraft
+from outrider.engine.history_index import HistoryIndex, index_dir_for, tokenizer_fingerprint
 from outrider.engine.llama.backend import LoadedModel, ModelContext
+from outrider.engine.llama.gguf_header import GGUFHeaderError
+from outrider.engine.llama.mtp_context import MtpContext, n_nextn_layers
 from outrider.engine.llama.runtime import Backend
-from outrider.engine.params import ChatMessage, DraftParams, PairSpec, SamplingParams, TextRequest
-from outrider.engine.speculative import STOP_CANCELLED, STOP_LENGTH, GenerationRequest, SpeculativeDecoder
+from outrider.engine.llama.text import clean_text
+from outrider.engine.mtp import MtpDraft
+from outrider.engine.params import ChatMessage, DraftParams, LookupSettings, PairSpec, SamplingParams, TextRequest
+from outrider.engine.speculative import (
+    STOP_CANCELLED,
+    STOP_LENGTH,
+    GenerationRequest,
+    SpeculativeDecoder,
+    TokenScore,
+)
+from outrider.engine.stats import GenerationStats
+from outrider.engine.threads import OtherLoadMeter, choose_threads, usable_cpus
 
 CONTINUABLE = (STOP_LENGTH, STOP_CANCELLED)
 """Stop reasons after which a reply's tokens are exactly its text (a stop string's tokens are not in the text)."""
@@ -42,9 +59,11 @@ class _LastReply:
 class Engine:
     """Owns the llama.cpp objects of one loaded pair. Not thread-safe except ``cancel``."""
 
-    def __init__(self, backend: Backend | None = None, *, on_load_stage: LoadStageCallback | None = None) -> None:
+    def __init__(self, backend: Backend | None = None, *, on_load_stage: LoadStageCallback | None = None,
+                 load_meter: OtherLoadMeter | None = None) -> None:
         """``on_load_stage(stage, path)`` is told which file each load is about to hand to llama.cpp (the engine
-        process reports it, so a crash inside llama.cpp can be blamed on the right file)."""
+        process reports it, so a crash inside llama.cpp can be blamed on the right file). ``load_meter`` measures
+        the other processes' load for automatic threads (engine/threads.py)."""
         self.backend = backend or Backend()
         self.on_load_stage = on_load_stage
         self._target: LoadedModel | None = None
@@ -56,6 +75,8 @@ class Engine:
         self._generating = threading.Lock()
         self.spec: PairSpec | None = None
         self.info: LoadedPair | None = None
+        self._auto_threads = False  # the pair was loaded with threads 0: the engine chooses (engine/threads.py)
+        self._load_meter = load_meter or OtherLoadMeter()
         self._last_reply: _LastReply | None = None
         self._pending_reply: _LastReply | None = None  # head (and text continued) of the reply being generated
 
@@ -64,8 +85,15 @@ class Engine:
         """Load ``spec`` (unloading any previous pair first, so memory is freed before the new load)."""
         self.unload()
         notes: list[str] = []
+        requested = spec
+        self._auto_threads = spec.context.threads == 0
+        if self._auto_threads:  # chosen from the CPUs free now, re-chosen before each reply (``_retune_threads``)
+            threads = choose_threads(usable_cpus(), self._load_meter.probe())
+            spec = dataclasses.replace(spec, context=dataclasses.replace(spec.context, threads=threads))
+        if spec.mtp:
+            _refuse_mtp_problem(lambda: mtp_files.check_target_file(spec.target))
         self._announce("target", spec.target)
-        target = LoadedModel(self.backend, spec.target, spec.target_settings)
+        target = LoadedModel(self.backend, spec.target, spec.target_settings, load_mtp=spec.mtp)
         try:
             context = ModelContext(target, spec.context)
         except BaseException:
@@ -80,9 +108,13 @@ class Engine:
                 check_facts(target.vocab_facts(), draft_model.vocab_facts()).raise_if_incompatible()
                 # A hybrid draft rolls back through a checkpoint (its drafts are one-token decodes): no snapshots.
                 draft_context = ModelContext(draft_model, dataclasses.replace(spec.context), rollback_tokens=0)
-                drafter = ModelDraft(draft_context, target.n_vocab)
+                drafter = ModelDraft(draft_context, target.n_vocab, target)
             elif spec.lookup:
                 drafter = PromptLookupDraft(spec.lookup_settings)
+            elif spec.mtp or spec.mtp_head:
+                drafter, draft_model = self._mtp_drafter(spec, target, context)
+            if spec.lookup_history is not None:
+                drafter = _history_chain(target, Path(spec.lookup_history), spec.lookup_settings, drafter, notes)
         except BaseException:
             context.close()
             target.close()
@@ -101,7 +133,7 @@ class Engine:
         self._plain = SpeculativeDecoder(target, context, NoDraft())
         self._plain.cached = self._decoder.cached  # one context, one cache mirror
         self._formatter = _chat_formatter(target, notes)
-        self.spec = spec
+        self.spec = requested  # as asked (threads 0 stays "automatic")
         n_ctx = context.n_ctx
         self.info = LoadedPair(
             target=target.facts,
@@ -112,10 +144,47 @@ class Engine:
             gpu_offload=self.backend.info.gpu_offload,
             chat_template=self._formatter.source,
             target_kv_bytes=target.kv_bytes_per_token() * n_ctx,
-            draft_kv_bytes=draft_model.kv_bytes_per_token() * n_ctx if draft_model else 0,
+            draft_kv_bytes=_draft_kv_bytes(drafter, draft_model, target) * n_ctx,
             notes=tuple(notes),
+            threads=context.n_threads,
+            target_recurrent_bytes=context.recurrent_bytes,
+            draft_recurrent_bytes=_draft_recurrent_bytes(drafter),
         )
         return self.info
+
+    def _retune_threads(self) -> None:
+        """With automatic threads, re-choose the count from what other processes used since the last request
+        (kept when that interval was too short to say): a load that came or went since the pair was loaded."""
+        if not self._auto_threads or self._decoder is None:
+            return
+        busy = self._load_meter.busy_since_last()
+        if busy is None:
+            return
+        threads = choose_threads(usable_cpus(), busy)
+        for ctx in self._contexts():
+            if ctx.n_threads != threads:
+                ctx.set_threads(threads)
+
+    def _mtp_drafter(self, spec: PairSpec, target: LoadedModel,
+                     context: ModelContext) -> tuple[MtpDraft, LoadedModel | None]:
+        """The MTP drafter on the target's own heads (``spec.mtp``) or on a head file (``spec.mtp_head``, loaded
+        here and returned so it is freed with the pair)."""
+        head: LoadedModel | None = None
+        source = target
+        if spec.mtp_head:
+            head_path = spec.mtp_head
+            _refuse_mtp_problem(lambda: mtp_files.check_head_file(spec.target, head_path))
+            self._announce("draft", head_path)
+            head = LoadedModel(self.backend, head_path, spec.draft_settings, load_mtp=True)
+            source = head
+        try:
+            if n_nextn_layers(source) == 0:
+                raise IncompatiblePairError("no_mtp_layers", f"{Path(source.path).name} has no MTP layers")
+            return MtpDraft(context, MtpContext(source, spec.context), target.n_vocab), head
+        except BaseException:
+            if head is not None:
+                head.close()
+            raise
 
     def _announce(self, stage: str, path: object) -> None:
         if self.on_load_stage is not None:
@@ -155,39 +224,91 @@ class Engine:
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
     def tokenize_chat(self, messages: Sequence[ChatMessage], *, reserve: int = 0,
-                      continue_reply: bool = False) -> list[int]:
-        """A conversation through the chat template; oldest turns are dropped to leave ``reserve`` tokens.
+                      continue_reply: bool = False, trim: bool = True) -> list[int]:
+        """A conversation through the chat template, leaving ``reserve`` tokens of the context for the reply.
 
+        ``trim``: the oldest turns are dropped until it fits (``fit_conversation``: about log2(turns) renders,
+        cancellable with ``cancel``); without it a conversation that does not fit raises ``ContextOverflowError``
+        (the server's default: a client must know its conversation was not read whole).
         ``continue_reply``: the last message is an assistant reply to continue: the prompt is the conversation
-        before it with the generation prompt, then that reply's text (no end of turn).
+        before it with the generation prompt, then that reply's text (no end of turn). Message text is never
+        read as control tokens (``_chat_tokens``).
         """
-        formatter = self._formatter
-        if formatter is None:
+        if self._formatter is None:
             raise EngineError("no model is loaded")
-        target = self.target
         prefix = ""
         if continue_reply:
             if not messages or messages[-1].role != "assistant":
                 raise EngineError("continuing a reply needs the reply as the last chat message")
             messages, prefix = messages[:-1], messages[-1].content
+        special: dict[str, bool] = {}
 
         def tokens_of(msgs: Sequence[ChatMessage]) -> list[int]:
-            return target.tokenize(formatter.render(msgs) + prefix, add_special=False, parse_special=True)
+            return self._chat_tokens(msgs, prefix, special)
 
         n_ctx = self._decoder_or_raise().context.n_ctx
-        budget = max(1, n_ctx - max(0, min(reserve, n_ctx // 2)))
-        fitted = fit_conversation(messages, lambda m: len(tokens_of(m)), budget)
+        reserved = max(0, min(reserve, n_ctx // 2))
+        budget = max(1, n_ctx - reserved)
+        if trim:
+            fitted = fit_conversation(messages, lambda m: len(tokens_of(m)), budget, self._cancel.is_set,
+                                      reserved=reserved)
+        else:
+            fitted = list(messages)
+            n = len(tokens_of(fitted))
+            if n > budget:
+                raise ContextOverflowError(n, n_ctx, reserved=reserved)
         if not continue_reply:
             tokens = tokens_of(fitted)
             self._pending_reply = _LastReply(tuple(tokens), (), "")
             return tokens
-        head = target.tokenize(formatter.render(fitted), add_special=False, parse_special=True)
+        head = self._chat_tokens(fitted, "", special)
         last = self._last_reply
         if last is not None and last.head == tuple(head) and last.text == prefix:
             tokens = [*head, *last.tokens]  # the reply as the model generated it (see ``_LastReply``)
         else:
             tokens = tokens_of(fitted)  # another process wrote it, or it was edited: its text is all there is
         self._pending_reply = _LastReply(tuple(head), tuple(tokens[len(head):]), prefix)
+        return tokens
+
+    def _chat_tokens(self, messages: Sequence[ChatMessage], prefix: str, special: dict[str, bool]) -> list[int]:
+        """The template's markup tokenised with its control tokens, the messages' text (and ``prefix``, a reply
+        being continued) as plain text: ``<|im_start|>`` typed in a message is 7 tokens of text, not the marker.
+
+        A conversation whose texts hold no control-token text (``special`` caches the check per text) is one
+        string tokenised with special-token parsing on — exactly as before, and with the same merges across
+        the markup/text boundaries. Otherwise the texts that do are tokenised on their own with parsing off
+        (``ChatFormatter.segments``); a template that rewrites message text then cannot be split: refused."""
+        formatter = self._formatter
+        if formatter is None:
+            raise EngineError("no model is loaded")
+        target = self.target
+
+        def has_special(text: str) -> bool:
+            if text not in special:
+                special[text] = bool(text) and (target.tokenize(text, add_special=False, parse_special=True)
+                                                != target.tokenize(text, add_special=False, parse_special=False))
+            return special[text]
+
+        if not any(has_special(clean_text(m.content)) for m in messages) and not has_special(clean_text(prefix)):
+            return target.tokenize(formatter.render(messages) + prefix, add_special=False, parse_special=True)
+        parts = formatter.segments(messages)
+        if parts is None:
+            raise TemplateError("a message contains the text of one of the model's control tokens, and this "
+                                "model's chat template rewrites message text, so it cannot be kept as plain text")
+        if prefix:
+            parts.append(Segment(clean_text(prefix), True))
+        tokens: list[int] = []
+        run = ""
+        for part in parts:
+            if part.content and has_special(part.text):
+                if run:
+                    tokens += target.tokenize(run, add_special=False, parse_special=True)
+                    run = ""
+                tokens += target.tokenize(part.text, add_special=False, parse_special=False)
+            else:
+                run += part.text
+        if run:
+            tokens += target.tokenize(run, add_special=False, parse_special=True)
         return tokens
 
     def take_chat_notes(self) -> list[str]:
@@ -222,6 +343,7 @@ class Engine:
         self._cancel.clear()
         for ctx in self._contexts():
             ctx.clear_abort()
+        self._retune_threads()
         return self._stream(decoder, request)
 
     def _stream(self, decoder: SpeculativeDecoder, request: GenerationRequest) -> Iterator[StepEvent | DoneEvent]:
@@ -243,10 +365,16 @@ class Engine:
             self._generating.release()
 
     def run(self, request: TextRequest) -> Iterator[StepEvent | DoneEvent]:
-        """Tokenise ``request`` (chat template or raw prompt) and stream the reply."""
+        """Tokenise ``request`` (chat template or raw prompt) and stream the reply. A cancel while a long
+        conversation is being trimmed ends the reply ``cancelled`` before anything is generated."""
         if request.messages is not None:
             reserve = min(request.max_tokens, 256)
-            tokens = self.tokenize_chat(request.messages, reserve=reserve, continue_reply=request.continue_reply)
+            self._cancel.clear()  # a request starts here: an old cancel must not stop its trimming
+            try:
+                tokens = self.tokenize_chat(request.messages, reserve=reserve,
+                                            continue_reply=request.continue_reply, trim=request.trim)
+            except TrimCancelled:
+                return iter([DoneEvent(STOP_CANCELLED, GenerationStats(), "")])
         else:
             assert request.prompt is not None
             tokens = self.tokenize_prompt(request.prompt)
@@ -257,7 +385,26 @@ class Engine:
             draft=request.draft,
             stop=request.stop,
             plain=request.plain,
+            ignore_eos=request.ignore_eos,
         )
+
+    def score(self, request: TextRequest, tokens: Sequence[int]) -> list[TokenScore]:
+        """For each of ``tokens`` continuing ``request``'s prompt (tokenised as ``run`` would): (mass ranked before
+        it, its probability, the top probability) in the target's distribution at its position with the request's
+        filters (``SpeculativeDecoder.score``). Not while a generation runs."""
+        if request.messages is not None:
+            prompt = self.tokenize_chat(request.messages, reserve=min(request.max_tokens, 256),
+                                        continue_reply=request.continue_reply)
+            self._pending_reply = None
+        else:
+            assert request.prompt is not None
+            prompt = self.tokenize_prompt(request.prompt)
+        if not self._generating.acquire(blocking=False):
+            raise EngineError("a generation is already running")
+        try:
+            return self._decoder_or_raise().score(prompt, [int(t) for t in tokens], request.sampling)
+        finally:
+            self._generating.release()
 
     def cancel(self) -> None:
         """Stop the running generation within one step (or abort prompt evaluation). Thread-safe."""
@@ -265,13 +412,69 @@ class Engine:
         for ctx in self._contexts():
             ctx.request_abort()
 
-    def _contexts(self) -> list[ModelContext]:
+    def _contexts(self) -> list[ModelContext | MtpContext]:
         """The target's context and the draft model's, if any."""
         decoder = self._decoder
         if decoder is None:
             return []
         draft_ctx = getattr(decoder.drafter, "context", None)
-        return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext) else [])
+        if isinstance(decoder.drafter, MtpDraft):
+            draft_ctx = decoder.drafter.mtp
+        return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext | MtpContext) else [])
+
+
+def _refuse_mtp_problem(check: Callable[[], mtp_files.MtpFileProblem | None]) -> None:
+    """Raise the header-only MTP problem of a file as IncompatiblePairError (an unreadable file is left to the
+    model load, which explains it)."""
+    try:
+        problem = check()
+    except GGUFHeaderError:
+        return
+    if problem is not None:
+        raise IncompatiblePairError(problem.rule, problem.reason)
+
+
+def _draft_kv_bytes(drafter: DraftSource, draft_model: LoadedModel | None, target: LoadedModel) -> int:
+    """KV bytes per position of the drafter's context: a draft model's, or the MTP context's (its NextN blocks
+    only, each as wide as a target layer)."""
+    if isinstance(drafter, MtpDraft):
+        source = drafter.mtp.model
+        per_layer = target.kv_bytes_per_token() // max(1, target.facts.n_layer)
+        return per_layer * n_nextn_layers(source)
+    return draft_model.kv_bytes_per_token() if draft_model is not None else 0
+
+
+def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings, drafter: DraftSource,
+                   notes: list[str]) -> ChainDraft:
+    """History lookup, prompt lookup, then ``drafter`` if it is a model (chain_draft.py). The index is the one
+    kept with ``history_db`` for this target's tokenizer (history_index.py); a missing or unreadable one is
+    rebuilt from the history, and a history that cannot be read leaves history lookup with what the index holds."""
+    facts = target.vocab_facts()
+    path = index_dir_for(history_db) / f"{tokenizer_fingerprint(facts.vocab_type, facts.token_texts)}.npz"
+    index = HistoryIndex.open(path)
+    history = HistoryLookupDraft(
+        index, history_db, lambda text: target.tokenize(text, add_special=False, parse_special=False))
+    history.prefill([])
+    if history.last_error is not None:
+        notes.append(f"history lookup: {history.last_error}")
+    members: list[DraftSource] = [history, PromptLookupDraft(lookup)]
+    if drafter.kind not in ("none", "lookup"):
+        members.append(drafter)
+    return ChainDraft(members)
+
+
+# The conversation a model's template is tried on at load: a template must render it safely, and with the user's
+# words in it (one that drops them would send the model an empty prompt on every turn).
+_SAMPLE_SYSTEM = "Answer briefly."
+_SAMPLE_USER = "What is the capital of France?"
+
+
+def _draft_recurrent_bytes(drafter: DraftSource) -> int:
+    """A draft model's recurrent states: its own, and the checkpoint it keeps while drafting (hybrid drafts)."""
+    context = getattr(drafter, "context", None)
+    if not isinstance(context, ModelContext):
+        return 0
+    return context.recurrent_bytes + (context.recurrent_state_bytes if context.is_recurrent else 0)
 
 
 def _chat_formatter(target: LoadedModel, notes: list[str]) -> ChatFormatter:
@@ -281,10 +484,15 @@ def _chat_formatter(target: LoadedModel, notes: list[str]) -> ChatFormatter:
     eos = target.token_text(target.eos_id) if target.eos_id >= 0 else ""
     chatml = len(chatml_marker) == 1 and target.token_text(chatml_marker[0]) == "<|im_start|>"
     template = target.chat_template()
-    if template:
+    if template is not None and not template.strip():
+        notes.append("the model's chat template is empty (it would leave the conversation out of the prompt) "
+                     "— using the built-in template")
+    elif template:
         try:
             formatter = ChatFormatter(template, bos_token=bos, eos_token=eos, has_chatml_tokens=chatml)
-            formatter.render([ChatMessage("system", "s"), ChatMessage("user", "u")])
+            sample = formatter.render([ChatMessage("system", _SAMPLE_SYSTEM), ChatMessage("user", _SAMPLE_USER)])
+            if _SAMPLE_USER not in sample:
+                raise TemplateError("the model's chat template leaves the user's message out of the prompt")
             return formatter
         except TemplateError as exc:
             notes.append(f"{exc} — using the built-in template")

@@ -6,7 +6,9 @@ One step, with ``committed`` = prompt + every token emitted so far and its last 
 2. evaluate [last committed, d1..dk] in ONE target batch with logits for every position;
 3. temperature 0: accept the longest prefix of d equal to the target's argmax, then add the target's own next
    token — so the output is token-for-token what target-only greedy decoding gives;
-   temperature > 0: speculative sampling (``sampling.accept_draft_token`` / ``residual``), exact in distribution;
+   temperature > 0: the request's sampler (``sampling.verify_sampled``): Gumbel-max coupling (the output is the
+   target's own seeded choice whatever was drafted) or speculative sampling's accept/residual rule; both exact in
+   distribution, both drawing from noise keyed by (seed, position), so no draw depends on earlier steps;
 4. roll the target's memory back to exactly the committed tokens (the drafter re-syncs itself next step); on a
    hybrid target the recurrent layers roll back through llama.cpp's per-token state snapshots, which bound k
    (``ModelContext.rollback_limit``), or, with no snapshots, through a checkpoint saved before the batch.
@@ -25,19 +27,21 @@ from typing import Protocol
 import numpy as np
 
 from outrider.engine.autodraft import AutoDraftLength
-from outrider.engine.drafters import EMPTY_DRAFT, Draft, DraftSource, common_prefix_length
+from outrider.engine.chain_draft import ChainDraft
+from outrider.engine.drafters import (
+    EMPTY_DRAFT,
+    Draft,
+    DraftSource,
+    ModelDraft,
+    PromptLookupDraft,
+    common_prefix_length,
+)
 from outrider.engine.errors import ContextOverflowError, DecodeError
-from outrider.engine.events import DoneEvent, StepEvent
+from outrider.engine.events import TARGET, DoneEvent, StepEvent
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter
 from outrider.engine.params import DraftParams, SamplingParams
-from outrider.engine.sampling import (
-    accept_draft_token,
-    distribution,
-    greedy_token,
-    residual,
-    sample,
-)
+from outrider.engine.sampling import SparseDist, distribution, greedy_token, rank_mass, resolve_seed, verify_sampled
 from outrider.engine.stats import GenerationStats, PlainRateMeter
 
 STOP_EOG = "stop"  # end-of-generation token or a stop string
@@ -45,6 +49,9 @@ STOP_LENGTH = "length"  # max tokens reached or the context is full
 STOP_CANCELLED = "cancelled"
 
 PLAIN_PROBE_EVERY = 32  # steps: the longest run without a plain-decoding measurement (~1-2% of the gain)
+TokenScore = tuple[float, float, float, float, float, float]
+"""``SpeculativeDecoder.score``'s row: mass ranked before x, p(x), top p, then q(x), E_p[q], Var_p[q] (Var -1: none)."""
+
 CATCH_UP_TOKENS = 2  # what a draft model evaluates to catch up after a speculative step (last accepted + new)
 
 
@@ -130,7 +137,8 @@ class SpeculativeDecoder:
             raise ValueError("the prompt is empty")
         if len(prompt) >= n_ctx:
             raise ContextOverflowError(len(prompt), n_ctx)
-        stats = GenerationStats(prompt_tokens=len(prompt), draft_mode=self.drafter.kind)
+        stats = GenerationStats(prompt_tokens=len(prompt), draft_mode=self.drafter.kind,
+                                threads=self.context.n_threads)
         try:
             stats.prompt_tokens_reused = self._prefill(prompt)
             self.drafter.prefill(prompt)
@@ -147,8 +155,14 @@ class SpeculativeDecoder:
         params = request.draft
         policy: DraftLengthPolicy
         auto = False
+        # A chain of drafters chooses each member's k itself (chain_draft.py): the decoder only caps the total.
+        chain = self.drafter if isinstance(self.drafter, ChainDraft) else None
+        if chain is not None:
+            chain.set_automatic(params.k_max if params.k is None else None)
         if self.drafter.kind == "none" or params.k == 0:
             policy = FixedDraftLength(0)
+        elif params.k is None and chain is not None:
+            policy = FixedDraftLength(params.k_max)
         elif params.k is None:
             if self.auto_policy is None or self.auto_policy.k_max != params.k_max:
                 self.auto_policy = AutoDraftLength(k_max=params.k_max)
@@ -161,7 +175,10 @@ class SpeculativeDecoder:
         k_cap = max(0, self.context.n_batch - 1)
         if self.rollback_limit:
             k_cap = min(k_cap, self.rollback_limit)
-        rng = np.random.default_rng(request.sampling.seed)
+        # One concrete seed per reply: the draft and the target draw from the same keyed noise (an unseeded
+        # reply gets a fresh one). ``rng`` is only for drafters with randomness of their own (exact either way).
+        sampling = resolve_seed(request.sampling)
+        rng = np.random.default_rng(sampling.seed)
         detok = IncrementalDetokenizer()
         stops = StopStringFilter(request.stop)
         meter = PlainRateMeter(stats)
@@ -190,7 +207,7 @@ class SpeculativeDecoder:
             draft = EMPTY_DRAFT
             drafting_s = 0.0  # the cost of drafting itself, without a draft model's catch-up (for auto k)
             if k > 0:
-                draft = self.drafter.propose(committed, k, request.sampling, rng, params.p_min, params.draft_min)
+                draft = self.drafter.propose(committed, k, sampling, rng, params.p_min, params.draft_min)
                 if len(draft.tokens) > k:
                     draft = dataclasses.replace(
                         draft, tokens=draft.tokens[:k], dists=draft.dists[:k] if draft.dists else None)
@@ -211,13 +228,17 @@ class SpeculativeDecoder:
                 self.context.checkpoint()
             self.context.decode(batch, logits="all")
             self.cached.extend(batch)
-            n_accepted, new_token = self._verify(draft, request.sampling, rng)
+            n_accepted, new_token = self._verify(draft, sampling, len(committed))
             t2 = time.perf_counter()
+            if chain is not None:
+                chain.settle(draft, n_accepted, batch=len(batch), verify_s=t2 - t1)
+            sources = draft.sources[: len(draft.tokens)] or (self.drafter.kind,) * len(draft.tokens)
             self._roll_back_to(len(committed) + n_accepted)
 
             emitted = [*draft.tokens[:n_accepted], new_token]
             tokens: list[int] = []
             flags: list[bool] = []
+            origins: list[str] = []
             pieces: list[str] = []
             reached: int | None = None  # positions the output reached when a stop cuts the step short
             ended_on_eog = False
@@ -230,6 +251,7 @@ class SpeculativeDecoder:
                 committed.append(token)
                 tokens.append(token)
                 flags.append(i < n_accepted)
+                origins.append(sources[i] if i < n_accepted else TARGET)
                 pieces.append(stops.feed(detok.feed(self.model.piece(token))))
                 if stops.matched is not None:
                     stop_reason = STOP_EOG
@@ -242,13 +264,15 @@ class SpeculativeDecoder:
 
             n_drafted = len(draft.tokens)
             stats.passes += 1
-            stats.k_sum += k
+            stats.k_sum += n_drafted  # what the target verified: p-min may cut or empty the chosen k
             # When a stop cuts the step, draft positions beyond it were never used and do not count, so the final
             # step does not bias acceptance, and accepted == the provenance count (plus a drafted end token).
             stats.drafted += n_drafted if reached is None else min(n_drafted, reached)
             stats.accepted += n_accepted if reached is None else min(n_accepted, reached)
             if n_accepted < n_drafted and (reached is None or reached > n_accepted):
                 stats.rejections += 1
+            stats.count_drafters(sources[: n_drafted if reached is None else min(n_drafted, reached)],
+                                 n_accepted if reached is None else min(n_accepted, reached))
             stats.generated += len(tokens)
             pass_tokens = len(tokens) + int(ended_on_eog)
             stats.pass_tokens += pass_tokens
@@ -264,7 +288,7 @@ class SpeculativeDecoder:
                 stats.ttft_s = now - t_request
             stats.decode_s = now - t_decode
             texts.extend(pieces)
-            yield StepEvent(tokens, flags, pieces, k, stats)
+            yield StepEvent(tokens, flags, pieces, k, stats, origins)
 
         tail = stops.feed(detok.flush()) + stops.flush()
         if tail:
@@ -282,8 +306,68 @@ class SpeculativeDecoder:
             self.context.decode(self.cached[kept:keep], logits="none")
         del self.cached[keep:]
 
-    def _verify(self, draft: Draft, sampling: SamplingParams, rng: np.random.Generator) -> tuple[int, int]:
-        """Compare the draft with the target's logits (outputs 0..len(draft)); return (accepted, next token)."""
+    def score(self, prompt: Sequence[int], tokens: Sequence[int],
+              sampling: SamplingParams) -> list[TokenScore]:
+        """The target's own view of ``tokens`` continuing ``prompt``: for each token, (mass of the tokens ranked
+        before it, its probability, the likeliest token's probability) in the target's distribution at its
+        position, with ``sampling``'s filters and temperature (``sampling.rank_mass``; greedy: temperature 1),
+        then the drafter's direction: (q(x), E_p[q], Var_p[q]) where q is the draft's proposal distribution at the
+        position (a draft model's, or the point mass of prompt lookup's proposal), or (0, 0, -1) where it has none.
+
+        One plain evaluation of the sampled prefix, independent of how the tokens were generated: what
+        ``outrider verify`` compares every sampled token with. Leaves the cache holding ``prompt`` minus its last
+        token, as a generation would find it.
+        """
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if len(prompt) + len(tokens) > self.context.n_ctx:
+            raise ContextOverflowError(len(prompt) + len(tokens), self.context.n_ctx)
+        if sampling.greedy:
+            sampling = dataclasses.replace(sampling, temperature=1.0)
+        self._prefill(prompt)
+        sequence = [prompt[-1], *tokens[:-1]]
+        dists: list[SparseDist] = []
+        step = max(1, self.context.n_batch)
+        try:
+            for start in range(0, len(tokens), step):
+                chunk = sequence[start : start + step]
+                self.context.decode(chunk, logits="all")
+                self.cached.extend(chunk)
+                dists += [distribution(self.context.logits_row(i), sampling) for i in range(len(chunk))]
+        finally:
+            keep = len(prompt) - 1
+            self.context.truncate(keep)
+            del self.cached[self.context.n_past :]  # a recurrent memory may keep less (ModelContext.truncate)
+        direction = self._draft_direction(prompt, tokens, dists, sampling)
+        return [(*rank_mass(p, int(t)), *d) for p, t, d in zip(dists, tokens, direction, strict=True)]
+
+    def _draft_direction(self, prompt: Sequence[int], tokens: Sequence[int], dists: Sequence[SparseDist],
+                         sampling: SamplingParams) -> list[tuple[float, float, float]]:
+        """(q(x), E_p[q], Var_p[q]) per position for ``score``; (0, 0, -1) where the drafter proposes nothing."""
+        none = (0.0, 0.0, -1.0)
+        drafter = self.drafter
+        if isinstance(drafter, PromptLookupDraft):
+            out = []
+            for p, token, guess in zip(dists, tokens, drafter.proposals(prompt, tokens), strict=True):
+                if guess is None:
+                    out.append(none)
+                else:
+                    pd = p.prob_of(guess)
+                    out.append((float(token == guess), pd, pd * (1.0 - pd)))
+            return out
+        qs = drafter.proposal_dists(prompt, tokens, sampling) if isinstance(drafter, ModelDraft) else None
+        if qs is None:
+            return [none] * len(tokens)
+        out = []
+        for p, q, token in zip(dists, qs, tokens, strict=True):
+            q_on_p = np.array([q.prob_of(int(t)) for t in p.ids])
+            mean = float(np.dot(p.probs, q_on_p))
+            out.append((q.prob_of(int(token)), mean, max(0.0, float(np.dot(p.probs, q_on_p**2)) - mean * mean)))
+        return out
+
+    def _verify(self, draft: Draft, sampling: SamplingParams, position: int) -> tuple[int, int]:
+        """Compare the draft (its first token at absolute ``position``) with the target's logits (outputs
+        0..len(draft)); return (accepted, next token)."""
         ctx = self.context
         if sampling.greedy:
             for i, token in enumerate(draft.tokens):
@@ -292,9 +376,5 @@ class SpeculativeDecoder:
                     return i, choice
             return len(draft.tokens), greedy_token(ctx.logits_row(len(draft.tokens)))
         assert draft.dists is not None or not draft.tokens
-        for i, token in enumerate(draft.tokens):
-            p = distribution(ctx.logits_row(i), sampling)
-            q = draft.dists[i]  # type: ignore[index]
-            if not accept_draft_token(token, p, q, rng):
-                return i, sample(residual(p, q), rng)
-        return len(draft.tokens), sample(distribution(ctx.logits_row(len(draft.tokens)), sampling), rng)
+        return verify_sampled(draft.tokens, lambda i: distribution(ctx.logits_row(i), sampling), draft.dists or [],
+                              sampling, position)

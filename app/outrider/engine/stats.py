@@ -18,7 +18,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
+
+
+@dataclasses.dataclass
+class DrafterCounts:
+    """One drafter's part of a reply (a chain of drafters has one per member, chain_draft.py).
+
+    Attributes:
+        drafted: tokens it proposed that the target verified (cut where a stop ended the reply, like ``drafted``).
+        accepted: of those, the tokens the target accepted.
+        steps: steps in which it proposed at least one token.
+    """
+
+    drafted: int = 0
+    accepted: int = 0
+    steps: int = 0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
 
 
 @dataclasses.dataclass
@@ -36,7 +56,7 @@ class GenerationStats:
         passes: target verification passes (one per decoding step).
         pass_tokens: tokens the target passes yielded: ``generated`` plus an end-of-generation token that ended
             the reply (it costs a pass but is not emitted). Invariant: pass_tokens >= passes.
-        k_sum: sum over steps of the draft length k chosen for the step.
+        k_sum: sum over steps of the tokens drafted and verified (the chosen k less what p-min cut).
         draft_s / verify_s: time spent drafting (draft model catch-up included) / in target passes.
         decode_s: wall time from the first decoding step to the last (draft + verify + bookkeeping).
         step_s: engine time of all decoding steps (``decode_s`` less the time the consumer held each step).
@@ -44,6 +64,8 @@ class GenerationStats:
         plain_steps: steps that drafted nothing and so measured plain decoding (see the module docstring).
         plain_s / plain_sq_s2: sum of their per-token times and of the squares (seconds, seconds²).
         plain_equiv_s: seconds plain decoding would have needed for the tokens of every step so far.
+        by_drafter: ``drafted`` and ``accepted`` split by the kind of drafter that proposed each token (``lookup``
+            = prompt lookup, ``history``, ``model``, ``mtp``); their sums are ``drafted`` and ``accepted``.
     """
 
     prompt_tokens: int = 0
@@ -66,6 +88,22 @@ class GenerationStats:
     plain_sq_s2: float = 0.0
     plain_equiv_s: float = 0.0
     draft_mode: str = "none"
+    threads: int = 0  # llama.cpp CPU threads the reply ran with (engine/threads.py; 0: not known)
+    by_drafter: dict[str, DrafterCounts] = dataclasses.field(default_factory=dict)
+
+    def count_drafters(self, sources: Sequence[str], accepted: int) -> None:
+        """Add one step's verified draft tokens, ``sources[i]`` the drafter of token i; the first ``accepted``
+        were accepted."""
+        seen: set[str] = set()
+        for i, kind in enumerate(sources):
+            counts = self.by_drafter.get(kind)
+            if counts is None:
+                counts = self.by_drafter[kind] = DrafterCounts()
+            counts.drafted += 1
+            counts.accepted += int(i < accepted)
+            if kind not in seen:
+                seen.add(kind)
+                counts.steps += 1
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -86,7 +124,7 @@ class GenerationStats:
 
     @property
     def k_mean(self) -> float | None:
-        """Mean draft length chosen per step (0 for a plain step)."""
+        """Mean draft length verified per step (0 for a plain step or a draft p-min emptied)."""
         return self.k_sum / self.passes if self.passes else None
 
     @property

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from outrider import paths
 from outrider.fileio import fsync_directory, fsync_file
@@ -138,7 +138,8 @@ def _remove_with_side_files(path: Path) -> None:
 
 
 def _replace_damaged(
-    db_path: Path, directory: Path, migrations: Sequence[Migration], reason: str
+    db_path: Path, directory: Path, migrations: Sequence[Migration], reason: str,
+    problem: Literal["damaged", "empty", "foreign"] = "damaged",
 ) -> CorruptionNotice:
     """Build a new database from what can be read of the damaged one, then swap them; returns the notice.
 
@@ -170,6 +171,7 @@ def _replace_damaged(
         reason=reason,
         recovered_conversations=result.conversations,
         recovered_messages=result.messages,
+        problem=problem,
     )
 
 
@@ -212,6 +214,37 @@ def _acquire_lock(db_path: Path, directory: Path) -> DirectoryLock:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise DiskFullError(db_path, "no space left on the device") from None
         raise StoreError(f"could not lock the data directory {directory}: {exc.strerror or exc}") from None
+
+
+def _is_empty_file(db_path: Path, existed: bool) -> bool:
+    """A history file that was there before this open, with no byte in it (nor in a write-ahead log)."""
+    if not existed or db_path.stat().st_size:
+        return False
+    wal = db_path.with_name(db_path.name + "-wal")
+    return not (wal.exists() and wal.stat().st_size)
+
+
+def _is_foreign(db_path: Path) -> bool:
+    """An intact SQLite database of another application (tables, none of them Outrider's ``schema_version``).
+
+    Looked at without changing a byte: SQLite's ``immutable`` mode takes no lock, creates no ``-wal``/``-shm``
+    and never writes, where the durable connection would first switch the file to WAL mode. A file SQLite
+    cannot read is not foreign but damaged: the normal open finds and salvages it.
+    """
+    try:
+        with db_path.open("rb") as f:
+            if f.read(16) != b"SQLite format 3\x00":
+                return False
+        probe = sqlite3.connect(f"{db_path.resolve().as_uri()}?immutable=1", uri=True)
+    except (OSError, sqlite3.Error):
+        return False
+    try:
+        tables = {str(row[0]) for row in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error:
+        return False
+    finally:
+        probe.close()
+    return bool(tables) and "schema_version" not in tables
 
 
 def _check_database(conn: sqlite3.Connection) -> int:
@@ -271,9 +304,15 @@ def open_database(
     conn: sqlite3.Connection | None = None
     try:
         try:
-            paths.create_private_file(db_path)  # SQLite would create it 0644 (and the WAL like it)
+            # SQLite would create it 0644 (and the WAL like it)
+            existed = not paths.create_private_file(db_path)
             _private_files(db_path)
             notice: CorruptionNotice | None = None
+            if _is_empty_file(db_path, existed):
+                notice = _replace_damaged(db_path, directory, migrations, "the file is empty", "empty")
+            elif _is_foreign(db_path):
+                notice = _replace_damaged(
+                    db_path, directory, migrations, "not an Outrider history database", "foreign")
             try:
                 conn = connect(db_path)
                 version = _check_database(conn)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 
 class StoreError(Exception):
@@ -134,21 +135,24 @@ class DataDirectoryError(StoreError):
 
 @dataclass(frozen=True)
 class CorruptionNotice:
-    """The database file could not be opened; it was moved aside and a new one created with what could be read.
+    """The database file could not be used; it was moved aside and a new one created with what could be read.
 
     Shown to the user every time it happens (CLI: one stderr line; GUI: a banner). Never silent.
 
     Attributes:
-        moved_to: where the damaged file now lives (kept for recovery, never deleted by Outrider).
-        reason: what SQLite said about it.
+        moved_to: where the file now lives (kept for recovery, never deleted by Outrider).
+        reason: what was wrong with it (SQLite's words for a damaged file).
         recovered_conversations: conversations copied from the damaged file into the new database.
         recovered_messages: messages copied from the damaged file into the new database.
+        problem: ``damaged`` (SQLite refused it), ``empty`` (0 bytes where a history was) or ``foreign``
+            (an intact SQLite database of another application, moved aside unmodified).
     """
 
     moved_to: Path
     reason: str
     recovered_conversations: int = 0
     recovered_messages: int = 0
+    problem: Literal["damaged", "empty", "foreign"] = "damaged"
 
     @property
     def message(self) -> str:
@@ -159,6 +163,16 @@ class CorruptionNotice:
             )
         else:
             outcome = "no messages could be recovered; a new, empty history was started"
+        if self.problem == "empty":
+            return (
+                "The chat history file was empty (0 bytes), so nothing in it could be recovered. "
+                f"It was kept at {self.moved_to}; a new, empty history was started."
+            )
+        if self.problem == "foreign":
+            return (
+                "The chat history file was another application's database, not an Outrider history. "
+                f"It was moved, unchanged, to {self.moved_to}; a new, empty history was started."
+            )
         return (
             f"The chat history database was damaged ({self.reason}). "
             f"The damaged file was kept at {self.moved_to}; {outcome}."

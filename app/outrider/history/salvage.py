@@ -1,7 +1,9 @@
 """Salvage of a damaged history database: copy every row that can still be read into a fresh one.
 
 Like the ``sqlite3`` shell's ``.recover``, but only for Outrider's own tables: conversations first, then messages,
-table by table and, where a table scan hits a damaged page, rowid by rowid. Indexes and the full-text index are
+table by table and, where a table scan hits a damaged page, rowid by rowid; then every row SQLite could not reach
+is read off the pages themselves (``page_scan.py``: a damaged header, schema page or interior page hides whole
+tables from SQLite although their rows are intact on the leaf pages). Indexes and the full-text index are
 not read at all; they are rebuilt by inserting into the fresh database (its indexes and FTS triggers), so damage
 confined to index pages loses nothing. The damaged file itself is only read from a private copy (opening it
 would replay and checkpoint its WAL into it); it is kept as it was.
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from outrider.history.database import transaction
+from outrider.history.page_scan import ScannedRow, scan_rows
 
 # A table scan that stops at a damaged page continues by probing rowids one by one, up to the highest rowid
 # known (AUTOINCREMENT's sqlite_sequence or max(rowid)); without one, until this many rowids in a row were
@@ -34,6 +37,10 @@ _CONVERSATION_COLUMNS: Final = (
     "id", "title", "created_at", "updated_at", "pair_id", "settings_json", "uuid", "deleted_at",
 )
 _MESSAGE_COLUMNS: Final = ("id", "conversation_id", "role", "text", "status", "created_at", "updated_at", "stats_json")
+# The columns in the order they are stored in a record: CREATE TABLE's, then each ALTER TABLE … ADD COLUMN's.
+# Every history has this order, because every database, new or old, is built by the same migrations in turn.
+_CONVERSATION_LAYOUT: Final = _CONVERSATION_COLUMNS
+_MESSAGE_LAYOUT: Final = ("id", "conversation_id", "role", "text", "status", "created_at", "stats_json", "updated_at")
 _ROLES: Final = frozenset({"system", "user", "assistant"})
 _STATUSES: Final = frozenset({"complete", "streaming", "interrupted", "error"})
 
@@ -53,6 +60,7 @@ class SalvageResult:
 
 # A stored value as read: (SQLite type name, value). Text is kept as its bytes, never decoded.
 _Cell = tuple[str, Any]
+_Rows = dict[int, dict[str, _Cell]]
 
 
 def _name(value: object) -> str:
@@ -171,47 +179,108 @@ def _insert(dst: sqlite3.Connection, table: str, values: dict[str, _Cell]) -> bo
     return True
 
 
-def _copy(src: sqlite3.Connection, dst: sqlite3.Connection) -> SalvageResult:
-    """Reads of ``src`` never raise (damage is skipped); an error raised here comes from writing ``dst``."""
+def _sql_rows(src: sqlite3.Connection) -> tuple[set[str] | None, _Rows, _Rows]:
+    """What SQLite itself can still read: (table names or None when the schema is unreadable, conversations,
+    messages), plausible rows only, by rowid."""
     try:
         tables = {_name(r[0]) for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError:
-        return SalvageResult()  # the schema page itself is unreadable
-    conversations: set[int] = set()
+        return None, {}, {}
+    conversations: _Rows = {}
+    messages: _Rows = {}
     if "conversations" in tables:
-        for rowid, row in _read_table(src, "conversations", _CONVERSATION_COLUMNS):
-            if not _plausible_conversation(row):
-                continue  # cells from a smashed page: not a row anyone wrote
-            row["id"] = ("integer", rowid)
-            if "uuid" not in row or row["uuid"][0] == "null":  # a version 1 database has none
-                row["uuid"] = ("text", uuid.uuid4().hex.encode())
-            if not _insert(dst, "conversations", row):
-                row["uuid"] = ("text", uuid.uuid4().hex.encode())  # a duplicate uuid: keep the row, new identity
-                if not _insert(dst, "conversations", row):
-                    continue
-            conversations.add(rowid)
-    messages = 0
+        conversations = {rowid: row for rowid, row in _read_table(src, "conversations", _CONVERSATION_COLUMNS)
+                         if _plausible_conversation(row)}  # others are cells from a smashed page
     if "messages" in tables:
-        for rowid, row in _read_table(src, "messages", _MESSAGE_COLUMNS):
-            if not _plausible_message(row):
+        messages = {rowid: row for rowid, row in _read_table(src, "messages", _MESSAGE_COLUMNS)
+                    if _plausible_message(row)}
+    return tables, conversations, messages
+
+
+def _as_row(layout: Sequence[str], row: ScannedRow) -> dict[str, _Cell] | None:
+    """A scanned record as a row of the table with this physical layout; None when it cannot be one.
+
+    The ``id`` column is an ``INTEGER PRIMARY KEY``: SQLite stores it as NULL in the record (the rowid holds it),
+    which tells a row of these tables from the full-text index's rows. A record shorter than the layout is an
+    older row from before a column was added (``ALTER TABLE … ADD COLUMN``): the missing columns read as NULL.
+    """
+    if not row.values or len(row.values) > len(layout) or row.values[0][0] != "null":
+        return None
+    cells = dict(zip(layout, row.values, strict=False))
+    for column in layout[len(row.values):]:
+        cells[column] = ("null", None)
+    del cells["id"]
+    return cells
+
+
+def _newest(a: dict[str, _Cell], b: dict[str, _Cell]) -> dict[str, _Cell]:
+    """Of two copies of one row (a page rewritten, its old copy not reused yet), the later-updated one."""
+    def when(row: dict[str, _Cell]) -> float:
+        return _number(row.get("updated_at")) or _number(row.get("created_at")) or 0.0
+    return b if when(b) > when(a) else a
+
+
+def _scanned_rows(path: Path) -> tuple[_Rows, _Rows]:
+    """Conversations and messages found on the file's pages without SQLite (page_scan.py), by rowid."""
+    conversations: _Rows = {}
+    messages: _Rows = {}
+    for found in scan_rows(path):
+        message = _as_row(_MESSAGE_LAYOUT, found)
+        if message is not None and _plausible_message(message):
+            messages[found.rowid] = _newest(messages[found.rowid], message) if found.rowid in messages else message
+            continue
+        conversation = _as_row(_CONVERSATION_LAYOUT, found)
+        if conversation is not None and _plausible_conversation(conversation):
+            known = conversations.get(found.rowid)
+            conversations[found.rowid] = conversation if known is None else _newest(known, conversation)
+    return conversations, messages
+
+
+def _copy(src: sqlite3.Connection, path: Path, dst: sqlite3.Connection) -> SalvageResult:
+    """Reads of ``src`` never raise (damage is skipped); an error raised here comes from writing ``dst``.
+
+    Rows SQLite can read come first; the page scan adds the rows it could not reach (a damaged header, schema
+    page or interior page hides whole tables from SQLite although their leaf pages are intact). A file whose
+    schema reads fine but has none of Outrider's tables is another application's: nothing is taken from it.
+    """
+    tables, conversation_rows, message_rows = _sql_rows(src)
+    if tables is None or {"conversations", "messages"} & tables:
+        scanned_conversations, scanned_messages = _scanned_rows(path)
+        for rowid, row in scanned_conversations.items():
+            conversation_rows.setdefault(rowid, row)
+        for rowid, row in scanned_messages.items():
+            message_rows.setdefault(rowid, row)
+    conversations: set[int] = set()
+    for rowid in sorted(conversation_rows):
+        row = conversation_rows[rowid]
+        row["id"] = ("integer", rowid)
+        if "uuid" not in row or row["uuid"][0] == "null":  # a version 1 database has none
+            row["uuid"] = ("text", uuid.uuid4().hex.encode())
+        if not _insert(dst, "conversations", row):
+            row["uuid"] = ("text", uuid.uuid4().hex.encode())  # a duplicate uuid: keep the row, new identity
+            if not _insert(dst, "conversations", row):
                 continue
-            row["id"] = ("integer", rowid)
-            created = _number(row["created_at"])
-            if _number(row.get("updated_at")) is None:  # none in a version 1 database
-                row["updated_at"] = ("real", created)
-            cid = int(row["conversation_id"][1])
-            if cid not in conversations:
-                # Its conversation row was on a damaged page: keep the message under a placeholder.
-                placeholder = {
-                    "id": ("integer", cid), "title": ("text", f"Recovered conversation {cid}".encode()),
-                    "created_at": ("real", created), "updated_at": ("real", created),
-                    "settings_json": ("text", b"{}"), "uuid": ("text", uuid.uuid4().hex.encode()),
-                }
-                if not _insert(dst, "conversations", placeholder):
-                    continue
-                conversations.add(cid)
-            if _insert(dst, "messages", row):
-                messages += 1
+        conversations.add(rowid)
+    messages = 0
+    for rowid in sorted(message_rows):
+        row = message_rows[rowid]
+        row["id"] = ("integer", rowid)
+        created = _number(row["created_at"])
+        if _number(row.get("updated_at")) is None:  # none in a version 1 database
+            row["updated_at"] = ("real", created)
+        cid = int(row["conversation_id"][1])
+        if cid not in conversations:
+            # Its conversation row was on a damaged page: keep the message under a placeholder.
+            placeholder = {
+                "id": ("integer", cid), "title": ("text", f"Recovered conversation {cid}".encode()),
+                "created_at": ("real", created), "updated_at": ("real", created),
+                "settings_json": ("text", b"{}"), "uuid": ("text", uuid.uuid4().hex.encode()),
+            }
+            if not _insert(dst, "conversations", placeholder):
+                continue
+            conversations.add(cid)
+        if _insert(dst, "messages", row):
+            messages += 1
     return SalvageResult(conversations=len(conversations), messages=messages)
 
 
@@ -236,7 +305,7 @@ def salvage_into(damaged: Path, dst: sqlite3.Connection, workdir: Path) -> Salva
         try:
             src = sqlite3.connect(str(copy), isolation_level=None)
         except sqlite3.Error:
-            return SalvageResult()
+            src = sqlite3.connect(":memory:", isolation_level=None)  # nothing SQLite can read; the scan still runs
         try:
             src.text_factory = bytes
             # A truncated file is shorter than its header says: SQLite refuses it as corrupt unless the schema is
@@ -244,7 +313,7 @@ def salvage_into(damaged: Path, dst: sqlite3.Connection, workdir: Path) -> Salva
             with contextlib.suppress(sqlite3.Error):
                 src.execute("PRAGMA writable_schema = ON")
             with transaction(dst):
-                return _copy(src, dst)
+                return _copy(src, copy, dst)
         finally:
             src.close()
     finally:

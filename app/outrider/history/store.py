@@ -13,6 +13,7 @@ Every multi-row change (edit, delete, import, migration) is one transaction: who
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 import uuid
@@ -23,7 +24,7 @@ from typing import Any, Final
 
 from outrider.fileio import atomic_write_text
 from outrider.history import exchange
-from outrider.history.connection import DB_FILENAME, OpenedDatabase, connection_settings, open_database
+from outrider.history.connection import DB_FILENAME, OpenedDatabase, connect, connection_settings, open_database
 from outrider.history.database import Database
 from outrider.history.errors import (
     ConversationNotFoundError,
@@ -63,6 +64,13 @@ from outrider.history.schema import MIGRATIONS, Migration, read_version
 DEFAULT_TITLE: Final = "New chat"
 
 
+def _reader(db_path: Path) -> sqlite3.Connection:
+    """The store's read-only second connection (``Database``: reads never wait behind a write's fsync)."""
+    conn = connect(db_path)
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
 class HistoryStore:
     """The one writer of a data directory's chat history.
 
@@ -80,7 +88,7 @@ class HistoryStore:
     """
 
     def __init__(self, opened: OpenedDatabase) -> None:
-        self._db = Database(opened.conn, opened.lock, opened.db_path)
+        self._db = Database(opened.conn, opened.lock, opened.db_path, _reader(opened.db_path))
         self.db_path = opened.db_path
         self.notice = opened.notice
         self.backup_path = opened.backup_path
@@ -209,10 +217,27 @@ class HistoryStore:
             )
 
     def delete_conversation(self, conversation_id: int) -> None:
-        """Soft delete: hidden from lists and search until ``restore_conversation`` or ``purge_deleted``."""
+        """Soft delete: hidden from lists and search until ``restore_conversation`` or ``purge_deleted``.
+
+        It also leaves the draft index of history lookup at once (``_forget_in_draft_index``); a restored
+        conversation comes back into it at the engine's next sync."""
         with self._db.write() as conn:
             self._require_conversation(conn, conversation_id)
             conn.execute("UPDATE conversations SET deleted_at = ? WHERE id = ?", (time.time(), conversation_id))
+        self._forget_in_draft_index([conversation_id])
+
+    def _forget_in_draft_index(self, conversation_ids: list[int]) -> None:
+        """Remove these conversations' tokens from the draft index files kept with the database
+        (``engine.history_index``): the engine would drop them at its next sync, but it may not run for days, and
+        a deleted chat must not stay on disk in another form. If a file cannot be rewritten it is deleted (the
+        engine rebuilds it from the history); the delete itself never fails because of the index."""
+        from outrider.engine.history_index import forget_conversations, remove_index_files
+
+        try:
+            forget_conversations(self.db_path, conversation_ids)
+        except OSError:
+            with contextlib.suppress(OSError):
+                remove_index_files(self.db_path)
 
     def restore_conversation(self, conversation_id: int) -> None:
         """Undo ``delete_conversation``."""

@@ -26,7 +26,7 @@ class LocalServer:
                  on_finished: Callable[[Job], None] | None = None) -> None:
         self.scheduler = EngineScheduler(engine, max_queued=max_queued, prepare=prepare, on_finished=on_finished)
         self.app: Any = create_app(self.scheduler, config)
-        self._thread = ServerThread(self.app, host, port)
+        self._thread = ServerThread(self.app, host, port, config.limits)
         self.url = self._thread.url
         self.port = self._thread.port
         self.host = host

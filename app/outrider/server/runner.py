@@ -15,12 +15,15 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from outrider.server.connections import ConnectionLimits
+
 if TYPE_CHECKING:  # imported where a server is made: importing this module stays cheap (the GUI's start-up)
     import uvicorn
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 STARTUP_TIMEOUT_S = 10.0
+LISTEN_BACKLOG = 128  # connections the kernel holds before accept: a burst of clients is not turned away
 GRACEFUL_SHUTDOWN_S = 2  # open streams get this long after a stop before they are cut (their jobs are cancelled)
 
 
@@ -67,7 +70,7 @@ def bind(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
-        sock.listen(64)
+        sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
         sock.close()
         raise BindError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
@@ -81,19 +84,42 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _config(app: Any) -> uvicorn.Config:
+def _config(app: Any, limits: ConnectionLimits) -> uvicorn.Config:
     import uvicorn
 
-    # asyncio loop, h11, no websockets, no lifespan: a small, fixed set of modules (the PyInstaller bundle too).
-    return uvicorn.Config(app, loop="asyncio", http="h11", ws="none", lifespan="off", log_level="warning",
-                          access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    from outrider.server.connections import protocol_class
+
+    # asyncio loop, h11 (with the connection limits), no websockets, no lifespan: a small, fixed set of modules
+    # (the PyInstaller bundle too).
+    return uvicorn.Config(app, loop="asyncio", http=protocol_class(limits), ws="none", lifespan="off",
+                          log_level="warning", access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                          timeout_keep_alive=max(1, round(limits.keep_alive_s)))
 
 
-def serve_forever(app: Any, sock: socket.socket) -> None:
+def _server(app: Any, limits: ConnectionLimits) -> uvicorn.Server:
+    """A uvicorn server that, when stopping, lets the app end its open replies properly (``drain``)."""
+    import asyncio
+
+    import uvicorn
+
+    class _DrainingServer(uvicorn.Server):
+        async def _wait_tasks_to_complete(self) -> None:
+            # uvicorn's graceful wait (cut after GRACEFUL_SHUTDOWN_S): the app's drain runs alongside it, ending
+            # the replies still open with an error event and [DONE] just before the cut.
+            drain = getattr(getattr(app, "state", None), "outrider_drain", None)
+            task = asyncio.ensure_future(drain()) if drain is not None else None
+            try:
+                await super()._wait_tasks_to_complete()
+            finally:
+                if task is not None and not task.done():
+                    task.cancel()
+
+    return _DrainingServer(_config(app, limits))
+
+
+def serve_forever(app: Any, sock: socket.socket, limits: ConnectionLimits = ConnectionLimits()) -> None:
     """Serve in this thread until SIGINT/SIGTERM (uvicorn's handlers; it re-raises the signal after stopping)."""
-    import uvicorn
-
-    server = uvicorn.Server(_config(app))
+    server = _server(app, limits)
     try:
         server.run(sockets=[sock])
     finally:
@@ -109,13 +135,12 @@ class ServerThread:
 
     ``url`` is known as soon as the object exists (the socket is bound in the constructor: ``BindError``)."""
 
-    def __init__(self, app: Any, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    def __init__(self, app: Any, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+                 limits: ConnectionLimits = ConnectionLimits()) -> None:
         self._sock = bind(host, port)
         self.url = url_of(self._sock)
         self.port: int = self._sock.getsockname()[1]
-        import uvicorn
-
-        self._server = uvicorn.Server(_config(app))
+        self._server = _server(app, limits)
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 

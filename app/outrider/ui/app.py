@@ -19,6 +19,10 @@ from typing import Any
 SMOKE_TIMEOUT_S = 300.0
 SMOKE_MESSAGE = "Write one short sentence about speculative decoding."
 SMOKE_MAX_TOKENS = 48
+# The smoke test's message and reply length can be changed for tests of the real app that need a long reply
+# (kill -9 of the GUI mid-reply: tests/gui/test_kill9_app.py).
+SMOKE_MESSAGE_ENV = "OUTRIDER_SMOKE_MESSAGE"
+SMOKE_MAX_TOKENS_ENV = "OUTRIDER_SMOKE_MAX_TOKENS"
 # Modules the window is painted without (each costs 0.1–1 s to import): the charts, Markdown highlighting, the
 # GGUF reader, the Hub client, the local server. They load after the first paint, or when first used.
 HEAVY_MODULES = ("pyqtgraph", "numpy", "pygments", "gguf", "huggingface_hub", "fastapi", "uvicorn")
@@ -141,13 +145,14 @@ def _startup_choice(saved: Any = None) -> Any:
             not saved.pair_draft or Path(saved.pair_draft).is_file()):
         return PairChoice(Path(saved.pair_target), Path(saved.pair_draft) if saved.pair_draft else None,
                           saved.pair_lookup, saved.pair_id, saved.pair_name or Path(saved.pair_target).name,
-                          demo=demo is not None and saved.pair_id == demo.id)
+                          demo=demo is not None and saved.pair_id == demo.id, mtp=saved.pair_mtp)
     state = startup_pair(catalogue, ModelStore())
     if state is None or state.target_path is None:
         return None
     pair = state.pair
-    return PairChoice(state.target_path, state.draft_path, pair.draft is None, pair.id, pair.name,
-                      demo=demo is not None and pair.id == demo.id)
+    mtp = pair.draft_kind in ("mtp", "mtp-head")
+    return PairChoice(state.target_path, state.draft_path, pair.draft is None and not mtp, pair.id, pair.name,
+                      demo=demo is not None and pair.id == demo.id, mtp=mtp)
 
 
 def _catalogue_service() -> Any:
@@ -312,13 +317,14 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
         window.session.load_failed.connect(lambda r: fail(f"loading the pair: {r}"))
     if smoke_test:
         session = window.session
-        session.max_tokens_override = SMOKE_MAX_TOKENS
+        session.max_tokens_override = int(os.environ.get(SMOKE_MAX_TOKENS_ENV) or SMOKE_MAX_TOKENS)
+        message = os.environ.get(SMOKE_MESSAGE_ENV) or SMOKE_MESSAGE
         sent = {"done": False}
 
         def on_engine_changed(info: object) -> None:
             if info is not None and not sent["done"]:
                 sent["done"] = True
-                window.chat.composer.setPlainText(SMOKE_MESSAGE)
+                window.chat.composer.setPlainText(message)
                 window.chat.send_button.click()
 
         def on_reply_ended(state: str, text: str, _mid: object) -> None:
@@ -344,6 +350,7 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
     code = app.exec()
     first_paint.cancel()  # quit before the first paint: nothing starts loading after this
     window.close()
+    settings.flush()  # what closing the window saved (last conversation, geometry) is in the file before exit
     startup.close()
     bridge.shutdown()
     store.close()

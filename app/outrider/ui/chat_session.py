@@ -174,7 +174,8 @@ class ChatSession(QObject):
         self.loaded = None
         self.last_plain_tps = None
         s = self.settings.value
-        spec = s.pair_spec(str(choice.target), str(choice.draft) if choice.draft else None, choice.lookup)
+        spec = s.pair_spec(str(choice.target), str(choice.draft) if choice.draft else None, choice.lookup,
+                           choice.mtp, history=str(self.store.store.db_path))
         self.engine_changed.emit(None)
         self.bridge.load(spec, refuse_unsafe=automatic)
 

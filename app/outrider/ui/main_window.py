@@ -317,6 +317,7 @@ class MainWindow(QMainWindow):
             changes = s.recommended(rec.k, int(rec.draft_min), float(rec.p_min), n_ctx)
         changes.update(pair_id=choice.pair_id or "", pair_target=str(choice.target),
                        pair_draft=str(choice.draft) if choice.draft else "", pair_lookup=choice.lookup,
+                       pair_mtp=choice.mtp,
                        pair_name=choice.name)
         self._applying_pair = True  # the load below uses the new settings: no reload of the old pair
         try:
@@ -332,13 +333,17 @@ class MainWindow(QMainWindow):
         if info is None:
             self.engine_label.setText(f"Engine: {backend} · {st['state']}")
             return
+        self.chat.set_drafters(str(getattr(info, "draft_mode", "")))
         mem = st.get("memory_bytes", 0) / 2**20
         layers = st.get("gpu_layers", (0, 0))
         plain = self.session.last_plain_tps  # measured in the last reply (docs/metrics.md: plain_tps)
+        last = self.session.last_done  # automatic threads are re-chosen per reply: the last reply's count first
+        threads = (last.stats.threads if last is not None and last.stats.threads else 0) or getattr(info, "threads", 0)
         self.engine_label.setText(
             f"Engine: {backend} · target {st.get('target')} · {drafting_text(self.settings.value, info)} · "
             f"{mem:,.0f} MiB "
             f"(weights + KV, ctx {st.get('n_ctx')}) · GPU layers {layers[0]}/{layers[1]}"
+            + (f" · {threads} CPU thread{'s' if threads != 1 else ''}" if threads else "")
             + (f" · plain {plain:.1f} tok/s (last reply)" if plain else "")
             + (f" · {info.placement_text()}" if info.uses_rpc else ""))
 
@@ -412,9 +417,20 @@ class MainWindow(QMainWindow):
             return
         from outrider.ui.picker.dialog import PairPickerDialog  # here: the picker's imports wait until it is used
 
-        dialog = PairPickerDialog(self.catalogue_service, self)
+        dialog = PairPickerDialog(self.catalogue_service, self, calibration_prompts=self._calibration_prompts)
         dialog.pair_chosen.connect(self.choose_pair)
         dialog.open()
+
+    def _calibration_prompts(self) -> tuple[list[str], str]:
+        """The user's recent prompts, which a self-draft is measured on (read on the GUI thread, as the list of
+        conversations is); none when the history cannot be read (the picker then uses its bundled prompts)."""
+        from outrider.history import StoreError
+        from outrider.history.recent import recent_user_prompts
+
+        try:
+            return recent_user_prompts(self.store.store), "history"
+        except StoreError:
+            return [], "history"
 
     @Slot()
     def _on_benchmark(self) -> None:

@@ -31,12 +31,23 @@ class ThemeColours:
     chart_tps: str
     chart_accept: str
     warning: str
+    # Accepted draft tokens by drafter (``draft_bg`` is the draft model's and an unnamed drafter's): hues apart
+    # from the green and the orange, light enough (dark enough in the dark theme) for the text colour on them.
+    lookup_bg: str = "#cfe2ff"  # prompt lookup
+    history_bg: str = "#e6d8f5"  # history lookup
+    mtp_bg: str = "#c8ece6"  # MTP heads
+
+    def provenance_bg(self, kind: str) -> str:
+        """The background of a token of this provenance (``engine.events.PROVENANCE``)."""
+        return {"target": self.target_bg, "lookup": self.lookup_bg, "history": self.history_bg,
+                "mtp": self.mtp_bg}.get(kind, self.draft_bg)
 
 
 LIGHT = ThemeColours("light", "#1f1f1f", "#5f6368", "#ffffff", "#c6efce", "#fde9c8", "#f3f4f6", "#1a56c4",
                      "friendly", "#1a73e8", "#188038", "#b06000")
 DARK = ThemeColours("dark", "#e3e3e3", "#9aa0a6", "#1e1f22", "#1f5130", "#5a4317", "#2b2d31", "#8ab4f8",
-                    "monokai", "#8ab4f8", "#81c995", "#fdd663")
+                    "monokai", "#8ab4f8", "#81c995", "#fdd663", lookup_bg="#1c3a63", history_bg="#45305e",
+                    mtp_bg="#17464a")
 THEMES = {"light": LIGHT, "dark": DARK}
 
 

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -84,15 +84,17 @@ class EngineClient:
 
     def __init__(self, *, log_dir: Path | None = None, unsafe_models: UnsafeModels | None = None,
                  start_timeout: float = DEFAULT_START_TIMEOUT, heartbeat_timeout: float | None = None,
-                 cancel_grace: float = DEFAULT_CANCEL_GRACE) -> None:
+                 cancel_grace: float = DEFAULT_CANCEL_GRACE, heartbeat_interval: float | None = None) -> None:
         """``heartbeat_timeout``: seconds of silence after which the engine is declared unresponsive (default
-        ``$OUTRIDER_ENGINE_HEARTBEAT_TIMEOUT`` or 30); the engine beats at a quarter of it, at most once a second.
+        ``$OUTRIDER_ENGINE_HEARTBEAT_TIMEOUT`` or 30); the engine beats every ``heartbeat_interval`` seconds
+        (default a quarter of the timeout, at most once a second).
         ``cancel_grace``: seconds a reply may go on after ``cancel`` before the engine is killed."""
         self._log_dir = log_dir
         self.unsafe_models = unsafe_models if unsafe_models is not None else UnsafeModels()
         self.start_timeout = start_timeout
         self.heartbeat_timeout = heartbeat_timeout if heartbeat_timeout is not None else heartbeat_timeout_from_env()
         self.cancel_grace = cancel_grace
+        self.heartbeat_interval = heartbeat_interval or min(1.0, self.heartbeat_timeout / 4)
         self._cancel_deadline: float | None = None  # when a cancelled reply must have ended (monotonic seconds)
         self._last_heard = time.monotonic()
         self._state = threading.RLock()
@@ -120,6 +122,11 @@ class EngineClient:
         with self._state:
             return self._proc is not None and self._proc.poll() is None and not self._stopping
 
+    @property
+    def last_heard(self) -> float:
+        """When the engine was last heard from (``time.monotonic()`` seconds; heartbeats count)."""
+        return self._last_heard
+
     def start(self) -> None:
         """Start the engine process (no-op if running) and wait for its hello."""
         with self._state:
@@ -133,7 +140,7 @@ class EngineClient:
             self._phase = "starting"
             self.loaded = None
             self.log_path = log_path
-            proc = spawn(log_path, heartbeat=min(1.0, self.heartbeat_timeout / 4))
+            proc = spawn(log_path, heartbeat=self.heartbeat_interval)
             assert proc.stdin is not None and proc.stdout is not None
             pipe = FramedPipe(proc.stdout.fileno(), proc.stdin.fileno())
             self._proc, self._pipe, self.pid = proc, pipe, proc.pid
@@ -395,7 +402,7 @@ class EngineClient:
         except EngineRequestError as exc:
             if not draft_fallback or exc.kind is not ErrorKind.INCOMPATIBLE_PAIR:
                 raise
-            wire = {**spec_to_wire(spec), "draft": None, "lookup": False}
+            wire = {**spec_to_wire(spec), "draft": None, "lookup": False, "mtp": False, "mtp_head": None}
             info = self._load(wire, timeout, refuse_unsafe, on_progress)
             note = f"draft model not compatible — running without draft ({exc.message})"
             info = dataclasses.replace(info, notes=(note, *info.notes))
@@ -405,7 +412,7 @@ class EngineClient:
     def _load(self, wire: dict[str, Any], timeout: float | None, refuse_unsafe: bool,
               on_progress: Callable[[LoadProgress], None] | None) -> LoadedPair:
         if refuse_unsafe:
-            for path in (wire.get("target"), wire.get("draft")):
+            for path in (wire.get("target"), wire.get("draft"), wire.get("mtp_head")):
                 reason = self.unsafe_models.reason(str(path)) if path else None
                 if path and reason:
                     raise EngineRequestError(ErrorKind.UNSAFE_MODEL, f"{Path(path).name} is not loaded automatically: "
@@ -424,7 +431,7 @@ class EngineClient:
                 elif msg["type"] == "loaded":
                     info = loaded_from_wire(msg.get("info"))
                     self.loaded = info
-                    for path in (wire.get("target"), wire.get("draft")):
+                    for path in (wire.get("target"), wire.get("draft"), wire.get("mtp_head")):
                         if path:
                             with contextlib.suppress(OSError):
                                 self.unsafe_models.clear(path)
@@ -467,6 +474,14 @@ class EngineClient:
             return
         self._simple("unloading", {"type": "unload"}, timeout)
         self.loaded = None
+
+    def score(self, request: Any, tokens: Sequence[int], *,
+              timeout: float | None = 120.0) -> list[tuple[float, ...]]:
+        """The target's (mass ranked before, probability, top probability) of each of ``tokens`` continuing
+        ``request``'s prompt (``Engine.score``): what ``outrider verify`` tests sampled tokens against."""
+        value = self._simple("scoring", {"type": "score", "request": request_to_wire(request),
+                                         "tokens": [int(t) for t in tokens]}, timeout)
+        return [tuple(float(x) for x in row) for row in value]
 
     def bench(self, n_tokens: int, tokens_per_step: int = 1) -> Generation:
         """Synthetic steps at full speed, to measure the protocol alone."""

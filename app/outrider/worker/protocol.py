@@ -64,7 +64,7 @@ def _as_dict(obj: Any) -> dict[str, Any]:
 def spec_to_wire(spec: Any) -> dict[str, Any]:
     """A ``PairSpec`` (``outrider.engine.params``) to a JSON-able dict."""
     data = _as_dict(spec)
-    for key in ("target", "draft"):
+    for key in ("target", "draft", "mtp_head"):
         if data.get(key) is not None:
             data[key] = str(data[key])
     return data

@@ -237,6 +237,12 @@ class _Server:
         elif kind == "unload":
             engine.unload()
             self.emit({"type": "result", "id": rid, "value": None}, wait=True)
+        elif kind == "score":
+            tokens = msg.get("tokens")
+            if not isinstance(tokens, list) or not all(isinstance(t, int) and t >= 0 for t in tokens):
+                raise _BadRequest("score needs a list of token ids")
+            scores = engine.score(_build_request(msg.get("request")), tokens)
+            self.emit({"type": "result", "id": rid, "value": [list(s) for s in scores]}, wait=True)
         elif kind == "bench":
             self._bench(rid, int(msg.get("n_tokens", 10_000)), int(msg.get("tokens_per_step", 1)))
         else:
@@ -384,6 +390,10 @@ def _limit_input(request: TextRequest, n_ctx: int) -> TextRequest:
     system = messages[:1] if messages[0].role == "system" and len(messages) > 1 else []
     rest = messages[len(system):]
     total = sum(len(m.content) for m in system + rest)
+    if not request.trim:  # nothing may be dropped: far too long is refused as it is, whole
+        if total > 2 * limit:
+            raise _InputTooLong(total, n_ctx)
+        return request
     while total > 2 * limit and len(rest) > 1:
         total -= len(rest.pop(0).content)
     if len(rest) + len(system) == len(messages):

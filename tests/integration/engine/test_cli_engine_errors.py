@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from support import bad_models
-from support.processes import engine_of, release
+from support.processes import WAIT_LIMIT_S, engine_of, release
 from support.tiny_gguf import Family
 
 
@@ -111,10 +111,12 @@ def test_sigstop_of_the_engine_exits_3_with_one_line(tiny_family: Family, tmp_pa
     stopped_engines.append(engine)
     t0 = time.monotonic()
     try:
-        _, err = cli.communicate(timeout=30)
+        _, err = cli.communicate(timeout=WAIT_LIMIT_S)
     finally:
         cli.kill()
-    assert time.monotonic() - t0 < 8
+    # 1.5 s of silence and a grace of at most 1 s (~2.7 s in all); the bug, waiting for the default 30 s
+    # heartbeat timeout, is still caught with room for a loaded machine.
+    assert time.monotonic() - t0 < 25
     assert cli.returncode == 3, err
     assert err.strip().splitlines() == ["outrider: error: engine stopped responding (the engine process was "
                                         "stopped; no heartbeat for 1.5 s) while generating"]
@@ -132,10 +134,12 @@ def test_ctrl_c_with_a_stopped_engine_exits_130_promptly(tiny_family: Family, tm
     cli.send_signal(signal.SIGINT)
     t0 = time.monotonic()
     try:
-        _, err = cli.communicate(timeout=30)
+        _, err = cli.communicate(timeout=WAIT_LIMIT_S)
     finally:
         cli.kill()
-    assert time.monotonic() - t0 < 2.5, time.monotonic() - t0
+    # Killed, not waited for: waiting is the 20 s cancel grace or the 30 s heartbeat timeout; the kill takes
+    # ~0.3 s, and 10 s leaves a loaded machine room without missing the bug.
+    assert time.monotonic() - t0 < 10, time.monotonic() - t0
     assert cli.returncode == 130, err
     assert err.strip().splitlines()[-1] == "outrider: interrupted"
     time.sleep(0.5)

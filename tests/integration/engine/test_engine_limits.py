@@ -20,6 +20,7 @@ from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, ModelSettings, PairSpec
 from outrider.engine.session import Engine
 from outrider.engine.speculative import DoneEvent, StepEvent
+from outrider.engine.threads import OtherLoadMeter, usable_cpus
 from support.reference_decoding import ReferenceModel
 from support.tiny_gguf import TinyShape, build_vocab, make_family, random_weights, vocab_variant, write_gguf
 
@@ -84,6 +85,94 @@ def test_draft_with_a_longer_vocabulary_never_proposes_missing_ids(backend: Back
     finally:
         engine.unload()
     assert tokens == ReferenceModel(target).greedy(prompt, len(tokens))
+
+
+def test_draft_with_a_shorter_vocabulary_is_fed_only_ids_it_has(backend: Backend, tmp_path: Path) -> None:
+    """A target with 100 more tokens than its draft (allowed up to 128) whose head favours exactly those: the
+    target emits ids the draft lacks, and the reply goes on, drafting, equal to the target alone. Before the fix
+    the draft was fed those ids and the reply died with "llama_decode returned -1"; with ``feedable`` bypassed
+    (ids passed as they are) this test fails the same way."""
+    vocab = build_vocab()
+    long_vocab = vocab_variant(extra_words=100)
+    n_short, n_long = len(vocab[0]), len(long_vocab[0])
+    target_w = random_weights(SHAPE, n_long, 7)
+    head = target_w["output.weight"].astype("float32")
+    head[n_short:] = head[: n_long - n_short] * 4  # the extra ids win many argmaxes, not all
+    target_w["output.weight"] = head.astype("float16")
+    target = write_gguf(tmp_path / "t.gguf", target_w, SHAPE, long_vocab, name="t")
+    draft_shape = TinyShape(n_layer=1, n_embd=SHAPE.n_embd, n_head=SHAPE.n_head, n_ff=SHAPE.n_ff)
+    draft = write_gguf(tmp_path / "d.gguf", random_weights(draft_shape, n_short, 8), draft_shape, vocab, name="d")
+    engine = Engine(backend)
+    engine.load(PairSpec(target=str(target), draft=str(draft), context=ContextSettings(n_ctx=256)))
+    try:
+        prompt = engine.tokenize_prompt("hello world")
+        tokens, done = _run(engine, prompt, max_tokens=32, draft=DraftParams(k=3), ignore_eos=True)
+        again, _ = _run(engine, prompt + tokens[:5], max_tokens=8, draft=DraftParams(k=3), ignore_eos=True)
+        assert done.stats.drafted > 0 and done.stop_reason == "length"
+        assert max(tokens) >= n_short  # the target did emit ids the draft lacks, before later drafts
+        assert any(t >= n_short for t in tokens[:-4])
+    finally:
+        engine.unload()
+    reference = ReferenceModel(target)
+    assert tokens == reference.greedy(prompt, len(tokens))
+    assert again == reference.greedy(prompt + tokens[:5], len(again))
+
+
+def test_k_mean_counts_the_draft_that_ran_not_the_k_chosen(backend: Backend, family) -> None:  # type: ignore[no-untyped-def]
+    """k 8 with p-min 0.999: the draft model is almost never that sure, so p-min empties most drafts. k_mean must
+    be the tokens verified per pass (drafted / passes here: no stop cuts a step), not 8 (before the fix it read
+    8.0 while well under one token per pass was drafted)."""
+    engine = Engine(backend)
+    engine.load(PairSpec(target=str(family.target), draft=str(family.unrelated), context=ContextSettings(n_ctx=256)))
+    try:
+        prompt = engine.tokenize_prompt("the model is")
+        _, done = _run(engine, prompt, max_tokens=40, draft=DraftParams(k=8, p_min=0.999), ignore_eos=True)
+        _, full = _run(engine, prompt, max_tokens=40, draft=DraftParams(k=8), ignore_eos=True)
+    finally:
+        engine.unload()
+    s = done.stats
+    assert s.k_mean is not None and s.k_mean == pytest.approx(s.drafted / s.passes)
+    assert s.k_mean < 4
+    assert full.stats.drafted > 0 and full.stats.k_mean == pytest.approx(full.stats.drafted / full.stats.passes)
+
+
+class _ScriptedLoad(OtherLoadMeter):
+    """Other processes' load as a test says: ``probe`` at load, ``between`` before each reply."""
+
+    def __init__(self, probe: float) -> None:
+        super().__init__()
+        self.at_load = probe
+        self.between: float | None = None
+
+    def probe(self, seconds: float = 0.1, sleep: object = None) -> float:
+        return self.at_load
+
+    def busy_since_last(self, min_interval: float = 1.0) -> float | None:
+        return self.between
+
+
+def test_automatic_threads_follow_the_cpus_other_processes_leave_free(backend: Backend, family) -> None:  # type: ignore[no-untyped-def]
+    """Threads 0: loaded while every CPU is busy, one thread (the load fact and the reply's stats say so); the
+    load gone before the next reply, every CPU; an explicit count is kept whatever the load. Broken once on
+    purpose (no re-choice before a reply): the second reply still ran 1 thread."""
+    meter = _ScriptedLoad(probe=float(usable_cpus() + 4))
+    engine = Engine(backend, load_meter=meter)
+    prompt_text = "the model is"
+    try:
+        info = engine.load(PairSpec(target=str(family.target), draft=str(family.draft),
+                                    context=ContextSettings(n_ctx=256)))
+        assert info.threads == 1 and engine.spec is not None and engine.spec.context.threads == 0
+        prompt = engine.tokenize_prompt(prompt_text)
+        _, busy = _run(engine, prompt, max_tokens=8, draft=DraftParams(k=2))
+        meter.between = 0.0
+        _, quiet = _run(engine, prompt, max_tokens=8, draft=DraftParams(k=2))
+        assert busy.stats.threads == 1 and quiet.stats.threads == usable_cpus()
+        explicit = engine.load(PairSpec(target=str(family.target), context=ContextSettings(n_ctx=256, threads=2)))
+        meter.between = float(usable_cpus() + 4)
+        _, kept = _run(engine, prompt, max_tokens=4)
+        assert explicit.threads == 2 and kept.stats.threads == 2
+    finally:
+        engine.unload()
 
 
 def test_prompt_lookup_stops_at_a_full_context_like_plain_decoding(backend: Backend, family) -> None:  # type: ignore[no-untyped-def]

@@ -18,6 +18,7 @@ a draft model that saves no checkpoint before drafting stayed exact by re-evalua
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -34,7 +35,7 @@ from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, ModelSettings
 from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent, GenerationRequest, SpeculativeDecoder, StepEvent
-from support.hybrid_gguf import HybridFamily, make_lfm2_family, make_mamba, make_qwen35_family
+from support.hybrid_gguf import HybridFamily, Qwen35Shape, make_lfm2_family, make_mamba, make_qwen35_family
 from support.reference_decoding import ReferenceModel
 
 PROMPTS = ["the model is fast", "a b a b a b a b", "def return class import self", "hello world hello world"]
@@ -304,3 +305,27 @@ def test_outrider_verify_is_exact_at_temperature_1_with_p_min_and_draft_min_on_a
     assert obj["sampling"]["accepted"] < obj["sampling"]["drafted"]
     ps = {p["position"]: round(p["p_value"], 6) for p in obj["sampling"]["positions"]}
     assert obj["exact"], f"speculative sampling differs from plain sampling on a hybrid pair: p-values {ps}"
+
+
+def test_the_loaded_pair_reports_the_recurrent_memory_with_its_snapshots(
+        backend: Backend, families: dict[str, HybridFamily]) -> None:
+    """What llama.cpp allocated for the recurrent states, against the generator's own arithmetic: the target's state
+    and its ``ROLLBACK_TOKENS`` snapshots, the hybrid draft's state and its checkpoint; none for lookup. (llama.cpp
+    logs sizes in MiB with two decimals: up to 0.005 MiB off per buffer.)"""
+    rounding = 0.006 * 2**20 * 2
+    shape = Qwen35Shape()
+    draft_shape = dataclasses.replace(shape, n_layer=4)
+    engine = Engine(backend)
+    info = engine.load(PairSpec(target=str(families["qwen35"].target), draft=str(families["qwen35"].draft),
+                                context=CONTEXT))
+    try:
+        assert info.target_recurrent_bytes == pytest.approx(
+            shape.recurrent_state_bytes() * (1 + ROLLBACK_TOKENS), abs=rounding)
+        assert info.draft_recurrent_bytes == pytest.approx(draft_shape.recurrent_state_bytes() * 2, abs=rounding)
+    finally:
+        engine.unload()
+    info = engine.load(PairSpec(target=str(families["qwen35"].target), lookup=True, context=CONTEXT))
+    try:
+        assert info.draft_recurrent_bytes == 0 and info.target_recurrent_bytes > 0
+    finally:
+        engine.unload()

@@ -5,7 +5,6 @@ A helper module, not a conftest: a module named conftest could resolve to anothe
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from outrider.engine.errors import ModelLoadError
 from outrider.engine.llama.rpc import probe
+from support.processes import cpu_seconds
 
 START_TIMEOUT_S = 30.0
 
@@ -43,9 +43,9 @@ class Worker:
         return f"127.0.0.1:{self.port}"
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time of the worker process so far (Linux /proc), in seconds."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU time the worker process has run so far, in seconds: the scheduler's nanosecond count (its serving
+        thread computes), not ``stat``'s clock ticks, which on a loaded machine sample short bursts as 0."""
+        return cpu_seconds(self.proc.pid)
 
 
 def start_worker(log_dir: Path, threads: int = 1) -> Worker:

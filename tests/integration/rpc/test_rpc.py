@@ -80,8 +80,9 @@ def test_greedy_over_rpc_equals_local_and_both_workers_compute(workers: tuple[Wo
     assert info.draft.buffers and not any(name.startswith("RPC") for name, _ in info.draft.buffers)
     assert {endpoint for _, endpoint, _, _ in info.target.remote_devices} == set(endpoints)
     assert all(total > 0 for *_, total in info.target.remote_devices)
-    # Both workers really computed the replies (CPU time of each worker process).
-    assert all(used > 0.02 for used in cpu_used), cpu_used
+    # Both workers really computed the replies (CPU time of each worker process): ~0.05 s each; a worker that
+    # holds weights but computes nothing runs ~0 (blocked on its socket), so a tenth of that is a safe line.
+    assert all(used > 0.005 for used in cpu_used), cpu_used
 
 
 def test_unreachable_worker_fails_fast_at_load(tiny_family: Family) -> None:

@@ -54,7 +54,7 @@ class Serving:
 
     def interrupt(self) -> int:
         self.proc.send_signal(signal.SIGINT)
-        code = self.proc.wait(30)
+        code = self.proc.wait(180)  # an event wait: a generous limit costs nothing when it works
         self._reader.join(10)  # every line it wrote is in self.stderr
         return code
 

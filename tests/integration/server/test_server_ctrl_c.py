@@ -21,7 +21,7 @@ CHILD = textwrap.dedent("""
     port = sock.getsockname()[1]
 
     def interrupt_when_serving():  # the socket listens before uvicorn runs: wait for an HTTP answer
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 150
         while time.monotonic() < deadline:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
@@ -44,6 +44,6 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.parametrize("re_raise", ["kept", "lost"])
 def test_ctrl_c_ends_serving_as_an_interrupt(re_raise: str) -> None:
-    done = subprocess.run([sys.executable, "-c", CHILD, re_raise], capture_output=True, text=True, timeout=60,
+    done = subprocess.run([sys.executable, "-c", CHILD, re_raise], capture_output=True, text=True, timeout=180,
                           check=False)
     assert done.returncode == 130, done.stderr

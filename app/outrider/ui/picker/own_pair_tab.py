@@ -1,7 +1,9 @@
-"""The "Add my own pair" tab: two local GGUFs (or one with prompt lookup), checked before anything loads.
+"""The "Add my own pair" tab: two local GGUFs (or one with prompt lookup or its own MTP heads), checked before
+anything loads. A draft that is an MTP head file is recognised from its header and checked as one.
 
 The header-only compatibility check and the memory estimate (``CatalogueService.check_own_pair``) run on the
-picker's ``QtTaskRunner``; a mismatch is explained by the rule it breaks and both values.
+picker's ``QtTaskRunner``; a mismatch is explained by the rule it breaks and both values. A target without a draft
+can get one cut from its own layers (``SelfDraftPanel``, under the target): once built, it fills the draft field.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from outrider.catalogue.service import CatalogueService, OwnPairReport
 from outrider.engine.llama.gguf_header import GGUFHeaderError
 from outrider.ui.bridges.tasks import QtTaskRunner
 from outrider.ui.picker.choice import PairChoice
+from outrider.ui.picker.self_draft_panel import PromptSource, SelfDraftPanel
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 
@@ -48,7 +51,7 @@ class OwnPairTab(QWidget):
     chosen = Signal(object)
 
     def __init__(self, service: CatalogueService, runner: QtTaskRunner, memory: Callable[[], MemoryInfo],
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, *, calibration_prompts: PromptSource | None = None) -> None:
         super().__init__(parent)
         self.service = service
         self._runner = runner
@@ -67,8 +70,12 @@ class OwnPairTab(QWidget):
         self.draft_edit.setToolTip("The small model that proposes tokens; it must share the target's vocabulary")
         self.draft_browse = QPushButton("Browse…", self)
         self.draft_browse.setToolTip("Choose the draft GGUF")
+        self.self_draft = SelfDraftPanel(service.store, runner, calibration_prompts, self)
         self.lookup_check = QCheckBox("&Prompt lookup instead of a draft model", self)
         self.lookup_check.setToolTip("Draft by copying n-grams from the conversation: no second model, no memory")
+        self.mtp_check = QCheckBox("&MTP heads in this model instead of a draft model", self)
+        self.mtp_check.setToolTip("Draft with the target's own multi-token-prediction (NextN) heads, when its file "
+                                  "carries them: no second model")
         self.ctx_spin = QSpinBox(self)
         self.ctx_spin.setRange(256, 1_048_576)
         self.ctx_spin.setSingleStep(1024)
@@ -99,8 +106,10 @@ class OwnPairTab(QWidget):
         c_label = QLabel("Conte&xt:", self)
         c_label.setBuddy(self.ctx_spin)
         form.addRow(t_label, t_row)
+        form.addRow("", self.self_draft)
         form.addRow(d_label, d_row)
         form.addRow("", self.lookup_check)
+        form.addRow("", self.mtp_check)
         form.addRow(c_label, self.ctx_spin)
         buttons = QHBoxLayout()
         buttons.addWidget(self.check_button)
@@ -115,11 +124,14 @@ class OwnPairTab(QWidget):
         self.target_browse.clicked.connect(self._on_target_browse_clicked)
         self.draft_browse.clicked.connect(self._on_draft_browse_clicked)
         self.lookup_check.toggled.connect(self._on_lookup_check_toggled)
+        self.mtp_check.toggled.connect(self._on_mtp_check_toggled)
         self.check_button.clicked.connect(self.check)
         self.own_use_button.clicked.connect(self._on_own_use_button_clicked)
         for w in (self.target_edit, self.draft_edit):
             w.textChanged.connect(self._on_input_changed)
         self.ctx_spin.valueChanged.connect(self._on_input_changed)
+        self.target_edit.textChanged.connect(self.self_draft.set_target)
+        self.self_draft.draft_ready.connect(self.set_draft)
 
     # -- filling in -----------------------------------------------------------------------------------------
     def set_pair(self, target: str | Path, draft: str | Path | None) -> None:
@@ -139,8 +151,12 @@ class OwnPairTab(QWidget):
         self.draft_edit.setText(path)
         self.check_if_ready()
 
+    def _no_draft_file(self) -> bool:
+        """Prompt lookup or the target's own MTP heads: nothing to read in the draft field."""
+        return self.lookup_check.isChecked() or self.mtp_check.isChecked()
+
     def check_if_ready(self) -> None:
-        if self.target_edit.text().strip() and (self.lookup_check.isChecked() or self.draft_edit.text().strip()):
+        if self.target_edit.text().strip() and (self._no_draft_file() or self.draft_edit.text().strip()):
             self.check()
 
     def _on_target_browse_clicked(self) -> None:
@@ -157,8 +173,19 @@ class OwnPairTab(QWidget):
             self.check_if_ready()
 
     def _on_lookup_check_toggled(self, on: bool) -> None:
-        self.draft_edit.setEnabled(not on)
-        self.draft_browse.setEnabled(not on)
+        if on:
+            self.mtp_check.setChecked(False)
+        self._sync_draft_field()
+
+    def _on_mtp_check_toggled(self, on: bool) -> None:
+        if on:
+            self.lookup_check.setChecked(False)
+        self._sync_draft_field()
+
+    def _sync_draft_field(self) -> None:
+        needs_file = not self._no_draft_file()
+        self.draft_edit.setEnabled(needs_file)
+        self.draft_browse.setEnabled(needs_file)
         self._on_input_changed()
 
     def _on_input_changed(self, *_args: object) -> None:
@@ -169,7 +196,8 @@ class OwnPairTab(QWidget):
     def check(self) -> None:
         """Header-only compatibility and memory estimate (off the GUI thread)."""
         target = self.target_edit.text().strip()
-        draft = None if self.lookup_check.isChecked() else self.draft_edit.text().strip()
+        draft = None if self._no_draft_file() else self.draft_edit.text().strip()
+        mtp = self.mtp_check.isChecked()
         if not target or draft == "":
             self._show_error("Choose a target" + ("" if draft is None else " and a draft") + " first.")
             return
@@ -178,15 +206,17 @@ class OwnPairTab(QWidget):
         memory = measured if measured.ram_total else None
         self.own_result.setText("Checking the headers…")
         self.check_button.setEnabled(False)
-        key = (target, draft, n_ctx)
+        key = (target, draft, n_ctx, mtp)
 
         def work() -> OwnPairReport:
-            return self.service.check_own_pair(Path(target), None if draft is None else Path(draft), n_ctx, memory)
+            return self.service.check_own_pair(Path(target), None if draft is None else Path(draft), n_ctx, memory,
+                                               mtp=mtp)
 
         def done(report: OwnPairReport) -> None:
             self.check_button.setEnabled(True)
             now = (self.target_edit.text().strip(),
-                   None if self.lookup_check.isChecked() else self.draft_edit.text().strip(), self.ctx_spin.value())
+                   None if self._no_draft_file() else self.draft_edit.text().strip(), self.ctx_spin.value(),
+                   self.mtp_check.isChecked())
             if now != key:
                 return  # the inputs changed meanwhile: this answer is about other files
             self._show_report(report)
@@ -204,7 +234,12 @@ class OwnPairTab(QWidget):
     def _show_report(self, report: OwnPairReport) -> None:
         self.report = report
         mem = describe_memory(report.memory, self._memory())
-        if report.compatibility is None:
+        if report.mtp_problem:
+            head = f"✘ MTP drafting is not possible: {report.mtp_problem}."
+        elif report.mtp:
+            head = ("✔ MTP heads in this model: it drafts for itself, no second model." if report.draft is None
+                    else "✔ MTP head file for this target: it drafts from the target's own hidden states.")
+        elif report.compatibility is None:
             head = "✔ Prompt lookup needs no draft model."
         elif report.compatibility.ok:
             head = "✔ Compatible: the draft can speculate for this target."
@@ -213,7 +248,9 @@ class OwnPairTab(QWidget):
                     "llama.cpp would refuse this pair; pick a draft from the target's family.")
         fit = {"too_big": " ⚠ It does not fit in the free memory.", "tight": " It barely fits."}.get(
             report.fit.value, "")
-        self.own_result.setText(f"{head}\nMemory: {mem}.{fit}")
+        hint = ("\nThis model carries MTP heads: tick “MTP heads in this model” to draft with them."
+                if report.target_has_mtp and not report.mtp else "")
+        self.own_result.setText(f"{head}\nMemory: {mem}.{fit}{hint}")
         self.own_result.setToolTip(mem)
         self.own_use_button.setEnabled(report.ok)
         self.checked.emit(report)
@@ -227,4 +264,4 @@ class OwnPairTab(QWidget):
     def _on_own_use_button_clicked(self) -> None:
         report = self.report
         if report is not None and report.ok:
-            self.chosen.emit(PairChoice.own(report.target, report.draft, report.memory.n_ctx))
+            self.chosen.emit(PairChoice.own(report.target, report.draft, report.memory.n_ctx, mtp=report.mtp))

@@ -20,8 +20,12 @@ from outrider.ui.theme import ThemeColours
 from outrider.ui.widgets.chat_items import MessageItem, Provenance, merge_runs
 from outrider.ui.widgets.markdown import render_markdown
 
-RunFormats = dict[Provenance, QTextCharFormat]  # None: plain text; True/False: accepted draft / target token
+RunFormats = dict[Provenance, QTextCharFormat]  # None: plain text; else a PROVENANCE_KINDS kind
+# Every provenance a piece can have (``chat_items.Provenance``); the tag (UserProperty) of a drafted token's
+# format is "draft" for all drafters, so "which tokens were drafted" reads the same whoever drafted them.
+PROVENANCE_KINDS = ("target", "model", "lookup", "history", "mtp", "draft")
 HEADER_PROPERTY = QTextFormat.Property.UserProperty + 1  # on a header block: the index of its message
+PROVENANCE_PROPERTY = QTextFormat.Property.UserProperty + 2  # on a token's text: its drafter's kind, or "target"
 PLACEHOLDER = "Reading the conversation…"  # the streaming reply's body until its first text arrives
 # A finished reply in the provenance view is drawn as Markdown with its colours laid over it (about 2 ms per 1,000
 # characters on one core); a longer one is drawn as its streamed text, tokens coloured, without Markdown.
@@ -72,17 +76,25 @@ SAMPLE_PROMPTS = (
 
 
 def run_formats(colours: ThemeColours, provenance: bool) -> RunFormats:
-    """The three character formats of streamed text, built once per theme / view (never per token)."""
+    """The character formats of streamed text (plain, and one per provenance kind), built once per theme / view
+    (never per token). A kind this version does not know is drawn as a drafted token (``format_of``)."""
     plain = QTextCharFormat()
     plain.setForeground(QColor(colours.text))
     formats: RunFormats = {None: plain}
-    for drafted in (True, False):
+    for kind in PROVENANCE_KINDS:
         fmt = QTextCharFormat(plain)
         if provenance:
-            fmt.setBackground(QColor(colours.draft_bg if drafted else colours.target_bg))
-            fmt.setProperty(QTextCharFormat.Property.UserProperty, "draft" if drafted else "target")
-        formats[drafted] = fmt
+            fmt.setBackground(QColor(colours.provenance_bg(kind)))
+            fmt.setProperty(QTextCharFormat.Property.UserProperty, "target" if kind == "target" else "draft")
+            fmt.setProperty(PROVENANCE_PROPERTY, kind)
+        formats[kind] = fmt
     return formats
+
+
+def format_of(formats: RunFormats, kind: Provenance) -> QTextCharFormat:
+    """The format of a run of this provenance (an unknown drafter's kind: the generic drafted token's)."""
+    found = formats.get(kind)
+    return found if found is not None else formats["draft"]
 
 
 def header_html(index: int, item: MessageItem, colours: ThemeColours, *, last: bool = False) -> str:
@@ -159,8 +171,8 @@ def insert_body(cursor: QTextCursor, index: int, item: MessageItem, colours: The
         note = EMPTY_REPLY.get(item.end, "(no text)")
         cursor.insertText(note, muted_format(colours))
     elif runs is not None and (streaming or len(item.text) > PROVENANCE_MARKDOWN_MAX_CHARS):
-        for text, drafted in merge_runs(runs):
-            cursor.insertText(text, formats[drafted])
+        for text, kind in merge_runs(runs):
+            cursor.insertText(text, format_of(formats, kind))
     elif item.role == "assistant" and not streaming:
         start = cursor.position()
         cursor.insertHtml(render_markdown(item.text, index, colours) or "&nbsp;")
@@ -273,18 +285,18 @@ class _Painter:
     def __init__(self, cursor: QTextCursor, formats: RunFormats) -> None:
         self.cursor = cursor
         self.formats: dict[Provenance, QTextCharFormat] = {}
-        for kind in (True, False):
+        for kind in PROVENANCE_KINDS:
             fmt = QTextCharFormat()
             fmt.setBackground(formats[kind].background())
-            fmt.setProperty(QTextCharFormat.Property.UserProperty,
-                            formats[kind].property(QTextCharFormat.Property.UserProperty))
+            for prop in (QTextCharFormat.Property.UserProperty, PROVENANCE_PROPERTY):
+                fmt.setProperty(prop, formats[kind].property(prop))
             self.formats[kind] = fmt
         self.pending: tuple[int, int, Provenance] | None = None
 
     def add(self, pos: int, length: int, kind: Provenance) -> None:
         if self.pending is not None:
             start, end, current = self.pending
-            if current is kind and end == pos:
+            if current == kind and end == pos:
                 self.pending = (start, pos + length, kind)
                 return
             self.flush()
@@ -299,7 +311,7 @@ class _Painter:
             return
         self.cursor.setPosition(start)
         self.cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
-        self.cursor.mergeCharFormat(self.formats[kind])
+        self.cursor.mergeCharFormat(self.formats.get(kind) or self.formats["draft"])
 
 
 def welcome_html(colours: ThemeColours) -> str:

@@ -144,6 +144,12 @@ class ChatView(QWidget):
         self._update_legend()
         self.render_all()
 
+    def set_drafters(self, draft_mode: str) -> None:
+        """The loaded pair's drafters (``LoadedPair.draft_mode``: ``model``, ``history+lookup+model``, …): the
+        legend names each drafter of a chain in its colour."""
+        self.controls.set_drafters(tuple(k for k in draft_mode.split("+") if k and k != "none"))
+        self._update_legend()
+
     def set_provenance(self, on: bool) -> None:
         if self.provenance_box.isChecked() != on:
             self.provenance_box.setChecked(on)  # re-enters through the toggled slot

@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from outrider.engine.stats import GenerationStats
@@ -47,6 +47,8 @@ TOOLTIPS: dict[str, str] = {
     "time_share": "draft_s, verify_s, other_s — decode time spent drafting, in target passes, and in everything "
                   "else.",
     "generated": "generated — tokens emitted in the reply (accepted draft tokens + target tokens).",
+    "by_drafter": "by_drafter — accepted / drafted for each drafter of a chain (history lookup, prompt lookup, "
+                  "draft model, MTP), each with its own automatic k; a drafter that does not pay is switched off.",
     "provenance": "Accepted draft token: the drafter proposed it and the target agreed. Target token: the token "
                   "the target chose itself after a rejection, or its bonus token after a fully accepted draft.",
 }
@@ -66,7 +68,17 @@ EXPLANATIONS: dict[str, str] = {
     "prompt_tps": "prompt tokens read per second",
     "time_share": "where decoding time went",
     "generated": "tokens in this reply",
+    "by_drafter": "accepted / drafted per drafter",
 }
+
+DRAFTER_LABELS = {"history": "history", "lookup": "prompt", "model": "model", "mtp": "MTP"}
+
+
+def by_drafter_text(counts: Sequence[tuple[str, int, int]]) -> str:
+    """``history 62/62 · prompt 2/60``: (kind, accepted, drafted) per drafter; an en dash when none drafted."""
+    if not counts:
+        return "–"
+    return " · ".join(f"{DRAFTER_LABELS.get(kind, kind)} {accepted}/{drafted}" for kind, accepted, drafted in counts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +106,7 @@ class Snapshot:
     other_share: float | None = None
     draft_mode: str = "none"
     streaming: bool = False
+    by_drafter: tuple[tuple[str, int, int], ...] = ()  # (kind, accepted, drafted) per drafter (stats.by_drafter)
 
     @property
     def has_reply(self) -> bool:
@@ -235,6 +248,7 @@ class ReplyMeter:
             speedup=s.speedup, speedup_error=s.speedup_error, plain_tps=s.plain_tps, ttft_s=s.ttft_s,
             prompt_tps=s.prompt_tps, draft_share=share(s.draft_s), verify_share=share(s.verify_s),
             other_share=share(s.other_s), draft_mode=s.draft_mode, streaming=self.streaming,
+            by_drafter=tuple((kind, c.accepted, c.drafted) for kind, c in s.by_drafter.items()),
         )
 
 

@@ -11,6 +11,8 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPushButton, QWidg
 from outrider.ui.theme import ThemeColours
 from outrider.ui.widgets.live_stats import TOOLTIPS
 
+LEGEND_DRAFTERS = {"history": "history lookup", "lookup": "prompt lookup", "mtp": "MTP"}
+
 
 class ReplyControls(QWidget):
     """Provenance switch and legend on the left; Continue, Regenerate, Stop and Send on the right."""
@@ -28,13 +30,18 @@ class ReplyControls(QWidget):
         self.provenance_box.setChecked(True)
         self.legend_draft = QLabel("accepted draft token", self)
         self.legend_target = QLabel("target token", self)
-        for label in (self.legend_draft, self.legend_target):
+        # One label per drafter of a chain (engine/chain_draft.py), shown while that drafter is loaded.
+        self.legend_drafters = {kind: QLabel(text, self) for kind, text in LEGEND_DRAFTERS.items()}
+        self.drafters: tuple[str, ...] = ()
+        for label in (self.legend_draft, self.legend_target, *self.legend_drafters.values()):
             label.setToolTip(TOOLTIPS["provenance"])
 
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.provenance_box)
         row.addWidget(self.legend_draft)
+        for label in self.legend_drafters.values():
+            row.addWidget(label)
         row.addWidget(self.legend_target)
         row.addStretch(1)
         for button in (self.continue_button, self.regenerate_button, self.stop_button, self.send_button):
@@ -64,5 +71,15 @@ class ReplyControls(QWidget):
             f"border: 1px solid {c.warning}; border-radius: 3px; padding: 3px 10px; font-weight: bold; }}")
         self.legend_draft.setStyleSheet(f"background:{c.draft_bg}; color:{c.text}; padding:1px 4px;")
         self.legend_target.setStyleSheet(f"background:{c.target_bg}; color:{c.text}; padding:1px 4px;")
-        self.legend_draft.setVisible(provenance)
+        # Each loaded drafter's label in its colour; the draft model's (or an unnamed drafter's) is the green one.
+        named = [k for k in self.drafters if k in self.legend_drafters]
+        self.legend_draft.setText("draft model" if named else "accepted draft token")
+        self.legend_draft.setVisible(provenance and ("model" in self.drafters or not named))
         self.legend_target.setVisible(provenance)
+        for kind, label in self.legend_drafters.items():
+            label.setStyleSheet(f"background:{c.provenance_bg(kind)}; color:{c.text}; padding:1px 4px;")
+            label.setVisible(provenance and kind in named)
+
+    def set_drafters(self, kinds: tuple[str, ...]) -> None:
+        """The loaded drafters' kinds (``LoadedPair.draft_mode`` split at ``+``); call ``set_colours`` after."""
+        self.drafters = kinds

@@ -30,7 +30,15 @@ from PySide6.QtWidgets import (
 
 from outrider.ui.settings import QtSettings
 from outrider.ui.theme import LIGHT, ThemeColours
-from outrider.ui.widgets.live_stats import EXPLANATIONS, TOOLTIPS, ReplyMeter, Snapshot, fmt, format_speedup
+from outrider.ui.widgets.live_stats import (
+    EXPLANATIONS,
+    TOOLTIPS,
+    ReplyMeter,
+    Snapshot,
+    by_drafter_text,
+    fmt,
+    format_speedup,
+)
 
 if TYPE_CHECKING:  # pyqtgraph (and numpy) load with the charts, after the window's first paint: ``build_charts``
     import pyqtgraph as pg
@@ -68,6 +76,7 @@ ROWS = (
     ("ttft_s", "Time to first token"),
     ("prompt_tps", "Prompt speed"),
     ("time_share", "Draft / verify / other"),
+    ("by_drafter", "By drafter"),
     ("generated", "Generated"),
 )
 
@@ -348,6 +357,7 @@ class StatsPanel(QWidget):
         else:
             v["time_share"].setText(f"{s.draft_share:.0%} / {s.verify_share or 0:.0%} / {s.other_share or 0:.0%}")
         v["generated"].setText(str(s.generated))
+        v["by_drafter"].setText(by_drafter_text(s.by_drafter))
         self.speedup_label.setText(format_speedup(s.speedup, s.speedup_error, streaming=s.streaming)
                                    if s.has_reply else "–")
         # The warning reads the same snapshot as the numbers: it goes with the reply shown (a new reply or a new

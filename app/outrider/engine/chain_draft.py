@@ -1,0 +1,156 @@
+"""Chained drafters: the draftless ones first (they cost nothing), a draft model after, each with its own k.
+
+``ChainDraft(members)`` holds lookups (history lookup, prompt lookup: ``LOOKUP_KINDS``) and at most one model-like
+drafter (a draft model, MTP) after them. One step: the first lookup that has a proposal gives its tokens (the
+others are skipped: a later lookup would only repeat a shorter match); when it has none, or a shorter one than the
+step allows, the model drafter continues from the committed tokens plus the lookup's draft and fills the rest.
+
+Automatic k per drafter: with automatic k (``set_automatic``) each member has its own ``AutoDraftLength``: the
+draft length it may propose is chosen each step from *its* measured acceptance and cost (a lookup drafts for
+free, so it pays from a low acceptance on; a draft model costs its passes). After each verification ``settle``
+tells each member how many of its tokens the target examined and accepted: tokens after a rejection in an earlier
+member's part were never examined and say nothing about it. A member whose k is 0 is scored on the target's own
+tokens every ``shadow_interval`` tokens (``DraftSource.observe``), so it comes back when it would pay again — on
+free prose a history lookup that keeps missing is switched off this way and costs only its scoring.
+
+Exactness: which member drafts position i, and how far, depends on the committed tokens and on the draft tokens
+before i only (a lookup's draft is a function of what it is given; a model member is asked for its part after the
+lookup's is fixed), so the verifier's rule stays exact with each token's own q (a point mass for a lookup token).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from outrider.engine.autodraft import AutoDraftLength
+from outrider.engine.drafters import EMPTY_DRAFT, Draft, DraftSource
+from outrider.engine.params import SamplingParams
+from outrider.engine.sampling import SparseDist
+
+LOOKUP_KINDS = ("history", "lookup")  # drafters without a model: alternatives to each other, tried in order
+
+
+@dataclasses.dataclass
+class _Member:
+    drafter: DraftSource
+    policy: AutoDraftLength | None = None
+    draft_s: float = 0.0  # this step's drafting time (a draft model's catch-up on plain-step tokens left out)
+    shadow_from: int = 0  # the first committed position this member has not been scored on
+    cap: int = 0  # this step's k for this member
+
+
+class ChainDraft:
+    """Several drafters as one ``DraftSource`` (see the module docstring). ``kind`` names them in order."""
+
+    def __init__(self, members: Sequence[DraftSource]) -> None:
+        if not members:
+            raise ValueError("a chain needs at least one drafter")
+        self.members = [_Member(m) for m in members]
+        self.kind = "+".join(m.kind for m in members)
+        self.k_max: int | None = None
+
+    @property
+    def context(self) -> object:
+        """The draft model's context if a member has one (the engine aborts it on cancel), else None."""
+        return next((c for m in self.members if (c := getattr(m.drafter, "context", None)) is not None), None)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(m.drafter.kind for m in self.members)
+
+    def set_automatic(self, k_max: int | None) -> None:
+        """Automatic k per member up to ``k_max`` (None: every member may use the whole k the decoder gives).
+        Each member's policy is kept from reply to reply (its costs belong to the pair and the machine)."""
+        self.k_max = k_max
+        for m in self.members:
+            if k_max is not None and (m.policy is None or m.policy.k_max != k_max):
+                m.policy = AutoDraftLength(k_max=k_max)
+
+    def policy_of(self, kind: str) -> AutoDraftLength | None:
+        """The automatic-k policy of the member of this kind (None without automatic k)."""
+        return next((m.policy for m in self.members if m.drafter.kind == kind), None)
+
+    def prefill(self, prompt: Sequence[int]) -> int:
+        for m in self.members:
+            m.shadow_from = len(prompt)
+        return sum(m.drafter.prefill(prompt) for m in self.members)
+
+    def propose(
+        self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,
+        draft_min: int = 0,
+    ) -> Draft:
+        automatic = self.k_max is not None
+        for m in self.members:
+            m.draft_s = 0.0
+            m.cap = k if m.policy is None or not automatic else min(k, m.policy.choose())
+            if m.cap == 0 and m.policy is not None and automatic:
+                self._shadow(m, committed)
+        tokens: list[int] = []
+        dists: list[SparseDist] | None = None if sampling.greedy else []
+        sources: list[str] = []
+        sync_s, synced = 0.0, 0
+        looked_up = False
+        for m in self.members:
+            lookup = m.drafter.kind in LOOKUP_KINDS
+            room = min(k - len(tokens), m.cap)
+            if room <= 0 or (lookup and looked_up):
+                continue
+            context = committed if not tokens else [*committed, *tokens]
+            t0 = time.perf_counter()
+            part = m.drafter.propose(context, room, sampling, rng, p_min, max(0, draft_min - len(tokens)))
+            m.draft_s = time.perf_counter() - t0 - part.sync_s * (1.0 - min(1.0, 2 / part.synced)
+                                                                 if part.synced else 0.0)
+            part_tokens = part.tokens[:room]
+            if not part_tokens:
+                continue
+            looked_up = looked_up or lookup
+            m.shadow_from = len(committed)
+            tokens.extend(part_tokens)
+            sources.extend([m.drafter.kind] * len(part_tokens))
+            if dists is not None:
+                dists.extend(part.dists[: len(part_tokens)] if part.dists else
+                             [SparseDist.point(t) for t in part_tokens])
+            sync_s += part.sync_s
+            synced += part.synced
+        if not tokens:
+            return dataclasses.replace(EMPTY_DRAFT, sync_s=sync_s, synced=synced)
+        return Draft(tokens, dists, sync_s, synced, tuple(sources))
+
+    def _shadow(self, m: _Member, committed: Sequence[int]) -> None:
+        """Score a switched-off member on the target's tokens since it was last scored (see the module docstring)."""
+        assert m.policy is not None
+        if len(committed) - m.shadow_from >= m.policy.shadow_interval:
+            hits, trials = m.drafter.observe(committed, m.shadow_from)
+            m.shadow_from = len(committed)
+            m.policy.observe_shadow(hits, trials)
+
+    def settle(self, draft: Draft, accepted: int, *, batch: int, verify_s: float) -> None:
+        """After the target verified ``draft`` (``accepted`` of its tokens kept) in one pass of ``batch`` tokens
+        taking ``verify_s`` seconds: each member's policy learns its own part (see the module docstring)."""
+        if self.k_max is None:
+            return
+        sources = draft.sources or (self.kind,) * len(draft.tokens)
+        for m in self.members:
+            if m.policy is None:
+                continue
+            where = [i for i, s in enumerate(sources) if s == m.drafter.kind]
+            start = where[0] if where else 0
+            examined = len(where) if where and accepted >= start else 0
+            kept = max(0, min(accepted - start, examined))
+            m.policy.observe(batch=batch, verify_s=verify_s, drafted=examined, accepted=kept, draft_s=m.draft_s)
+
+    def observe(self, committed: Sequence[int], start: int) -> tuple[int, int]:
+        """The members' scores summed (the decoder scores a chain only when it chooses k itself)."""
+        hits = trials = 0
+        for m in self.members:
+            h, t = m.drafter.observe(committed, start)
+            hits, trials = hits + h, trials + t
+        return hits, trials
+
+    def close(self) -> None:
+        for m in self.members:
+            m.drafter.close()

@@ -1,0 +1,171 @@
+"""MTP drafting: the target's own multi-token-prediction (NextN) block proposes the draft.
+
+The NextN block sits on the target: at position p it reads the token at p and the target's hidden state at p - 1
+and predicts the token at p + 1 — what the target's next pass will choose, one step ahead. It runs in its own
+llama.cpp context (``llama/mtp_context.py``), on the target file itself (``--mtp``) or on a separate head file
+(``--mtp-head``), and it is much cheaper than the target (one block against the whole trunk).
+
+How the draft of depth k is made, with ``committed`` = c_0 .. c_{L-1} (c_{L-1} not yet evaluated by the target):
+
+1. catch up: the MTP context's cells are (c_p, h_{p-1}) for p = 0 .. L-1, h being the target's hidden states,
+   copied after every target decode (``ModelContext.after_decode``) and kept only until they are fed; the cell of
+   c_{L-1} is evaluated with logits, giving d_1;
+2. depth 2 .. k: the cell (d_{j-1}, the MTP's own hidden output of the previous cell) gives d_j;
+3. the cells past c_{L-1} (the drafted ones) are removed again: they hold the MTP's guesses, not target states.
+
+Nothing is fed while the decoder decodes plainly (k = 0): the hidden states wait, and are fed in one batch at the
+next draft or shadow scoring, so depth 0 costs only the copies. Invariant: ``self.cells`` lists the tokens of the
+MTP context's positions 0 .. len - 1, each fed with the target's hidden state of the position before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from outrider.engine.drafters import EMPTY_DRAFT, SHADOW_WINDOW, Draft, common_prefix_length
+from outrider.engine.llama.backend import FloatArray, ModelContext
+from outrider.engine.llama.mtp_context import MtpContext, expose_hidden_states, hidden_states
+from outrider.engine.params import SamplingParams
+from outrider.engine.sampling import SparseDist, distribution, greedy_token, sample, top_probability
+
+
+class MtpDraft:
+    """Drafts with an MTP context fed by the target context's hidden states (see the module doc)."""
+
+    kind = "mtp"
+
+    def __init__(self, target: ModelContext, mtp: MtpContext, n_vocab: int | None = None) -> None:
+        self.target = target
+        self.mtp = mtp
+        self.n_embd = mtp.n_embd
+        self.n_vocab = min(n_vocab or mtp.n_vocab, mtp.n_vocab)
+        self.cells: list[int] = []
+        # The target's hidden state per position, for positions the MTP context has not been fed yet.
+        self._hidden: dict[int, FloatArray] = {}
+        self._zero = np.zeros(self.n_embd, dtype=np.float32)
+        expose_hidden_states(target)
+        target.after_decode = self._capture
+
+    # -- the target's hidden states -----------------------------------------------------------------------
+    def _capture(self, pos0: int, n: int) -> None:
+        """Keep the target's hidden states of positions pos0 .. pos0 + n - 1 (overwriting older ones there)."""
+        rows = hidden_states(self.target, n, self.n_embd)
+        for j in range(n):
+            self._hidden[pos0 + j] = rows[j]
+
+    def _rows_for(self, first: int, end: int) -> FloatArray:
+        """The hidden inputs of cells first .. end - 1: the target's states at first - 1 .. end - 2.
+
+        A state can be missing only where the target kept a prefix the MTP context had cut (a conversation edited
+        before the point the last reply reached): that cell gets zeros. It then only draws slightly worse drafts
+        while it is in the attention window; what is emitted is verified by the target all the same."""
+        out = np.zeros((end - first, self.n_embd), dtype=np.float32)
+        for p in range(max(first, 1), end):  # nothing precedes the first token: zeros
+            row = self._hidden.get(p - 1)
+            if row is not None:
+                out[p - first] = row
+        return out
+
+    def _forget_before(self, position: int) -> None:
+        """Drop hidden states the context no longer needs: those of positions < ``position``."""
+        for p in [p for p in self._hidden if p < position]:
+            del self._hidden[p]
+
+    def _feed(self, committed: Sequence[int], end: int, *, logits: bool, score_from: int | None = None,
+              keep_at_most: int | None = None) -> tuple[int, int, int]:
+        """Bring the cells to ``committed[:end]`` (reusing the common prefix, at most ``keep_at_most`` of it).
+
+        With ``score_from``, the cells fed from there on get an output each and their greedy guesses are compared
+        with the committed token that followed; returns (evaluated, agreements, trials)."""
+        keep = min(common_prefix_length(self.cells, committed[:end]), end)
+        if keep_at_most is not None:
+            keep = min(keep, keep_at_most)
+        self.mtp.truncate(keep)
+        del self.cells[keep:]
+        if keep == end:
+            return 0, 0, 0
+        rows = self._rows_for(keep, end)
+        new = list(committed[keep:end])
+        hits = trials = 0
+        if score_from is not None:
+            # Cell p guesses committed[p + 1]: only the last SHADOW_WINDOW guesses are scored, each one costs
+            # the vocabulary-sized output head.
+            first = min(max(keep, score_from - 1, end - 1 - SHADOW_WINDOW), end)
+            if first > keep:
+                self.mtp.decode(new[: first - keep], rows[: first - keep], outputs=0)
+            scored = end - first
+            if scored:
+                self.mtp.decode(new[first - keep :], rows[first - keep :], outputs=scored)
+            for j in range(scored):
+                if first + j + 1 < len(committed):
+                    trials += 1
+                    hits += int(greedy_token(self._logits(j)) == committed[first + j + 1])
+        else:
+            self.mtp.decode(new, rows, outputs=int(logits))
+        self.cells.extend(new)
+        # Cell end - 1 may be re-evaluated (for its logits) and cell end is next: keep the states they read.
+        self._forget_before(end - 2)
+        return len(new), hits, trials
+
+    def _logits(self, i: int = -1) -> FloatArray:
+        return self.mtp.logits(i)[: self.n_vocab]
+
+    # -- DraftSource ----------------------------------------------------------------------------------------
+    def prefill(self, prompt: Sequence[int]) -> int:
+        """Feed every prompt position whose hidden input is known (all but the last token's cell, which the
+        first draft evaluates with logits)."""
+        return self._feed(prompt, len(prompt) - 1, logits=False)[0]
+
+    def observe(self, committed: Sequence[int], start: int) -> tuple[int, int]:
+        """Shadow scoring on plain steps: would the MTP block have guessed each of ``committed[start:]``?"""
+        # Cell p's guess for committed[p + 1] is re-evaluated even when cached (it was fed without logits).
+        _, hits, trials = self._feed(committed, len(committed) - 1, logits=False, score_from=max(start, 1),
+                                     keep_at_most=max(0, start - 1))
+        return hits, trials
+
+    def propose(
+        self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,
+        draft_min: int = 0,
+    ) -> Draft:
+        end = len(committed)
+        k = min(k, self.mtp.n_ctx - end - 1, self.target.n_ctx - end - 1)
+        if k <= 0:
+            return EMPTY_DRAFT
+        t0 = time.perf_counter()
+        # The last committed token's cell is always evaluated here: its logits give the first draft token.
+        synced = self._feed(committed, end, logits=True, keep_at_most=end - 1)[0]
+        sync_s = time.perf_counter() - t0
+        tokens: list[int] = []
+        dists: list[SparseDist] | None = None if sampling.greedy else []
+        must = min(max(draft_min, 1), k)  # below draft_min, p-min does not stop a draft that has started
+        try:
+            while True:
+                logits = self._logits()
+                if sampling.greedy:
+                    if p_min > 0 and not 0 < len(tokens) < must and top_probability(logits) < p_min:
+                        break
+                    token = greedy_token(logits)
+                else:
+                    # Decide from q before drawing from it: stopping must not depend on the token drawn here.
+                    q = distribution(logits, sampling)
+                    if p_min > 0 and not 0 < len(tokens) < must and float(q.probs.max()) < p_min:
+                        break
+                    token = sample(q, rng)
+                    assert dists is not None
+                    dists.append(q)
+                tokens.append(token)
+                if len(tokens) >= k:
+                    break
+                self.mtp.decode([token], self.mtp.hidden()[None, :])
+        finally:
+            # The drafted cells hold the MTP block's own states, not the target's: never keep them.
+            self.mtp.truncate(end)
+        return Draft(tokens, dists, sync_s, synced)
+
+    def close(self) -> None:
+        if self.target.after_decode == self._capture:
+            self.target.after_decode = None
+        self.mtp.close()

@@ -1,0 +1,196 @@
+"""MTP drafting (the target's own NextN block, or a separate head file) against an independent reference.
+
+The models are generated (``support/mtp_gguf.py``: a dense ``glm4moe`` trunk and one NextN block, in the target
+file and as a head file). The reference (``support/reference_decoding.py``) is the target GGUF in a fresh llama.cpp
+context, one token per ``llama_decode``, its own ``np.argmax``: no Outrider engine code.
+
+Breaking it on purpose: feeding each MTP cell the hidden state of its own position instead of the one before
+(``MtpDraft._rows_for`` reading ``p`` for ``p - 1``) leaves the output exact (the target verifies) and lowers the
+default head's acceptance only a little (0.95 to 0.91: it mostly reads the token), so
+``test_the_head_reads_the_targets_state_before_its_token`` uses a head that reads only the hidden state: fed
+right, its draft is the token the target chose from that state; with the off-by-one it failed on every prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from outrider.engine.errors import IncompatiblePairError
+from outrider.engine.llama.runtime import Backend
+from outrider.engine.params import ContextSettings, DraftParams, SamplingParams
+from outrider.engine.session import Engine, PairSpec
+from outrider.engine.speculative import DoneEvent
+from support.mtp_gguf import MtpModels, MtpShape, make_mtp_models
+from support.reference_decoding import ReferenceModel
+
+PROMPTS = ["the model is fast", "hello world", "def return class", "a b a b a b", "x = y + z * 2"]
+N_TOKENS = 32
+TIE_GAP = 1e-3
+CTX = ContextSettings(n_ctx=256, threads=2)
+
+
+@pytest.fixture(scope="module")
+def mtp_models(tmp_path_factory: pytest.TempPathFactory) -> MtpModels:
+    return make_mtp_models(tmp_path_factory.mktemp("mtp"))
+
+
+@pytest.fixture(scope="module")
+def references(mtp_models: MtpModels) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    with ReferenceModel(mtp_models.target, n_ctx=256) as reference:
+        for text in PROMPTS:
+            prompt = reference.tokenize(text)
+            out["prompt:" + text] = prompt
+            out[text] = reference.greedy(prompt, N_TOKENS)
+    return out
+
+
+@pytest.fixture(scope="module", params=["mtp", "mtp-head"])
+def engine(request: pytest.FixtureRequest, backend: Backend, mtp_models: MtpModels) -> Iterator[tuple[str, Engine]]:
+    kind = request.param
+    spec = (PairSpec(target=str(mtp_models.target), mtp=True, context=CTX) if kind == "mtp"
+            else PairSpec(target=str(mtp_models.trunk), mtp_head=str(mtp_models.head), context=CTX))
+    e = Engine(backend)
+    info = e.load(spec)
+    assert info.draft_mode == "mtp"
+    yield kind, e
+    e.unload()
+
+
+def _generate(engine: Engine, prompt: list[int], draft: DraftParams,
+              sampling: SamplingParams = SamplingParams()) -> tuple[list[int], DoneEvent]:
+    tokens: list[int] = []
+    for event in engine.generate(prompt, max_tokens=N_TOKENS, draft=draft, sampling=sampling, ignore_eos=True):
+        if isinstance(event, DoneEvent):
+            return tokens, event
+        tokens.extend(event.tokens)
+    raise AssertionError("no done event")
+
+
+def test_mtp_greedy_equals_the_reference(engine: tuple[str, Engine], references: dict[str, list[int]],
+                                         mtp_models: MtpModels) -> None:
+    """Depth 1, 2, 3 and automatic, p-min and draft-min: token for token the reference's greedy output, with
+    drafts made and mostly accepted at depth 1 (the generated head agrees with its target ~90% of the time)."""
+    kind, e = engine
+    mismatches: list[str] = []
+    ties = 0
+    per_depth: dict[str, tuple[int, int]] = {}
+    with ReferenceModel(mtp_models.target, n_ctx=256) as reference:
+        for draft in (DraftParams(k=1), DraftParams(k=2), DraftParams(k=3), DraftParams(k=None),
+                      DraftParams(k=3, p_min=0.6, draft_min=2)):
+            drafted = accepted = 0
+            for text in PROMPTS:
+                prompt = references["prompt:" + text]
+                got, done = _generate(e, prompt, draft)
+                drafted += done.stats.drafted
+                accepted += done.stats.accepted
+                assert done.stats.draft_mode == "mtp"
+                expected = references[text]
+                if got == expected:
+                    continue
+                i = next(j for j, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b)
+                gap = reference.top2_gap(prompt + expected[:i])
+                if gap < TIE_GAP:
+                    ties += 1
+                else:
+                    mismatches.append(f"{text!r} {draft}: first difference at token {i} (logit gap {gap:.3g})")
+            per_depth["p-min" if draft.p_min else str(draft.k)] = (accepted, drafted)
+    assert not mismatches, f"{kind}: MTP output is not target-only greedy decoding:\n" + "\n".join(mismatches)
+    assert ties <= 2
+    for depth, (_, drafted) in per_depth.items():
+        assert drafted > 0, f"{kind} k={depth}: nothing was drafted"
+    accepted, drafted = per_depth["1"]
+    assert accepted >= 0.75 * drafted, f"{kind}: depth-1 acceptance {accepted}/{drafted}: the head is fed wrongly"
+    accepted, drafted = per_depth["3"]
+    assert accepted < drafted, f"{kind}: every draft token was accepted: rejections are not tested"
+
+
+def test_mtp_replies_reuse_the_caches_across_turns(engine: tuple[str, Engine],
+                                                    references: dict[str, list[int]]) -> None:
+    """A second reply whose prompt extends the first reply (a chat's next turn) and one whose prompt diverges
+    early (an edited conversation) are both the reference's output: the MTP context re-syncs by itself."""
+    _, e = engine
+    first = references["prompt:hello world"]
+    got, _ = _generate(e, first, DraftParams(k=2))
+    assert got == references["hello world"]
+    got, done = _generate(e, references["prompt:the model is fast"], DraftParams(k=2))
+    assert got == references["the model is fast"] and done.stats.drafted > 0
+    got, _ = _generate(e, first, DraftParams(k=3))
+    assert got == references["hello world"]
+
+
+def test_mtp_sampling_runs_with_dists(engine: tuple[str, Engine], references: dict[str, list[int]]) -> None:
+    """At temperature 1 the MTP drafter hands q for each draft token (the exact acceptance rule needs it); the
+    chi-square exactness check itself is `outrider verify --mtp` (test_cli_mtp.py)."""
+    _, e = engine
+    got, done = _generate(e, references["prompt:the model is fast"], DraftParams(k=3),
+                          SamplingParams(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0, seed=7))
+    assert len(got) == N_TOKENS and done.stats.drafted > 0 and done.stats.accepted > 0
+
+
+def test_mtp_on_a_target_without_nextn_layers_is_refused(backend: Backend, mtp_models: MtpModels) -> None:
+    with pytest.raises(IncompatiblePairError) as err:
+        Engine(backend).load(PairSpec(target=str(mtp_models.trunk), mtp=True, context=CTX))
+    assert err.value.rule == "no_mtp_layers"
+    assert "mtp-trunk.gguf has no MTP layers" in str(err.value) and "--mtp-head" in str(err.value)
+
+
+def test_a_head_file_is_refused_as_the_target(backend: Backend, mtp_models: MtpModels) -> None:
+    with pytest.raises(IncompatiblePairError) as err:
+        Engine(backend).load(PairSpec(target=str(mtp_models.head), mtp=True, context=CTX))
+    assert err.value.rule == "head_only" and "--mtp-head" in str(err.value)
+
+
+def test_a_head_for_another_model_is_refused(backend: Backend, mtp_models: MtpModels, tmp_path: Path) -> None:
+    """A head of a narrower model (another n_embd), and one of a deeper model: each named, nothing loaded."""
+    narrow = make_mtp_models(tmp_path / "narrow", shape=MtpShape(n_embd=128, n_head=2, n_ff=256))
+    deep = make_mtp_models(tmp_path / "deep", shape=MtpShape(n_layer=6))
+    for head, rule in ((narrow.head, "embedding_length"), (deep.head, "block_count")):
+        with pytest.raises(IncompatiblePairError) as err:
+            Engine(backend).load(PairSpec(target=str(mtp_models.trunk), mtp_head=str(head), context=CTX))
+        assert err.value.rule == rule
+        assert "belongs to another model" in str(err.value)
+    with pytest.raises(IncompatiblePairError) as err:
+        Engine(backend).load(PairSpec(target=str(mtp_models.trunk), mtp_head=str(mtp_models.trunk), context=CTX))
+    assert err.value.rule == "not_a_head"
+
+
+def test_choosing_two_drafters_is_refused() -> None:
+    with pytest.raises(ValueError, match="choose one drafter"):
+        PairSpec(target="t.gguf", mtp=True, lookup=True)
+    with pytest.raises(ValueError, match="choose one drafter"):
+        PairSpec(target="t.gguf", mtp=True, mtp_head="h.gguf")
+
+
+def test_the_head_reads_the_targets_state_before_its_token(backend: Backend, tmp_path: Path) -> None:
+    """Cell p of the MTP context must get the target's hidden state at p - 1. A head that reads only the hidden
+    state (``token_weight=0``) then yields the target's own prediction from that state, which is the last
+    committed token: its first draft equals it."""
+    probe = make_mtp_models(tmp_path / "probe", token_weight=0.0, hidden_weight=1.0, hidden_noise=0.0)
+    e = Engine(backend)
+    e.load(PairSpec(target=str(probe.target), mtp=True, context=CTX))
+    try:
+        decoder = e._decoder
+        assert decoder is not None
+        same = 0
+        for text in PROMPTS:
+            prompt = e.tokenize_prompt(text)
+            got, _ = _generate_n(e, prompt, 1)
+            draft = decoder.drafter.propose([*prompt, *got], 1, SamplingParams(), np.random.default_rng(0), 0.0)
+            same += int(draft.tokens == got)
+        assert same >= len(PROMPTS) - 1, f"the head's draft matched the target's choice on {same} of {len(PROMPTS)}"
+    finally:
+        e.unload()
+
+
+def _generate_n(engine: Engine, prompt: list[int], n: int) -> tuple[list[int], DoneEvent]:
+    tokens: list[int] = []
+    for event in engine.generate(prompt, max_tokens=n, draft=DraftParams(k=0), ignore_eos=True):
+        if isinstance(event, DoneEvent):
+            return tokens, event
+        tokens.extend(event.tokens)
+    raise AssertionError("no done event")

@@ -1,0 +1,114 @@
+"""Chained drafters (engine/chain_draft.py) with scripted members: who drafts which position, what each member
+learns from a verification, and automatic k per member. Each docstring says what breaking the code looked like."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from outrider.engine.chain_draft import ChainDraft
+from outrider.engine.drafters import EMPTY_DRAFT, Draft
+from outrider.engine.params import SamplingParams
+from outrider.engine.sampling import SparseDist
+
+GREEDY = SamplingParams()
+RNG = np.random.default_rng(0)
+
+
+class Scripted:
+    """A drafter that proposes ``script`` (cut to k) and records what it was asked."""
+
+    def __init__(self, kind: str, script: Sequence[int], *, q: bool = False) -> None:
+        self.kind = kind
+        self.script = list(script)
+        self.q = q
+        self.asked: list[tuple[list[int], int]] = []
+        self.observed: list[int] = []
+
+    def prefill(self, prompt: Sequence[int]) -> int:
+        return 0
+
+    def propose(self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator,
+                p_min: float, draft_min: int = 0) -> Draft:
+        self.asked.append((list(committed), k))
+        tokens = self.script[:k]
+        if not tokens:
+            return EMPTY_DRAFT
+        dists = None
+        if not sampling.greedy:
+            dists = [SparseDist(np.array([t, t + 1]), np.array([0.5, 0.5])) if self.q else SparseDist.point(t)
+                     for t in tokens]
+        return Draft(tokens, dists)
+
+    def observe(self, committed: Sequence[int], start: int) -> tuple[int, int]:
+        self.observed.append(len(committed))
+        return 0, len(committed) - start
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_model_fills_what_the_lookups_leave() -> None:
+    """No history match: prompt lookup proposes 2; the model continues after them. (Asking the model with the
+    committed tokens alone — not plus the lookup's — made it draft the same positions twice.)"""
+    history, prompt, model = Scripted("history", []), Scripted("lookup", [7, 8]), Scripted("model", [9, 10, 11, 12])
+    chain = ChainDraft([history, prompt, model])
+    draft = chain.propose([1, 2, 3], 5, GREEDY, RNG, 0.0)
+    assert draft.tokens == [7, 8, 9, 10, 11]
+    assert draft.sources == ("lookup", "lookup", "model", "model", "model")
+    assert model.asked == [([1, 2, 3, 7, 8], 3)]
+
+
+def test_the_first_lookup_with_a_proposal_wins() -> None:
+    """History proposes: prompt lookup is not asked (it would repeat a shorter match); the model fills the rest.
+    (Without the ``looked_up`` rule both lookups drafted, the second on a context it cannot index.)"""
+    history, prompt, model = Scripted("history", [4, 5]), Scripted("lookup", [7]), Scripted("model", [9, 9, 9])
+    draft = ChainDraft([history, prompt, model]).propose([1], 4, GREEDY, RNG, 0.0)
+    assert draft.tokens == [4, 5, 9, 9] and prompt.asked == []
+    assert draft.sources == ("history", "history", "model", "model")
+
+
+def test_sampling_keeps_each_tokens_own_q() -> None:
+    """At T > 0 a lookup token's q is a point mass and a model token's its own distribution. (Giving every
+    token a point mass made the model's tokens look certain: the verifier's rule is then not exact.)"""
+    history, model = Scripted("history", [4]), Scripted("model", [9, 9], q=True)
+    draft = ChainDraft([history, model]).propose([1], 3, SamplingParams(temperature=1.0), RNG, 0.0)
+    assert draft.dists is not None
+    assert [d.probs.tolist() for d in draft.dists] == [[1.0], [0.5, 0.5], [0.5, 0.5]]
+
+
+def test_settle_credits_each_member_with_the_tokens_the_target_examined() -> None:
+    """History 2 then model 3, accepted 1: history examined 2 and had 1 kept, the model's tokens were never
+    examined; accepted 3: the model's first was kept, its second rejected. (Counting the model's unreached tokens
+    as rejected — ``examined`` without the ``accepted >= start`` test — read the model at 0.0 after the first.)"""
+    chain = ChainDraft([Scripted("history", []), Scripted("model", [])])
+    chain.set_automatic(8)
+    history_policy, model_policy = chain.policy_of("history"), chain.policy_of("model")
+    assert history_policy is not None and model_policy is not None
+    draft = Draft([4, 5, 9, 9, 9], sources=("history", "history", "model", "model", "model"))
+    chain.settle(draft, 1, batch=6, verify_s=0.01)
+    assert history_policy.model.measured_acceptance == 0.5
+    assert model_policy.model.measured_acceptance is None
+    chain.settle(draft, 3, batch=6, verify_s=0.01)
+    assert model_policy.model.measured_acceptance == 0.5
+
+
+def test_automatic_k_switches_off_a_member_that_misses_and_scores_it_while_off() -> None:
+    """A history member always rejected at its first token gets k = 0 while the model (always accepted) keeps
+    drafting; the switched-off member is scored on the target's tokens. (Giving every member the whole k
+    instead of its own automatic k, history kept drafting and wasting the model's positions.)"""
+    history, model = Scripted("history", [4, 4, 4]), Scripted("model", [9, 9, 9, 9])
+    chain = ChainDraft([history, model])
+    chain.set_automatic(4)
+    committed = [1, 2, 3]
+    for _ in range(60):
+        draft = chain.propose(committed, 4, GREEDY, RNG, 0.0)
+        n_history = draft.sources.count("history")
+        accepted = 0 if n_history else len(draft.tokens)
+        # A pass costs more with more tokens: a wasted draft position is not free.
+        chain.settle(draft, accepted, batch=len(draft.tokens) + 1, verify_s=0.010 + 0.002 * len(draft.tokens))
+        committed = [*committed, *([9] * accepted), 5]
+    last = chain.propose(committed, 4, GREEDY, RNG, 0.0)
+    assert "history" not in last.sources and last.sources.count("model") >= 2
+    assert history.observed, "the switched-off member was never scored"
