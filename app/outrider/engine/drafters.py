@@ -11,11 +11,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from outrider.engine.llama.backend import FloatArray, LoadedModel, ModelContext
+
+if TYPE_CHECKING:
+    from outrider.engine.grammar import GrammarMask
 from outrider.engine.params import LookupSettings, SamplingParams
 from outrider.engine.sampling import (
     SparseDist,
@@ -204,8 +207,10 @@ class ModelDraft:
 
     def propose(
         self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,
-        draft_min: int = 0,
+        draft_min: int = 0, grammar: GrammarMask | None = None,
     ) -> Draft:
+        """As ``DraftSource.propose``; with ``grammar`` (structured output) each draft token is chosen from the
+        grammar-masked distribution (its state walked on a clone), so the draft never proposes a forbidden token."""
         room = self.context.n_ctx - len(committed) - 1
         k = min(k, room)
         if k <= 0:
@@ -222,8 +227,9 @@ class ModelDraft:
         dists: list[SparseDist] | None = None if sampling.greedy else []
         # Below draft_min, p-min does not stop a draft that has started (see DraftSource.propose).
         must = min(max(draft_min, 1), k)
+        walker = grammar.clone() if grammar is not None else None
         while True:
-            logits = self._logits(-1)
+            logits = self._logits(-1) if walker is None else walker.mask(self._logits(-1))
             if sampling.greedy:
                 if p_min > 0 and not 0 < len(tokens) < must and top_probability(logits) < p_min:
                     break
@@ -238,10 +244,19 @@ class ModelDraft:
                 assert dists is not None
                 dists.append(q)
             tokens.append(token)
+            if walker is not None:
+                if not np.isfinite(logits[token]):  # the grammar allows nothing more (complete, EOG forbidden)
+                    tokens.pop()
+                    if dists:
+                        dists.pop()
+                    break
+                walker.accept(token)
             if len(tokens) >= k:
                 break
             self.context.decode([token], logits="last")
             self.cached.append(token)
+        if walker is not None:
+            walker.close()
         return Draft(tokens, dists, sync_s, synced)
 
     def proposal_dists(self, prefix: Sequence[int], tokens: Sequence[int],

@@ -10,6 +10,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from outrider.engine import mtp_files
 from outrider.engine.chain_draft import ChainDraft
@@ -18,6 +19,7 @@ from outrider.engine.compat import check_facts, rollback_report
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
 from outrider.engine.errors import ContextOverflowError, EngineError, IncompatiblePairError, TemplateError
 from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
+from outrider.engine.grammar import GrammarMask
 from outrider.engine.history_draft import HistoryLookupDraft
 from outrider.engine.history_index import HistoryIndex, index_dir_for, tokenizer_fingerprint
 from outrider.engine.llama.backend import LoadedModel, ModelContext
@@ -26,7 +28,15 @@ from outrider.engine.llama.mtp_context import MtpContext, n_nextn_layers
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.llama.text import clean_text
 from outrider.engine.mtp import MtpDraft
-from outrider.engine.params import ChatMessage, DraftParams, LookupSettings, PairSpec, SamplingParams, TextRequest
+from outrider.engine.params import (
+    ChatMessage,
+    DraftParams,
+    GrammarSpec,
+    LookupSettings,
+    PairSpec,
+    SamplingParams,
+    TextRequest,
+)
 from outrider.engine.speculative import (
     STOP_CANCELLED,
     STOP_LENGTH,
@@ -224,7 +234,7 @@ class Engine:
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
     def tokenize_chat(self, messages: Sequence[ChatMessage], *, reserve: int = 0,
-                      continue_reply: bool = False, trim: bool = True) -> list[int]:
+                      continue_reply: bool = False, trim: bool = True, tools: str | None = None) -> list[int]:
         """A conversation through the chat template, leaving ``reserve`` tokens of the context for the reply.
 
         ``trim``: the oldest turns are dropped until it fits (``fit_conversation``: about log2(turns) renders,
@@ -242,9 +252,10 @@ class Engine:
                 raise EngineError("continuing a reply needs the reply as the last chat message")
             messages, prefix = messages[:-1], messages[-1].content
         special: dict[str, bool] = {}
+        messages, listed = self._formatter.with_tools(messages, tools)
 
         def tokens_of(msgs: Sequence[ChatMessage]) -> list[int]:
-            return self._chat_tokens(msgs, prefix, special)
+            return self._chat_tokens(msgs, prefix, special, listed)
 
         n_ctx = self._decoder_or_raise().context.n_ctx
         reserved = max(0, min(reserve, n_ctx // 2))
@@ -261,7 +272,7 @@ class Engine:
             tokens = tokens_of(fitted)
             self._pending_reply = _LastReply(tuple(tokens), (), "")
             return tokens
-        head = self._chat_tokens(fitted, "", special)
+        head = self._chat_tokens(fitted, "", special, listed)
         last = self._last_reply
         if last is not None and last.head == tuple(head) and last.text == prefix:
             tokens = [*head, *last.tokens]  # the reply as the model generated it (see ``_LastReply``)
@@ -270,7 +281,8 @@ class Engine:
         self._pending_reply = _LastReply(tuple(head), tuple(tokens[len(head):]), prefix)
         return tokens
 
-    def _chat_tokens(self, messages: Sequence[ChatMessage], prefix: str, special: dict[str, bool]) -> list[int]:
+    def _chat_tokens(self, messages: Sequence[ChatMessage], prefix: str, special: dict[str, bool],
+                     tools: list[Any] | None = None) -> list[int]:
         """The template's markup tokenised with its control tokens, the messages' text (and ``prefix``, a reply
         being continued) as plain text: ``<|im_start|>`` typed in a message is 7 tokens of text, not the marker.
 
@@ -290,8 +302,9 @@ class Engine:
             return special[text]
 
         if not any(has_special(clean_text(m.content)) for m in messages) and not has_special(clean_text(prefix)):
-            return target.tokenize(formatter.render(messages) + prefix, add_special=False, parse_special=True)
-        parts = formatter.segments(messages)
+            return target.tokenize(formatter.render(messages, tools=tools) + prefix, add_special=False,
+                                   parse_special=True)
+        parts = formatter.segments(messages, tools=tools)
         if parts is None:
             raise TemplateError("a message contains the text of one of the model's control tokens, and this "
                                 "model's chat template rewrites message text, so it cannot be kept as plain text")
@@ -327,8 +340,10 @@ class Engine:
         stop: Sequence[str] = (),
         plain: bool = False,
         ignore_eos: bool = False,
+        grammar: GrammarSpec | None = None,
     ) -> Iterator[StepEvent | DoneEvent]:
         """Stream one reply. ``plain=True`` ignores the drafter (the baseline). One generation at a time.
+        ``grammar``: the reply follows it exactly (``GrammarError`` here, at once, when it cannot be used).
 
         Not a generator itself: the request starts when this is called — a cancel arriving after the call, even
         before the first event is asked for, stops this request (and only this one).
@@ -336,9 +351,11 @@ class Engine:
         decoder = self._decoder_or_raise()
         if plain and self._plain is not None:
             decoder = self._plain
-        request = GenerationRequest(list(prompt_tokens), max_tokens, sampling, draft, tuple(stop), ignore_eos)
         if self._generating.locked():
             raise EngineError("a generation is already running")
+        mask = GrammarMask.of(self.target, grammar) if grammar is not None else None
+        request = GenerationRequest(list(prompt_tokens), max_tokens, sampling, draft, tuple(stop), ignore_eos,
+                                    grammar=mask)
         # The only place a cancel is forgotten: when a request starts.
         self._cancel.clear()
         for ctx in self._contexts():
@@ -363,6 +380,8 @@ class Engine:
                 yield event
         finally:
             self._generating.release()
+            if request.grammar is not None:
+                request.grammar.close()
 
     def run(self, request: TextRequest) -> Iterator[StepEvent | DoneEvent]:
         """Tokenise ``request`` (chat template or raw prompt) and stream the reply. A cancel while a long
@@ -371,8 +390,8 @@ class Engine:
             reserve = min(request.max_tokens, 256)
             self._cancel.clear()  # a request starts here: an old cancel must not stop its trimming
             try:
-                tokens = self.tokenize_chat(request.messages, reserve=reserve,
-                                            continue_reply=request.continue_reply, trim=request.trim)
+                tokens = self.tokenize_chat(request.messages, reserve=reserve, continue_reply=request.continue_reply,
+                                            trim=request.trim, tools=request.tools)
             except TrimCancelled:
                 return iter([DoneEvent(STOP_CANCELLED, GenerationStats(), "")])
         else:
@@ -385,6 +404,7 @@ class Engine:
             draft=request.draft,
             stop=request.stop,
             plain=request.plain,
+            grammar=request.grammar,
             ignore_eos=request.ignore_eos,
         )
 
@@ -417,9 +437,10 @@ class Engine:
         decoder = self._decoder
         if decoder is None:
             return []
-        draft_ctx = getattr(decoder.drafter, "context", None)
-        if isinstance(decoder.drafter, MtpDraft):
-            draft_ctx = decoder.drafter.mtp
+        drafter = _model_member(decoder.drafter)
+        draft_ctx = getattr(drafter, "context", None)
+        if isinstance(drafter, MtpDraft):
+            draft_ctx = drafter.mtp
         return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext | MtpContext) else [])
 
 
@@ -437,11 +458,20 @@ def _refuse_mtp_problem(check: Callable[[], mtp_files.MtpFileProblem | None]) ->
 def _draft_kv_bytes(drafter: DraftSource, draft_model: LoadedModel | None, target: LoadedModel) -> int:
     """KV bytes per position of the drafter's context: a draft model's, or the MTP context's (its NextN blocks
     only, each as wide as a target layer)."""
+    drafter = _model_member(drafter)
     if isinstance(drafter, MtpDraft):
         source = drafter.mtp.model
         per_layer = target.kv_bytes_per_token() // max(1, target.facts.n_layer)
         return per_layer * n_nextn_layers(source)
     return draft_model.kv_bytes_per_token() if draft_model is not None else 0
+
+
+def _model_member(drafter: DraftSource) -> DraftSource:
+    """The drafter with a context of its own: a chain's draft model or MTP member (the drafter itself if it is no
+    chain; a chain of lookups only gives its last member, which has none)."""
+    if isinstance(drafter, ChainDraft):
+        return drafter.members[-1].drafter
+    return drafter
 
 
 def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings, drafter: DraftSource,

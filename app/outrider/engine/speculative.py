@@ -38,6 +38,7 @@ from outrider.engine.drafters import (
 )
 from outrider.engine.errors import ContextOverflowError, DecodeError
 from outrider.engine.events import TARGET, DoneEvent, StepEvent
+from outrider.engine.grammar import GrammarMask, cut_draft, verify_draft
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter
 from outrider.engine.params import DraftParams, SamplingParams
@@ -48,7 +49,7 @@ STOP_EOG = "stop"  # end-of-generation token or a stop string
 STOP_LENGTH = "length"  # max tokens reached or the context is full
 STOP_CANCELLED = "cancelled"
 
-PLAIN_PROBE_EVERY = 32  # steps: the longest run without a plain-decoding measurement (~1-2% of the gain)
+PLAIN_PROBE_EVERY = 32  # steps: the longest run without a plain-decoding measurement once the early probes ran
 TokenScore = tuple[float, float, float, float, float, float]
 """``SpeculativeDecoder.score``'s row: mass ranked before x, p(x), top p, then q(x), E_p[q], Var_p[q] (Var -1: none)."""
 
@@ -66,6 +67,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks only: keep going through end-of-generation tokens
     plain_probe_every: int = PLAIN_PROBE_EVERY  # 0: never force a plain step (no in-reply speed-up then)
+    grammar: GrammarMask | None = None  # structured output: its state follows the emitted tokens (engine/grammar.py)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -183,6 +185,9 @@ class SpeculativeDecoder:
         stops = StopStringFilter(request.stop)
         meter = PlainRateMeter(stats)
         committed = prompt
+        grammar = request.grammar
+        # a draft model samples from its grammar-masked distribution (others are cut: grammar.cut_draft)
+        masked_draft = {"grammar": grammar} if grammar is not None and isinstance(self.drafter, ModelDraft) else {}
         shadow_from = len(committed)  # first position the drafter has not been scored on
         texts: list[str] = []
         stop_reason: str | None = None
@@ -196,8 +201,8 @@ class SpeculativeDecoder:
                 stop_reason = STOP_LENGTH
                 break
             t0 = time.perf_counter()
-            # Plain decoding is measured in the reply itself: the first step, and one in every probe_every.
-            forced_plain = probe_every > 0 and (stats.passes == 0 or meter.steps_since_plain >= probe_every - 1)
+            # Plain decoding is measured in the reply itself: probes until the cost model has plain passes.
+            forced_plain = meter.wants_plain_probe(probe_every)
             chosen = 0 if forced_plain else policy.choose()
             remaining = request.max_tokens - stats.generated
             # Every emitted token needs a context position: k drafted + 1 target token must fit.
@@ -206,11 +211,15 @@ class SpeculativeDecoder:
                 k = 0
             draft = EMPTY_DRAFT
             drafting_s = 0.0  # the cost of drafting itself, without a draft model's catch-up (for auto k)
+            consulted = k > 0  # the drafter ran in this step: its time is charged to speculation
             if k > 0:
-                draft = self.drafter.propose(committed, k, sampling, rng, params.p_min, params.draft_min)
+                draft = self.drafter.propose(committed, k, sampling, rng, params.p_min, params.draft_min,
+                                             **masked_draft)
                 if len(draft.tokens) > k:
                     draft = dataclasses.replace(
                         draft, tokens=draft.tokens[:k], dists=draft.dists[:k] if draft.dists else None)
+                if grammar is not None:
+                    draft = cut_draft(draft, grammar, sampling)
                 if len(draft.tokens) < max(params.draft_min, 1):
                     draft = dataclasses.replace(draft, tokens=[], dists=None)
                 propose_s = time.perf_counter() - t0
@@ -219,6 +228,7 @@ class SpeculativeDecoder:
                 shadow_from = len(committed)
             elif self.auto_policy is not None and auto and (
                     len(committed) - shadow_from >= self.auto_policy.shadow_interval):
+                consulted = True
                 hits, trials = self.drafter.observe(committed, shadow_from)
                 shadow_from = len(committed)
                 policy.observe_shadow(hits, trials)
@@ -228,7 +238,11 @@ class SpeculativeDecoder:
                 self.context.checkpoint()
             self.context.decode(batch, logits="all")
             self.cached.extend(batch)
-            n_accepted, new_token = self._verify(draft, sampling, len(committed))
+            if grammar is not None:
+                n_accepted, new_token = verify_draft(self.context.logits_row, draft, sampling, len(committed),
+                                                     grammar)
+            else:
+                n_accepted, new_token = self._verify(draft, sampling, len(committed))
             t2 = time.perf_counter()
             if chain is not None:
                 chain.settle(draft, n_accepted, batch=len(batch), verify_s=t2 - t1)
@@ -249,6 +263,8 @@ class SpeculativeDecoder:
                     ended_on_eog = True
                     break
                 committed.append(token)
+                if grammar is not None:
+                    grammar.accept(token)
                 tokens.append(token)
                 flags.append(i < n_accepted)
                 origins.append(sources[i] if i < n_accepted else TARGET)
@@ -281,9 +297,9 @@ class SpeculativeDecoder:
             policy.observe(batch=len(batch), verify_s=t2 - t1, drafted=n_drafted, accepted=n_accepted,
                            draft_s=drafting_s)
             now = time.perf_counter()
-            # A step that drafted nothing is a plain-decoding step once the drafter's time is taken out.
-            meter.add_step(pass_tokens=pass_tokens, step_s=now - t0,
-                           plain_s=(now - t1) if n_drafted == 0 else None)
+            # The target's part of the step (the drafter's time taken out) feeds the cost model of the speed-up.
+            meter.add_step(batch=len(batch), pass_tokens=pass_tokens, step_s=now - t0,
+                           target_s=now - (t1 if consulted else t0))
             if stats.ttft_s is None and tokens:
                 stats.ttft_s = now - t_request
             stats.decode_s = now - t_decode
@@ -295,6 +311,7 @@ class SpeculativeDecoder:
             texts.append(tail)
             yield StepEvent([], [], [tail], 0, stats)
         stats.decode_s = time.perf_counter() - t_decode
+        meter.finish()
         yield DoneEvent(stop_reason, stats, "".join(texts))
 
     def _roll_back_to(self, keep: int) -> None:

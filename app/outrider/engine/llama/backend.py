@@ -155,6 +155,11 @@ class LoadedModel:
         return 2 * self.facts.n_layer * n_head_kv * (key_len + value_len)
 
     # -- vocabulary -----------------------------------------------------------------------------------------
+    @property
+    def vocab(self) -> Any:
+        """llama.cpp's ``llama_vocab`` pointer (for the grammar sampler, ``engine/grammar.py``)."""
+        return self._vocab
+
     def vocab_facts(self) -> VocabFacts:
         texts = [
             (ll.llama_vocab_get_text(self._vocab, i) or b"").decode("utf-8", errors="replace")
