@@ -15,14 +15,17 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from outrider import paths
 from outrider.engine.params import (
+    DEFAULT_SAMPLER,
+    SAMPLERS,
     ContextSettings,
     DraftParams,
     ModelSettings,
     PairSpec,
+    Sampler,
     SamplingParams,
     parse_rpc_list,
     parse_split,
@@ -39,6 +42,10 @@ DRAFT_SOURCE_LABELS = {"model": "The pair's own (its draft model, else prompt lo
 K_POLICIES = ("auto", "fixed")
 K_POLICY_LABELS = {"auto": "Automatic (cost model)", "fixed": "Fixed k"}
 THEMES = ("light", "dark")
+# How a sampled draft is verified (SamplingParams.sampler): both exact, coupled also drafter-invariant.
+SAMPLER_LABELS = {"auto": "Automatic (coupled with a seed, else rejection)",
+                  "coupled": "Coupled (same seed, same text with any draft)",
+                  "rejection": "Rejection (classic speculative sampling)"}
 # Settings a chosen pair recommends; the ones the user set in the settings dialog are listed in
 # ``AppSettings.user_overrides`` and then kept when a pair is chosen.
 PAIR_RECOMMENDED = ("draft_source", "k_policy", "k", "draft_min", "p_min", "context_size")
@@ -70,6 +77,9 @@ class AppSettings:
     context_size: int = 4096
     threads: int = 0
     draft_source: str = "model"
+    # History lookup (engine/history_draft.py): draft from the user's own chats too, chained before prompt lookup
+    # and the draft model. On by default: it costs nothing where it finds nothing (automatic k switches it off).
+    lookup_history: bool = True
     k_policy: str = "auto"
     k: int = 4
     k_max: int = 16
@@ -80,6 +90,7 @@ class AppSettings:
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int = -1  # -1: random
+    sampler: str = DEFAULT_SAMPLER
     system_prompt: str = ""
     max_tokens: int = 1024
     theme: str = "light"
@@ -131,6 +142,7 @@ class AppSettings:
             "draft_min": 0 <= self.draft_min <= 64, "p_min": 0.0 <= self.p_min <= 1.0,
             "temperature": 0.0 <= self.temperature <= 5.0, "top_k": 0 <= self.top_k <= 100_000,
             "top_p": 0.0 <= self.top_p <= 1.0, "min_p": 0.0 <= self.min_p <= 1.0, "seed": self.seed >= -1,
+            "sampler": self.sampler in SAMPLERS,
             "max_tokens": 1 <= self.max_tokens <= 1 << 20, "theme": self.theme in THEMES,
             "rpc_servers": _parses(parse_rpc_list, self.rpc_servers),
             "target_split": not self.target_split.strip() or _parses(parse_split, self.target_split),
@@ -170,7 +182,7 @@ class AppSettings:
     # -- what the engine receives ---------------------------------------------------------------------------
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
-                              seed=None if self.seed < 0 else self.seed)
+                              seed=None if self.seed < 0 else self.seed, sampler=cast(Sampler, self.sampler))
 
     def draft_params(self) -> DraftParams:
         """The drafting request: k = 0 (plain) with no draft source, ``k`` when fixed, ``None`` (auto) else."""
@@ -181,10 +193,12 @@ class AppSettings:
             k = self.k
         return DraftParams(k=k, k_max=self.k_max, draft_min=self.draft_min, p_min=self.p_min)
 
-    def pair_spec(self, target: str, draft: str | None, lookup: bool, mtp: bool = False) -> PairSpec:
+    def pair_spec(self, target: str, draft: str | None, lookup: bool, mtp: bool = False, *,
+                  history: str | None = None) -> PairSpec:
         """The load request: the ``lookup`` source forces prompt lookup; otherwise the pair's own drafter (also
         with no draft source: it then drafts nothing, k = 0, and switching back needs no reload). With ``mtp``
-        the pair's drafter is MTP heads: the target's own (no ``draft``) or the head file ``draft``."""
+        the pair's drafter is MTP heads: the target's own (no ``draft``) or the head file ``draft``. ``history``:
+        the history database, drafted from (history lookup) while ``lookup_history`` is on."""
         mtp_head: str | None = None
         if self.draft_source == "lookup":
             draft, lookup, mtp = None, True, False
@@ -192,6 +206,7 @@ class AppSettings:
             draft, mtp_head, lookup = None, draft, False
         return PairSpec(target=target, draft=draft, lookup=lookup and draft is None and not mtp and not mtp_head,
                         mtp=mtp and mtp_head is None, mtp_head=mtp_head,
+                        lookup_history=history if self.lookup_history else None,
                         target_settings=ModelSettings(gpu_layers=self.target_gpu_layers,
                                                       rpc=parse_rpc_list(self.rpc_servers),
                                                       split=parse_split(self.target_split)

@@ -1,10 +1,13 @@
 # ruff: noqa: B023, RUF012  (benchmark harness: closures read per-iteration state on purpose)
-"""Event-loop stall while a reply streams at full speed into the real main window (goal: p99 < 16 ms).
+"""Event-loop stall while a reply streams at full speed into the real main window (goal: p99 < 8 ms).
 
 The engine is replaced by a client that yields synthetic steps as fast as the worker thread can (one token per
 step, provenance alternating), so the GUI path is measured alone: bridge coalescing, document appends, the
 Markdown timer, the 4 Hz statistics panel and charts, the checkpoint timer and store writes. A 1 ms probe timer
-records how late each tick fires. Usage: python tests/benchmarks/bench_gui_stall.py [--tokens N]
+records how late each tick fires. With frequent writes (the default), every 100 ms the settings change (a save: a
+file and folder fsync) and the conversation list is read back, as switching chats and toggling the theme do, on top
+of the reply's own checkpoints: none of that may touch the disk on the GUI thread.
+Usage: python tests/benchmarks/bench_gui_stall.py [--tokens N] [--no-writes]
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ class FastClient:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=20000)
+    parser.add_argument("--no-writes", action="store_true", help="no settings saves and list reads meanwhile")
     args = parser.parse_args()
     app = QApplication(sys.argv[:1])
     store = QtStoreBridge(HistoryStore.open())
@@ -115,6 +119,16 @@ def main() -> int:
             last[0] = now
 
         probe.timeout.connect(tick)
+        writes = QTimer()
+        writes.setInterval(100)
+        count = [0]
+
+        def write_and_read() -> None:
+            count[0] += 1
+            win.settings.set(system_prompt=f"prompt {count[0]}")
+            store.conversations()
+
+        writes.timeout.connect(write_and_read)
         loop_done = {"v": False}
         win.session.reply_ended.connect(lambda *a: loop_done.__setitem__("v", True))
         if not win.session.ready:
@@ -124,10 +138,13 @@ def main() -> int:
         t0 = time.perf_counter()
         clock.start()
         probe.start()
+        if not args.no_writes:
+            writes.start()
         win.session.send("stream as fast as you can")
         while not loop_done["v"]:
             app.processEvents()
         probe.stop()
+        writes.stop()
         elapsed = time.perf_counter() - t0
         gaps.sort()
         p = lambda q: gaps[min(len(gaps) - 1, int(q * len(gaps)))]  # noqa: E731
@@ -136,9 +153,12 @@ def main() -> int:
     print(f"{'view':<11} {'ticks':>6} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'tok/s':>9}")
     for name, (n, p50, p99, mx, tps) in results.items():
         print(f"{name:<11} {n:>6} {p50:>7.1f} {p99:>7.1f} {mx:>7.1f} {tps:>9.0f}")
-    ok = all(r[2] < 16 for r in results.values())
-    print("goal p99 < 16 ms:", "met" if ok else "NOT met")
+    ok = all(r[2] < 8 for r in results.values())
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs;",
+          "writes every 100 ms" if not args.no_writes else "no writes")
+    print("goal p99 < 8 ms:", "met" if ok else "NOT met")
     win.close()
+    win.settings.flush()
     bridge.shutdown()
     store.close()
     return 0 if ok else 1

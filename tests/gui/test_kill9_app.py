@@ -10,6 +10,7 @@ streaming: stored only at its end").
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -87,7 +88,7 @@ def _run_and_kill(home: Path, rng: random.Random) -> tuple[int, float, list[floa
         app.kill()
         app.wait(30)
     release_engine(home)
-    gaps = [b - a for a, b in zip(growths, growths[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(growths)]
     return length, killed_at - growths[-1], gaps
 
 

@@ -82,10 +82,13 @@ def test_chosen_pair_loads_with_recommended_settings_and_is_remembered(qtbot: An
     spec, refuse = client.loads[0]
     assert spec.target == str(parts["target"]) and spec.draft == str(parts["draft"]) and not refuse
     assert spec.context.n_ctx == 8192
+    # History lookup is on by default and drafts from the app's own history (engine/history_draft.py).
+    assert spec.lookup_history == str(win.session.store.store.db_path)
     v = settings.value
     assert (v.draft_source, v.k_policy, v.k, v.draft_min, v.p_min, v.context_size) == ("model", "fixed", 6, 2, 0.6,
                                                                                          8192)
     assert v.draft_params().k == 6
+    settings.flush()  # as the app does before it exits
     again = QtSettings(settings.path).value  # next start
     choice = _startup_choice(again)
     assert choice.target == parts["target"] and choice.draft == parts["draft"] and choice.pair_id == "t+d"

@@ -31,11 +31,31 @@ def bridge(qtbot: Any) -> Iterator[QtServerBridge]:
 
 
 def panel(qtbot: Any, bridge: QtServerBridge) -> ServeDialog:
-    """A new panel over settings read afresh from the file (as at the next start of the app)."""
-    dialog = ServeDialog(bridge, settings=QtSettings())
+    """A new panel over settings read afresh from the file (as at the next start of the app, which waits for the
+    last one's saves before it exits: ``saved``)."""
+    settings = QtSettings()
+    _PANEL_SETTINGS.append(settings)
+    dialog = ServeDialog(bridge, settings=settings)
     qtbot.addWidget(dialog)
     dialog.show()
     return dialog
+
+
+_PANEL_SETTINGS: list[QtSettings] = []  # the settings of this test's panels
+
+
+@pytest.fixture(autouse=True)
+def _forget_panel_settings() -> Iterator[None]:
+    yield
+    _PANEL_SETTINGS.clear()
+
+
+def saved() -> QtSettings:
+    """The settings file as the next start reads it, once every panel's saves are written (the app flushes its
+    settings on exit; saving itself runs off the GUI thread)."""
+    for settings in _PANEL_SETTINGS:
+        settings.flush()
+    return QtSettings()
 
 
 def test_a_fresh_panel_shows_the_defaults(qtbot: Any, bridge: QtServerBridge) -> None:
@@ -50,6 +70,7 @@ def test_host_port_and_key_typed_then_the_panel_closed_are_restored(qtbot: Any, 
     dialog.port.setValue(9123)
     qtbot.keyClicks(dialog.api_key, "s3cret-key")
     dialog.close()  # no field was left: closing the panel keeps them
+    saved()
     again = panel(qtbot, bridge)
     assert (again.host.text(), again.port.value(), again.api_key.text()) == ("0.0.0.0", 9123, "s3cret-key")
     assert again.host_warning.isVisible()  # the restored host is explained as before
@@ -63,17 +84,18 @@ def test_leaving_a_field_remembers_it_at_once(qtbot: Any, bridge: QtServerBridge
     dialog.api_key.setFocus()
     qtbot.keyClicks(dialog.api_key, "k1")
     qtbot.keyClick(dialog.api_key, Qt.Key.Key_Tab)  # focus moves on: editing finished
-    assert QtSettings().value.serve_api_key == "k1"
+    assert saved().value.serve_api_key == "k1"
     assert dialog.isVisible() and not bridge.running
     dialog.api_key.clear()
     dialog.close()
-    assert QtSettings().value.serve_api_key == ""  # a key removed is forgotten too
+    assert saved().value.serve_api_key == ""  # a key removed is forgotten too
 
 
 def test_a_blank_host_is_remembered_as_the_default(qtbot: Any, bridge: QtServerBridge) -> None:
     dialog = panel(qtbot, bridge)
     dialog.host.clear()
     dialog.close()
+    saved()
     assert panel(qtbot, bridge).host.text() == DEFAULT_HOST
 
 
@@ -81,6 +103,7 @@ def test_the_key_is_in_the_owner_only_settings_file(qtbot: Any, bridge: QtServer
     dialog = panel(qtbot, bridge)
     qtbot.keyClicks(dialog.api_key, "s3cret-key")
     dialog.close()
+    saved()
     path = settings_path()
     assert json.loads(path.read_text())["serve_api_key"] == "s3cret-key"
     if os.name == "posix":

@@ -14,7 +14,7 @@ from outrider.engine.events import LoadedPair, ModelFacts
 from outrider.settings import AppSettings, load_settings, save_settings
 from outrider.ui.dialogs.settings_dialog import GROUPS, SettingsDialog
 from outrider.ui.picker.choice import PairChoice
-from outrider.ui.settings import drafting_text, reload_needed
+from outrider.ui.settings import RELOAD_KEYS, drafting_text, reload_needed
 
 
 def _dialog(qtbot: Any, settings: AppSettings | None = None, **kw: Any) -> SettingsDialog:
@@ -56,16 +56,17 @@ def test_auto_k_ceiling_reaches_the_engine_request() -> None:
 def test_fields_come_in_four_groups_with_units_and_help(qtbot: Any) -> None:
     dialog = _dialog(qtbot)
     assert tuple(dialog.groups) == GROUPS == ("Drafting", "Sampling", "Hardware", "Context")
-    where = {"draft_source": "Drafting", "k_policy": "Drafting", "k": "Drafting", "k_max": "Drafting",
+    where = {"draft_source": "Drafting", "lookup_history": "Drafting", "k_policy": "Drafting", "k": "Drafting",
+             "k_max": "Drafting",
              "p_min": "Drafting", "temperature": "Sampling", "top_p": "Sampling", "seed": "Sampling",
-             "target_gpu_layers": "Hardware", "threads": "Hardware", "rpc_servers": "Hardware",
+             "sampler": "Sampling", "target_gpu_layers": "Hardware", "threads": "Hardware", "rpc_servers": "Hardware",
              "target_split": "Hardware", "context_size": "Context",
              "max_tokens": "Context", "system_prompt": "Context"}
     for name, group in where.items():
         widget = getattr(dialog, name)
         assert dialog.groups[group].isAncestorOf(widget), name
         assert dialog.help_labels[name].text(), f"{name} has no help line"
-    assert len(dialog.help_labels) == 19  # every field
+    assert len(dialog.help_labels) == 20  # every field
     assert dialog.context_size.suffix() == " tokens" and dialog.k.suffix() == " tokens"
     assert dialog.k_max.suffix() == " tokens" and dialog.target_gpu_layers.suffix() == " layers"
     assert all(isinstance(b, QGroupBox) for b in dialog.groups.values())
@@ -95,11 +96,11 @@ def test_no_draft_source_disables_drafting_and_lookup_disables_p_min(qtbot: Any)
 
 def test_top_k_and_top_p_are_disabled_at_temperature_zero(qtbot: Any) -> None:
     dialog = _dialog(qtbot, AppSettings(temperature=0.0))
-    for w in (dialog.top_k, dialog.top_p, dialog.min_p, dialog.seed):
+    for w in (dialog.top_k, dialog.top_p, dialog.min_p, dialog.seed, dialog.sampler):
         assert not w.isEnabled()
     assert "do not apply" in dialog.help_labels["temperature"].text()
     dialog.temperature.setValue(0.7)
-    for w in (dialog.top_k, dialog.top_p, dialog.min_p, dialog.seed):
+    for w in (dialog.top_k, dialog.top_p, dialog.min_p, dialog.seed, dialog.sampler):
         assert w.isEnabled()
 
 
@@ -126,6 +127,31 @@ def test_the_dialog_returns_the_split_settings(qtbot: Any) -> None:
     assert spec.lookup and spec.draft is None
 
 
+def test_the_sampler_choice_reaches_the_engine_request(qtbot: Any) -> None:
+    """The Sampling group's sampler (default automatic) is what the engine is asked for; a bad stored one is reset."""
+    dialog = _dialog(qtbot, AppSettings(temperature=0.7))
+    assert dialog.result_settings().sampling().sampler == "auto"
+    dialog.sampler.setCurrentIndex(dialog.sampler.findData("rejection"))
+    assert dialog.result_settings().sampling().sampler == "rejection"
+    assert AppSettings(sampler="gumbel").validated().sampler == "auto"
+
+
+def test_history_lookup_is_on_by_default_and_the_dialog_turns_it_off(qtbot: Any) -> None:
+    """On by default, the load request then names the history; unticked, it does not, and the change reloads
+    the pair (the chain is built at load). (Without the checkbox in ``result_settings`` the setting stayed on.)"""
+    assert AppSettings().lookup_history
+    on = AppSettings().pair_spec("t.gguf", "d.gguf", False, history="/data/history.sqlite3")
+    assert on.lookup_history == "/data/history.sqlite3" and on.draft_mode == "history+lookup+model"
+    dialog = _dialog(qtbot, AppSettings())
+    assert dialog.lookup_history.isChecked()
+    dialog.lookup_history.setChecked(False)
+    value = dialog.result_settings()
+    assert not value.lookup_history
+    assert value.pair_spec("t.gguf", "d.gguf", False, history="/data/history.sqlite3").lookup_history is None
+    assert "lookup_history" in RELOAD_KEYS
+    assert AppSettings.from_json({"lookup_history": False}).lookup_history is False
+
+
 def _loaded(draft_mode: str) -> LoadedPair:
     draft = ModelFacts(path="/m/draft.gguf") if draft_mode == "model" else None
     return LoadedPair(ModelFacts(path="/m/t.gguf"), draft, draft_mode, 2048, "CPU", False, "chatml", 0, 0, ())
@@ -143,20 +169,24 @@ def test_a_reload_only_when_the_drafter_to_load_changes() -> None:
     model = _loaded("model")
     assert not reload_needed(AppSettings(draft_source="none"), ["draft_source"], pair, model)  # k = 0 instead
     assert reload_needed(AppSettings(draft_source="lookup"), ["draft_source"], pair, model)
-    assert not reload_needed(AppSettings(draft_source="model"), ["draft_source"], pair, model)
+    assert not reload_needed(AppSettings(draft_source="model", lookup_history=False), ["draft_source"], pair, model)
+    chain = _loaded("history+lookup+model")  # history lookup on (the default): the loaded chain is what it wants
+    assert not reload_needed(AppSettings(draft_source="model"), ["draft_source"], pair, chain)
+    assert reload_needed(AppSettings(draft_source="model"), ["lookup_history"], pair, chain)
     assert not reload_needed(AppSettings(k_policy="fixed"), ["k_policy"], pair, model)
     assert reload_needed(AppSettings(context_size=8192), ["context_size"], pair, model)
     assert reload_needed(AppSettings(rpc_servers="10.0.0.2:50052"), ["rpc_servers"], pair, model)
     assert reload_needed(AppSettings(target_split="3,1"), ["target_split"], pair, model)
     demo = PairChoice(Path("t.gguf"), None, True, "demo", "Demo")  # a lookup pair: model = lookup, no reload
-    assert not reload_needed(AppSettings(draft_source="lookup"), ["draft_source"], demo, _loaded("lookup"))
+    assert not reload_needed(AppSettings(draft_source="lookup", lookup_history=False), ["draft_source"], demo,
+                             _loaded("lookup"))
     assert not reload_needed(AppSettings(), ["draft_source"], None, None)
 
 
 def test_tab_goes_through_the_groups_in_order(qtbot: Any) -> None:
     dialog = _dialog(qtbot, AppSettings(temperature=0.5))
     order = ["draft_source", "k_policy", "k_max", "draft_min", "p_min", "temperature", "top_k", "top_p", "min_p",
-             "seed", "target_gpu_layers", "draft_gpu_layers", "threads", "rpc_servers", "target_split",
+             "seed", "sampler", "target_gpu_layers", "draft_gpu_layers", "threads", "rpc_servers", "target_split",
              "context_size", "max_tokens",
              "system_prompt"]  # k is disabled under automatic k: Tab skips it
     widgets = {getattr(dialog, name): name for name in order}

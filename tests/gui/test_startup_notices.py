@@ -27,6 +27,7 @@ def test_damaged_settings_are_kept_aside_reported_and_never_overwritten(tmp_path
     assert str(notice.kept_at) in notice.message and "\n" not in notice.message
     assert settings.value == AppSettings()
     settings.set(theme="dark")  # the next change writes a new file; the damaged one stays as it was
+    settings.flush()
     assert json.loads(path.read_text(encoding="utf-8"))["theme"] == "dark"
     assert notice.kept_at.read_text(encoding="utf-8") == damaged
     assert QtSettings(path).notice is None

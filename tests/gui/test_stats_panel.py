@@ -130,7 +130,8 @@ def test_the_warning_always_quotes_the_headline_and_goes_when_the_reply_recovers
     for speedup, accepted in ((0.62, 10), (0.93, 19), (1.06, 26)):
         clock.now += 0.25
         meter.add(measured_stats(generated=64, drafted=40, accepted=accepted, passes=20, pass_tokens=64,
-                                 decode_s=1.0, draft_mode="model", speedup=speedup, speedup_error=0.01), 3)
+                                 decode_s=1.0, draft_mode="model", speedup=speedup,
+                                 speedup_low=speedup - 0.01, speedup_high=speedup + 0.01), 3)
         widget.refresh()
         headline = widget.speedup_label.text()
         acceptance = widget.values["acceptance_rate"].text().split("%")[0].strip()
@@ -138,11 +139,12 @@ def test_the_warning_always_quotes_the_headline_and_goes_when_the_reply_recovers
             warned.append(headline)
             assert headline in widget.warning_label.text() and f"acceptance {acceptance} %" in \
                 widget.warning_label.text()
-    assert warned == ["0.62× ± 0.01", "0.93× ± 0.01"]
-    assert widget.speedup_label.text() == "1.06× ± 0.01" and not widget.warning.isVisibleTo(widget)
+    assert warned == ["0.62× (0.61–0.63)", "0.93× (0.92–0.94)"]
+    assert widget.speedup_label.text() == "1.06× (1.05–1.07)" and not widget.warning.isVisibleTo(widget)
     widget.timer.start()  # from here on, only the panel's own timer redraws
     meter.finish_reply(measured_stats(generated=64, drafted=40, accepted=10, passes=20, pass_tokens=64,
-                                      decode_s=1.0, draft_mode="model", speedup=0.6, speedup_error=0.01))
+                                      decode_s=1.0, draft_mode="model", speedup=0.6, speedup_low=0.59,
+                                      speedup_high=0.61))
     qtbot.waitUntil(lambda: widget.warning.isVisibleTo(widget), timeout=2000)
     meter.reset_conversation()  # Ctrl+N
     qtbot.waitUntil(lambda: not widget.warning.isVisibleTo(widget), timeout=2000)
@@ -166,7 +168,7 @@ def test_a_continued_reply_keeps_its_number_in_the_conversation_chart(panel: Any
 
 
 @pytest.mark.parametrize("key", ["acceptance_rate", "token_acceptance", "tokens_per_pass", "decode_tps",
-                                 "prompt_tps", "ttft_s", "generated"])
+                                 "prompt_tps", "ttft_s", "generated", "by_drafter"])
 def test_the_panels_definitions_are_those_of_docs_metrics(key: str) -> None:
     """Each figure's tooltip carries the formula of its row in docs/metrics.md (defined once, shown the same)."""
     import re
@@ -187,7 +189,8 @@ def _slow_reply(widget: StatsPanel, meter: ReplyMeter) -> None:
 
     meter.begin_reply()
     meter.finish_reply(measured_stats(generated=64, drafted=40, accepted=10, passes=20, pass_tokens=64,
-                                      decode_s=1.0, draft_mode="model", speedup=0.6, speedup_error=0.01))
+                                      decode_s=1.0, draft_mode="model", speedup=0.6, speedup_low=0.59,
+                                      speedup_high=0.61))
     widget.refresh()
 
 
@@ -206,6 +209,24 @@ def test_a_fix_taken_from_the_warning_says_when_it_applies(qtbot: Any, panel: An
     with qtbot.waitSignal(widget.draft_auto_requested):
         widget.draft_auto_button.click()
     assert "Automatic k applies from the next reply." in widget.warning_label.text()
+
+
+def test_the_panel_splits_acceptance_by_drafter(panel: Any) -> None:
+    """A chain's reply shows accepted/drafted for each drafter, from the engine's ``by_drafter``. (Reading the
+    totals instead showed one figure for all drafters.)"""
+    from outrider.engine.stats import DrafterCounts
+
+    widget, meter, _ = panel
+    meter.begin_reply()
+    meter.finish_reply(_stats(40, drafted=30, accepted=20, draft_mode="history+lookup+model",
+                              by_drafter={"history": DrafterCounts(12, 12, 2), "lookup": DrafterCounts(8, 2, 3),
+                                          "model": DrafterCounts(10, 6, 4)}))
+    widget.refresh()
+    assert widget.values["by_drafter"].text() == "history 12/12 · prompt 2/8 · model 6/10"
+    meter.begin_reply()
+    meter.finish_reply(_stats(40, by_drafter={}))
+    widget.refresh()
+    assert widget.values["by_drafter"].text() == "–"
 
 
 def test_the_panel_fits_a_laptop_screen(panel: Any) -> None:

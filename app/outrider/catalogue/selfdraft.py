@@ -231,14 +231,16 @@ class _Cancelled(Exception):
 class SelfDraftBuild:
     """One self-draft build, running on its own thread (and its process) from construction on.
 
-    ``on_event`` is called on that thread. ``calibration`` names where the prompts came from (``history``,
+    ``on_event`` is called on that thread, and ``on_finished(build)`` once when it has ended (``result`` or
+    ``error`` set; ``wait`` returns at once). ``calibration`` names where the prompts came from (``history``,
     ``bundled``, a file name) for the record. ``fsize_limit`` caps the size of every file the build process
     writes (bytes; writes beyond fail as on a full disk), for tests of that path; ``max_tokens`` per
     calibration prompt; ``threads`` for llama.cpp (0 = its default).
     """
 
     def __init__(self, store: ModelStore, plan: SelfDraftPreview, prompts: Sequence[str], *,
-                 calibration: str = "", on_event: EventCallback | None = None, threads: int = 0,
+                 calibration: str = "", on_event: EventCallback | None = None,
+                 on_finished: Callable[[SelfDraftBuild], None] | None = None, threads: int = 0,
                  max_tokens: int = 48, fsize_limit: int | None = None) -> None:
         if not prompts:
             raise SelfDraftError("bad_calibration", "calibration needs at least one prompt")
@@ -247,6 +249,7 @@ class SelfDraftBuild:
         self.prompts = tuple(prompts)
         self.calibration = calibration
         self._on_event = on_event
+        self._on_finished = on_finished
         self._threads = threads
         self._max_tokens = max_tokens
         self._fsize_limit = fsize_limit
@@ -265,15 +268,17 @@ class SelfDraftBuild:
     def done(self) -> bool:
         return self._done.is_set()
 
-    def cancel(self) -> None:
+    def cancel(self, *, wait: bool = True) -> None:
         """Stop the build (the process is terminated, its scratch folder removed); ``wait`` then raises
-        ``SelfDraftError('cancelled')``. Returns once the build has ended."""
+        ``SelfDraftError('cancelled')``. With ``wait`` (not from an event callback), returns once the build has
+        ended; without, at once (a GUI thread: ``on_finished`` says when)."""
         self._cancelled.set()
         with self._lock:
             proc = self._proc
         if proc is not None and proc.poll() is None:
             proc.terminate()
-        self._done.wait(timeout=30)
+        if wait and threading.current_thread() is not self._thread:
+            self._done.wait(timeout=30)
 
     def wait(self, timeout: float | None = None) -> SelfDraftResult:
         if not self._done.wait(timeout):
@@ -305,6 +310,9 @@ class SelfDraftBuild:
             if self.workdir is not None:
                 shutil.rmtree(self.workdir, ignore_errors=True)
             self._done.set()
+            if self._on_finished is not None:
+                with contextlib.suppress(Exception):
+                    self._on_finished(self)
 
     def _check_cancel(self) -> None:
         if self._cancelled.is_set():
@@ -339,8 +347,10 @@ class SelfDraftBuild:
         built = Path(reply["path"])
         if built.parent != self.workdir:
             raise SelfDraftError("build_failed", "the build process answered with a file outside its folder")
+        st = self.preview.target.stat()
         provenance = {"target_sha256": sha, "target_name": self.preview.target.name,
-                      "target_path": str(self.preview.target), "n_layer": self.preview.n_layer,
+                      "target_path": str(self.preview.target.absolute()), "target_size": st.st_size,
+                      "target_mtime_ns": st.st_mtime_ns, "n_layer": self.preview.n_layer,
                       "keep": list(plan.keep), "layers": plan.label, "shape": plan.shape,
                       "type": self.preview.draft_type.value, "acceptance": chosen.get("acceptance"),
                       "predicted_speedup": chosen.get("predicted_speedup"), "calibration": self.calibration,

@@ -136,6 +136,9 @@ class SelfDraftRecord:
     acceptance: float | None
     predicted_speedup: float | None
     calibration: str
+    target_path: str = ""
+    target_size: int | None = None
+    target_mtime_ns: int | None = None
 
     @classmethod
     def from_source(cls, path: Path, source: dict[str, Any]) -> SelfDraftRecord | None:
@@ -150,9 +153,14 @@ class SelfDraftRecord:
                 v = source.get(key)
                 return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
+            def whole(key: str) -> int | None:
+                v = source.get(key)
+                return v if isinstance(v, int) and not isinstance(v, bool) else None
+
             return cls(path, sha, str(source.get("target_name", "")), int(source["n_layer"]), keep,
                        str(source["type"]), number("acceptance"), number("predicted_speedup"),
-                       str(source.get("calibration", "")))
+                       str(source.get("calibration", "")), str(source.get("target_path", "")),
+                       whole("target_size"), whole("target_mtime_ns"))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -407,8 +415,19 @@ class ModelStore:
                     found.append((float(rec.get("verified_at", 0.0)) if rec else 0.0, record))
         return [r for _, r in sorted(found, key=lambda t: -t[0])]
 
-    def self_drafts_of(self, target: Path) -> list[SelfDraftRecord]:
-        """The self-drafts made from the file ``target`` (found by its sha256, wherever it lies)."""
+    def self_drafts_of(self, target: Path, *, hash_if_needed: bool = True) -> list[SelfDraftRecord]:
+        """The self-drafts made from the file ``target``: those recorded for this very path, size and mtime
+        without reading it; else (``hash_if_needed``) by its sha256, wherever it lies now (a full read once, then
+        cached)."""
+        target = Path(target)
+        try:
+            st = target.stat()
+        except OSError:
+            return []
+        same_file = [r for r in self.self_drafts() if r.target_path == str(target.absolute())
+                     and r.target_size == st.st_size and r.target_mtime_ns == st.st_mtime_ns]
+        if same_file or not hash_if_needed:
+            return same_file
         sha = self.file_sha256(target)
         return self.self_drafts(sha) if sha else []
 

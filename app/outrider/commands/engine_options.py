@@ -26,6 +26,7 @@ from outrider.commands.base import (
     positive_int,
     seed_int,
 )
+from outrider.engine.params import DEFAULT_SAMPLER, SAMPLERS
 
 RPC_FAULTS = frozenset({"rpc_unreachable", "rpc_busy", "rpc_version"})  # ErrorKind values: exit 3
 LLAMA_MIN_CTX = 256  # llama.cpp raises a smaller context to this, and rounds a larger one up to a multiple of it
@@ -37,6 +38,8 @@ class CommandEngine(Protocol):
     ``close(quick=True)`` (after Ctrl-C) does not wait for a stuck or stopped engine: it is killed."""
 
     def run(self, request: Any) -> Iterator[Any]: ...
+
+    def score(self, request: Any, tokens: Sequence[int]) -> Sequence[Sequence[float]]: ...
 
     def close(self, *, quick: bool = False) -> None: ...
 
@@ -106,7 +109,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                    help="draft from the chat history too (history lookup, tried before prompt lookup and the draft "
                         "model); HISTORY is a history.sqlite3, by default the app's own")
     p.add_argument("--threads", type=int, default=0,
-                   help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = llama.cpp's default)")
+                   help=f"CPU threads, 0 to {max_threads()} (this machine's CPU count; 0 = automatic: the CPUs "
+                        "other processes leave free, one fewer than the CPUs when they are busy, re-chosen before "
+                        "each reply; the count used is in the stats)")
     p.add_argument("--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
     p.add_argument("--draft-gpu-layers", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
     add_rpc_options(p)
@@ -128,6 +133,11 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--min-p", type=float, default=0.05)
     p.add_argument("--seed", type=seed_int, default=None, help="random seed (>= 0) for sampled output")
+    p.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER,
+                   help="how drafts are verified when sampling (both exact in distribution): coupled = Gumbel-max "
+                        "coupling, a seeded reply is the same text with any draft and any k; rejection = classic "
+                        "speculative sampling (higher acceptance with a draft model); auto (default) = coupled with "
+                        "--seed, rejection without")
     p.add_argument("--in-process", action="store_true", help="run the engine in this process (debugging)")
 
 
@@ -179,7 +189,6 @@ def history_database(option: str | None) -> str | None:
         from outrider import paths
 
         return str(paths.data_dir() / DB_FILENAME)
-
     path = Path(option)
     if path.is_dir():
         path = path / DB_FILENAME
@@ -203,7 +212,8 @@ def text_request(args: argparse.Namespace, *, prompt: str | None = None, chat: s
     from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
 
     try:
-        sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+        sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed,
+                                  getattr(args, "sampler", DEFAULT_SAMPLER))
         draft = DraftParams(k=args.k, k_max=args.k_max, draft_min=args.draft_min, p_min=args.draft_p_min)
         messages = tuple(history) if history is not None else None
         if chat is not None:
@@ -268,6 +278,10 @@ class WorkerEngine:
                 else:
                     yield event
 
+    def score(self, request: Any, tokens: Sequence[int]) -> Sequence[Sequence[float]]:
+        with self._errors():
+            return self._client.score(request, tokens)
+
     def close(self, *, quick: bool = False) -> None:
         self._client.stop(timeout=0.5 if quick else 10.0)
 
@@ -296,6 +310,14 @@ class InProcessEngine:
             for text in self._engine.take_chat_notes():  # the template may have been replaced just now
                 note(text, self._noted)
             yield from events
+        except EngineError as exc:
+            raise CliError(str(exc)) from None
+
+    def score(self, request: Any, tokens: Sequence[int]) -> Sequence[Sequence[float]]:
+        from outrider.engine.errors import EngineError
+
+        try:
+            return self._engine.score(request, tokens)
         except EngineError as exc:
             raise CliError(str(exc)) from None
 

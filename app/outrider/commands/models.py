@@ -1,4 +1,4 @@
-"""``outrider models …``: list, download, verify, scan, check, refresh, fetch.
+"""``outrider models …``: list, download, verify, scan, check, refresh, fetch, self-draft, delete.
 
 Exit statuses: 0 success (for download/fetch: only when the file is verified), 1 runtime failure, 2 bad input.
 """
@@ -14,6 +14,7 @@ from typing import Any
 
 from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, positive_int, print_json, rpc_list
 from outrider.commands.rpc_worker import placement_lines, worker_memory
+from outrider.commands.self_draft import register_self_draft
 
 
 def register(subparsers: Any) -> None:
@@ -68,6 +69,8 @@ def register(subparsers: Any) -> None:
     s.add_argument("--sha256")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_fetch)
+
+    register_self_draft(sub)
 
 
 def _usage(p: argparse.ArgumentParser) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 
 from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, positive_int
 from outrider.commands.engine_options import add_model_options, note, note_load, pair_spec, text_request
+from outrider.engine.speedup import describe_speedup
 from outrider.server import DEFAULT_STREAM_INTERVAL_S  # the package only: FastAPI loads when serving
 from outrider.server.connections import DEFAULT_MAX_CONNECTIONS
 
@@ -210,7 +211,7 @@ def reply_line(job: Any) -> str:
     if st.acceptance_rate is not None:
         parts.append(f"acceptance {st.acceptance_rate:.0%} ({st.accepted}/{st.drafted})")
     if st.speedup is not None:
-        parts.append(f"speed-up {st.speedup:.2f}×")
+        parts.append(f"speed-up {describe_speedup(st.speedup, st.speedup_low, st.speedup_high)}")
     return ", ".join(parts)
 
 

@@ -1,14 +1,17 @@
 """``outrider verify``: check the exactness guarantee on the user's own pair (a contract: see README, docs/engine.md).
 
 One engine process, one load. Greedy identity first (speculative vs plain at temperature 0, token ids compared),
-then ``--samples`` speculative and plain samples of ``--tokens`` tokens at the given sampling settings, compared
-per position (``outrider.engine.measure.verify_stats``). Exit 0 exact, 1 not exact or inconclusive (nothing drafted),
-2 bad input, 3 the engine crashed.
+then ``--samples`` speculative and plain samples of ``--tokens`` tokens at the given sampling settings: every
+speculative token is compared with the target's exact distribution at its position (the engine re-scores the
+sampled prefix), pooled over positions and samples, the samples per position, and — coupled sampler — each
+speculative sample with the plain one of the same seed (``outrider.engine.measure.verify_stats``). Exit 0 exact,
+1 not exact or inconclusive (nothing drafted), 2 bad input, 3 the engine crashed.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
@@ -24,9 +27,10 @@ from outrider.commands.engine_options import (
     text_request,
 )
 
-DEFAULT_SAMPLES = 200
-DEFAULT_TOKENS = 8
+DEFAULT_SAMPLES = 400
+DEFAULT_TOKENS = 16
 DEFAULT_SEED = 0
+DEFAULT_TEMPERATURE = 0.7
 
 
 def _alpha(text: str) -> float:
@@ -56,7 +60,11 @@ def register(sub: Any) -> None:
                      help="family-wise significance level (Bonferroni over the positions; default 0.01)")
     ver.add_argument("--json", action="store_true", help="print one JSON object")
     # Sampling is what the distribution check is about: temperature 1 unless asked otherwise; a fixed seed.
-    ver.set_defaults(func=cmd_verify, temperature=1.0, seed=DEFAULT_SEED)
+    # Temperature 0.7, not 1: a sampler that applies the temperature wrongly (e.g. accepts at temperature 1) is
+    # invisible at temperature 1.
+    # The rejection sampler by default: the one unseeded replies use (``auto``), and the one whose exactness rests on
+    # the acceptance rule; the check adds coupled identity pairs, so both samplers are checked.
+    ver.set_defaults(func=cmd_verify, temperature=DEFAULT_TEMPERATURE, seed=DEFAULT_SEED, sampler="rejection")
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -66,14 +74,21 @@ def _check_args(args: argparse.Namespace) -> None:
         raise CliError("verify needs --temperature > 0 for the sampling check (temperature 0 is always checked)")
     if args.k == 0:
         raise CliError("--k 0 drafts nothing: there would be nothing to verify")
+    if args.sampler == "auto":
+        args.sampler = "coupled"  # every verify sample is seeded
 
 
 def _job_request(args: argparse.Namespace, job: Any) -> Any:
-    overrides = {"max_tokens": args.tokens, "seed": job.seed}
+    overrides: dict[str, Any] = {"max_tokens": args.tokens, "seed": job.seed}
     if job.greedy:
         overrides["temperature"] = 0.0
-    return text_request(argparse.Namespace(**{**vars(args), **overrides}), prompt=args.prompt, chat=args.chat,
-                         plain=job.plain)
+    if job.stage == "identity":
+        overrides["sampler"] = "coupled"
+    request = text_request(argparse.Namespace(**{**vars(args), **overrides}), prompt=args.prompt, chat=args.chat,
+                           plain=job.plain)
+    # Every sample has exactly --tokens positions: cutting a sample at an end token would drop exactly the values
+    # that decide where it ends from the pooled test.
+    return dataclasses.replace(request, ignore_eos=not job.greedy)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -81,7 +96,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     _check_args(args)
     pair_spec(args)  # missing files and bad settings fail before the load
-    collector = VerifyCollector(args.samples, args.tokens, args.seed, args.alpha)
+    collector = VerifyCollector(args.samples, args.tokens, args.seed, args.alpha, args.sampler)
     requests = [_job_request(args, job) for job in collector.jobs]
     progress = not args.json and sys.stderr.isatty()
     try:
@@ -96,7 +111,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
                         tokens.extend(event.tokens)
                 if done is None or done.stop_reason == "cancelled":
                     raise CliError("the engine stopped the generation", EXIT_RUNTIME)
-                collector.record(job, tokens, drafted=done.stats.drafted, accepted=done.stats.accepted)
+                scores = None
+                if job.stage == "sampling" and not job.plain and tokens:
+                    scores = engine.score(request, tokens[: args.tokens])
+                collector.record(job, tokens, drafted=done.stats.drafted, accepted=done.stats.accepted,
+                                 scores=scores)
                 if progress:
                     sys.stderr.write(f"\rverify: {n}/{collector.total} generations")
                     sys.stderr.flush()
@@ -129,9 +148,23 @@ def format_report(report: Any, args: argparse.Namespace) -> str:
     acc = f"{report.greedy_accepted}/{report.greedy_drafted} drafted tokens accepted"
     lines = [
         f"greedy (temperature 0): {greedy} ({acc})",
-        f"sampling (temperature {args.temperature:g}, top-k {args.top_k}, top-p {args.top_p:g}, min-p "
-        f"{args.min_p:g}, seed {args.seed}): {report.samples} speculative + {report.samples} plain samples of "
-        f"{report.tokens} tokens; {report.accepted}/{report.drafted} drafted tokens accepted",
+        f"sampling ({args.sampler} sampler, temperature {args.temperature:g}, top-k {args.top_k}, top-p "
+        f"{args.top_p:g}, min-p {args.min_p:g}, seed {args.seed}): {report.samples} speculative + {report.samples} "
+        f"plain samples of {report.tokens} tokens; {report.accepted}/{report.drafted} drafted tokens accepted",
+    ]
+    pit = report.pit
+    if pit is not None:
+        lines.append(
+            f"against the target's exact distribution ({pit.values} tokens): KS D {pit.ks_d:.4f} (p {pit.ks_p:.3g}), "
+            f"likeliest token drawn {pit.top_drawn} vs {pit.top_expected:.1f} expected (p {pit.top_p:.3g}), "
+            f"draft direction z {pit.draft_z:+.2f} over {pit.draft_positions} positions (p {pit.draft_p:.3g}), "
+            f"{pit.outside} outside the support; each p must exceed {report.pit_threshold:.3g}; detectable: TV "
+            f"{pit.detectable_tv:.3f} along the ranking, {pit.detectable_top:.3f} on the likeliest token")
+    if report.identity_pairs:
+        lines.append(f"coupled identity (same seed, with and without drafting): "
+                     f"{report.identity_pairs - len(report.identity_mismatches)}/{report.identity_pairs} pairs "
+                     f"identical")
+    lines += [
         "",
         f"{'pos':>4} {'p-value':>9} {'TV':>6}  {'speculative (top tokens)':<30} {'plain (top tokens)':<30}",
     ]

@@ -11,17 +11,20 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from outrider.engine.llama.backend import FloatArray, LoadedModel, ModelContext
+
+if TYPE_CHECKING:
+    from outrider.engine.grammar import GrammarMask
 from outrider.engine.params import LookupSettings, SamplingParams
 from outrider.engine.sampling import (
     SparseDist,
     distribution,
+    draft_token,
     greedy_token,
-    sample,
     top_probability,
 )
 
@@ -197,8 +200,10 @@ class ModelDraft:
 
     def propose(
         self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,
-        draft_min: int = 0,
+        draft_min: int = 0, grammar: GrammarMask | None = None,
     ) -> Draft:
+        """As ``DraftSource.propose``; with ``grammar`` (structured output) each draft token is chosen from the
+        grammar-masked distribution (its state walked on a clone), so the draft never proposes a forbidden token."""
         room = self.context.n_ctx - len(committed) - 1
         k = min(k, room)
         if k <= 0:
@@ -211,8 +216,9 @@ class ModelDraft:
         dists: list[SparseDist] | None = None if sampling.greedy else []
         # Below draft_min, p-min does not stop a draft that has started (see DraftSource.propose).
         must = min(max(draft_min, 1), k)
+        walker = grammar.clone() if grammar is not None else None
         while True:
-            logits = self._logits(-1)
+            logits = self._logits(-1) if walker is None else walker.mask(self._logits(-1))
             if sampling.greedy:
                 if p_min > 0 and not 0 < len(tokens) < must and top_probability(logits) < p_min:
                     break
@@ -222,15 +228,39 @@ class ModelDraft:
                 q = distribution(logits, sampling)
                 if p_min > 0 and not 0 < len(tokens) < must and float(q.probs.max()) < p_min:
                     break
-                token = sample(q, rng)
+                # The request's sampler's proposal, keyed by absolute position (its noise is the target's there).
+                token = draft_token(q, sampling, len(committed) + len(tokens))
                 assert dists is not None
                 dists.append(q)
             tokens.append(token)
+            if walker is not None:
+                if not np.isfinite(logits[token]):  # the grammar allows nothing more (complete, EOG forbidden)
+                    tokens.pop()
+                    if dists:
+                        dists.pop()
+                    break
+                walker.accept(token)
             if len(tokens) >= k:
                 break
             self.context.decode([token], logits="last")
             self.cached.append(token)
+        if walker is not None:
+            walker.close()
         return Draft(tokens, dists, sync_s, synced)
+
+    def proposal_dists(self, prefix: Sequence[int], tokens: Sequence[int],
+                       sampling: SamplingParams) -> list[SparseDist] | None:
+        """q at each position of ``tokens`` continuing ``prefix`` (``outrider verify``'s draft-direction test);
+        None when they do not fit one batch."""
+        if not tokens or len(tokens) > self.context.n_batch or len(prefix) + len(tokens) > self.context.n_ctx:
+            return None
+        self._sync(prefix)
+        dists = [distribution(self._logits(-1), sampling)]
+        if len(tokens) > 1:
+            self.context.decode(list(tokens[:-1]), logits="all")
+            self.cached.extend(tokens[:-1])
+            dists += [distribution(self._logits(i), sampling) for i in range(len(tokens) - 1)]
+        return dists
 
     def close(self) -> None:
         self.context.close()
@@ -292,6 +322,11 @@ class PromptLookupDraft:
                 hits += int(guess == committed[i])
         self._update_index(committed)
         return hits, trials
+
+    def proposals(self, prefix: Sequence[int], tokens: Sequence[int]) -> list[int | None]:
+        """The token this lookup would propose first at each position of ``tokens`` continuing ``prefix`` (None:
+        no match there): its point-mass q, for ``outrider verify``'s draft-direction test."""
+        return [self._first_guess([*prefix, *tokens[:j]]) for j in range(len(tokens))]
 
     def _first_guess(self, prefix: Sequence[int]) -> int | None:
         self._update_index(prefix)

@@ -28,6 +28,8 @@ AUTO_KEEP_FRACTIONS: Final = (0.25, 0.4, 0.55, 0.7)  # sizes ``auto`` tries, as 
 SHAPE_CHECK_FRACTION: Final = 0.4  # the size at which the other shapes are measured too
 CALIBRATION_K: Final = 4  # draft length every candidate is measured at (the same for all: comparable)
 QUANT_BLOCK: Final = 32  # Q8_0 and Q4_0 quantise rows in blocks of 32 values; other rows keep their type
+Q6_K_BLOCK: Final = 256
+Q6_K_BITS: Final = 6.5625
 
 
 class DraftType(enum.StrEnum):
@@ -54,7 +56,8 @@ class SelfDraftError(Exception):
     ``too_few_layers``, ``per_layer_metadata`` (an architecture whose metadata lists a value per block, which a cut
     would leave inconsistent), ``bad_layers`` (a ``--layers`` list that is not a valid subset), ``build_failed``
     (llama.cpp refused to write it), ``load_failed`` (the written draft does not load), ``disk_full``,
-    ``store_write``, ``cancelled``, ``bad_calibration``, ``crashed`` (the build process died).
+    ``store_write``, ``cancelled``, ``bad_calibration``, ``crashed`` (the build process died), ``not_speculative``
+    (a recurrent model, whose memory llama.cpp cannot roll back: no draft can speculate for it).
     """
 
     def __init__(self, kind: str, message: str) -> None:
@@ -214,6 +217,11 @@ def prunable_layers(header: GGUFHeader) -> int:
                 and len(value) == n_layer:
             raise SelfDraftError("per_layer_metadata", f"{header.path.name} ({header.architecture}) describes each "
                                                        f"block separately ({key}); a cut copy would not load")
+    if int(header.arch_value("full_attention_interval", 0) or 0) > 0:
+        # a hybrid whose block types follow from their numbers: renumbered blocks would change type
+        raise SelfDraftError("per_layer_metadata", f"{header.path.name} ({header.architecture}) mixes block types "
+                                                   "by position (full_attention_interval); a cut copy would not "
+                                                   "load")
     if int(header.arch_value("nextn_predict_layers", 0) or 0) > 0:
         raise SelfDraftError("per_layer_metadata", f"{header.path.name} ends with NextN (MTP) blocks; use MTP "
                                                    "drafting for it instead of a self-draft")
@@ -224,15 +232,21 @@ def estimated_draft_bytes(header: GGUFHeader, keep: Iterable[int], draft_type: D
     """The written draft's size: the kept blocks' and the shared tensors' weights at ``draft_type`` (rows whose
     length is not a multiple of ``QUANT_BLOCK``, and 1-D tensors, keep their size), plus the header."""
     kept = set(keep)
+    names = {t.name for t in header.tensors}
+    output = "output.weight" if "output.weight" in names else "token_embd.weight"  # tied embeddings
     total = header.data_offset
     for t in header.tensors:
         m = _BLOCK.match(t.name)
         if m is not None and int(m.group(1)) not in kept:
             continue
-        if len(t.shape) >= 2 and t.shape[0] % QUANT_BLOCK == 0:
-            total += math.ceil(math.prod(t.shape) * draft_type.bits_per_weight / 8)
-        else:
+        if len(t.shape) < 2 or t.shape[0] % QUANT_BLOCK != 0:
             total += t.n_bytes
+            continue
+        bits = draft_type.bits_per_weight
+        if t.name == output and draft_type is not DraftType.Q8_0:
+            # llama.cpp gives the output head more bits: Q6_K, or Q8_0 where rows are not whole Q6_K blocks
+            bits = Q6_K_BITS if t.shape[0] % Q6_K_BLOCK == 0 else DraftType.Q8_0.bits_per_weight
+        total += math.ceil(math.prod(t.shape) * bits / 8)
     return total
 
 

@@ -81,6 +81,10 @@ def measure_plan(backend: Backend, target: Path, draft: Path, plan: LayerPlan, c
                              context=ContextSettings(n_ctx=calibration.n_ctx, threads=calibration.threads)))
     except EngineError as exc:
         raise SelfDraftError("load_failed", f"the written draft does not load with its target: {exc}") from exc
+    if engine.info is None or engine.info.draft_mode != "model":
+        engine.unload()
+        raise SelfDraftError("not_speculative", "this model cannot speculate with a draft model (llama.cpp cannot "
+                                                "roll its memory back), so a self-draft would never be used")
     drafted = accepted = rejections = spec_passes = plain_tokens = 0
     draft_s = verify_s = plain_s = 0.0
     params = DraftParams(k=calibration.k)

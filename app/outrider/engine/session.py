@@ -10,6 +10,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from outrider.engine import mtp_files
 from outrider.engine.chain_draft import ChainDraft
@@ -18,6 +19,7 @@ from outrider.engine.compat import check_facts
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
 from outrider.engine.errors import ContextOverflowError, EngineError, IncompatiblePairError, TemplateError
 from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
+from outrider.engine.grammar import GrammarMask
 from outrider.engine.history_draft import HistoryLookupDraft
 from outrider.engine.history_index import HistoryIndex, index_dir_for, tokenizer_fingerprint
 from outrider.engine.llama.backend import LoadedModel, ModelContext
@@ -26,9 +28,24 @@ from outrider.engine.llama.mtp_context import MtpContext, n_nextn_layers
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.llama.text import clean_text
 from outrider.engine.mtp import MtpDraft
-from outrider.engine.params import ChatMessage, DraftParams, LookupSettings, PairSpec, SamplingParams, TextRequest
-from outrider.engine.speculative import STOP_CANCELLED, STOP_LENGTH, GenerationRequest, SpeculativeDecoder
+from outrider.engine.params import (
+    ChatMessage,
+    DraftParams,
+    GrammarSpec,
+    LookupSettings,
+    PairSpec,
+    SamplingParams,
+    TextRequest,
+)
+from outrider.engine.speculative import (
+    STOP_CANCELLED,
+    STOP_LENGTH,
+    GenerationRequest,
+    SpeculativeDecoder,
+    TokenScore,
+)
 from outrider.engine.stats import GenerationStats
+from outrider.engine.threads import OtherLoadMeter, choose_threads, usable_cpus
 
 CONTINUABLE = (STOP_LENGTH, STOP_CANCELLED)
 """Stop reasons after which a reply's tokens are exactly its text (a stop string's tokens are not in the text)."""
@@ -52,9 +69,11 @@ class _LastReply:
 class Engine:
     """Owns the llama.cpp objects of one loaded pair. Not thread-safe except ``cancel``."""
 
-    def __init__(self, backend: Backend | None = None, *, on_load_stage: LoadStageCallback | None = None) -> None:
+    def __init__(self, backend: Backend | None = None, *, on_load_stage: LoadStageCallback | None = None,
+                 load_meter: OtherLoadMeter | None = None) -> None:
         """``on_load_stage(stage, path)`` is told which file each load is about to hand to llama.cpp (the engine
-        process reports it, so a crash inside llama.cpp can be blamed on the right file)."""
+        process reports it, so a crash inside llama.cpp can be blamed on the right file). ``load_meter`` measures
+        the other processes' load for automatic threads (engine/threads.py)."""
         self.backend = backend or Backend()
         self.on_load_stage = on_load_stage
         self._target: LoadedModel | None = None
@@ -66,6 +85,8 @@ class Engine:
         self._generating = threading.Lock()
         self.spec: PairSpec | None = None
         self.info: LoadedPair | None = None
+        self._auto_threads = False  # the pair was loaded with threads 0: the engine chooses (engine/threads.py)
+        self._load_meter = load_meter or OtherLoadMeter()
         self._last_reply: _LastReply | None = None
         self._pending_reply: _LastReply | None = None  # head (and text continued) of the reply being generated
 
@@ -74,6 +95,11 @@ class Engine:
         """Load ``spec`` (unloading any previous pair first, so memory is freed before the new load)."""
         self.unload()
         notes: list[str] = []
+        requested = spec
+        self._auto_threads = spec.context.threads == 0
+        if self._auto_threads:  # chosen from the CPUs free now, re-chosen before each reply (``_retune_threads``)
+            threads = choose_threads(usable_cpus(), self._load_meter.probe())
+            spec = dataclasses.replace(spec, context=dataclasses.replace(spec.context, threads=threads))
         if spec.mtp:
             _refuse_mtp_problem(lambda: mtp_files.check_target_file(spec.target))
         self._announce("target", spec.target)
@@ -113,7 +139,7 @@ class Engine:
         self._plain = SpeculativeDecoder(target, context, NoDraft())
         self._plain.cached = self._decoder.cached  # one context, one cache mirror
         self._formatter = _chat_formatter(target, notes)
-        self.spec = spec
+        self.spec = requested  # as asked (threads 0 stays "automatic")
         n_ctx = context.n_ctx
         self.info = LoadedPair(
             target=target.facts,
@@ -126,8 +152,22 @@ class Engine:
             target_kv_bytes=target.kv_bytes_per_token() * n_ctx,
             draft_kv_bytes=_draft_kv_bytes(drafter, draft_model, target) * n_ctx,
             notes=tuple(notes),
+            threads=context.n_threads,
         )
         return self.info
+
+    def _retune_threads(self) -> None:
+        """With automatic threads, re-choose the count from what other processes used since the last request
+        (kept when that interval was too short to say): a load that came or went since the pair was loaded."""
+        if not self._auto_threads or self._decoder is None:
+            return
+        busy = self._load_meter.busy_since_last()
+        if busy is None:
+            return
+        threads = choose_threads(usable_cpus(), busy)
+        for ctx in self._contexts():
+            if ctx.n_threads != threads:
+                ctx.set_threads(threads)
 
     def _mtp_drafter(self, spec: PairSpec, target: LoadedModel,
                      context: ModelContext) -> tuple[MtpDraft, LoadedModel | None]:
@@ -188,7 +228,7 @@ class Engine:
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
     def tokenize_chat(self, messages: Sequence[ChatMessage], *, reserve: int = 0,
-                      continue_reply: bool = False, trim: bool = True) -> list[int]:
+                      continue_reply: bool = False, trim: bool = True, tools: str | None = None) -> list[int]:
         """A conversation through the chat template, leaving ``reserve`` tokens of the context for the reply.
 
         ``trim``: the oldest turns are dropped until it fits (``fit_conversation``: about log2(turns) renders,
@@ -206,9 +246,10 @@ class Engine:
                 raise EngineError("continuing a reply needs the reply as the last chat message")
             messages, prefix = messages[:-1], messages[-1].content
         special: dict[str, bool] = {}
+        messages, listed = self._formatter.with_tools(messages, tools)
 
         def tokens_of(msgs: Sequence[ChatMessage]) -> list[int]:
-            return self._chat_tokens(msgs, prefix, special)
+            return self._chat_tokens(msgs, prefix, special, listed)
 
         n_ctx = self._decoder_or_raise().context.n_ctx
         reserved = max(0, min(reserve, n_ctx // 2))
@@ -225,7 +266,7 @@ class Engine:
             tokens = tokens_of(fitted)
             self._pending_reply = _LastReply(tuple(tokens), (), "")
             return tokens
-        head = self._chat_tokens(fitted, "", special)
+        head = self._chat_tokens(fitted, "", special, listed)
         last = self._last_reply
         if last is not None and last.head == tuple(head) and last.text == prefix:
             tokens = [*head, *last.tokens]  # the reply as the model generated it (see ``_LastReply``)
@@ -234,7 +275,8 @@ class Engine:
         self._pending_reply = _LastReply(tuple(head), tuple(tokens[len(head):]), prefix)
         return tokens
 
-    def _chat_tokens(self, messages: Sequence[ChatMessage], prefix: str, special: dict[str, bool]) -> list[int]:
+    def _chat_tokens(self, messages: Sequence[ChatMessage], prefix: str, special: dict[str, bool],
+                     tools: list[Any] | None = None) -> list[int]:
         """The template's markup tokenised with its control tokens, the messages' text (and ``prefix``, a reply
         being continued) as plain text: ``<|im_start|>`` typed in a message is 7 tokens of text, not the marker.
 
@@ -254,8 +296,9 @@ class Engine:
             return special[text]
 
         if not any(has_special(clean_text(m.content)) for m in messages) and not has_special(clean_text(prefix)):
-            return target.tokenize(formatter.render(messages) + prefix, add_special=False, parse_special=True)
-        parts = formatter.segments(messages)
+            return target.tokenize(formatter.render(messages, tools=tools) + prefix, add_special=False,
+                                   parse_special=True)
+        parts = formatter.segments(messages, tools=tools)
         if parts is None:
             raise TemplateError("a message contains the text of one of the model's control tokens, and this "
                                 "model's chat template rewrites message text, so it cannot be kept as plain text")
@@ -291,8 +334,10 @@ class Engine:
         stop: Sequence[str] = (),
         plain: bool = False,
         ignore_eos: bool = False,
+        grammar: GrammarSpec | None = None,
     ) -> Iterator[StepEvent | DoneEvent]:
         """Stream one reply. ``plain=True`` ignores the drafter (the baseline). One generation at a time.
+        ``grammar``: the reply follows it exactly (``GrammarError`` here, at once, when it cannot be used).
 
         Not a generator itself: the request starts when this is called — a cancel arriving after the call, even
         before the first event is asked for, stops this request (and only this one).
@@ -300,13 +345,16 @@ class Engine:
         decoder = self._decoder_or_raise()
         if plain and self._plain is not None:
             decoder = self._plain
-        request = GenerationRequest(list(prompt_tokens), max_tokens, sampling, draft, tuple(stop), ignore_eos)
         if self._generating.locked():
             raise EngineError("a generation is already running")
+        mask = GrammarMask.of(self.target, grammar) if grammar is not None else None
+        request = GenerationRequest(list(prompt_tokens), max_tokens, sampling, draft, tuple(stop), ignore_eos,
+                                    grammar=mask)
         # The only place a cancel is forgotten: when a request starts.
         self._cancel.clear()
         for ctx in self._contexts():
             ctx.clear_abort()
+        self._retune_threads()
         return self._stream(decoder, request)
 
     def _stream(self, decoder: SpeculativeDecoder, request: GenerationRequest) -> Iterator[StepEvent | DoneEvent]:
@@ -326,6 +374,8 @@ class Engine:
                 yield event
         finally:
             self._generating.release()
+            if request.grammar is not None:
+                request.grammar.close()
 
     def run(self, request: TextRequest) -> Iterator[StepEvent | DoneEvent]:
         """Tokenise ``request`` (chat template or raw prompt) and stream the reply. A cancel while a long
@@ -334,8 +384,8 @@ class Engine:
             reserve = min(request.max_tokens, 256)
             self._cancel.clear()  # a request starts here: an old cancel must not stop its trimming
             try:
-                tokens = self.tokenize_chat(request.messages, reserve=reserve,
-                                            continue_reply=request.continue_reply, trim=request.trim)
+                tokens = self.tokenize_chat(request.messages, reserve=reserve, continue_reply=request.continue_reply,
+                                            trim=request.trim, tools=request.tools)
             except TrimCancelled:
                 return iter([DoneEvent(STOP_CANCELLED, GenerationStats(), "")])
         else:
@@ -348,7 +398,27 @@ class Engine:
             draft=request.draft,
             stop=request.stop,
             plain=request.plain,
+            grammar=request.grammar,
+            ignore_eos=request.ignore_eos,
         )
+
+    def score(self, request: TextRequest, tokens: Sequence[int]) -> list[TokenScore]:
+        """For each of ``tokens`` continuing ``request``'s prompt (tokenised as ``run`` would): (mass ranked before
+        it, its probability, the top probability) in the target's distribution at its position with the request's
+        filters (``SpeculativeDecoder.score``). Not while a generation runs."""
+        if request.messages is not None:
+            prompt = self.tokenize_chat(request.messages, reserve=min(request.max_tokens, 256),
+                                        continue_reply=request.continue_reply)
+            self._pending_reply = None
+        else:
+            assert request.prompt is not None
+            prompt = self.tokenize_prompt(request.prompt)
+        if not self._generating.acquire(blocking=False):
+            raise EngineError("a generation is already running")
+        try:
+            return self._decoder_or_raise().score(prompt, [int(t) for t in tokens], request.sampling)
+        finally:
+            self._generating.release()
 
     def cancel(self) -> None:
         """Stop the running generation within one step (or abort prompt evaluation). Thread-safe."""
@@ -361,9 +431,10 @@ class Engine:
         decoder = self._decoder
         if decoder is None:
             return []
-        draft_ctx = getattr(decoder.drafter, "context", None)
-        if isinstance(decoder.drafter, MtpDraft):
-            draft_ctx = decoder.drafter.mtp
+        drafter = _model_member(decoder.drafter)
+        draft_ctx = getattr(drafter, "context", None)
+        if isinstance(drafter, MtpDraft):
+            draft_ctx = drafter.mtp
         return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext | MtpContext) else [])
 
 
@@ -381,11 +452,20 @@ def _refuse_mtp_problem(check: Callable[[], mtp_files.MtpFileProblem | None]) ->
 def _draft_kv_bytes(drafter: DraftSource, draft_model: LoadedModel | None, target: LoadedModel) -> int:
     """KV bytes per position of the drafter's context: a draft model's, or the MTP context's (its NextN blocks
     only, each as wide as a target layer)."""
+    drafter = _model_member(drafter)
     if isinstance(drafter, MtpDraft):
         source = drafter.mtp.model
         per_layer = target.kv_bytes_per_token() // max(1, target.facts.n_layer)
         return per_layer * n_nextn_layers(source)
     return draft_model.kv_bytes_per_token() if draft_model is not None else 0
+
+
+def _model_member(drafter: DraftSource) -> DraftSource:
+    """The drafter with a context of its own: a chain's draft model or MTP member (the drafter itself if it is no
+    chain; a chain of lookups only gives its last member, which has none)."""
+    if isinstance(drafter, ChainDraft):
+        return drafter.members[-1].drafter
+    return drafter
 
 
 def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings, drafter: DraftSource,

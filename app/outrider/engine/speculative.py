@@ -6,7 +6,9 @@ One step, with ``committed`` = prompt + every token emitted so far and its last 
 2. evaluate [last committed, d1..dk] in ONE target batch with logits for every position;
 3. temperature 0: accept the longest prefix of d equal to the target's argmax, then add the target's own next
    token — so the output is token-for-token what target-only greedy decoding gives;
-   temperature > 0: speculative sampling (``sampling.accept_draft_token`` / ``residual``), exact in distribution;
+   temperature > 0: the request's sampler (``sampling.verify_sampled``): Gumbel-max coupling (the output is the
+   target's own seeded choice whatever was drafted) or speculative sampling's accept/residual rule; both exact in
+   distribution, both drawing from noise keyed by (seed, position), so no draw depends on earlier steps;
 4. roll the target's KV cache back to exactly the committed tokens (the drafter re-syncs itself next step).
 
 Invariant: ``self.cached`` lists exactly the tokens in the target's KV cache, in position order.
@@ -24,26 +26,31 @@ import numpy as np
 
 from outrider.engine.autodraft import AutoDraftLength
 from outrider.engine.chain_draft import ChainDraft
-from outrider.engine.drafters import EMPTY_DRAFT, Draft, DraftSource, common_prefix_length
+from outrider.engine.drafters import (
+    EMPTY_DRAFT,
+    Draft,
+    DraftSource,
+    ModelDraft,
+    PromptLookupDraft,
+    common_prefix_length,
+)
 from outrider.engine.errors import ContextOverflowError, DecodeError
 from outrider.engine.events import TARGET, DoneEvent, StepEvent
+from outrider.engine.grammar import GrammarMask, cut_draft, verify_draft
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter
 from outrider.engine.params import DraftParams, SamplingParams
-from outrider.engine.sampling import (
-    accept_draft_token,
-    distribution,
-    greedy_token,
-    residual,
-    sample,
-)
+from outrider.engine.sampling import SparseDist, distribution, greedy_token, rank_mass, resolve_seed, verify_sampled
 from outrider.engine.stats import GenerationStats, PlainRateMeter
 
 STOP_EOG = "stop"  # end-of-generation token or a stop string
 STOP_LENGTH = "length"  # max tokens reached or the context is full
 STOP_CANCELLED = "cancelled"
 
-PLAIN_PROBE_EVERY = 32  # steps: the longest run without a plain-decoding measurement (~1-2% of the gain)
+PLAIN_PROBE_EVERY = 32  # steps: the longest run without a plain-decoding measurement once the early probes ran
+TokenScore = tuple[float, float, float, float, float, float]
+"""``SpeculativeDecoder.score``'s row: mass ranked before x, p(x), top p, then q(x), E_p[q], Var_p[q] (Var -1: none)."""
+
 CATCH_UP_TOKENS = 2  # what a draft model evaluates to catch up after a speculative step (last accepted + new)
 
 
@@ -58,6 +65,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks only: keep going through end-of-generation tokens
     plain_probe_every: int = PLAIN_PROBE_EVERY  # 0: never force a plain step (no in-reply speed-up then)
+    grammar: GrammarMask | None = None  # structured output: its state follows the emitted tokens (engine/grammar.py)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -128,7 +136,8 @@ class SpeculativeDecoder:
             raise ValueError("the prompt is empty")
         if len(prompt) >= n_ctx:
             raise ContextOverflowError(len(prompt), n_ctx)
-        stats = GenerationStats(prompt_tokens=len(prompt), draft_mode=self.drafter.kind)
+        stats = GenerationStats(prompt_tokens=len(prompt), draft_mode=self.drafter.kind,
+                                threads=self.context.n_threads)
         try:
             stats.prompt_tokens_reused = self._prefill(prompt)
             self.drafter.prefill(prompt)
@@ -163,11 +172,17 @@ class SpeculativeDecoder:
         probe_every = request.plain_probe_every if self.drafter.kind != "none" else 0
         # A draft of k tokens is verified in one batch of k + 1: more than n_batch would split the pass.
         k_cap = max(0, self.context.n_batch - 1)
-        rng = np.random.default_rng(request.sampling.seed)
+        # One concrete seed per reply: the draft and the target draw from the same keyed noise (an unseeded
+        # reply gets a fresh one). ``rng`` is only for drafters with randomness of their own (exact either way).
+        sampling = resolve_seed(request.sampling)
+        rng = np.random.default_rng(sampling.seed)
         detok = IncrementalDetokenizer()
         stops = StopStringFilter(request.stop)
         meter = PlainRateMeter(stats)
         committed = prompt
+        grammar = request.grammar
+        # a draft model samples from its grammar-masked distribution (others are cut: grammar.cut_draft)
+        masked_draft = {"grammar": grammar} if grammar is not None and isinstance(self.drafter, ModelDraft) else {}
         shadow_from = len(committed)  # first position the drafter has not been scored on
         texts: list[str] = []
         stop_reason: str | None = None
@@ -181,8 +196,8 @@ class SpeculativeDecoder:
                 stop_reason = STOP_LENGTH
                 break
             t0 = time.perf_counter()
-            # Plain decoding is measured in the reply itself: the first step, and one in every probe_every.
-            forced_plain = probe_every > 0 and (stats.passes == 0 or meter.steps_since_plain >= probe_every - 1)
+            # Plain decoding is measured in the reply itself: probes until the cost model has plain passes.
+            forced_plain = meter.wants_plain_probe(probe_every)
             chosen = 0 if forced_plain else policy.choose()
             remaining = request.max_tokens - stats.generated
             # Every emitted token needs a context position: k drafted + 1 target token must fit.
@@ -191,11 +206,15 @@ class SpeculativeDecoder:
                 k = 0
             draft = EMPTY_DRAFT
             drafting_s = 0.0  # the cost of drafting itself, without a draft model's catch-up (for auto k)
+            consulted = k > 0  # the drafter ran in this step: its time is charged to speculation
             if k > 0:
-                draft = self.drafter.propose(committed, k, request.sampling, rng, params.p_min, params.draft_min)
+                draft = self.drafter.propose(committed, k, sampling, rng, params.p_min, params.draft_min,
+                                             **masked_draft)
                 if len(draft.tokens) > k:
                     draft = dataclasses.replace(
                         draft, tokens=draft.tokens[:k], dists=draft.dists[:k] if draft.dists else None)
+                if grammar is not None:
+                    draft = cut_draft(draft, grammar, sampling)
                 if len(draft.tokens) < max(params.draft_min, 1):
                     draft = dataclasses.replace(draft, tokens=[], dists=None)
                 propose_s = time.perf_counter() - t0
@@ -204,6 +223,7 @@ class SpeculativeDecoder:
                 shadow_from = len(committed)
             elif self.auto_policy is not None and auto and (
                     len(committed) - shadow_from >= self.auto_policy.shadow_interval):
+                consulted = True
                 hits, trials = self.drafter.observe(committed, shadow_from)
                 shadow_from = len(committed)
                 policy.observe_shadow(hits, trials)
@@ -211,7 +231,11 @@ class SpeculativeDecoder:
             batch = [committed[-1], *draft.tokens]
             self.context.decode(batch, logits="all")
             self.cached.extend(batch)
-            n_accepted, new_token = self._verify(draft, request.sampling, rng)
+            if grammar is not None:
+                n_accepted, new_token = verify_draft(self.context.logits_row, draft, sampling, len(committed),
+                                                     grammar)
+            else:
+                n_accepted, new_token = self._verify(draft, sampling, len(committed))
             t2 = time.perf_counter()
             if chain is not None:
                 chain.settle(draft, n_accepted, batch=len(batch), verify_s=t2 - t1)
@@ -234,6 +258,8 @@ class SpeculativeDecoder:
                     ended_on_eog = True
                     break
                 committed.append(token)
+                if grammar is not None:
+                    grammar.accept(token)
                 tokens.append(token)
                 flags.append(i < n_accepted)
                 origins.append(sources[i] if i < n_accepted else TARGET)
@@ -266,9 +292,9 @@ class SpeculativeDecoder:
             policy.observe(batch=len(batch), verify_s=t2 - t1, drafted=n_drafted, accepted=n_accepted,
                            draft_s=drafting_s)
             now = time.perf_counter()
-            # A step that drafted nothing is a plain-decoding step once the drafter's time is taken out.
-            meter.add_step(pass_tokens=pass_tokens, step_s=now - t0,
-                           plain_s=(now - t1) if n_drafted == 0 else None)
+            # The target's part of the step (the drafter's time taken out) feeds the cost model of the speed-up.
+            meter.add_step(batch=len(batch), pass_tokens=pass_tokens, step_s=now - t0,
+                           target_s=now - (t1 if consulted else t0))
             if stats.ttft_s is None and tokens:
                 stats.ttft_s = now - t_request
             stats.decode_s = now - t_decode
@@ -280,10 +306,71 @@ class SpeculativeDecoder:
             texts.append(tail)
             yield StepEvent([], [], [tail], 0, stats)
         stats.decode_s = time.perf_counter() - t_decode
+        meter.finish()
         yield DoneEvent(stop_reason, stats, "".join(texts))
 
-    def _verify(self, draft: Draft, sampling: SamplingParams, rng: np.random.Generator) -> tuple[int, int]:
-        """Compare the draft with the target's logits (outputs 0..len(draft)); return (accepted, next token)."""
+    def score(self, prompt: Sequence[int], tokens: Sequence[int],
+              sampling: SamplingParams) -> list[TokenScore]:
+        """The target's own view of ``tokens`` continuing ``prompt``: for each token, (mass of the tokens ranked
+        before it, its probability, the likeliest token's probability) in the target's distribution at its
+        position, with ``sampling``'s filters and temperature (``sampling.rank_mass``; greedy: temperature 1),
+        then the drafter's direction: (q(x), E_p[q], Var_p[q]) where q is the draft's proposal distribution at the
+        position (a draft model's, or the point mass of prompt lookup's proposal), or (0, 0, -1) where it has none.
+
+        One plain evaluation of the sampled prefix, independent of how the tokens were generated: what
+        ``outrider verify`` compares every sampled token with. Leaves the cache holding ``prompt`` minus its last
+        token, as a generation would find it.
+        """
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if len(prompt) + len(tokens) > self.context.n_ctx:
+            raise ContextOverflowError(len(prompt) + len(tokens), self.context.n_ctx)
+        if sampling.greedy:
+            sampling = dataclasses.replace(sampling, temperature=1.0)
+        self._prefill(prompt)
+        sequence = [prompt[-1], *tokens[:-1]]
+        dists: list[SparseDist] = []
+        step = max(1, self.context.n_batch)
+        try:
+            for start in range(0, len(tokens), step):
+                chunk = sequence[start : start + step]
+                self.context.decode(chunk, logits="all")
+                self.cached.extend(chunk)
+                dists += [distribution(self.context.logits_row(i), sampling) for i in range(len(chunk))]
+        finally:
+            keep = len(prompt) - 1
+            self.context.truncate(keep)
+            del self.cached[keep:]
+        direction = self._draft_direction(prompt, tokens, dists, sampling)
+        return [(*rank_mass(p, int(t)), *d) for p, t, d in zip(dists, tokens, direction, strict=True)]
+
+    def _draft_direction(self, prompt: Sequence[int], tokens: Sequence[int], dists: Sequence[SparseDist],
+                         sampling: SamplingParams) -> list[tuple[float, float, float]]:
+        """(q(x), E_p[q], Var_p[q]) per position for ``score``; (0, 0, -1) where the drafter proposes nothing."""
+        none = (0.0, 0.0, -1.0)
+        drafter = self.drafter
+        if isinstance(drafter, PromptLookupDraft):
+            out = []
+            for p, token, guess in zip(dists, tokens, drafter.proposals(prompt, tokens), strict=True):
+                if guess is None:
+                    out.append(none)
+                else:
+                    pd = p.prob_of(guess)
+                    out.append((float(token == guess), pd, pd * (1.0 - pd)))
+            return out
+        qs = drafter.proposal_dists(prompt, tokens, sampling) if isinstance(drafter, ModelDraft) else None
+        if qs is None:
+            return [none] * len(tokens)
+        out = []
+        for p, q, token in zip(dists, qs, tokens, strict=True):
+            q_on_p = np.array([q.prob_of(int(t)) for t in p.ids])
+            mean = float(np.dot(p.probs, q_on_p))
+            out.append((q.prob_of(int(token)), mean, max(0.0, float(np.dot(p.probs, q_on_p**2)) - mean * mean)))
+        return out
+
+    def _verify(self, draft: Draft, sampling: SamplingParams, position: int) -> tuple[int, int]:
+        """Compare the draft (its first token at absolute ``position``) with the target's logits (outputs
+        0..len(draft)); return (accepted, next token)."""
         ctx = self.context
         if sampling.greedy:
             for i, token in enumerate(draft.tokens):
@@ -292,9 +379,5 @@ class SpeculativeDecoder:
                     return i, choice
             return len(draft.tokens), greedy_token(ctx.logits_row(len(draft.tokens)))
         assert draft.dists is not None or not draft.tokens
-        for i, token in enumerate(draft.tokens):
-            p = distribution(ctx.logits_row(i), sampling)
-            q = draft.dists[i]  # type: ignore[index]
-            if not accept_draft_token(token, p, q, rng):
-                return i, sample(residual(p, q), rng)
-        return len(draft.tokens), sample(distribution(ctx.logits_row(len(draft.tokens)), sampling), rng)
+        return verify_sampled(draft.tokens, lambda i: distribution(ctx.logits_row(i), sampling), draft.dists or [],
+                              sampling, position)

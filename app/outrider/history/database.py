@@ -70,17 +70,23 @@ def classify_error(exc: sqlite3.Error, db_path: Path) -> StoreError | None:
 class Database:
     """An open, locked history database, owned by one ``HistoryStore``.
 
-    Thread-safe: every read and write holds one re-entrant lock for its whole duration, so a multi-statement
-    read sees one snapshot and writes never interleave. After ``close`` every use raises ``StoreError``.
+    Thread-safe: every write holds one re-entrant lock for its whole duration, so writes never interleave; every
+    read holds the reader's lock, and a multi-statement read sees one snapshot. Reads go through a second,
+    read-only connection when one is given: in WAL mode a reader never waits for a writer, so the GUI thread's
+    reads (the conversation list, a chat being opened) never wait behind the store thread's fsync of a checkpoint.
+    They see what is committed (a write in progress is not). After ``close`` every use raises ``StoreError``.
 
     Attributes:
         db_path: the database file.
     """
 
-    def __init__(self, conn: sqlite3.Connection, lock: DirectoryLock, db_path: Path) -> None:
+    def __init__(self, conn: sqlite3.Connection, lock: DirectoryLock, db_path: Path,
+                 reader: sqlite3.Connection | None = None) -> None:
         self._conn: sqlite3.Connection | None = conn
+        self._reader: sqlite3.Connection | None = reader
         self._dir_lock = lock
         self._mutex = threading.RLock()
+        self._read_mutex = threading.RLock() if reader is not None else self._mutex
         self.db_path = db_path
 
     @property
@@ -92,9 +98,11 @@ class Database:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
-        """A consistent snapshot for multi-statement reads."""
-        with self._mutex:
-            conn = self.conn
+        """A consistent snapshot for multi-statement reads (of what is committed)."""
+        with self._read_mutex:
+            conn = self.conn if self._reader is None else self._reader
+            if self._conn is None:
+                raise StoreError("the history store is closed")
             conn.execute("BEGIN")
             try:
                 yield conn
@@ -116,8 +124,11 @@ class Database:
 
     def close(self) -> None:
         """Close the connection (checkpointing the WAL) and release the directory lock. Idempotent."""
-        with self._mutex:
+        with self._mutex, self._read_mutex:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
             if self._conn is not None:
-                self._conn.close()
+                self._conn.close()  # the last connection: checkpoints the WAL into the file
                 self._conn = None
             self._dir_lock.release()

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from outrider.fileio import atomic_write_text
 from outrider.history import exchange
-from outrider.history.connection import DB_FILENAME, OpenedDatabase, connection_settings, open_database
+from outrider.history.connection import DB_FILENAME, OpenedDatabase, connect, connection_settings, open_database
 from outrider.history.database import Database
 from outrider.history.errors import (
     ConversationNotFoundError,
@@ -64,6 +64,13 @@ from outrider.history.schema import MIGRATIONS, Migration, read_version
 DEFAULT_TITLE: Final = "New chat"
 
 
+def _reader(db_path: Path) -> sqlite3.Connection:
+    """The store's read-only second connection (``Database``: reads never wait behind a write's fsync)."""
+    conn = connect(db_path)
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
 class HistoryStore:
     """The one writer of a data directory's chat history.
 
@@ -81,7 +88,7 @@ class HistoryStore:
     """
 
     def __init__(self, opened: OpenedDatabase) -> None:
-        self._db = Database(opened.conn, opened.lock, opened.db_path)
+        self._db = Database(opened.conn, opened.lock, opened.db_path, _reader(opened.db_path))
         self.db_path = opened.db_path
         self.notice = opened.notice
         self.backup_path = opened.backup_path

@@ -34,8 +34,10 @@ from outrider.server.connections import ConnectionLimits
 from outrider.server.guard import AccessPolicy, RequestGuard
 from outrider.server.requests import ApiError, Defaults, chat_request, completion_request, parse_json
 from outrider.server.scheduler import EngineScheduler, Job, JobEvent, JobFailed, QueueFull, SchedulerClosed
+from outrider.server.tools import ToolChoice, read_calls
 from outrider.worker.errors import EngineCrashed, EngineNotRunning, EngineRequestError, WorkerError
 
+DRAIN_S = 1.5  # Ctrl-C: open replies get this long to finish before they end with an error event (uvicorn cuts at 2)
 DEFAULT_MAX_REQUEST_BYTES = 1 << 20  # 1 MiB of JSON: a long conversation fits, a runaway upload does not
 DISCONNECT_POLL_S = 0.25  # how often a waiting non-streaming request checks whether its client is still there
 SSE_PING_S = 15  # keep-alive comments while a stream waits between events
@@ -78,11 +80,20 @@ def create_app(scheduler: EngineScheduler, config: ServerConfig) -> FastAPI:
 
     app.add_middleware(RequestGuard, policy=config.access)
     app.add_api_route("/health", api.health, methods=["GET"])
-    app.add_api_route("/v1/models", api.models, methods=["GET"])
-    app.add_api_route("/v1/models/{model_id:path}", api.model, methods=["GET"])
-    app.add_api_route("/v1/chat/completions", api.chat_completions, methods=["POST"])
-    app.add_api_route("/v1/completions", api.completions, methods=["POST"])
+    for base in ("/v1", ""):  # a base URL without /v1 works too (as llama-server's)
+        app.add_api_route(f"{base}/models", api.models, methods=["GET"])
+        app.add_api_route(f"{base}/models/{{model_id:path}}", api.model, methods=["GET"])
+        app.add_api_route(f"{base}/chat/completions", api.chat_completions, methods=["POST"])
+        app.add_api_route(f"{base}/completions", api.completions, methods=["POST"])
+    app.state.outrider_drain = api.drain  # runner.py calls it when the server stops
     return app
+
+
+class ServerStopping(Exception):
+    """The final event of a reply still running when the server stopped (after ``DRAIN_S``)."""
+
+    def __init__(self) -> None:
+        super().__init__("the server is shutting down; the reply was cut short")
 
 
 def engine_error(error: BaseException, input_param: str | None = None) -> ApiError:
@@ -92,9 +103,15 @@ def engine_error(error: BaseException, input_param: str | None = None) -> ApiErr
     ``prompt`` for a completion: ``ParsedRequest.input_param``); it becomes the error's ``param``."""
     if isinstance(error, ApiError):
         return error
+    if isinstance(error, ServerStopping):
+        return ApiError(503, str(error), type_="server_error", code="shutting_down")
     if isinstance(error, EngineRequestError):
-        if error.kind in (ErrorKind.CONTEXT_OVERFLOW, ErrorKind.INPUT_TOO_LONG, ErrorKind.BAD_REQUEST,
-                          ErrorKind.TEMPLATE):
+        if error.kind in (ErrorKind.CONTEXT_OVERFLOW, ErrorKind.INPUT_TOO_LONG):
+            return ApiError(400, context_message(error, input_param), param=input_param,
+                            code="context_length_exceeded")
+        if error.kind is ErrorKind.BAD_REQUEST and error.details.get("grammar"):
+            return ApiError(400, error.message, param="response_format", code="invalid_value")
+        if error.kind in (ErrorKind.BAD_REQUEST, ErrorKind.TEMPLATE):
             return ApiError(400, error.message, param=input_param, code=error.kind.value)
         return ApiError(500, error.message, type_="server_error", code=error.kind.value)
     if isinstance(error, EngineNotRunning):
@@ -104,6 +121,22 @@ def engine_error(error: BaseException, input_param: str | None = None) -> ApiErr
     if isinstance(error, WorkerError):
         return ApiError(503, str(error), type_="server_error", code="engine_unavailable")
     return ApiError(503, str(error) or type(error).__name__, type_="server_error", code="engine_unavailable")
+
+
+def context_message(error: EngineRequestError, input_param: str | None) -> str:
+    """OpenAI's wording of a context overflow (clients such as litellm match it), with the numbers."""
+    details = error.details
+    n_ctx = details.get("n_ctx")
+    what = "prompt" if input_param == "prompt" else "messages"
+    if error.kind is ErrorKind.INPUT_TOO_LONG:
+        size = f"{details.get('n_chars', '?'):,} characters, more than that many tokens can hold"
+    else:
+        reserved = details.get("reserved") or 0
+        room = f" plus {reserved} kept for the reply" if reserved else ""
+        size = f"{details.get('n_tokens', '?')} tokens{room}"
+    trim = "" if what == "prompt" else " (or send \"trim_history\": true to drop the oldest turns)"
+    return (f"This model's maximum context length is {n_ctx} tokens. However, your {what} resulted in {size}. "
+            f"Please reduce the length of the {what}{trim}.")
 
 
 class _Wake(enum.Enum):
@@ -173,6 +206,19 @@ class _Api:
     def __init__(self, scheduler: EngineScheduler, config: ServerConfig) -> None:
         self.scheduler = scheduler
         self.config = config
+        self._open: set[tuple[_Reply, Job]] = set()  # replies in flight (whole or streamed), for ``drain``
+
+    async def drain(self, seconds: float = DRAIN_S) -> None:
+        """The server is stopping: replies in flight get ``seconds`` to finish; each still running then is
+        cancelled and ends with an error event and ``[DONE]`` (a stream) or a 503 ``shutting_down`` (a whole
+        answer), so no client is left with a cut connection and no word why."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while self._open and loop.time() < end:
+            await asyncio.sleep(0.05)
+        for reply, job in list(self._open):
+            job.cancel()
+            reply.deliver(JobFailed(ServerStopping()))
 
     # -- routes -----------------------------------------------------------------------------------------------
     async def health(self) -> JSONResponse:
@@ -257,22 +303,33 @@ class _Api:
         except SchedulerClosed as exc:
             raise ApiError(503, str(exc), type_="server_error", code="shutting_down") from None
         shape = responses.ReplyShape(name, chat=chat)
+        entry = (reply, job)
+        self._open.add(entry)
         try:
             first = await self._take_or_disconnect(request, reply, job)
         except BaseException:
             job.cancel()
+            self._open.discard(entry)
             raise
+        if not parsed.stream or first is None or isinstance(first[0], JobFailed):
+            self._open.discard(entry)
         if first is None:  # the client left while its request waited or ran
             return Response(status_code=499)
         if isinstance(first[0], JobFailed):
             raise engine_error(first[0].error, parsed.input_param)
         if parsed.stream:
             return EventSourceResponse(self._stream(first, reply, job, shape, include_usage=parsed.include_usage,
-                                                    input_param=parsed.input_param),
+                                                    input_param=parsed.input_param, entry=entry,
+                                                    tools=parsed.tools),
                                        ping=SSE_PING_S, sep="\n")
         done = first[-1]  # a whole answer receives its final event only
+        if isinstance(done, JobFailed):
+            raise engine_error(done.error, parsed.input_param)
         if not isinstance(done, DoneEvent):
             raise ApiError(500, "the reply ended without a result", type_="server_error", code="internal_error")
+        if parsed.tools is not None:
+            content, calls = read_calls(done.text, parsed.tools)
+            return JSONResponse(shape.completion(content, done.stop_reason, done.stats, calls))
         return JSONResponse(shape.completion(done.text, done.stop_reason, done.stats))
 
     async def _take_or_disconnect(self, request: Request, reply: _Reply, job: Job) -> list[JobEvent] | None:
@@ -286,7 +343,8 @@ class _Api:
                     return None
 
     async def _stream(self, first: list[JobEvent], reply: _Reply, job: Job, shape: responses.ReplyShape, *,
-                      include_usage: bool, input_param: str) -> AsyncIterator[bytes]:
+                      include_usage: bool, input_param: str, entry: tuple[_Reply, Job],
+                      tools: ToolChoice | None = None) -> AsyncIterator[bytes]:
         """SSE ``data:`` events: chunks, a last chunk with ``finish_reason`` and ``timings``, then ``[DONE]``.
 
         Steps that arrived together, or within ``stream_interval_s`` of the previous write, go out as one chunk (the
@@ -300,15 +358,23 @@ class _Api:
             sent_at = -math.inf
             while True:
                 text = "".join(e.text for e in events if isinstance(e, StepBatch))
-                if text:
+                if text and tools is None:  # with tools the reply is held until it is known to be text or calls
                     out += shape.text_event(text)
                     sent_at = loop.time()  # paced from the last text sent (the opening alone does not count)
                 final = next((e for e in events if not isinstance(e, StepBatch)), None)
                 if isinstance(final, DoneEvent):
-                    yield out + shape.closing(final.stop_reason, final.stats, include_usage=include_usage)
+                    stop_reason = final.stop_reason
+                    if tools is not None:
+                        content, calls = read_calls(final.text, tools)
+                        out += shape.tool_call_events(calls) if calls else b""
+                        out += shape.text_event(content) if content else b""
+                        stop_reason = "tool_calls" if calls else stop_reason
+                    yield out + shape.closing(stop_reason, final.stats, include_usage=include_usage)
                     return
                 if isinstance(final, JobFailed):  # mid-reply: the status line is sent, so the error is an event
-                    yield out + responses.sse(engine_error(final.error, input_param).body())
+                    error = responses.sse(engine_error(final.error, input_param).body())
+                    # a stopping server still ends the stream properly; an engine failure leaves it unfinished
+                    yield out + error + (responses.DONE_EVENT if isinstance(final.error, ServerStopping) else b"")
                     return
                 if out:
                     yield out
@@ -316,5 +382,6 @@ class _Api:
                 # text went out just now: the next steps join the next chunk (the end comes at once)
                 events = await reply.take(not_before=sent_at + self.config.stream_interval_s)
         finally:
+            self._open.discard(entry)
             if job.result is None:  # left before the end (set before the final event is delivered)
                 job.cancel()

@@ -1,6 +1,7 @@
 """OpenAI request bodies → the engine's ``TextRequest``, with a precise ``ApiError`` for every bad field.
 
-Only JSON the OpenAI API defines (plus llama-server's ``top_k`` and ``min_p``) is understood. A field Outrider
+Only JSON the OpenAI API defines (plus llama-server's ``top_k`` and ``min_p``, and Outrider's ``trim_history``:
+a chat too long for the context loses its oldest turns instead of being refused) is understood. A field Outrider
 cannot honour (``n`` > 1, ``logprobs``, ``tools``, penalties …) is refused by name rather than silently ignored;
 fields that change nothing here (``user``, ``metadata``, ``store``…) are accepted. Ranges follow the OpenAI
 reference: ``temperature`` 0–2, ``top_p`` (0, 1], at most ``MAX_STOP`` stop strings.
@@ -12,9 +13,10 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
+from outrider.engine.params import SAMPLERS, ChatMessage, DraftParams, GrammarSpec, Sampler, SamplingParams, TextRequest
+from outrider.server.tools import ToolChoice, ToolError, tool_choice
 
 MAX_STOP = 4  # OpenAI's limit on stop strings
 MAX_STOP_CHARS = 256
@@ -63,6 +65,7 @@ class ParsedRequest:
     stream: bool
     include_usage: bool  # stream_options.include_usage: a last chunk with ``usage`` and no choices
     model: str | None
+    tools: ToolChoice | None = None  # the tools the reply may call (tools.py)
 
     @property
     def input_param(self) -> str:
@@ -74,17 +77,23 @@ class ParsedRequest:
 _HARMLESS = frozenset({"model", "user", "metadata", "store", "service_tier", "parallel_tool_calls",
                        "prediction", "modalities", "reasoning_effort", "suffix"})
 _NOT_SUPPORTED = {
-    "tools": "tool calls are not supported", "functions": "function calls are not supported",
-    "tool_choice": "tool calls are not supported", "function_call": "function calls are not supported",
+    "functions": "the legacy functions field is not supported (use tools)",
+    "function_call": "the legacy function_call field is not supported (use tool_choice)",
     "logit_bias": "logit_bias is not supported", "audio": "audio output is not supported",
     "web_search_options": "web search is not supported", "best_of": "best_of is not supported",
 }
-_CHAT_FIELDS = frozenset({"messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
-                          "min_p", "stop", "seed", "stream", "stream_options", "n", "logprobs", "top_logprobs",
+_CHAT_FIELDS = frozenset({"trim_history",  # Outrider's extension: drop the oldest turns rather than refuse
+                          "tools", "tool_choice", "messages", "max_tokens", "max_completion_tokens",
+                          "temperature", "top_p", "top_k", "min_p", "stop", "seed", "stream", "stream_options",
+                          "n", "logprobs", "top_logprobs",
                           "presence_penalty", "frequency_penalty", "response_format"})
 _COMPLETION_FIELDS = frozenset({"prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed",
                                 "stream", "stream_options", "n", "logprobs", "echo", "presence_penalty",
                                 "frequency_penalty"})
+
+
+# Outrider's own request fields, on both endpoints: ``sampler`` (coupled | rejection, see SamplingParams).
+_EXTENSIONS = frozenset({"sampler"})
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
@@ -98,6 +107,8 @@ def parse_json(body: bytes) -> dict[str, Any]:
                   code="invalid_json") from None
     except RecursionError:
         raise bad("the request body nests too deeply", code="invalid_json") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits (Python's conversion limit)
+        raise bad(f"the request body holds a number Outrider does not read: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise bad(f"the request body must be a JSON object, got {type(data).__name__}", code="invalid_json")
     return data
@@ -109,11 +120,44 @@ def chat_request(data: Mapping[str, Any], defaults: Defaults) -> ParsedRequest:
     messages = _messages(data.get("messages"))
     limit = data.get("max_completion_tokens", data.get("max_tokens"))
     param = "max_completion_tokens" if "max_completion_tokens" in data else "max_tokens"
-    fmt = data.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise bad("response_format other than {\"type\": \"text\"} is not supported", "response_format",
-                  "unsupported_value")
-    return _parsed(data, defaults, messages=messages, prompt=None, max_tokens=limit, max_param=param)
+    grammar = _response_format(data.get("response_format"))
+    try:
+        tools = tool_choice(data)
+    except ToolError as exc:
+        raise bad(str(exc), exc.param, exc.code) from None
+    if tools is not None and tools.grammar is not None:
+        if grammar is not None:
+            raise bad("a forced tool call and a response_format cannot both shape the reply", "response_format")
+        grammar = tools.grammar
+    parsed = _parsed(data, defaults, messages=messages, prompt=None, max_tokens=limit, max_param=param,
+                     grammar=grammar, tools=tools.tools_json if tools is not None else None)
+    return dataclasses.replace(parsed, tools=tools)
+
+
+def _response_format(fmt: Any) -> GrammarSpec | None:
+    """``response_format``: ``text`` (none), ``json_object`` (any JSON object) or ``json_schema`` (its ``schema``,
+    strict or not: the grammar enforces it either way) — decoded through a llama.cpp grammar (engine/grammar.py)."""
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
+        raise bad("response_format must be an object with a type", "response_format", "invalid_type")
+    kind = fmt["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return GrammarSpec("json")
+    if kind != "json_schema":
+        raise bad(f"response_format.type must be text, json_object or json_schema, got {kind!r}",
+                  "response_format.type", "unsupported_value")
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict):
+        raise bad("response_format.json_schema must be an object with a schema", "response_format.json_schema",
+                  "missing_required_parameter" if spec is None else "invalid_type")
+    schema = spec.get("schema", {})
+    if not isinstance(schema, dict | bool):
+        raise bad("response_format.json_schema.schema must be a JSON schema (an object)",
+                  "response_format.json_schema.schema", "invalid_type")
+    return GrammarSpec("json_schema", json.dumps(schema))
 
 
 def completion_request(data: Mapping[str, Any], defaults: Defaults) -> ParsedRequest:
@@ -125,6 +169,8 @@ def completion_request(data: Mapping[str, Any], defaults: Defaults) -> ParsedReq
     if not isinstance(prompt, str):
         raise bad("prompt must be a string (or a list of exactly one string)", "prompt",
                   "missing_required_parameter" if prompt is None else "invalid_type")
+    if not prompt:
+        raise bad("prompt must not be empty (there is nothing to continue)", "prompt")
     if data.get("echo"):
         raise bad("echo is not supported", "echo", "unsupported_parameter")
     return _parsed(data, defaults, messages=None, prompt=prompt, max_tokens=data.get("max_tokens"),
@@ -135,10 +181,10 @@ def _check_fields(data: Mapping[str, Any], known: frozenset[str]) -> None:
     for name, value in data.items():
         if name in _NOT_SUPPORTED and value not in (None, [], {}, "none", "auto"):
             raise bad(_NOT_SUPPORTED[name], name, "unsupported_parameter")
-        if name not in known and name not in _HARMLESS and name not in _NOT_SUPPORTED:
+        if name not in known and name not in _HARMLESS and name not in _NOT_SUPPORTED and name not in _EXTENSIONS:
             raise bad(f"unknown field {name!r}", name, "unknown_parameter")
-    n = data.get("n", 1)
-    if n != 1 or isinstance(n, bool):
+    n = data.get("n")
+    if n is not None and (n != 1 or isinstance(n, bool)):
         raise bad("only n = 1 is supported (one choice per request)", "n", "unsupported_value")
     if data.get("logprobs") not in (None, False, 0) or data.get("top_logprobs") not in (None, 0):
         raise bad("logprobs are not supported", "logprobs", "unsupported_parameter")
@@ -168,11 +214,26 @@ def _message(value: Any, where: str) -> ChatMessage:
     role = value.get("role")
     if role == "developer":
         role = "system"  # OpenAI's newer name for the system message
-    if role in ("tool", "function"):
-        raise bad(f"{where}.role {role!r}: tool messages are not supported", f"{where}.role",
-                  "unsupported_value")
-    if role not in ("system", "user", "assistant"):
-        raise bad(f"{where}.role must be system, developer, user or assistant, got {role!r}", f"{where}.role")
+    if role == "function":
+        raise bad(f"{where}.role 'function' is the legacy form: send role 'tool' with tool_call_id",
+                  f"{where}.role", "unsupported_value")
+    if role not in ("system", "user", "assistant", "tool"):
+        raise bad(f"{where}.role must be system, developer, user, assistant or tool, got {role!r}", f"{where}.role")
+    if role == "tool":
+        call_id = value.get("tool_call_id")
+        if not isinstance(call_id, str):
+            raise bad(f"{where}.tool_call_id is required for a tool message", f"{where}.tool_call_id",
+                      "missing_required_parameter")
+        return ChatMessage("tool", _content(value.get("content"), f"{where}.content"), tool_call_id=call_id)
+    calls = value.get("tool_calls") if role == "assistant" else None
+    if calls:
+        if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
+                                                  for c in calls):
+            raise bad(f"{where}.tool_calls must be an array of {{\"id\", \"type\": \"function\", \"function\"}}",
+                      f"{where}.tool_calls", "invalid_type")
+        content = value.get("content")
+        text = "" if content is None else _content(content, f"{where}.content")
+        return ChatMessage("assistant", text, tool_calls=json.dumps(calls))
     return ChatMessage(role, _content(value.get("content"), f"{where}.content"))
 
 
@@ -232,8 +293,19 @@ def _stops(value: Any) -> tuple[str, ...]:
     return tuple(stops)
 
 
+def _sampler(value: Any, default: Sampler) -> Sampler:
+    """The extension field ``sampler`` (``coupled`` or ``rejection``, see SamplingParams); absent or null: the
+    server's default."""
+    if value is None:
+        return default
+    if value not in SAMPLERS:
+        raise bad(f"sampler must be one of {', '.join(SAMPLERS)}, got {value!r}", "sampler")
+    return cast(Sampler, value)
+
+
 def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[ChatMessage, ...] | None,
-            prompt: str | None, max_tokens: Any, max_param: str) -> ParsedRequest:
+            prompt: str | None, max_tokens: Any, max_param: str, grammar: GrammarSpec | None = None,
+            tools: str | None = None) -> ParsedRequest:
     limit = defaults.max_tokens_limit
     if max_tokens is None:
         n_max = limit
@@ -244,9 +316,10 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
     base = defaults.sampling
     temperature = _ranged(data, "temperature", base.temperature, _number, lambda v: 0 <= v <= 2, "between 0 and 2")
     top_p = _ranged(data, "top_p", base.top_p, _number, lambda v: 0 < v <= 1, "in (0, 1]")
-    top_k = _ranged(data, "top_k", base.top_k, _integer, lambda v: v >= 0, ">= 0")
+    top_k = _ranged(data, "top_k", base.top_k, _integer, lambda v: 0 <= v < 1 << 31, "between 0 and 2^31 - 1")
     min_p = _ranged(data, "min_p", base.min_p, _number, lambda v: 0 <= v <= 1, "in [0, 1]")
-    seed = _ranged(data, "seed", base.seed, _integer, lambda v: v >= 0, ">= 0")
+    seed = _ranged(data, "seed", base.seed, _integer, lambda v: 0 <= v < 1 << 63, "between 0 and 2^63 - 1")
+    sampler = _sampler(data.get("sampler"), base.sampler)
     stream = data.get("stream", False)
     if stream is None:
         stream = False
@@ -259,7 +332,11 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         raise bad("model must be a string", "model", "invalid_type")
+    trim = data.get("trim_history", False)
+    if not isinstance(trim, bool | None):
+        raise bad("trim_history must be true or false", "trim_history", "invalid_type")
     text = TextRequest(prompt=prompt, messages=messages, max_tokens=n_max,
-                       sampling=SamplingParams(temperature, top_k, top_p, min_p, seed), draft=defaults.draft,
-                       stop=_stops(data.get("stop")))
+                       sampling=SamplingParams(temperature, top_k, top_p, min_p, seed, sampler), draft=defaults.draft,
+                       stop=_stops(data.get("stop")), trim=bool(trim), grammar=grammar,
+                       tools=tools)
     return ParsedRequest(text, stream, include_usage and stream, model)

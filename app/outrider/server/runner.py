@@ -96,11 +96,30 @@ def _config(app: Any, limits: ConnectionLimits) -> uvicorn.Config:
                           timeout_keep_alive=max(1, round(limits.keep_alive_s)))
 
 
-def serve_forever(app: Any, sock: socket.socket, limits: ConnectionLimits = ConnectionLimits()) -> None:
-    """Serve in this thread until SIGINT/SIGTERM (uvicorn's handlers; it re-raises the signal after stopping)."""
+def _server(app: Any, limits: ConnectionLimits) -> uvicorn.Server:
+    """A uvicorn server that, when stopping, lets the app end its open replies properly (``drain``)."""
+    import asyncio
+
     import uvicorn
 
-    server = uvicorn.Server(_config(app, limits))
+    class _DrainingServer(uvicorn.Server):
+        async def _wait_tasks_to_complete(self) -> None:
+            # uvicorn's graceful wait (cut after GRACEFUL_SHUTDOWN_S): the app's drain runs alongside it, ending
+            # the replies still open with an error event and [DONE] just before the cut.
+            drain = getattr(getattr(app, "state", None), "outrider_drain", None)
+            task = asyncio.ensure_future(drain()) if drain is not None else None
+            try:
+                await super()._wait_tasks_to_complete()
+            finally:
+                if task is not None and not task.done():
+                    task.cancel()
+
+    return _DrainingServer(_config(app, limits))
+
+
+def serve_forever(app: Any, sock: socket.socket, limits: ConnectionLimits = ConnectionLimits()) -> None:
+    """Serve in this thread until SIGINT/SIGTERM (uvicorn's handlers; it re-raises the signal after stopping)."""
+    server = _server(app, limits)
     try:
         server.run(sockets=[sock])
     finally:
@@ -121,9 +140,7 @@ class ServerThread:
         self._sock = bind(host, port)
         self.url = url_of(self._sock)
         self.port: int = self._sock.getsockname()[1]
-        import uvicorn
-
-        self._server = uvicorn.Server(_config(app, limits))
+        self._server = _server(app, limits)
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 

@@ -10,8 +10,9 @@ Invariants:
     * at most one job runs at a time; jobs start in submission order;
     * every job that was accepted gets exactly one final event: its ``DoneEvent`` (stop / length / cancelled) or a
       ``JobFailed`` — a cancelled job that never ran gets ``DoneEvent("cancelled")`` with empty statistics;
-    * ``Job.cancel()`` returns at once: a queued job is skipped, a running one is cancelled within one engine step
-      (``Generation.cancel``, which targets that reply only).
+    * ``Job.cancel()`` returns at once: a queued job leaves the queue there and then (its ``--max-queued`` slot is
+      free for the next request, its final event delivered on the cancelling thread), a running one is cancelled
+      within one engine step (``Generation.cancel``, which targets that reply only).
 
 Qt-free and asyncio-free: callbacks run on the scheduler's thread (the server hops them onto its event loop).
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -90,6 +92,7 @@ class Job:
         self._lock = threading.Lock()
         self._cancelled = False
         self._generation: GenerationLike | None = None
+        self._withdraw: Callable[[Job], None] | None = None  # the scheduler's: takes a queued job out of its queue
         self.state = JobState.QUEUED
         self.result: DoneEvent | JobFailed | None = None
         self.finished = threading.Event()
@@ -100,12 +103,16 @@ class Job:
         return self._cancelled
 
     def cancel(self) -> None:
-        """Stop this job: skipped if still queued, cancelled within one engine step if running. Never waits."""
+        """Stop this job: out of the queue at once if still queued, cancelled within one engine step if running.
+        Never waits."""
         with self._lock:
             self._cancelled = True
             generation = self._generation
+            withdraw = self._withdraw
         if generation is not None:
             generation.cancel()
+        elif withdraw is not None:
+            withdraw(self)
 
     def _attach(self, generation: GenerationLike) -> bool:
         """Note the running reply; False (and it is cancelled) when the job was cancelled meanwhile."""
@@ -172,6 +179,7 @@ class EngineScheduler:
                 raise QueueFull(self.max_queued)
             self._submitted += 1
             job = Job(request, deliver, self._submitted)
+            job._withdraw = self._withdraw
             self._queue.append(job)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="outrider-server-scheduler", daemon=True)
@@ -194,6 +202,32 @@ class EngineScheduler:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
+    def _withdraw(self, job: Job) -> None:
+        """A queued job was cancelled: out of the queue now, finished with ``DoneEvent("cancelled")`` here (a job
+        the scheduler's thread has already taken is left to it)."""
+        with self._cond:
+            try:
+                self._queue.remove(job)
+            except ValueError:
+                return
+        self._finish(job, lambda: job._emit(DoneEvent("cancelled", GenerationStats(), "")))
+
+    def _finish(self, job: Job, run: Callable[[], None]) -> None:
+        """``run`` (which delivers the job's final event), then the bookkeeping every finished job gets."""
+        try:
+            run()
+        except Exception:  # a deliver callback that raised: its job still ends, the queue goes on
+            pass
+        finally:
+            with self._cond:
+                if self._running is job:
+                    self._running = None
+                self.completed += 1
+            job.state = JobState.FINISHED
+            job.finished.set()
+            if self._on_finished is not None:
+                self._on_finished(job)
+
     # -- the scheduler thread ---------------------------------------------------------------------------------
     def _next_job(self) -> Job | None:
         with self._cond:
@@ -207,18 +241,7 @@ class EngineScheduler:
 
     def _loop(self) -> None:
         while (job := self._next_job()) is not None:
-            try:
-                self._run(job)
-            except Exception:  # a deliver callback that raised: its job still ends, the queue goes on
-                pass
-            finally:
-                with self._cond:
-                    self._running = None
-                    self.completed += 1
-                job.state = JobState.FINISHED
-                job.finished.set()
-                if self._on_finished is not None:
-                    self._on_finished(job)
+            self._finish(job, functools.partial(self._run, job))
 
     def _run(self, job: Job) -> None:
         if job.cancelled:

@@ -31,12 +31,23 @@ class ThemeColours:
     chart_tps: str
     chart_accept: str
     warning: str
+    # Accepted draft tokens by drafter (``draft_bg`` is the draft model's and an unnamed drafter's): hues apart
+    # from the green and the orange, light enough (dark enough in the dark theme) for the text colour on them.
+    lookup_bg: str = "#cfe2ff"  # prompt lookup
+    history_bg: str = "#e6d8f5"  # history lookup
+    mtp_bg: str = "#c8ece6"  # MTP heads
+
+    def provenance_bg(self, kind: str) -> str:
+        """The background of a token of this provenance (``engine.events.PROVENANCE``)."""
+        return {"target": self.target_bg, "lookup": self.lookup_bg, "history": self.history_bg,
+                "mtp": self.mtp_bg}.get(kind, self.draft_bg)
 
 
 LIGHT = ThemeColours("light", "#1f1f1f", "#5f6368", "#ffffff", "#c6efce", "#fde9c8", "#f3f4f6", "#1a56c4",
                      "friendly", "#1a73e8", "#188038", "#b06000")
 DARK = ThemeColours("dark", "#e3e3e3", "#9aa0a6", "#1e1f22", "#1f5130", "#5a4317", "#2b2d31", "#8ab4f8",
-                    "monokai", "#8ab4f8", "#81c995", "#fdd663")
+                    "monokai", "#8ab4f8", "#81c995", "#fdd663", lookup_bg="#1c3a63", history_bg="#45305e",
+                    mtp_bg="#17464a")
 THEMES = {"light": LIGHT, "dark": DARK}
 
 
@@ -72,7 +83,26 @@ def _palette(c: ThemeColours) -> QPalette:
     # Selections: white on a mid blue in both themes (reads whichever text colour a style picks).
     pal.setColor(QPalette.ColorRole.Highlight, QColor("#35558f" if c.name == "dark" else "#1a56c4"))
     pal.setColor(QPalette.ColorRole.HighlightedText, QColor("#ffffff"))
+    _disabled(pal, c, window)
     return pal
+
+
+def _disabled(pal: QPalette, c: ThemeColours, window: QColor) -> None:
+    """What cannot be used looks it: dimmed text, fields flat with the window, a grey selection.
+
+    ``setColor(role, colour)`` above sets every colour group, the disabled one too, so a disabled menu item,
+    button or field looked exactly like an enabled one; the disabled group is set here after it, as the
+    platform's own palettes do (text at about half the contrast, no accent)."""
+    disabled = QPalette.ColorGroup.Disabled
+    dim = QColor("#6f7278" if c.name == "dark" else "#a2a5ab")
+    for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText,
+                 QPalette.ColorRole.PlaceholderText):
+        pal.setColor(disabled, role, dim)
+    pal.setColor(disabled, QPalette.ColorRole.Base, window)
+    pal.setColor(disabled, QPalette.ColorRole.Button, window)
+    pal.setColor(disabled, QPalette.ColorRole.Link, dim)
+    pal.setColor(disabled, QPalette.ColorRole.Highlight, QColor("#4a4c52" if c.name == "dark" else "#c4c7cc"))
+    pal.setColor(disabled, QPalette.ColorRole.HighlightedText, QColor(c.text))
 
 
 def apply_theme(app: QApplication, name: str) -> ThemeColours:

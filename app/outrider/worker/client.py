@@ -25,7 +25,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -474,6 +474,14 @@ class EngineClient:
             return
         self._simple("unloading", {"type": "unload"}, timeout)
         self.loaded = None
+
+    def score(self, request: Any, tokens: Sequence[int], *,
+              timeout: float | None = 120.0) -> list[tuple[float, ...]]:
+        """The target's (mass ranked before, probability, top probability) of each of ``tokens`` continuing
+        ``request``'s prompt (``Engine.score``): what ``outrider verify`` tests sampled tokens against."""
+        value = self._simple("scoring", {"type": "score", "request": request_to_wire(request),
+                                         "tokens": [int(t) for t in tokens]}, timeout)
+        return [tuple(float(x) for x in row) for row in value]
 
     def bench(self, n_tokens: int, tokens_per_step: int = 1) -> Generation:
         """Synthetic steps at full speed, to measure the protocol alone."""

@@ -178,6 +178,31 @@ def test_own_lookup_pair_and_not_a_gguf(qtbot: QtBot, open_picker: PickerFactory
     assert not dlg.own_use_button.isEnabled()
 
 
+@pytest.mark.parametrize("problem", ["missing", "not a GGUF"])
+def test_a_bad_draft_is_blamed_on_the_draft(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
+                                            tiny_family: Family, tmp_path: Path, problem: str) -> None:
+    """Before: "Not a usable GGUF — <the target's name>: file not found: …/nonexistent.gguf"."""
+    draft = tmp_path / "nonexistent.gguf"
+    if problem == "not a GGUF":
+        draft.write_text("<html>a download error page</html>")
+    dlg = open_picker(make_service())
+    with qtbot.waitSignal(dlg.own_pair_checked, timeout=5000) as blocker:
+        dlg.set_own_pair(tiny_family.target, draft)
+    text = blocker.args[0]
+    assert isinstance(text, str) and text in dlg.own_result.text()
+    assert text.startswith("The draft is not a usable GGUF — nonexistent.gguf: ")
+    assert tiny_family.target.name not in text
+    assert not dlg.own_use_button.isEnabled()
+
+
+def test_a_bad_target_is_blamed_on_the_target(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
+                                              tiny_family: Family, tmp_path: Path) -> None:
+    dlg = open_picker(make_service())
+    with qtbot.waitSignal(dlg.own_pair_checked, timeout=5000) as blocker:
+        dlg.set_own_pair(tmp_path / "gone.gguf", tiny_family.draft)
+    assert blocker.args[0].startswith("The target is not a usable GGUF — gone.gguf: ")
+
+
 def test_browse_buttons_use_file_dialog(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
                                         tiny_family: Family, monkeypatch: pytest.MonkeyPatch) -> None:
     dlg = open_picker(make_service())

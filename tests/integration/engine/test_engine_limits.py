@@ -17,9 +17,10 @@ import pytest
 from outrider.engine.errors import DecodeError
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.runtime import Backend
-from outrider.engine.params import ContextSettings, DraftParams, ModelSettings, PairSpec
+from outrider.engine.params import ContextSettings, DraftParams, ModelSettings, PairSpec, SamplingParams
 from outrider.engine.session import Engine
 from outrider.engine.speculative import DoneEvent, StepEvent
+from outrider.engine.threads import OtherLoadMeter, usable_cpus
 from support.reference_decoding import ReferenceModel
 from support.tiny_gguf import TinyShape, build_vocab, make_family, random_weights, vocab_variant, write_gguf
 
@@ -107,6 +108,9 @@ def test_draft_with_a_shorter_vocabulary_is_fed_only_ids_it_has(backend: Backend
         prompt = engine.tokenize_prompt("hello world")
         tokens, done = _run(engine, prompt, max_tokens=32, draft=DraftParams(k=3), ignore_eos=True)
         again, _ = _run(engine, prompt + tokens[:5], max_tokens=8, draft=DraftParams(k=3), ignore_eos=True)
+        sampled, sampled_done = _run(engine, prompt, max_tokens=32, draft=DraftParams(k=3), ignore_eos=True,
+                                     sampling=SamplingParams(temperature=1.0, seed=3))  # outrider verify's path
+        assert sampled_done.stats.drafted > 0 and len(sampled) == 32 and max(sampled) < n_long
         assert done.stats.drafted > 0 and done.stop_reason == "length"
         assert max(tokens) >= n_short  # the target did emit ids the draft lacks, before later drafts
         assert any(t >= n_short for t in tokens[:-4])
@@ -133,6 +137,45 @@ def test_k_mean_counts_the_draft_that_ran_not_the_k_chosen(backend: Backend, fam
     assert s.k_mean is not None and s.k_mean == pytest.approx(s.drafted / s.passes)
     assert s.k_mean < 4
     assert full.stats.drafted > 0 and full.stats.k_mean == pytest.approx(full.stats.drafted / full.stats.passes)
+
+
+class _ScriptedLoad(OtherLoadMeter):
+    """Other processes' load as a test says: ``probe`` at load, ``between`` before each reply."""
+
+    def __init__(self, probe: float) -> None:
+        super().__init__()
+        self.at_load = probe
+        self.between: float | None = None
+
+    def probe(self, seconds: float = 0.1, sleep: object = None) -> float:
+        return self.at_load
+
+    def busy_since_last(self, min_interval: float = 1.0) -> float | None:
+        return self.between
+
+
+def test_automatic_threads_follow_the_cpus_other_processes_leave_free(backend: Backend, family) -> None:  # type: ignore[no-untyped-def]
+    """Threads 0: loaded while every CPU is busy, one thread (the load fact and the reply's stats say so); the
+    load gone before the next reply, every CPU; an explicit count is kept whatever the load. Broken once on
+    purpose (no re-choice before a reply): the second reply still ran 1 thread."""
+    meter = _ScriptedLoad(probe=float(usable_cpus() + 4))
+    engine = Engine(backend, load_meter=meter)
+    prompt_text = "the model is"
+    try:
+        info = engine.load(PairSpec(target=str(family.target), draft=str(family.draft),
+                                    context=ContextSettings(n_ctx=256)))
+        assert info.threads == 1 and engine.spec is not None and engine.spec.context.threads == 0
+        prompt = engine.tokenize_prompt(prompt_text)
+        _, busy = _run(engine, prompt, max_tokens=8, draft=DraftParams(k=2))
+        meter.between = 0.0
+        _, quiet = _run(engine, prompt, max_tokens=8, draft=DraftParams(k=2))
+        assert busy.stats.threads == 1 and quiet.stats.threads == usable_cpus()
+        explicit = engine.load(PairSpec(target=str(family.target), context=ContextSettings(n_ctx=256, threads=2)))
+        meter.between = float(usable_cpus() + 4)
+        _, kept = _run(engine, prompt, max_tokens=4)
+        assert explicit.threads == 2 and kept.stats.threads == 2
+    finally:
+        engine.unload()
 
 
 def test_prompt_lookup_stops_at_a_full_context_like_plain_decoding(backend: Backend, family) -> None:  # type: ignore[no-untyped-def]

@@ -25,7 +25,7 @@ def _dense(dist: SparseDist, n: int) -> np.ndarray:
 
 def _spec_sample(p: SparseDist, q: SparseDist, rng: np.random.Generator) -> int:
     x = sample(q, rng)
-    if accept_draft_token(x, p, q, rng):
+    if accept_draft_token(x, p, q, rng.random()):
         return x
     return sample(residual(p, q), rng)
 
@@ -73,7 +73,8 @@ def test_filters_follow_llama_cpp_order() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top-p"), ({"min_p": 2}, "min-p"), ({"top_k": -3}, "top-k")],
+    [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top-p"), ({"min_p": 2}, "min-p"), ({"top_k": -3}, "top-k"),
+     ({"sampler": "gumbel"}, "sampler must be auto, coupled or rejection, got 'gumbel'")],
 )
 def test_bad_sampling_values_are_rejected(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):

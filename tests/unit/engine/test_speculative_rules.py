@@ -25,7 +25,7 @@ import pytest
 from scipy import stats
 
 from outrider.engine.drafters import ModelDraft
-from outrider.engine.params import DraftParams, SamplingParams
+from outrider.engine.params import DraftParams, Sampler, SamplingParams
 from outrider.engine.speculative import DoneEvent, GenerationRequest, SpeculativeDecoder
 
 N_RUNS = 40_000
@@ -51,6 +51,7 @@ class FakeContext:
 
     n_vocab = 2
     n_batch = 64
+    n_threads = 1
 
     def __init__(self, logits_after: dict[int, np.ndarray] | None, n_ctx: int = 64) -> None:
         self.logits_after = logits_after
@@ -101,7 +102,8 @@ def _decoder() -> SpeculativeDecoder:
     return SpeculativeDecoder(FakeModel(), FakeContext(None), ModelDraft(FakeContext(DRAFT_AFTER)))  # type: ignore[arg-type]
 
 
-def _token_zero_counts(draft: DraftParams, n_positions: int) -> tuple[list[int], int, int]:
+def _token_zero_counts(draft: DraftParams, n_positions: int,
+                       sampler: Sampler = "rejection") -> tuple[list[int], int, int]:
     decoder = _decoder()
     counts = [0] * n_positions
     drafted = accepted = 0
@@ -109,7 +111,7 @@ def _token_zero_counts(draft: DraftParams, n_positions: int) -> tuple[list[int],
         request = _request(
             prompt_tokens=[1, 0, 1, 0],
             max_tokens=n_positions,
-            sampling=SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed),
+            sampling=SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed, sampler=sampler),
             draft=draft,
         )
         tokens: list[int] = []
@@ -136,7 +138,17 @@ def _token_zero_counts(draft: DraftParams, n_positions: int) -> tuple[list[int],
     ids=["p_min_0.5", "p_min_0.75", "draft_min_2_p_min_0.6", "no_p_min"],
 )
 def test_token_zero_keeps_probability_p0_at_every_position(draft: DraftParams) -> None:
+    """The rejection sampler, where the p-min rule decides exactness."""
     counts, drafted, accepted = _token_zero_counts(draft, n_positions=3)
+    assert drafted > 0 and accepted < drafted, (drafted, accepted)
+    for pos, count in enumerate(counts):
+        pvalue = stats.binomtest(count, N_RUNS, 0.1).pvalue
+        assert pvalue > 1e-3, f"position {pos}: token 0 in {count / N_RUNS:.4f} of runs, target p(0) = 0.1000"
+
+
+def test_coupled_sampler_keeps_p0_with_p_min() -> None:
+    """The coupled sampler emits the target's own Gumbel-max choice whatever the draft did: exact with p-min too."""
+    counts, drafted, accepted = _token_zero_counts(DraftParams(k=2, p_min=0.5), n_positions=3, sampler="coupled")
     assert drafted > 0 and accepted < drafted, (drafted, accepted)
     for pos, count in enumerate(counts):
         pvalue = stats.binomtest(count, N_RUNS, 0.1).pvalue

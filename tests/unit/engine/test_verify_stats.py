@@ -12,12 +12,17 @@ from scipy import stats
 
 from outrider.engine.measure.verify_stats import (
     END,
+    IDENTITY_PAIRS,
     OTHER,
     VerifyCollector,
     chi2_sf,
     chi_square_homogeneity,
     derive_seeds,
     first_divergence,
+    ks_critical,
+    ks_uniform,
+    normal_quantile,
+    pit_result,
     pooled_table,
     position_counts,
     regularized_gamma_q,
@@ -135,10 +140,15 @@ def test_seeds_are_distinct_stable_and_plan_is_interleaved() -> None:
     assert len(set(seeds)) == 1000 and all(0 <= s < 2**31 for s in seeds)
     assert derive_seeds(42, 10) == seeds[:10] and derive_seeds(43, 10) != seeds[:10]
     assert derive_seeds(-5, 3) == derive_seeds(-5, 3)
-    jobs = verify_jobs(3, 42)
+    jobs = verify_jobs(3, 42, "rejection")
     assert [(j.stage, j.plain) for j in jobs[:4]] == [("greedy", False), ("greedy", True), ("sampling", False),
                                                       ("sampling", True)]
-    assert len(jobs) == 8 and len({j.seed for j in jobs if not j.greedy}) == 6
+    sampling = [j for j in jobs if j.stage == "sampling"]
+    assert len(sampling) == 6 and len({j.seed for j in sampling}) == 6
+    identity = [j for j in jobs if j.stage == "identity"]
+    assert len(identity) == 2 * IDENTITY_PAIRS and len({j.seed for j in identity}) == IDENTITY_PAIRS
+    coupled = verify_jobs(3, 42, "coupled")  # a plain sample shares its speculative sample's seed: identity
+    assert len(coupled) == 8 and [j.seed for j in coupled[2::2]] == [j.seed for j in coupled[3::2]]
     with pytest.raises(ValueError):
         verify_jobs(0, 1)
 
@@ -148,8 +158,11 @@ def _collect(spec_probs: list[float], plain_probs: list[float], *, samples: int 
              greedy: tuple[list[int], list[int]] = ([1, 2, 3], [1, 2, 3]), drafted: int = 4,
              seed: int = 0) -> VerifyCollector:
     rng = np.random.default_rng(seed)
-    c = VerifyCollector(samples, tokens, seed=seed)
+    c = VerifyCollector(samples, tokens, seed=seed, sampler="rejection")
     for job in c.jobs:
+        if job.stage == "identity":
+            c.record(job, [7] * tokens)
+            continue
         if job.greedy:
             c.record(job, greedy[1] if job.plain else greedy[0], drafted=0 if job.plain else 3,
                      accepted=0 if job.plain else 2)
@@ -165,9 +178,10 @@ def test_report_exact_and_json_shape() -> None:
     report = _collect(probs, probs).report()
     assert report.exact and report.verdict == "exact"
     d = report.to_dict()
-    assert set(d) == {"greedy", "sampling", "exact"}
+    assert set(d) == {"greedy", "sampling", "identity", "exact"}
     assert d["greedy"] == {"identical": True, "first_divergence": None}
-    assert set(d["sampling"]) == {"samples", "drafted", "accepted", "positions"}
+    assert set(d["sampling"]) == {"samples", "drafted", "accepted", "sampler", "positions", "pit", "detectable_tv"}
+    assert d["identity"] == {"pairs": IDENTITY_PAIRS, "mismatches": []}
     assert d["sampling"]["samples"] == 300 and d["sampling"]["drafted"] == 1200 and d["sampling"]["accepted"] == 600
     assert [p["position"] for p in d["sampling"]["positions"]] == [0, 1, 2]
     for p in d["sampling"]["positions"]:
@@ -175,7 +189,7 @@ def test_report_exact_and_json_shape() -> None:
         assert sum(p["speculative"].values()) == sum(p["plain"].values()) == 300
         assert all(isinstance(k, str) and isinstance(v, int) for k, v in p["speculative"].items())
         assert 0.0 <= p["p_value"] <= 1.0 and 0.0 <= p["tv"] <= 1.0
-    assert report.min_p_value > report.threshold == pytest.approx(0.01 / 3)
+    assert report.min_p_value > report.threshold == pytest.approx(0.01 / 2 / 3)
     assert "EXACT" in report.explanation() and "1200 draft tokens were verified" in report.explanation()
 
 
@@ -212,7 +226,7 @@ def test_bonferroni_threshold_uses_all_positions() -> None:
     c = VerifyCollector(10, 50, seed=0, alpha=0.05)
     assert c.total == 22
     report = c.report()
-    assert report.threshold == pytest.approx(0.001)
+    assert report.threshold == pytest.approx(0.0005) and report.pit_threshold == pytest.approx(0.05 / 6)
     with pytest.raises(ValueError):
         VerifyCollector(10, 5, seed=0, alpha=1.5)
     with pytest.raises(ValueError):
@@ -220,10 +234,89 @@ def test_bonferroni_threshold_uses_all_positions() -> None:
 
 
 def test_end_category_keeps_short_samples_comparable() -> None:
-    c = VerifyCollector(2, 3, seed=0)
+    c = VerifyCollector(2, 3, seed=0, sampler="rejection")
     for job in c.jobs:
         c.record(job, [4] if job.plain else [4, 5, 6], drafted=1)
     report = c.report()
     assert report.first_divergence == 1  # greedy: plain ended after one token
     assert report.positions[2].speculative == {"6": 2} and report.positions[2].plain == {END: 2}
     assert report.positions[2].tv == 1.0
+
+
+# -- against the target's exact distribution (PIT) ---------------------------------------------------------------
+@pytest.mark.parametrize("n", [5, 40, 1000])
+def test_ks_matches_scipy(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for values in (rng.random(n), rng.random(n) ** 1.3):
+        d, p = ks_uniform(values.tolist())
+        want = stats.kstest(values, "uniform")
+        assert d == pytest.approx(want.statistic)
+        assert p == pytest.approx(want.pvalue, abs=0.02 if n < 10 else 0.005)
+    assert ks_uniform([0.5])[0] == pytest.approx(0.5)
+    crit = ks_critical(1000, 0.01)
+    assert stats.kstwo.sf(crit, 1000) == pytest.approx(0.01, rel=0.05)
+    assert normal_quantile(0.975) == pytest.approx(1.959964, abs=1e-5)
+
+
+def _scores(rng: np.random.Generator, n_samples: int, tokens: int, *, bias: float = 0.0,
+            towards_draft: float = 0.0) -> list[list[tuple[float, ...]]]:
+    """Token scores of a sampler drawing from p (``bias`` > 0: from p sharpened by 1 + bias; ``towards_draft``: that
+    share of tokens copied from the draft's point-mass proposal), as ``Engine.score`` reports them."""
+    out = []
+    for _ in range(n_samples):
+        rows = []
+        for _ in range(tokens):
+            p = np.sort(rng.dirichlet(np.ones(6) * 0.7))[::-1]
+            proposal = int(rng.choice(6, p=p))  # a lookup-like proposal: d ~ p, then a point mass
+            drawn = p ** (1 + bias)
+            drawn /= drawn.sum()
+            x = proposal if rng.random() < towards_draft else int(rng.choice(6, p=drawn))
+            pd = float(p[proposal])
+            rows.append((float(p[:x].sum()), float(p[x]), float(p[0]), float(x == proposal), pd, pd * (1 - pd)))
+        out.append(rows)
+    return out
+
+
+def test_pit_of_a_correct_sampler_is_uniform_and_states_its_power() -> None:
+    rng = np.random.default_rng(1)
+    result = pit_result(_scores(rng, 400, 16), list(range(400)), 0.01)
+    assert result is not None and result.values == 6400 and result.outside == 0
+    assert result.ks_p > 0.01 and result.top_p > 0.01 and result.draft_p > 0.01
+    assert result.draft_positions == 6400
+    assert 0.02 < result.detectable_tv < 0.04  # ≈ (1.73 + 0.64) / sqrt(6400)
+    assert pit_result([], [], 0.01) is None
+
+
+@pytest.mark.parametrize(("bias", "towards", "test"), [(0.3, 0.0, "top_p"), (0.0, 0.08, "draft_p")])
+def test_pit_catches_a_biased_sampler(bias: float, towards: float, test: str) -> None:
+    """A sharper distribution than the target's shows in the top-token test; copying the draft's proposal 8 % of
+    the time shows in the draft-direction test (mutation: with the draft rows' variance set to -1, i.e. the draft
+    test disabled, the second case passed as exact)."""
+    rng = np.random.default_rng(2)
+    result = pit_result(_scores(rng, 400, 16, bias=bias, towards_draft=towards), list(range(400)), 0.01)
+    assert result is not None and getattr(result, test) < 0.01 / 6
+
+
+def _coupled(spec_tokens: list[int], plain_tokens: list[int], scores: list[tuple[float, ...]]) -> VerifyCollector:
+    c = VerifyCollector(20, 3, seed=0, sampler="coupled")
+    for job in c.jobs:
+        if job.greedy:
+            c.record(job, [1, 2, 3], drafted=0 if job.plain else 3)
+        else:
+            c.record(job, plain_tokens if job.plain else spec_tokens, drafted=0 if job.plain else 2,
+                     scores=None if job.plain else scores)
+    return c
+
+
+def test_coupled_pairs_must_be_identical_and_tokens_inside_the_support() -> None:
+    good = [(0.0, 0.5, 0.5, 0.0, 0.0, -1.0), (0.5, 0.3, 0.5, 0.0, 0.0, -1.0), (0.8, 0.2, 0.5, 0.0, 0.0, -1.0)]
+    report = _coupled([4, 5, 6], [4, 5, 6], good).report()
+    assert report.identity_pairs == 20 and not report.identity_mismatches
+    assert report.verdict != "not exact"
+    report = _coupled([4, 5, 6], [4, 9, 6], good).report()
+    assert report.verdict == "not exact" and len(report.identity_mismatches) == 20
+    assert "20 of 20 coupled pairs differ with and without drafting" in report.explanation()
+    outside = [good[0], (1.0, 0.0, 0.5, 0.0, 0.0, -1.0), good[2]]
+    report = _coupled([4, 5, 6], [4, 5, 6], outside).report()
+    assert report.verdict == "not exact" and report.pit is not None and report.pit.outside == 20
+    assert "probability 0 under the target's filters" in report.explanation()

@@ -235,3 +235,4 @@ def test_another_applications_database_is_set_aside_unmodified(tmp_path: Path) -
         assert hashlib.sha256(notice.moved_to.read_bytes()).hexdigest() == digest
         assert not notice.moved_to.with_name(notice.moved_to.name + "-wal").exists()
         assert store.list_conversations() == []
+

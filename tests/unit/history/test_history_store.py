@@ -45,6 +45,8 @@ STATS = ReplyStats(
     acceptance_rate=0.667,
     decode_tps=41.5,
     speedup=1.8,
+    speedup_low=1.62,
+    speedup_high=1.98,
     stop_reason="eos",
 )
 
@@ -271,7 +273,7 @@ def test_upgrade_from_schema_version_1_keeps_data_and_backs_up(tmp_path: Path) -
     )
     conn.close()
     with HistoryStore.open(tmp_path) as store:
-        assert store.schema_version == CURRENT_VERSION == 4
+        assert store.schema_version == CURRENT_VERSION == 5
         assert store.backup_path is not None and store.backup_path.exists()
         conversation = store.get_conversation(1)
         assert conversation.title == "old" and len(conversation.summary.uuid) == 32
@@ -417,7 +419,8 @@ def test_markdown_export_includes_stats(store: HistoryStore, tmp_path: Path) -> 
     text = path.read_text()
     assert text.startswith("# My chat\n")
     assert "## User\n\nhello" in text and "## Assistant\n\nhi" in text
-    assert "pair qwen-0.5b+7b" in text and "mean k 4.75" in text and "speed-up 1.80x" in text and "41.5 tok/s" in text
+    assert "pair qwen-0.5b+7b" in text and "mean k 4.75" in text and "41.5 tok/s" in text
+    assert "speed-up 1.80× (1.62–1.98)" in text
 
 
 def test_json_export_includes_stats(store: HistoryStore) -> None:

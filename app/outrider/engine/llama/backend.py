@@ -149,6 +149,11 @@ class LoadedModel:
         return 2 * self.facts.n_layer * n_head_kv * (key_len + value_len)
 
     # -- vocabulary -----------------------------------------------------------------------------------------
+    @property
+    def vocab(self) -> Any:
+        """llama.cpp's ``llama_vocab`` pointer (for the grammar sampler, ``engine/grammar.py``)."""
+        return self._vocab
+
     def vocab_facts(self) -> VocabFacts:
         texts = [
             (ll.llama_vocab_get_text(self._vocab, i) or b"").decode("utf-8", errors="replace")
@@ -355,6 +360,15 @@ class ModelContext:
     def clear(self) -> None:
         ll.llama_memory_clear(self._mem, True)
         self.n_past = 0
+
+    @property
+    def n_threads(self) -> int:
+        """The CPU threads llama.cpp uses for this context's passes (one token and batches alike)."""
+        return int(ll.llama_n_threads(self._ctx))
+
+    def set_threads(self, n: int) -> None:
+        """Use ``n`` CPU threads from the next pass on (between requests: ``engine/threads.py``)."""
+        ll.llama_set_n_threads(self._ctx, n, n)
 
     def close(self) -> None:
         if getattr(self, "_ctx", None):

@@ -163,6 +163,15 @@ class MtpContext:
     def clear_abort(self) -> None:
         self._abort.clear()
 
+    @property
+    def n_threads(self) -> int:
+        """The CPU threads llama.cpp uses for this context's passes (like ``ModelContext.n_threads``)."""
+        return int(ll.llama_n_threads(self._ctx))
+
+    def set_threads(self, n: int) -> None:
+        """Use ``n`` CPU threads from the next pass on (automatic threads retune every context of the pair)."""
+        ll.llama_set_n_threads(self._ctx, n, n)
+
     def close(self) -> None:
         if getattr(self, "_ctx", None):
             self._batch.token = ctypes.POINTER(ll.llama_token)()  # ours, not llama_batch_init's: not freed there

@@ -5,18 +5,35 @@ Pure functions and small data classes, no llama_cpp, no Qt: the terminal command
 engine through the same plan (:func:`verify_jobs`), feed every finished generation to a :class:`VerifyCollector`
 and read one :class:`VerifyReport`, so they can never disagree.
 
-The test, per position j of the M generated tokens (a sample that ended early — an end-of-generation token —
-shows the category ``<end>`` at the positions it did not reach, so every sample has exactly M observations):
+The decisive test compares every sampled token with the target's *exact* conditional distribution at its position:
+the engine re-evaluates each speculative sample's prefix plainly (``Engine.score``) and gives, for the token x at
+position j, the mass F of the tokens ranked before it (by decreasing probability, with the request's filters and
+temperature), its probability p(x) and the top probability. The randomised probability-integral transform
+u = F + V·p(x), V uniform, is exactly uniform on (0, 1) for a correct sampler, and the u of one sample's positions are
+independent (Rosenblatt's transform of a sequence drawn from its own conditionals), so all N × M of them are pooled:
 
-* a chi-square two-sample homogeneity test of the speculative and plain token counts at j, after pooling the
-  categories whose expected count is below 5 into one ``other`` cell (the usual validity rule);
-* the total-variation distance between the two empirical distributions at j (descriptive, not part of the rule).
+* a Kolmogorov–Smirnov test of uniformity of the pooled u (any bias that moves mass along the target's ranking);
+* a z-test of how often the target's likeliest token was drawn against the sum of its probabilities;
+* the draft-direction z-test: Σ q(x) against Σ E_p[q] (q the draft's proposal distribution at the position,
+  recomputed from the prefix: a draft model's, or the point mass of prompt lookup's proposal) — the direction
+  almost every speculative-sampling bug takes is towards (or away from) what the draft proposes;
+* a token the target gives probability 0 (outside its filters) fails outright.
 
-Decision ("exact"): the greedy outputs are identical, no position rejects homogeneity at the family-wise level
-``alpha`` (Bonferroni: every p-value > alpha / M), and the sampling stage really drafted something (drafted > 0).
-With nothing drafted the speculative runs *were* plain decoding, so the check proves nothing: "inconclusive" —
-as it is when no position had two cells left to compare after pooling.
-The chi-square survival function is computed here (regularised upper incomplete gamma), scipy is not needed.
+Also, per position j of the M tokens: a chi-square two-sample homogeneity test of the speculative and plain token
+counts (categories with expected count below 5 pooled into ``other``), and the total-variation distance between the
+two empirical distributions (descriptive). With the coupled sampler each plain sample has the same seed as its
+speculative one and must be the same tokens (per-seed identity: drafter invariance); with the rejection sampler a
+few extra coupled pairs check the same identity.
+
+Decision ("exact") at the family-wise level ``alpha`` (Bonferroni): the greedy outputs are identical, every coupled
+pair is identical, no token lies outside the target's support, the KS, top-token and draft-direction p-values
+each exceed alpha / 6, and no position's chi-square p-value is at or below alpha / (2 M); and the sampling stage
+really drafted something (drafted > 0): with nothing drafted the speculative runs *were* plain decoding and prove
+nothing ("inconclusive").
+``detectable_tv`` is the smallest shift of the ranked cumulative distribution the KS test catches with power 0.9 at
+this sample size: "no bias larger than TV d along the target's ranking". Samples run through end-of-generation
+tokens (``TextRequest.ignore_eos``), so every sample has exactly M positions and none is cut where a value decides.
+The chi-square and Kolmogorov tails are computed here, scipy is not needed.
 """
 
 from __future__ import annotations
@@ -24,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -33,7 +51,7 @@ OTHER = "other"  # the pooled cell of rare categories (chi-square only; reported
 MIN_EXPECTED = 5.0
 DEFAULT_ALPHA = 0.01
 
-Stage = Literal["greedy", "sampling"]
+Stage = Literal["greedy", "sampling", "identity"]
 Verdict = Literal["exact", "not exact", "inconclusive"]
 
 
@@ -87,6 +105,130 @@ def chi2_sf(statistic: float, dof: int) -> float:
     if dof < 1:
         raise ValueError(f"chi-square needs at least one degree of freedom, got {dof}")
     return regularized_gamma_q(dof / 2.0, max(0.0, statistic) / 2.0)
+
+
+# ============================================================================= uniformity (PIT) tests ==
+def kolmogorov_sf(x: float) -> float:
+    """P(K > x) for the Kolmogorov distribution (the limit of sqrt(n) · D_n): 2 Σ (-1)^(k-1) exp(-2 k² x²)."""
+    if x <= 0.0:
+        return 1.0
+    if x < 0.2:  # the series converges slowly here; the value is 1 to 15 digits
+        return 1.0
+    total = 0.0
+    for k in range(1, 200):
+        term = math.exp(-2.0 * k * k * x * x)
+        total += term if k % 2 else -term
+        if term < 1e-17:
+            break
+    return min(1.0, max(0.0, 2.0 * total))
+
+
+def ks_uniform(values: Sequence[float]) -> tuple[float, float]:
+    """(D, p-value) of the one-sample Kolmogorov–Smirnov test that ``values`` are uniform on (0, 1) (Stephens'
+    small-sample correction of the asymptotic tail: within 0.02 of the exact p for n >= 5, within 0.005 from n = 40;
+    verify pools thousands)."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("the KS test needs at least one value")
+    ordered = sorted(values)
+    d = max(max((i + 1) / n - u, u - i / n) for i, u in enumerate(ordered))
+    root = math.sqrt(n)
+    return d, kolmogorov_sf((root + 0.12 + 0.11 / root) * d)
+
+
+def ks_critical(n: int, alpha: float) -> float:
+    """The D at which :func:`ks_uniform`'s p-value equals ``alpha`` for ``n`` values (bisection)."""
+    root = math.sqrt(n)
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if kolmogorov_sf((root + 0.12 + 0.11 / root) * mid) > alpha:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def normal_sf(z: float) -> float:
+    """P(Z > z) for a standard normal Z."""
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def normal_quantile(p: float) -> float:
+    """z with P(Z <= z) = p (bisection on :func:`normal_sf`; 0 < p < 1)."""
+    low, high = -40.0, 40.0
+    for _ in range(100):
+        mid = (low + high) / 2
+        if 1.0 - normal_sf(mid) < p:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+POWER = 0.9  # the power at which ``detectable_tv`` is stated
+PIT_TESTS = 6  # alpha / PIT_TESTS for each pooled test (KS, top token, draft direction: half of alpha together)
+
+
+@dataclasses.dataclass(frozen=True)
+class PitResult:
+    """The pooled probability-integral-transform tests of the speculative samples."""
+
+    values: int  # u values pooled (N samples × M positions)
+    ks_d: float
+    ks_p: float
+    top_drawn: int  # how often the target's likeliest token was drawn
+    top_expected: float  # Σ of its probability over the positions
+    top_p: float  # two-sided p-value of the top-token z-test
+    draft_z: float  # the draft-direction z (positive: the output leans towards the draft's proposals)
+    draft_p: float  # its two-sided p-value (1.0 without a draft distribution)
+    draft_positions: int  # positions with a draft distribution
+    outside: int  # tokens the target gives probability 0
+    detectable_tv: float  # KS: the ranked-CDF shift caught with power POWER at level alpha / 6
+    detectable_top: float  # z-test: the mean shift of the top token's probability caught with power POWER
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def pit_result(scores: Sequence[Sequence[Sequence[float]]], seeds: Sequence[int],
+               alpha: float) -> PitResult | None:
+    """The tests of :class:`PitResult` over each sample's token scores ``(mass before, probability, top, q(x),
+    E_p[q], Var_p[q])`` (``Engine.score``; Var < 0: no draft distribution there); the randomisation V of sample i
+    comes from ``seeds[i]`` (reproducible reports). None without any score."""
+    values: list[float] = []
+    drawn = 0
+    expected = variance = 0.0
+    outside = 0
+    q_sum = q_mean = q_var = 0.0
+    q_positions = 0
+    for sample, seed in zip(scores, seeds, strict=True):
+        jitter = random.Random(f"outrider-verify-pit:{seed}")
+        for row in sample:
+            below, prob, top = row[0], row[1], row[2]
+            v = jitter.random()
+            if len(row) >= 6 and row[5] >= 0.0:
+                q_sum, q_mean, q_var, q_positions = q_sum + row[3], q_mean + row[4], q_var + row[5], q_positions + 1
+            if prob <= 0.0:
+                outside += 1
+                continue
+            values.append(min(1.0, below + v * prob))
+            drawn += int(below <= 0.0)
+            expected += top
+            variance += top * (1.0 - top)
+    if not values:
+        return None
+    d, p_ks = ks_uniform(values)
+    n = len(values)
+    z = (drawn - expected) / math.sqrt(variance) if variance > 0 else 0.0
+    p_top = min(1.0, 2.0 * normal_sf(abs(z))) if variance > 0 else 1.0
+    z_draft = (q_sum - q_mean) / math.sqrt(q_var) if q_var > 0 else 0.0
+    p_draft = min(1.0, 2.0 * normal_sf(abs(z_draft))) if q_var > 0 else 1.0
+    z_power = normal_quantile(POWER)
+    detect_ks = ks_critical(n, alpha / PIT_TESTS) + z_power * 0.5 / math.sqrt(n)  # an empirical CDF's sd <= 0.5/√n
+    detect_top = (normal_quantile(1 - alpha / PIT_TESTS / 2) + z_power) * math.sqrt(max(variance, 1e-12)) / n
+    return PitResult(n, d, p_ks, drawn, expected, p_top, z_draft, p_draft, q_positions, outside, detect_ks,
+                     detect_top)
 
 
 # ===================================================================================== two-sample tests ==
@@ -196,9 +338,13 @@ def derive_seeds(seed: int, count: int) -> list[int]:
     return out
 
 
+IDENTITY_PAIRS = 10  # coupled-sampler identity pairs added to a check of the rejection sampler
+
+
 @dataclasses.dataclass(frozen=True)
 class VerifyJob:
-    """One generation of the check: ``stage`` greedy (temperature 0) or sampling (the user's settings)."""
+    """One generation of the check: ``stage`` greedy (temperature 0), sampling (the user's settings) or identity
+    (the user's settings with the coupled sampler: speculative and plain with one seed must give the same tokens)."""
 
     stage: Stage
     plain: bool
@@ -210,16 +356,23 @@ class VerifyJob:
         return self.stage == "greedy"
 
 
-def verify_jobs(samples: int, seed: int) -> list[VerifyJob]:
+def verify_jobs(samples: int, seed: int, sampler: str = "coupled") -> list[VerifyJob]:
     """The generations, in order: greedy speculative and plain, then ``samples`` speculative/plain pairs
-    (interleaved, so that anything drifting hits both alike), each sample with its own seed."""
+    (interleaved, so that anything drifting hits both alike), each sample with its own seed — with the coupled
+    sampler a pair shares its seed (per-seed identity); with the rejection sampler ``IDENTITY_PAIRS`` coupled
+    identity pairs follow."""
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
     jobs = [VerifyJob("greedy", False, 0, seed), VerifyJob("greedy", True, 0, seed)]
-    seeds = derive_seeds(seed, 2 * samples)
+    seeds = derive_seeds(seed, 2 * samples + IDENTITY_PAIRS)
+    paired = sampler == "coupled"
     for i in range(samples):
         jobs.append(VerifyJob("sampling", False, i, seeds[2 * i]))
-        jobs.append(VerifyJob("sampling", True, i, seeds[2 * i + 1]))
+        jobs.append(VerifyJob("sampling", True, i, seeds[2 * i + (0 if paired else 1)]))
+    if not paired:
+        for i in range(IDENTITY_PAIRS):
+            jobs.append(VerifyJob("identity", False, i, seeds[2 * samples + i]))
+            jobs.append(VerifyJob("identity", True, i, seeds[2 * samples + i]))
     return jobs
 
 
@@ -253,11 +406,40 @@ class VerifyReport:
     accepted: int
     positions: tuple[PositionResult, ...]
     alpha: float
+    pit: PitResult | None = None
+    identity_pairs: int = 0  # coupled pairs compared (same seed, with and without drafting)
+    identity_mismatches: tuple[int, ...] = ()  # indices of the pairs whose tokens differ
+    sampler: str = "coupled"
 
     @property
     def threshold(self) -> float:
-        """The per-position p-value a position must exceed (Bonferroni over the M positions)."""
-        return self.alpha / max(1, self.tokens)
+        """The per-position p-value a position must exceed (Bonferroni: half of alpha over the M positions)."""
+        return self.alpha / 2 / max(1, self.tokens)
+
+    @property
+    def pit_threshold(self) -> float:
+        """The p-value each pooled test must exceed (a sixth of alpha each: half of alpha for the three)."""
+        return self.alpha / PIT_TESTS
+
+    @property
+    def pit_failures(self) -> list[str]:
+        """What the pooled tests against the target's exact distribution found (empty: nothing)."""
+        pit = self.pit
+        if pit is None:
+            return []
+        out = []
+        if pit.outside:
+            out.append(f"{pit.outside} sampled token(s) have probability 0 under the target's filters")
+        if pit.ks_p <= self.pit_threshold:
+            out.append(f"the pooled PIT values are not uniform (KS D {pit.ks_d:.3f}, p {pit.ks_p:.3g})")
+        if pit.top_p <= self.pit_threshold:
+            out.append(f"the target's likeliest token was drawn {pit.top_drawn} times where {pit.top_expected:.1f} "
+                       f"are expected (p {pit.top_p:.3g})")
+        if pit.draft_p <= self.pit_threshold:
+            way = "towards" if pit.draft_z > 0 else "away from"
+            out.append(f"the sampled tokens lean {way} the draft's proposals (z {pit.draft_z:+.1f}, p "
+                       f"{pit.draft_p:.3g}, over {pit.draft_positions} positions)")
+        return out
 
     @property
     def min_p_value(self) -> float:
@@ -279,9 +461,9 @@ class VerifyReport:
 
     @property
     def verdict(self) -> Verdict:
-        if not self.greedy_identical or self.rejected:
+        if not self.greedy_identical or self.rejected or self.pit_failures or self.identity_mismatches:
             return "not exact"
-        if self.drafted == 0 or self.compared == 0:
+        if self.drafted == 0 or (self.compared == 0 and self.pit is None):
             return "inconclusive"
         return "exact"
 
@@ -293,15 +475,25 @@ class VerifyReport:
         return {
             "greedy": {"identical": self.greedy_identical, "first_divergence": self.first_divergence},
             "sampling": {"samples": self.samples, "drafted": self.drafted, "accepted": self.accepted,
-                         "positions": [p.to_dict() for p in self.positions]},
+                         "sampler": self.sampler, "positions": [p.to_dict() for p in self.positions],
+                         "pit": self.pit.to_dict() if self.pit is not None else None,
+                         "detectable_tv": self.pit.detectable_tv if self.pit is not None else None},
+            "identity": {"pairs": self.identity_pairs, "mismatches": list(self.identity_mismatches)},
             "exact": self.exact,
         }
 
     def explanation(self) -> str:
         """The verdict in words: what was checked, the outcome and how many draft tokens were really verified."""
         what = (f"greedy output over {self.tokens} tokens, and {self.samples} speculative vs {self.samples} plain "
-                f"samples of {self.tokens} tokens (chi-square per position, family-wise α = {self.alpha:g}, "
-                f"every p-value must exceed {self.threshold:.3g})")
+                f"samples of {self.tokens} tokens ({self.sampler} sampler; every sampled token against the target's "
+                f"exact distribution, chi-square per position; family-wise α = {self.alpha:g})")
+        if self.identity_pairs:
+            what += f"; {self.identity_pairs} coupled pairs (same seed, with and without drafting) compared"
+        power = ""
+        if self.pit is not None:
+            power = (f" No bias larger than TV {self.pit.detectable_tv:.3f} along the target's ranking at this "
+                     f"sample size ({self.pit.values} tokens; power {POWER:g}), and no shift of the likeliest "
+                     f"token's probability larger than {self.pit.detectable_top:.3f}.")
         verified = (f"{self.drafted} draft tokens were verified by the target at the sampling stage, "
                     f"{self.accepted} accepted")
         if self.verdict == "inconclusive":
@@ -319,6 +511,10 @@ class VerifyReport:
             where = ", ".join(str(j) for j in self.rejected)
             reasons.append(f"the token distribution differs from plain sampling at position(s) {where} "
                            f"(min p-value {self.min_p_value:.3g}, max TV {self.max_tv:.3f})")
+        reasons += self.pit_failures
+        if self.identity_mismatches:
+            reasons.append(f"{len(self.identity_mismatches)} of {self.identity_pairs} coupled pairs differ with and "
+                           f"without drafting (same seed)")
         if reasons:
             return f"NOT EXACT — {'; '.join(reasons)}. Checked: {what}; {verified}."
         notes = ""
@@ -327,14 +523,19 @@ class VerifyReport:
                       f"repeated tokens to compare.")
         if self.greedy_drafted == 0:
             notes += " The greedy stage drafted nothing, so its identity is trivial."
-        return (f"EXACT — greedy output identical and no position rejects homogeneity (min p-value "
-                f"{self.min_p_value:.3g}, max TV {self.max_tv:.3f}). Checked: {what}; {verified}.{notes}")
+        pit = self.pit
+        tests = (f"KS p {pit.ks_p:.3g}, top-token p {pit.top_p:.3g}, draft-direction p {pit.draft_p:.3g}, "
+                 if pit is not None else "")
+        return (f"EXACT — greedy output identical, sampled tokens follow the target's distribution ({tests}min "
+                f"per-position p-value {self.min_p_value:.3g}, max TV {self.max_tv:.3f}). Checked: {what}; "
+                f"{verified}.{power}{notes}")
 
 
 class VerifyCollector:
     """Collects the finished generations of :func:`verify_jobs` and computes the :class:`VerifyReport`."""
 
-    def __init__(self, samples: int, tokens: int, seed: int, alpha: float = DEFAULT_ALPHA) -> None:
+    def __init__(self, samples: int, tokens: int, seed: int, alpha: float = DEFAULT_ALPHA,
+                 sampler: str = "coupled") -> None:
         if tokens < 1:
             raise ValueError(f"tokens must be at least 1, got {tokens}")
         if not 0.0 < alpha < 1.0:
@@ -342,7 +543,11 @@ class VerifyCollector:
         self.samples = samples
         self.tokens = tokens
         self.alpha = alpha
-        self.jobs = verify_jobs(samples, seed)
+        self.sampler = sampler
+        self.jobs = verify_jobs(samples, seed, sampler)
+        self._scores: list[list[tuple[float, ...]]] = []
+        self._score_seeds: list[int] = []
+        self._pairs: dict[tuple[Stage, int], dict[bool, list[int]]] = {}
         self._greedy: dict[bool, list[int]] = {}
         self._greedy_drafted = self._greedy_accepted = 0
         self._sampled: dict[bool, list[list[int]]] = {False: [], True: []}
@@ -352,15 +557,25 @@ class VerifyCollector:
     @property
     def done(self) -> int:
         """Generations recorded so far."""
-        return len(self._greedy) + len(self._sampled[False]) + len(self._sampled[True])
+        identity = sum(len(v) for (stage, _), v in self._pairs.items() if stage == "identity")
+        return len(self._greedy) + len(self._sampled[False]) + len(self._sampled[True]) + identity
 
     @property
     def total(self) -> int:
         return len(self.jobs)
 
-    def record(self, job: VerifyJob, tokens: Sequence[int], *, drafted: int = 0, accepted: int = 0) -> None:
-        """One finished generation of ``job``: its emitted token ids and its stats' drafted/accepted counts."""
+    def record(self, job: VerifyJob, tokens: Sequence[int], *, drafted: int = 0, accepted: int = 0,
+               scores: Sequence[Sequence[float]] | None = None) -> None:
+        """One finished generation of ``job``: its emitted token ids, its stats' drafted/accepted counts and, for
+        a speculative sampling job, the target's ``scores`` of its tokens (``Engine.score``)."""
         ids = [int(t) for t in tokens[: self.tokens]]
+        if job.stage != "greedy" and (job.stage == "identity" or self.sampler == "coupled"):
+            self._pairs.setdefault((job.stage, job.index), {})[job.plain] = ids
+        if job.stage == "identity":
+            return
+        if scores is not None and not job.plain:
+            self._scores.append([tuple(float(x) for x in row) for row in scores[: self.tokens]])
+            self._score_seeds.append(job.seed)
         if job.greedy:
             self._greedy[job.plain] = ids
             if not job.plain:
@@ -382,9 +597,13 @@ class VerifyCollector:
             for j, (s, p) in enumerate(zip(spec_counts, plain_counts, strict=True)):
                 test = chi_square_homogeneity(s, p)
                 positions.append(PositionResult(j, s, p, test.p_value, total_variation(s, p), test.cells))
+        complete = [(key, pair) for key, pair in sorted(self._pairs.items()) if len(pair) == 2]
+        mismatches = tuple(index for (_stage, index), pair in complete if pair[False] != pair[True])
         return VerifyReport(
             greedy_identical=divergence is None, first_divergence=divergence, greedy_tokens=len(spec_g),
             greedy_drafted=self._greedy_drafted, greedy_accepted=self._greedy_accepted,
             samples=min(len(self._sampled[False]), len(self._sampled[True])), tokens=self.tokens,
             drafted=self.drafted, accepted=self.accepted, positions=tuple(positions), alpha=self.alpha,
+            pit=pit_result(self._scores, self._score_seeds, self.alpha), identity_pairs=len(complete),
+            identity_mismatches=mismatches, sampler=self.sampler,
         )

@@ -19,6 +19,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -34,8 +35,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.engine.params import parse_rpc_list, parse_split
-from outrider.settings import DRAFT_SOURCE_LABELS, DRAFT_SOURCES, K_POLICIES, K_POLICY_LABELS, AppSettings
+from outrider.engine.params import SAMPLERS, parse_rpc_list, parse_split
+from outrider.settings import (
+    DRAFT_SOURCE_LABELS,
+    DRAFT_SOURCES,
+    K_POLICIES,
+    K_POLICY_LABELS,
+    SAMPLER_LABELS,
+    AppSettings,
+)
 from outrider.ui.settings import RELOAD_KEYS
 
 __all__ = ["GROUPS", "RELOAD_KEYS", "SettingsDialog"]
@@ -117,6 +125,11 @@ class SettingsDialog(QDialog):
         self.draft_source = _combo(DRAFT_SOURCES, DRAFT_SOURCE_LABELS, s.draft_source,
                                    "Where draft tokens come from: the pair's draft model (prompt lookup for a pair "
                                    "without one), prompt lookup (n-grams of the conversation), or none")
+        self.lookup_history = QCheckBox("Draft from your chat history", self)
+        self.lookup_history.setChecked(s.lookup_history)
+        self.lookup_history.setToolTip("History lookup: text of your earlier chats (a file edited again, a repeated "
+                                       "tool call) proposed as a draft, before prompt lookup and the draft model. "
+                                       "The index stays on this computer, next to the history.")
         self.k_policy = _combo(K_POLICIES, K_POLICY_LABELS, s.k_policy,
                                "How the draft length k is chosen: by the cost model every step (k = 0 is a plain "
                                "step), or always the same k")
@@ -133,6 +146,10 @@ class SettingsDialog(QDialog):
                             "reaches this")
         self.min_p = _dspin(0.0, 1.0, 0.01, s.min_p, "Drop tokens less likely than this × the top token")
         self.seed = _spin(-1, 2**31 - 1, s.seed, "Sampling seed (-1 = random)", "random")
+        self.sampler = _combo(SAMPLERS, SAMPLER_LABELS, s.sampler,
+                              "How the target checks a sampled draft; both give exactly the target's distribution. "
+                              "Coupled: a seeded reply is the same text with or without drafting, whatever k; "
+                              "rejection: higher acceptance with a draft model; automatic: coupled with a seed")
         self.target_gpu_layers = _spin(-1, 999, s.target_gpu_layers, "Target layers offloaded to the GPU "
                                        "(-1 = all)", "all", " layers")
         self.draft_gpu_layers = _spin(-1, 999, s.draft_gpu_layers, "Draft layers offloaded to the GPU (-1 = all)",
@@ -165,6 +182,7 @@ class SettingsDialog(QDialog):
         return {
             "Drafting": (
                 ("draft_source", "Draft source", self.draft_source, ""),
+                ("lookup_history", "History lookup", self.lookup_history, "Kept on this computer; reloads the pair."),
                 ("k_policy", "Draft length k", self.k_policy, ""),
                 ("k", "Fixed k", self.k, "Tokens drafted each step."),
                 ("k_max", "Automatic k up to", self.k_max, "Automatic k chooses from 0 to this."),
@@ -177,11 +195,14 @@ class SettingsDialog(QDialog):
                 ("top_p", "Top-p", self.top_p, "Probability 0–1."),
                 ("min_p", "Min-p", self.min_p, "Share 0–1 of the top token's probability."),
                 ("seed", "Seed", self.seed, "The same seed repeats a sampled reply."),
+                ("sampler", "Sampler", self.sampler, "Both exact; coupled repeats a seeded reply with any draft."),
             ),
             "Hardware": (
                 ("target_gpu_layers", "Target GPU layers", self.target_gpu_layers, ""),
                 ("draft_gpu_layers", "Draft GPU layers", self.draft_gpu_layers, ""),
-                ("threads", "CPU threads", self.threads, "Auto uses the machine's cores."),
+                ("threads", "CPU threads", self.threads,
+                 "Auto: the CPUs other programs leave free (one fewer than the cores when they are busy), "
+                 "re-chosen before each reply; the status bar shows the count."),
                 ("rpc_servers", "RPC workers", self.rpc_servers, RPC_HELP),
                 ("target_split", "Target split", self.target_split, SPLIT_HELP),
             ),
@@ -235,12 +256,13 @@ class SettingsDialog(QDialog):
         drafting = source != "none"
         greedy = self.temperature.value() == 0.0
         self.k_policy.setEnabled(drafting)
+        self.lookup_history.setEnabled(drafting)
         self.k.setEnabled(drafting and fixed)
         self.k_max.setEnabled(drafting and not fixed)
         self.draft_min.setEnabled(drafting)
         self.p_min.setEnabled(source == "model")
         self.draft_gpu_layers.setEnabled(source != "lookup")  # prompt lookup loads no draft model
-        for box in (self.top_k, self.top_p, self.min_p, self.seed):
+        for box in (self.top_k, self.top_p, self.min_p, self.seed, self.sampler):
             box.setEnabled(not greedy)
         h = self.help_labels
         h["draft_source"].setText({
@@ -305,9 +327,11 @@ class SettingsDialog(QDialog):
             target_gpu_layers=self.target_gpu_layers.value(), draft_gpu_layers=self.draft_gpu_layers.value(),
             context_size=self.context_size.value(), threads=self.threads.value(),
             draft_source=str(self.draft_source.currentData()), k_policy=str(self.k_policy.currentData()),
+            lookup_history=self.lookup_history.isChecked(),
             k=self.k.value(), k_max=self.k_max.value(),
             draft_min=self.draft_min.value(), p_min=self.p_min.value(), temperature=self.temperature.value(),
             top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(), seed=self.seed.value(),
+            sampler=str(self.sampler.currentData()),
             max_tokens=self.max_tokens.value(), system_prompt=self.system_prompt.toPlainText(),
             rpc_servers=self.rpc_servers.text().strip(), target_split=self.target_split.text().strip(),
         ).validated()

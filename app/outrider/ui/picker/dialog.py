@@ -31,6 +31,7 @@ from outrider.ui.picker.choice import PairChoice
 from outrider.ui.picker.downloads_tab import DownloadsView
 from outrider.ui.picker.on_disk_tab import OnDiskTab
 from outrider.ui.picker.own_pair_tab import OwnPairTab
+from outrider.ui.picker.self_draft_panel import PromptSource
 
 # Download states during which a catalogue row reads "downloading N%".
 _IN_FLIGHT = frozenset({DownloadState.STARTING, DownloadState.RUNNING, DownloadState.VERIFYING,
@@ -59,7 +60,8 @@ class PairPickerDialog(QDialog):
     own_pair_checked = Signal(object)
 
     def __init__(self, catalogue_service: CatalogueService, parent: QWidget | None = None, *,
-                 downloads: QtDownloadManager | None = None) -> None:
+                 downloads: QtDownloadManager | None = None,
+                 calibration_prompts: PromptSource | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Choose a pair — Outrider")
         self.resize(980, 560)
@@ -81,7 +83,8 @@ class PairPickerDialog(QDialog):
         self.tabs.addTab(self.catalogue_tab, "&Catalogue")
         self.downloads_view = DownloadsView(self.downloads, self)
         self.tabs.addTab(self.downloads_view, "&Downloads")
-        self.own_tab = OwnPairTab(catalogue_service, self._runner, lambda: self.catalogue_model.memory, self)
+        self.own_tab = OwnPairTab(catalogue_service, self._runner, lambda: self.catalogue_model.memory, self,
+                                  calibration_prompts=calibration_prompts)
         self.tabs.addTab(self.own_tab, "Add my &own pair")
         self.on_disk_tab = OnDiskTab(self.found_model, self)
         self.tabs.addTab(self.on_disk_tab, "On dis&k")
@@ -266,7 +269,9 @@ class PairPickerDialog(QDialog):
         super().closeEvent(event)
 
     def _shutdown(self) -> None:
-        """Wait for running checks; downloads this dialog owns are paused (their partial files are kept)."""
+        """Wait for running checks; downloads this dialog owns are paused (their partial files are kept); a
+        self-draft being built is cancelled (nothing is kept)."""
+        self.own_tab.self_draft.shutdown()
         self._runner.close(cancel_pending=True)
         if self._owns_downloads:
             self.downloads.shutdown()

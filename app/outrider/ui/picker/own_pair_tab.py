@@ -2,7 +2,8 @@
 anything loads. A draft that is an MTP head file is recognised from its header and checked as one.
 
 The header-only compatibility check and the memory estimate (``CatalogueService.check_own_pair``) run on the
-picker's ``QtTaskRunner``; a mismatch is explained by the rule it breaks and both values.
+picker's ``QtTaskRunner``; a mismatch is explained by the rule it breaks and both values. A target without a draft
+can get one cut from its own layers (``SelfDraftPanel``, under the target): once built, it fills the draft field.
 """
 
 from __future__ import annotations
@@ -26,15 +27,32 @@ from PySide6.QtWidgets import (
 
 from outrider.catalogue.memory import MemoryInfo, describe_memory
 from outrider.catalogue.service import CatalogueService, OwnPairReport
-from outrider.engine.llama.gguf_header import GGUFHeaderError
+from outrider.engine.llama.gguf_header import GGUFHeaderError, read_header
 from outrider.ui.bridges.tasks import QtTaskRunner
 from outrider.ui.picker.choice import PairChoice
+from outrider.ui.picker.self_draft_panel import PromptSource, SelfDraftPanel
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 
 
-def _explain_header_error(path: str, exc: GGUFHeaderError | OSError) -> str:
-    return f"{Path(path).name}: {exc}"
+class _OwnFileError(Exception):
+    """One of the two files is not a usable GGUF: which one (``role``: target or draft) and why."""
+
+    def __init__(self, role: str, path: str, cause: GGUFHeaderError | OSError) -> None:
+        super().__init__(f"The {role} is not a usable GGUF — {Path(path).name}: {cause}")
+        self.role = role
+
+
+def _read_each(files: list[tuple[str, str | None]]) -> None:
+    """Read each file's header on its own, so that a problem is blamed on the file that has it (the pair check
+    reads both and its error named the target for a draft that did not exist)."""
+    for role, path in files:
+        if path is None:
+            continue
+        try:
+            read_header(Path(path), keep_arrays=False)
+        except (GGUFHeaderError, OSError) as exc:
+            raise _OwnFileError(role, path, exc) from exc
 
 
 class OwnPairTab(QWidget):
@@ -49,7 +67,7 @@ class OwnPairTab(QWidget):
     chosen = Signal(object)
 
     def __init__(self, service: CatalogueService, runner: QtTaskRunner, memory: Callable[[], MemoryInfo],
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, *, calibration_prompts: PromptSource | None = None) -> None:
         super().__init__(parent)
         self.service = service
         self._runner = runner
@@ -68,6 +86,7 @@ class OwnPairTab(QWidget):
         self.draft_edit.setToolTip("The small model that proposes tokens; it must share the target's vocabulary")
         self.draft_browse = QPushButton("Browse…", self)
         self.draft_browse.setToolTip("Choose the draft GGUF")
+        self.self_draft = SelfDraftPanel(service.store, runner, calibration_prompts, self)
         self.lookup_check = QCheckBox("&Prompt lookup instead of a draft model", self)
         self.lookup_check.setToolTip("Draft by copying n-grams from the conversation: no second model, no memory")
         self.mtp_check = QCheckBox("&MTP heads in this model instead of a draft model", self)
@@ -103,6 +122,7 @@ class OwnPairTab(QWidget):
         c_label = QLabel("Conte&xt:", self)
         c_label.setBuddy(self.ctx_spin)
         form.addRow(t_label, t_row)
+        form.addRow("", self.self_draft)
         form.addRow(d_label, d_row)
         form.addRow("", self.lookup_check)
         form.addRow("", self.mtp_check)
@@ -126,6 +146,8 @@ class OwnPairTab(QWidget):
         for w in (self.target_edit, self.draft_edit):
             w.textChanged.connect(self._on_input_changed)
         self.ctx_spin.valueChanged.connect(self._on_input_changed)
+        self.target_edit.textChanged.connect(self.self_draft.set_target)
+        self.self_draft.draft_ready.connect(self.set_draft)
 
     # -- filling in -----------------------------------------------------------------------------------------
     def set_pair(self, target: str | Path, draft: str | Path | None) -> None:
@@ -203,6 +225,7 @@ class OwnPairTab(QWidget):
         key = (target, draft, n_ctx, mtp)
 
         def work() -> OwnPairReport:
+            _read_each([("target", target), ("draft", draft)])
             return self.service.check_own_pair(Path(target), None if draft is None else Path(draft), n_ctx, memory,
                                                mtp=mtp)
 
@@ -217,9 +240,10 @@ class OwnPairTab(QWidget):
 
         def failed(exc: BaseException) -> None:
             self.check_button.setEnabled(True)
-            if isinstance(exc, GGUFHeaderError | OSError):
-                path = getattr(exc, "filename", None) or target
-                self._show_error(f"Not a usable GGUF — {_explain_header_error(str(path), exc)}")
+            if isinstance(exc, _OwnFileError):
+                self._show_error(str(exc))
+            elif isinstance(exc, GGUFHeaderError | OSError):
+                self._show_error(f"Not a usable GGUF — {exc}")
             else:
                 self._show_error(f"Check failed: {exc}")
 

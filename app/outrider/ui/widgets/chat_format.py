@@ -20,8 +20,12 @@ from outrider.ui.theme import ThemeColours
 from outrider.ui.widgets.chat_items import MessageItem, Provenance, merge_runs
 from outrider.ui.widgets.markdown import render_markdown
 
-RunFormats = dict[Provenance, QTextCharFormat]  # None: plain text; True/False: accepted draft / target token
+RunFormats = dict[Provenance, QTextCharFormat]  # None: plain text; else a PROVENANCE_KINDS kind
+# Every provenance a piece can have (``chat_items.Provenance``); the tag (UserProperty) of a drafted token's
+# format is "draft" for all drafters, so "which tokens were drafted" reads the same whoever drafted them.
+PROVENANCE_KINDS = ("target", "model", "lookup", "history", "mtp", "draft")
 HEADER_PROPERTY = QTextFormat.Property.UserProperty + 1  # on a header block: the index of its message
+PROVENANCE_PROPERTY = QTextFormat.Property.UserProperty + 2  # on a token's text: its drafter's kind, or "target"
 PLACEHOLDER = "Reading the conversation…"  # the streaming reply's body until its first text arrives
 # A finished reply in the provenance view is drawn as Markdown with its colours laid over it (about 2 ms per 1,000
 # characters on one core); a longer one is drawn as its streamed text, tokens coloured, without Markdown.
@@ -35,6 +39,9 @@ END_LABELS = {
     "error": "failed",
     "interrupted": "interrupted",
 }
+# Ends after which a reply can be continued: every reply that did not finish by itself (the model's end of turn)
+# or was not refused — cut at the limit, stopped with Stop/Esc, cut by a crash of the engine or of the app.
+CONTINUABLE_ENDS = frozenset({"length", "cancelled", "crashed", "interrupted"})
 CALM_ENDS = frozenset({"length", "cancelled"})  # ends the user asked for (a limit, Esc): said quietly, not as errors
 EMPTY_REPLY = {  # the body of a reply that ended before any text
     "cancelled": "(stopped before any text)",
@@ -72,29 +79,43 @@ SAMPLE_PROMPTS = (
 
 
 def run_formats(colours: ThemeColours, provenance: bool) -> RunFormats:
-    """The three character formats of streamed text, built once per theme / view (never per token)."""
+    """The character formats of streamed text (plain, and one per provenance kind), built once per theme / view
+    (never per token). A kind this version does not know is drawn as a drafted token (``format_of``)."""
     plain = QTextCharFormat()
     plain.setForeground(QColor(colours.text))
     formats: RunFormats = {None: plain}
-    for drafted in (True, False):
+    for kind in PROVENANCE_KINDS:
         fmt = QTextCharFormat(plain)
         if provenance:
-            fmt.setBackground(QColor(colours.draft_bg if drafted else colours.target_bg))
-            fmt.setProperty(QTextCharFormat.Property.UserProperty, "draft" if drafted else "target")
-        formats[drafted] = fmt
+            fmt.setBackground(QColor(colours.provenance_bg(kind)))
+            fmt.setProperty(QTextCharFormat.Property.UserProperty, "target" if kind == "target" else "draft")
+            fmt.setProperty(PROVENANCE_PROPERTY, kind)
+        formats[kind] = fmt
     return formats
+
+
+def format_of(formats: RunFormats, kind: Provenance) -> QTextCharFormat:
+    """The format of a run of this provenance (an unknown drafter's kind: the generic drafted token's)."""
+    found = formats.get(kind)
+    return found if found is not None else formats["draft"]
+
+
+def can_continue(item: MessageItem) -> bool:
+    """A stored reply that stopped before its end (``CONTINUABLE_ENDS``): Continue writes on from its text."""
+    return (item.role == "assistant" and item.end in CONTINUABLE_ENDS and item.message_id is not None
+            and item.status != "streaming")
 
 
 def header_html(index: int, item: MessageItem, colours: ThemeColours, *, last: bool = False) -> str:
     """The header line of message ``index``: who wrote it, how a reply ended, and its action links.
 
-    ``last``: it is the conversation's last message (only that reply, cut at the token limit, can be continued).
+    ``last``: it is the conversation's last message (only that reply, if it stopped early, can be continued).
     """
     who = {"user": "You", "assistant": "Outrider", "system": "System"}.get(item.role, item.role)
     links = [f'<a href="copy:{index}">Copy</a>']
     if item.role == "user" and item.message_id is not None:
         links.append(f'<a href="edit:{index}">Edit &amp; resend</a>')
-    if item.role == "assistant" and item.end == "length" and last and item.message_id is not None:
+    if can_continue(item) and last:
         links.append(f'<a href="continue:{index}">Continue</a>')
     status = ""
     label = END_LABELS.get(item.end) if item.role == "assistant" else None
@@ -159,8 +180,8 @@ def insert_body(cursor: QTextCursor, index: int, item: MessageItem, colours: The
         note = EMPTY_REPLY.get(item.end, "(no text)")
         cursor.insertText(note, muted_format(colours))
     elif runs is not None and (streaming or len(item.text) > PROVENANCE_MARKDOWN_MAX_CHARS):
-        for text, drafted in merge_runs(runs):
-            cursor.insertText(text, formats[drafted])
+        for text, kind in merge_runs(runs):
+            cursor.insertText(text, format_of(formats, kind))
     elif item.role == "assistant" and not streaming:
         start = cursor.position()
         cursor.insertHtml(render_markdown(item.text, index, colours) or "&nbsp;")
@@ -273,18 +294,18 @@ class _Painter:
     def __init__(self, cursor: QTextCursor, formats: RunFormats) -> None:
         self.cursor = cursor
         self.formats: dict[Provenance, QTextCharFormat] = {}
-        for kind in (True, False):
+        for kind in PROVENANCE_KINDS:
             fmt = QTextCharFormat()
             fmt.setBackground(formats[kind].background())
-            fmt.setProperty(QTextCharFormat.Property.UserProperty,
-                            formats[kind].property(QTextCharFormat.Property.UserProperty))
+            for prop in (QTextCharFormat.Property.UserProperty, PROVENANCE_PROPERTY):
+                fmt.setProperty(prop, formats[kind].property(prop))
             self.formats[kind] = fmt
         self.pending: tuple[int, int, Provenance] | None = None
 
     def add(self, pos: int, length: int, kind: Provenance) -> None:
         if self.pending is not None:
             start, end, current = self.pending
-            if current is kind and end == pos:
+            if current == kind and end == pos:
                 self.pending = (start, pos + length, kind)
                 return
             self.flush()
@@ -299,7 +320,7 @@ class _Painter:
             return
         self.cursor.setPosition(start)
         self.cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
-        self.cursor.mergeCharFormat(self.formats[kind])
+        self.cursor.mergeCharFormat(self.formats.get(kind) or self.formats["draft"])
 
 
 def welcome_html(colours: ThemeColours) -> str:

@@ -13,7 +13,11 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-Provenance = bool | None  # True: an accepted draft token; False: the target's own; None: plain (no token known)
+# Where a piece came from: "target" (the target's own token), the kind of drafter whose accepted draft token it is
+# ("lookup" = prompt lookup, "history", "model", "mtp"; "draft" = a drafter not named), or None: plain text whose
+# tokens are not known (a continued reply's start).
+Provenance = str | None
+TARGET = "target"
 Run = tuple[str, Provenance]
 
 
@@ -33,12 +37,12 @@ class ReplyText:
         self._n_joined = 0
 
     def add_steps(self, steps: Iterable[Any]) -> int:
-        """Append each step's pieces (``StepEvent``: ``pieces`` with their ``drafted`` flags; a final piece with no
+        """Append each step's pieces (``StepEvent``: ``pieces`` with their ``provenance``; a final piece with no
         token — held-back text — is the target's). Returns the number of pieces added."""
         before = len(self.pieces)
         for step in steps:
-            flags = step.drafted
-            self.pieces.extend((piece, bool(flags[i]) if i < len(flags) else False)
+            kinds = step.provenance
+            self.pieces.extend((piece, kinds[i] if i < len(kinds) else TARGET)
                                for i, piece in enumerate(step.pieces) if piece)
         return len(self.pieces) - before
 
@@ -96,11 +100,11 @@ def merge_runs(runs: Sequence[Run]) -> list[Run]:
     out: list[Run] = []
     parts: list[str] = []
     current: Provenance = None
-    for text, drafted in runs:
-        if drafted is not current and parts:
+    for text, kind in runs:
+        if kind != current and parts:
             out.append(("".join(parts), current))
             parts = []
-        current = drafted
+        current = kind
         parts.append(text)
     if parts:
         out.append(("".join(parts), current))

@@ -9,7 +9,10 @@ from __future__ import annotations
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from outrider.ui.theme import ThemeColours
+from outrider.ui.widgets.flow_layout import FlowLayout, wrapping_policy
 from outrider.ui.widgets.live_stats import TOOLTIPS
+
+LEGEND_DRAFTERS = {"history": "history lookup", "lookup": "prompt lookup", "mtp": "MTP"}
 
 
 class ReplyControls(QWidget):
@@ -22,23 +25,33 @@ class ReplyControls(QWidget):
         self.regenerate_button = self._button("Regenerate", "regenerateButton", "Produce the last reply again")
         self.continue_button = self._button(
             "Continue", "continueButton",
-            "The last reply was cut at the token limit: write on from where it stopped")
+            "The last reply stopped before its end (the token limit, Stop, a crash): write on from where it stopped")
         self.provenance_box = QCheckBox("Show provenance", self)
         self.provenance_box.setToolTip(TOOLTIPS["provenance"])
         self.provenance_box.setChecked(True)
         self.legend_draft = QLabel("accepted draft token", self)
         self.legend_target = QLabel("target token", self)
-        for label in (self.legend_draft, self.legend_target):
+        # One label per drafter of a chain (engine/chain_draft.py), shown while that drafter is loaded.
+        self.legend_drafters = {kind: QLabel(text, self) for kind, text in LEGEND_DRAFTERS.items()}
+        self.drafters: tuple[str, ...] = ()
+        for label in (self.legend_draft, self.legend_target, *self.legend_drafters.values()):
             label.setToolTip(TOOLTIPS["provenance"])
 
-        row = QHBoxLayout(self)
-        row.setContentsMargins(0, 0, 0, 0)
+        # One line when there is room; in a narrow window the legend wraps and the buttons go to a line of their
+        # own, at the right (a single row made the window at least ~1,100 px wide).
+        row = FlowLayout(self, right_align_last=True)
         row.addWidget(self.provenance_box)
         row.addWidget(self.legend_draft)
+        for label in self.legend_drafters.values():
+            row.addWidget(label)
         row.addWidget(self.legend_target)
-        row.addStretch(1)
+        buttons = QWidget(self)
+        button_row = QHBoxLayout(buttons)
+        button_row.setContentsMargins(0, 0, 0, 0)
         for button in (self.continue_button, self.regenerate_button, self.stop_button, self.send_button):
-            row.addWidget(button)
+            button_row.addWidget(button)
+        row.addWidget(buttons)
+        self.setSizePolicy(wrapping_policy())
 
     def _button(self, text: str, name: str, tip: str) -> QPushButton:
         button = QPushButton(text, self)
@@ -64,5 +77,15 @@ class ReplyControls(QWidget):
             f"border: 1px solid {c.warning}; border-radius: 3px; padding: 3px 10px; font-weight: bold; }}")
         self.legend_draft.setStyleSheet(f"background:{c.draft_bg}; color:{c.text}; padding:1px 4px;")
         self.legend_target.setStyleSheet(f"background:{c.target_bg}; color:{c.text}; padding:1px 4px;")
-        self.legend_draft.setVisible(provenance)
+        # Each loaded drafter's label in its colour; the draft model's (or an unnamed drafter's) is the green one.
+        named = [k for k in self.drafters if k in self.legend_drafters]
+        self.legend_draft.setText("draft model" if named else "accepted draft token")
+        self.legend_draft.setVisible(provenance and ("model" in self.drafters or not named))
         self.legend_target.setVisible(provenance)
+        for kind, label in self.legend_drafters.items():
+            label.setStyleSheet(f"background:{c.provenance_bg(kind)}; color:{c.text}; padding:1px 4px;")
+            label.setVisible(provenance and kind in named)
+
+    def set_drafters(self, kinds: tuple[str, ...]) -> None:
+        """The loaded drafters' kinds (``LoadedPair.draft_mode`` split at ``+``); call ``set_colours`` after."""
+        self.drafters = kinds

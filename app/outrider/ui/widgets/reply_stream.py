@@ -20,7 +20,13 @@ from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Slot
 from PySide6.QtGui import QTextCharFormat, QTextCursor, QTextDocument
 
 from outrider.ui.theme import LIGHT, ThemeColours
-from outrider.ui.widgets.chat_format import PLACEHOLDER, PROVENANCE_MARKDOWN_MAX_CHARS, RunFormats, muted_format
+from outrider.ui.widgets.chat_format import (
+    PLACEHOLDER,
+    PROVENANCE_MARKDOWN_MAX_CHARS,
+    RunFormats,
+    format_of,
+    muted_format,
+)
 from outrider.ui.widgets.chat_items import MessageItem, merge_runs
 from outrider.ui.widgets.markdown import code_blocks, render_markdown, stable_prefix
 
@@ -200,8 +206,8 @@ class ReplyStream(QObject):
         cursor = QTextCursor(self._document)
         cursor.movePosition(QTextCursor.MoveOperation.End)
         cursor.beginEditBlock()
-        for text, drafted in runs:
-            cursor.insertText(text, self.formats[drafted])
+        for text, kind in runs:
+            cursor.insertText(text, format_of(self.formats, kind))
         cursor.endEditBlock()
         self._text_added()
         if self.shown < len(pieces):

@@ -30,7 +30,16 @@ from PySide6.QtWidgets import (
 
 from outrider.ui.settings import QtSettings
 from outrider.ui.theme import LIGHT, ThemeColours
-from outrider.ui.widgets.live_stats import EXPLANATIONS, TOOLTIPS, ReplyMeter, Snapshot, fmt, format_speedup
+from outrider.ui.widgets.live_stats import (
+    EXPLANATIONS,
+    TOOLTIPS,
+    ReplyMeter,
+    Snapshot,
+    by_drafter_text,
+    fmt,
+    format_speedup,
+    speedup_shown_as_figure,
+)
 
 if TYPE_CHECKING:  # pyqtgraph (and numpy) load with the charts, after the window's first paint: ``build_charts``
     import pyqtgraph as pg
@@ -68,6 +77,7 @@ ROWS = (
     ("ttft_s", "Time to first token"),
     ("prompt_tps", "Prompt speed"),
     ("time_share", "Draft / verify / other"),
+    ("by_drafter", "By drafter"),
     ("generated", "Generated"),
 )
 
@@ -348,8 +358,14 @@ class StatsPanel(QWidget):
         else:
             v["time_share"].setText(f"{s.draft_share:.0%} / {s.verify_share or 0:.0%} / {s.other_share or 0:.0%}")
         v["generated"].setText(str(s.generated))
-        self.speedup_label.setText(format_speedup(s.speedup, s.speedup_error, streaming=s.streaming)
+        v["by_drafter"].setText(by_drafter_text(s.by_drafter))
+        self.speedup_label.setText(format_speedup(s.speedup, s.speedup_low, s.speedup_high, streaming=s.streaming)
                                    if s.has_reply else "–")
+        figure = speedup_shown_as_figure(s.speedup, s.speedup_low, s.speedup_high)
+        if self.speedup_label.property("settled") != figure:  # bold only for a figure that holds (±20 %)
+            self.speedup_label.setProperty("settled", figure)
+            self.speedup_label.style().unpolish(self.speedup_label)
+            self.speedup_label.style().polish(self.speedup_label)
         # The warning reads the same snapshot as the numbers: it goes with the reply shown (a new reply or a new
         # chat clears it), never a verdict left over from an earlier reply.
         if self._acted_on != self.meter.started or not s.has_reply:
@@ -357,7 +373,8 @@ class StatsPanel(QWidget):
         if s.slower_than_plain:
             self.warning_label.setText(
                 f"Speculation is slower than plain decoding for this pair and prompt "
-                f"({format_speedup(s.speedup, s.speedup_error)} measured in this reply, acceptance "
+                f"({format_speedup(s.speedup, s.speedup_low, s.speedup_high, streaming=False)} measured in this "
+                f"reply, acceptance "
                 f"{fmt(None if s.acceptance_rate is None else s.acceptance_rate * 100, '.0f', ' %')})."
                 + (f" {self._acted} from the next reply." if self._acted else ""))
         self.draft_off_button.setEnabled(not self._acted)

@@ -1,0 +1,157 @@
+"""The pair picker's "Make a draft from this model's own layers" (``ui/picker/self_draft_panel.py``): the memory
+is shown in a question first, the build shows progress and can be cancelled, and the built draft makes the own
+pair usable; a self-draft already in the store is offered again for its target."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QMessageBox
+from pytestqt.qtbot import QtBot
+
+from outrider.catalogue import ModelStore
+from outrider.catalogue.selfdraft import SelfDraftBuild, preview
+from outrider.catalogue.service import CatalogueService
+from outrider.ui.picker.dialog import PairPickerDialog
+from support.tiny_gguf import Family
+
+ServiceFactory = Callable[..., CatalogueService]
+BUILD_MS = 600_000  # a build takes seconds; the limit is for a loaded 2-core machine
+
+
+def _build_children() -> list[int]:
+    me = str(os.getpid())
+    out = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[-1].split()[1] == me and b"outrider.catalogue.selfdraft_build" in cmd:
+            out.append(int(d.name))
+    return out
+
+
+@pytest.fixture
+def picker(qtbot: QtBot, make_service: ServiceFactory) -> Iterator[PairPickerDialog]:
+    """A picker whose self-drafts calibrate on one short prompt (the app passes the history's prompts)."""
+    dlg = PairPickerDialog(make_service(), calibration_prompts=lambda: (["hello world"], "test"))
+    qtbot.addWidget(dlg)
+    dlg.show()  # visibility of the progress bar and buttons is part of what is tested
+    with qtbot.waitSignal(dlg.scan_finished, timeout=10_000):
+        pass
+    dlg.tabs.setCurrentWidget(dlg.own_tab)
+    yield dlg
+    dlg.close()
+    assert not _build_children(), "a self-draft build process was left running"
+
+
+@pytest.fixture
+def answers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every question box is answered Yes; its text is kept."""
+    asked: list[str] = []
+
+    def exec_(box: QMessageBox) -> int:
+        asked.append(box.text())
+        return int(QMessageBox.StandardButton.Yes)
+
+    monkeypatch.setattr(QMessageBox, "exec", exec_)
+    return asked
+
+
+def _drafts(store: ModelStore) -> list[Path]:
+    return sorted(store.self_drafts_root.rglob("*.gguf")) if store.self_drafts_root.exists() else []
+
+
+def test_a_self_draft_is_made_with_progress_and_then_the_pair_is_usable(
+        qtbot: QtBot, picker: PairPickerDialog, answers: list[str], tiny_family: Family, store: ModelStore) -> None:
+    """Breaking the panel's ``draft_ready`` connection left the draft field empty and the pair unusable."""
+    panel = picker.own_tab.self_draft
+    assert not panel.make_button.isEnabled(), "nothing to cut before a target is chosen"
+    picker.target_edit.setText(str(tiny_family.target))
+    assert panel.make_button.isEnabled()
+    messages: list[str] = []
+    panel._progressed.connect(lambda ev: messages.append(ev.message))
+    with qtbot.waitSignal(panel.build_finished, timeout=BUILD_MS) as finished:
+        panel.make_button.click()
+    assert not isinstance(finished.args[0], str), finished.args[0]
+    with qtbot.waitSignal(picker.own_pair_checked, timeout=10_000) as checked:
+        pass  # the built draft fills the draft field, which starts the pair's check
+    assert len(answers) == 1 and "memory" in answers[0] and "tiny-target.gguf" in answers[0]
+    report = checked.args[0]
+    assert not isinstance(report, str) and report.ok, report
+    drafts = _drafts(store)
+    assert len(drafts) == 1 and picker.draft_edit.text() == str(drafts[0])
+    assert any("candidate" in m for m in messages), messages
+    assert "Made a self-draft" in panel.status_label.text()
+    assert not panel.progress.isVisible() and not panel.cancel_button.isVisible()
+    with qtbot.waitSignal(picker.pair_chosen, timeout=5000) as chosen:
+        picker.own_use_button.click()
+    assert chosen.args[0].draft == drafts[0]
+
+
+def test_a_self_draft_in_the_store_is_offered_for_its_target(
+        qtbot: QtBot, picker: PairPickerDialog, tiny_family: Family, store: ModelStore) -> None:
+    """Built earlier (by ``outrider models self-draft``): choosing its target offers it, and using it makes the
+    pair usable. Breaking the lookup by path (a wrong size in the match) hid the button."""
+    built = SelfDraftBuild(store, preview(store, tiny_family.target, "0,3"), ["hello"], max_tokens=4,
+                           threads=1).wait(BUILD_MS / 1000)
+    panel = picker.own_tab.self_draft
+    picker.target_edit.setText(str(tiny_family.draft))
+    picker.target_edit.setText(str(tiny_family.target))
+    qtbot.waitUntil(panel.use_found_button.isVisible, timeout=10_000)
+    assert "In the store: self-draft of tiny-target.gguf: blocks 0,3 of 4" in panel.status_label.text()
+    with qtbot.waitSignal(picker.own_pair_checked, timeout=10_000) as checked:
+        panel.use_found_button.click()
+    assert not isinstance(checked.args[0], str) and checked.args[0].ok
+    assert picker.draft_edit.text() == str(built.path) and picker.own_use_button.isEnabled()
+    picker.target_edit.setText(str(tiny_family.draft))
+    qtbot.waitUntil(lambda: not panel.use_found_button.isVisible(), timeout=10_000)
+
+
+def test_a_build_can_be_cancelled_and_leaves_nothing(qtbot: QtBot, picker: PairPickerDialog, answers: list[str],
+                                                     smollm_path: Path, store: ModelStore) -> None:
+    panel = picker.own_tab.self_draft
+    picker.target_edit.setText(str(smollm_path))
+    started: list[str] = []
+    panel._progressed.connect(lambda ev: started.append(ev.stage))
+    panel.make_button.click()
+    qtbot.waitUntil(lambda: "build" in started or "calibrate" in started, timeout=BUILD_MS)
+    assert panel.progress.isVisible() and panel.cancel_button.isVisible()
+    with qtbot.waitSignal(panel.build_finished, timeout=60_000) as finished:
+        panel.cancel_button.click()
+    assert isinstance(finished.args[0], str) and finished.args[0].startswith("Cancelled")
+    assert panel.status_label.text().startswith("Cancelled")
+    assert panel.make_button.isEnabled() and not panel.progress.isVisible()
+    assert _drafts(store) == []
+    assert not list(store.self_drafts_root.glob(".build-*"))
+    qtbot.waitUntil(lambda: not _build_children(), timeout=10_000)
+
+
+def test_declining_the_question_builds_nothing(qtbot: QtBot, picker: PairPickerDialog, tiny_family: Family,
+                                               store: ModelStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(QMessageBox, "exec", lambda _box: int(QMessageBox.StandardButton.No))
+    panel = picker.own_tab.self_draft
+    picker.target_edit.setText(str(tiny_family.target))
+    panel.make_button.click()
+    qtbot.waitUntil(lambda: panel.status_label.text() == "No draft made.", timeout=10_000)
+    assert panel.build is None and _drafts(store) == []
+
+
+def test_a_target_that_cannot_be_cut_is_said_in_words(qtbot: QtBot, picker: PairPickerDialog, answers: list[str],
+                                                      tiny_family: Family, tmp_path: Path, store: ModelStore) -> None:
+    panel = picker.own_tab.self_draft
+    notes = tmp_path / "notes.gguf"
+    notes.write_text("not a model")
+    for target, words in ((notes, "is not a GGUF"), (tiny_family.draft, "a self-draft needs at least 3")):
+        picker.target_edit.setText(str(target))
+        with qtbot.waitSignal(panel.build_finished, timeout=10_000) as finished:
+            panel.make_button.click()
+        assert isinstance(finished.args[0], str) and words in finished.args[0], finished.args[0]
+        assert finished.args[0].startswith("No draft made:") and "Error" not in finished.args[0]
+    assert answers == [], "nothing is asked about a target that cannot be cut"
+    assert _drafts(store) == []
