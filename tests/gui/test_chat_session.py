@@ -413,3 +413,18 @@ def test_provenance_colours_come_back_on_reopening_and_on_a_continued_reply(qtbo
     runs = win.chat.messages[-1].provenance_runs()
     assert runs is not None and [k for _, k in runs] == ["draft", "target", "draft"]  # the old part kept its colours
     assert "".join(t for t, _ in runs) == "The quick brown fox"
+
+
+def test_drafting_off_is_shown_after_a_restart_and_undone_in_one_click(qtbot: Any, chat: Any,
+                                                                        tmp_path: Path) -> None:
+    """Before: "Draft off" survived restarts silently (only the status line's text said "draft off")."""
+    win, _client = chat
+    assert win.draft_on_button.isHidden()
+    win.settings.set(draft_source="none")
+    assert not win.draft_on_button.isHidden()
+    win.settings.flush()
+    again = MainWindow(win.bridge, win.store, QtSettings())  # the next start reads the setting
+    qtbot.addWidget(again)
+    assert not again.draft_on_button.isHidden()
+    qtbot.mouseClick(again.draft_on_button, Qt.MouseButton.LeftButton)
+    assert again.settings.value.draft_source == "model" and again.draft_on_button.isHidden()
