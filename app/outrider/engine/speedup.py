@@ -190,11 +190,13 @@ def _fit_once(batch: Floats, target: Floats, calm: npt.NDArray[np.bool_]) -> tup
     return growth, residuals, level, max(1.4826 * mad, MIN_SIGMA_SHARE * float(np.median(residuals)))
 
 
-def _drafting_stalls(fit: Sequence[PassTiming], sigma: float) -> float:
+def _drafting_stalls(steps: Sequence[PassTiming], sigma: float) -> float:
     """Seconds of drafting above its own stall bound (the running median of the steps' drafting times +
     ``WINSOR_SIGMAS`` robust sigmas, never below the target's sigma): a drafter descheduled mid-step is a stall
-    like any other, out of both sides; its ordinary time stays charged to speculation."""
-    drafting = np.array([p.step_s - p.target_s for p in fit], dtype=np.float64)
+    like any other, out of both sides; its ordinary time stays charged to speculation. The first step counts
+    here too (a drafter descheduled there is no cost of speculation; a first draft within the bound stays
+    charged)."""
+    drafting = np.array([p.step_s - p.target_s for p in steps], dtype=np.float64)
     level = _running(drafting, "median")
     spread = max(1.4826 * float(np.median(np.abs(drafting - level))), sigma)
     return float(np.maximum(0.0, drafting - (level + WINSOR_SIGMAS * spread)).sum())
@@ -226,7 +228,7 @@ def estimate_speedup(steps: Sequence[PassTiming]) -> SpeedupEstimate | None:
     growth, residuals, level, sigma = _fit_once(batch, target, np.ones(len(fit), dtype=bool))
     growth, residuals, level, sigma = _fit_once(batch, target, residuals <= level + WINSOR_SIGMAS * sigma)
     clipped = np.minimum(residuals, level + WINSOR_SIGMAS * sigma)
-    stall_s = float(((residuals - clipped) * (1 + growth * (batch - 1))).sum()) + _drafting_stalls(fit, sigma)
+    stall_s = float(((residuals - clipped) * (1 + growth * (batch - 1))).sum()) + _drafting_stalls(steps, sigma)
     local = _running(clipped, "mean")
     yielded = np.array([p.pass_tokens for p in fit], dtype=np.float64)
     # Each step's tokens at the plain cost around it; the first step's at that of the pass after it.
