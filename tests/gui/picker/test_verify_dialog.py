@@ -115,7 +115,10 @@ def test_verify_exact(qtbot: QtBot, dialog: BenchmarkDialog, bridge: TokenBridge
     assert [r.plain for r in greedy] == [False, True] and all(r.sampling.temperature == 0 for r in greedy)
     assert [r.plain for r in sampled[:4]] == [False, True, False, True]
     assert all(r.sampling.temperature == pytest.approx(0.8) and r.max_tokens == 4 for r in sampled)
-    assert len({r.sampling.seed for r in sampled}) == 300  # a seed per sample
+    # The coupled sampler (a seeded request's): each plain sample shares its speculative sample's seed, and must be
+    # the same tokens (per-seed identity); a seed per pair.
+    assert len({r.sampling.seed for r in sampled}) == 150
+    assert all(a.sampling.seed == b.sampling.seed for a, b in zip(sampled[::2], sampled[1::2], strict=True))
     assert all(r.draft == DraftParams(k=4, p_min=0.5) for r in bridge.requests)
     assert bridge.requests[0].messages is not None and bridge.requests[0].messages[-1].content == "Count to ten."
     # the report: computed by the same core as `outrider verify`
