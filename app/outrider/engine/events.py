@@ -25,6 +25,8 @@ from outrider.engine.errors import (
     ContextOverflowError,
     DecodeError,
     EngineError,
+    FimUnsupported,
+    GrammarError,
     IncompatiblePairError,
     ModelLoadError,
     TemplateError,
@@ -121,6 +123,10 @@ class LoadedPair:
     draft_kv_bytes: int
     notes: tuple[str, ...]
     threads: int = 0  # llama.cpp CPU threads at load (``--threads``, or chosen from the CPUs free: engine/threads.py)
+    # Recurrent states of hybrid/recurrent models as llama.cpp allocated them: the target's own with its rollback
+    # snapshots, the draft model's own with its checkpoint (0 for attention-only models).
+    target_recurrent_bytes: int = 0
+    draft_recurrent_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -174,6 +180,8 @@ class StepEvent:
     k: int
     stats: GenerationStats | None = None
     origins: list[str] = dataclasses.field(default_factory=list)
+    # per token, when the request asked: [text, bytes, logprob, [[text, bytes, logprob], ...]] (llama/text.py)
+    logprobs: list[Any] = dataclasses.field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -243,11 +251,15 @@ def stats_to_wire(stats: GenerationStats) -> dict[str, Any]:
 
 
 def stats_from_wire(data: Any) -> GenerationStats:
-    """The counters of ``data``; derived figures and unknown keys are ignored (the properties recompute them)."""
+    """The counters of ``data``; derived figures and unknown keys are ignored (the properties recompute them).
+    A ``speedup`` without its interval (an older engine's, valued from one or two plain probes) is dropped."""
     if not isinstance(data, Mapping):
         raise ProtocolError("stats: expected an object")
     fields = {k: _number(k, v, _STAT_TYPES[k]) for k, v in data.items() if k in _STAT_TYPES and k != "by_drafter"}
-    return GenerationStats(**fields, by_drafter=_by_drafter_from_wire(data.get("by_drafter", {})))
+    stats = GenerationStats(**fields, by_drafter=_by_drafter_from_wire(data.get("by_drafter", {})))
+    if stats.speedup_low is None or stats.speedup_high is None:
+        stats.speedup = stats.speedup_low = stats.speedup_high = None
+    return stats
 
 
 def _by_drafter_from_wire(data: Any) -> dict[str, DrafterCounts]:
@@ -292,8 +304,10 @@ def loaded_from_wire(data: Any) -> LoadedPair:
 
 
 def step_to_wire(step: StepEvent) -> list[Any]:
-    """``[tokens, drafted, text, k, pieces, origins]`` (``text`` kept for engines and apps of an earlier version)."""
-    return [step.tokens, step.drafted, step.text, step.k, step.pieces, step.origins]
+    """``[tokens, drafted, text, k, pieces, origins]`` (``text`` kept for engines and apps of an earlier version),
+    then ``logprobs`` when the step has them."""
+    wire = [step.tokens, step.drafted, step.text, step.k, step.pieces, step.origins]
+    return [*wire, step.logprobs] if step.logprobs else wire
 
 
 def steps_to_wire(steps: list[list[Any]], stats: GenerationStats) -> dict[str, Any]:
@@ -322,7 +336,8 @@ def batch_from_wire(message: Mapping[str, Any]) -> StepBatch:
         if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins) or (
                 origins and len(origins) != len(drafted)):
             raise ProtocolError("step origins must be a list of strings, one per token")
-        out.append(StepEvent(tokens, drafted, pieces, int(step[3]), None, origins))
+        logprobs = step[6] if len(step) >= 7 and isinstance(step[6], list) else []
+        out.append(StepEvent(tokens, drafted, pieces, int(step[3]), None, origins, logprobs))
     return StepBatch(tuple(out), stats)
 
 
@@ -350,6 +365,10 @@ def error_kind_of(exc: BaseException) -> tuple[ErrorKind, dict[str, Any]]:
         return ErrorKind.DECODE, {"status": exc.status}
     if isinstance(exc, TemplateError):
         return ErrorKind.TEMPLATE, {}
+    if isinstance(exc, GrammarError):
+        return ErrorKind.BAD_REQUEST, {"grammar": True}
+    if isinstance(exc, FimUnsupported):
+        return ErrorKind.BAD_REQUEST, {"suffix": True}
     if isinstance(exc, EngineError):
         return ErrorKind.ENGINE, {}
     if isinstance(exc, MemoryError):

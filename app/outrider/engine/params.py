@@ -10,13 +10,18 @@ import dataclasses
 import math
 from typing import Literal
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 
 
 @dataclasses.dataclass(frozen=True)
 class ChatMessage:
+    """One turn. ``tool_calls``: the calls an assistant turn made (OpenAI's ``tool_calls`` array as JSON text);
+    ``tool_call_id``: the call a ``tool`` turn answers."""
+
     role: Role
     content: str
+    tool_calls: str | None = None
+    tool_call_id: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +217,19 @@ class PairSpec:
         return "model" if self.draft else ("lookup" if self.lookup else "none")
 
 @dataclasses.dataclass(frozen=True)
+class GrammarSpec:
+    """A constraint on the reply's text: ``json`` (any JSON object), ``json_schema`` (``text``: the schema as JSON)
+    or ``gbnf`` (``text``: a llama.cpp grammar). Decoded exactly under speculation (engine/grammar.py)."""
+
+    kind: Literal["json", "json_schema", "gbnf"]
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("json", "json_schema", "gbnf"):
+            raise ValueError(f"a grammar is json, json_schema or gbnf, got {self.kind!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class TextRequest:
     """One reply to produce, from raw ``prompt`` text or from chat ``messages`` (exactly one of them).
 
@@ -230,6 +248,10 @@ class TextRequest:
     plain: bool = False
     continue_reply: bool = False
     trim: bool = True
+    grammar: GrammarSpec | None = None
+    tools: str | None = None  # OpenAI's ``tools`` array as JSON text, for the chat template (``ChatFormatter``)
+    top_logprobs: int | None = None  # each token's log-probability and this many alternatives (None: none)
+    suffix: str | None = None  # with ``prompt``: fill in the middle between them (the model's FIM tokens)
     ignore_eos: bool = False  # ``outrider verify``: sample through end-of-generation tokens (every sample M tokens)
 
     def __post_init__(self) -> None:
