@@ -4,7 +4,8 @@ The engine client is blocking (a load takes seconds, a generation is an iterator
 every request runs on this bridge's own ``QThread``, one at a time, in the order asked (one dedicated inference
 thread: llama.cpp's calls are not made from two threads at once, and the GUI thread never blocks on one).
 The GUI thread only calls the public methods, which return at once, and receives results as signals.
-``cancel()`` is the exception: ``EngineClient.cancel`` is thread-safe and returns at once, so it is called directly and cuts a running reply short within one step.
+``cancel()`` is the exception: ``EngineClient.cancel`` is thread-safe and returns at once, so it is called
+directly and cuts a running reply short within one step.
 
 Everything the worker has to say goes through ONE ordered buffer: each item an ``_Out`` kind and its payload
 (the client yields each wire message as one ``StepBatch``, ``outrider.engine.events``; then the reply's
