@@ -90,8 +90,12 @@ def _resolve_pair(args: argparse.Namespace) -> None:
     if not state.installed or state.target_path is None:
         raise CliError(f"pair {pair.id} is not installed: run `outrider models download {pair.id}`")
     args.target = str(state.target_path)
-    args.draft = str(state.draft_path) if state.draft_path is not None else None
-    args.lookup = pair.draft is None
+    draft = str(state.draft_path) if state.draft_path is not None else None
+    kind = pair.draft_kind  # model, lookup, mtp (heads in the target) or mtp-head (the head file is the draft)
+    args.draft = draft if kind == "model" else None
+    args.mtp_head = draft if kind == "mtp-head" else None
+    args.mtp = kind == "mtp"
+    args.lookup = kind == "lookup"
     if args.k is None and isinstance(pair.settings.k, int):
         args.k = pair.settings.k
     if args.draft_min == 0:

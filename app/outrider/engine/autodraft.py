@@ -1,6 +1,6 @@
 """Automatic draft length: choose k each step to maximise expected tokens per second.
 
-Cost model (the one in ../docs/metrics.md and SPECULATIVE_DECODING.md, with costs *measured* live):
+Cost model (the one in docs/metrics.md, with costs *measured* live):
 
     tokens per step      E(k) = (1 - a^(k+1)) / (1 - a)        (a = per-token acceptance, i.i.d. assumption)
     seconds per step     T(k) = k * c_draft + c_verify(k + 1)  (c_verify(n): one target pass over n tokens)
@@ -71,9 +71,11 @@ class _Timings:
 
     def __init__(self) -> None:
         self._samples: collections.deque[float] = collections.deque(maxlen=WINDOW)
+        self._value: float | None = None
 
     def add(self, x: float) -> None:
         self._samples.append(x)
+        self._value = None
 
     @property
     def count(self) -> int:
@@ -87,7 +89,9 @@ class _Timings:
     def value(self) -> float | None:
         """The lower median: of an even number the lower middle one, so one stall among two timings is ignored
         (stalls only ever add time to a pass)."""
-        return statistics.median_low(self._samples) if self._samples else None
+        if self._value is None and self._samples:
+            self._value = statistics.median_low(self._samples)
+        return self._value
 
 
 def _at(line: tuple[float, float], n: int) -> float:
@@ -126,11 +130,12 @@ class CostModel:
         self._rejections = 0.0
         self._prior = PRIOR_REJECTIONS  # a pseudo-rejection that fades with the window (see ``acceptance``)
         self._line_cache: tuple[tuple[float, float] | None] | None = None  # (line,) once computed
-        self._reference_cache: tuple[tuple[float, float] | None] | None = None
+        self._estimates_cache: list[float | None] | None = None
         self._costs_cache: list[float] | None = None
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
-        self._line_cache = self._reference_cache = None
+        self._line_cache = None
+        self._estimates_cache = None
         self._costs_cache = None
         self._observations += 1
         if 1 <= batch < len(self.verify):
@@ -193,58 +198,57 @@ class CostModel:
         return self.verify[n]
 
     def _estimate(self, n: int) -> float | None:
-        """The cost of a batch of n from its own timings (None if it has no fresh ones).
+        """The cost of a batch of n from its own timings (None if it has no fresh ones); see ``_estimates``."""
+        if n >= len(self.verify):
+            return None
+        return self._estimates()[n]
+
+    def _estimates(self) -> list[float | None]:
+        """Per batch size (index n), its cost from its own timings, computed once per observation (``choose``
+        asks for every k each step: this keeps a step at tens of microseconds).
 
         Timed MIN_SAMPLES times or more: their lower median. Fewer: at most the cost of any larger size timed that
-        often, and checked against the line through those sizes (``_reference_line``): a timing above
-        OUTLIER_RATIO times what the line expects is a stall and left out, and what remains is blended with the
-        line, so one timing never decides alone. (Simulated: the one plain pass of a reply's first step stalled
-        to 6x, and the floor at one token's cost made every batch look as cheap as one token: k 8 where 3 is best.)"""
-        timings = self._fresh(n)
-        if timings is None:
-            return None
-        if timings.count >= MIN_SAMPLES:
-            return timings.value
-        value = timings.value
-        assert value is not None
-        # A smaller batch never costs more than a larger one timed often enough (stalls only add time).
-        value = min([value] + [c for size, c, _ in self._sized(settled=True) if size >= n])
-        line = self._reference_line()
-        if line is None:
-            return value
-        expected = _at(line, n)
-        kept = [x for x in timings.samples if x <= OUTLIER_RATIO * expected]
-        if not kept:
-            return expected
-        value = min(value, statistics.median_low(kept))
-        return (len(kept) * value + (MIN_SAMPLES - len(kept)) * expected) / MIN_SAMPLES
-
-    def _sized(self, *, settled: bool) -> list[tuple[float, float, float]]:
-        """(batch size, cost, weight) of the fresh sizes: all of them, or (``settled``) only those timed at least
-        MIN_SAMPLES times, at their lower median. Weight: how many timings."""
-        rows = []
-        for i in range(1, len(self.verify)):
-            timings = self._fresh(i)
-            if timings is None or (settled and timings.count < MIN_SAMPLES):
+        often, and checked against the line through those sizes (once there are two): a timing
+        above OUTLIER_RATIO times what the line expects is a stall and left out, and what remains is blended with
+        the line, so one timing never decides alone. (Simulated: the one plain pass of a reply's first step
+        stalled to 6x, and the floor at one token's cost made every batch look as cheap as one token: k 8 where
+        3 is best.)"""
+        if self._estimates_cache is not None:
+            return self._estimates_cache
+        fresh = [None if i == 0 else self._fresh(i) for i in range(len(self.verify))]
+        settled = [(float(i), t.value, float(t.count)) for i, t in enumerate(fresh)
+                   if i >= 1 and t is not None and t.value is not None and t.count >= MIN_SAMPLES]
+        line = _fit(settled) if len(settled) >= 2 else None
+        estimates: list[float | None] = [None] * len(self.verify)
+        for n in range(1, len(self.verify)):
+            timings = fresh[n]
+            if timings is None or timings.value is None:
                 continue
-            value = timings.value if settled else self._estimate(i)
-            if value is not None:
-                rows.append((float(i), value, float(timings.count)))
-        return rows
-
-    def _reference_line(self) -> tuple[float, float] | None:
-        """The line through the sizes timed MIN_SAMPLES times or more (None while fewer than two are: the prior
-        slope through one size is a guess, not a measurement to hold timings against)."""
-        if self._reference_cache is None:
-            settled = self._sized(settled=True)
-            self._reference_cache = (_fit(settled) if len(settled) >= 2 else None,)
-        return self._reference_cache[0]
+            value = timings.value
+            if timings.count >= MIN_SAMPLES:
+                estimates[n] = value
+                continue
+            # A smaller batch never costs more than a larger one timed often enough (stalls only add time).
+            value = min([value] + [c for size, c, _ in settled if size >= n])
+            if line is not None:
+                expected = _at(line, n)
+                kept = [x for x in timings.samples if x <= OUTLIER_RATIO * expected]
+                if not kept:
+                    value = expected
+                else:
+                    value = min(value, statistics.median_low(kept))
+                    value = (len(kept) * value + (MIN_SAMPLES - len(kept)) * expected) / MIN_SAMPLES
+            estimates[n] = value
+        self._estimates_cache = estimates
+        return estimates
 
     def _verify_line(self) -> tuple[float, float] | None:
-        """(intercept, slope) of verify cost against batch size, fitted to every measured size's estimate; cached
-        until the next observation (``choose`` asks for every k each step: this keeps a step at microseconds)."""
+        """(intercept, slope) of verify cost against batch size, fitted to every measured size's estimate
+        (weighted by its number of timings); cached until the next observation."""
         if self._line_cache is None:
-            self._line_cache = (_fit(self._sized(settled=False)),)
+            estimates = self._estimates()
+            rows = [(float(n), c, float(self.verify[n].count)) for n, c in enumerate(estimates) if c is not None]
+            self._line_cache = (_fit(rows),)
         return self._line_cache[0]
 
     def longest_measured_k(self) -> int:
@@ -289,11 +293,14 @@ class CostModel:
 
     def _verify_costs(self) -> list[float] | None:
         """[c_verify(1), ..., c_verify(k_max + 1)], cached until the next observation (None before any)."""
-        if self._costs_cache is None:
-            costs = [self.verify_cost(n) for n in range(1, self.k_max + 2)]
-            if any(c is None for c in costs):
+        if self._costs_cache is None:  # verify_cost(n) for every n in one pass
+            line = self._verify_line()
+            if line is None:
                 return None
-            self._costs_cache = [c for c in costs if c is not None]
+            estimates = self._estimates()[1 : self.k_max + 2]
+            costs = [c if c is not None else _at(line, n) for n, c in enumerate(estimates, start=1)]
+            single = costs[0]
+            self._costs_cache = [single] + [max(c, single) for c in costs[1:]]
         return self._costs_cache
 
 

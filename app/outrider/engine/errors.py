@@ -59,3 +59,7 @@ class TemplateError(EngineError):
 
 class GrammarError(EngineError):
     """A structured-output constraint (JSON schema, grammar) cannot be used: the request's fault."""
+
+
+class FimUnsupported(EngineError):
+    """A fill-in-the-middle request (a suffix) for a model whose GGUF declares no FIM tokens."""

@@ -250,6 +250,8 @@ class TextRequest:
     trim: bool = True
     grammar: GrammarSpec | None = None
     tools: str | None = None  # OpenAI's ``tools`` array as JSON text, for the chat template (``ChatFormatter``)
+    top_logprobs: int | None = None  # each token's log-probability and this many alternatives (None: none)
+    suffix: str | None = None  # with ``prompt``: fill in the middle between them (the model's FIM tokens)
     ignore_eos: bool = False  # ``outrider verify``: sample through end-of-generation tokens (every sample M tokens)
 
     def __post_init__(self) -> None:

@@ -17,7 +17,13 @@ from outrider.engine.chain_draft import ChainDraft
 from outrider.engine.chat import ChatFormatter, Segment, TrimCancelled, fit_conversation
 from outrider.engine.compat import check_facts, rollback_report
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
-from outrider.engine.errors import ContextOverflowError, EngineError, IncompatiblePairError, TemplateError
+from outrider.engine.errors import (
+    ContextOverflowError,
+    EngineError,
+    FimUnsupported,
+    IncompatiblePairError,
+    TemplateError,
+)
 from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
 from outrider.engine.grammar import GrammarMask
 from outrider.engine.history_draft import HistoryLookupDraft
@@ -229,6 +235,22 @@ class Engine:
             raise EngineError("no model is loaded")
         return self._decoder
 
+    def tokenize_infill(self, prefix: str, suffix: str) -> list[int]:
+        """Fill-in-the-middle: ``[BOS] FIM_PRE prefix FIM_SUF suffix FIM_MID`` (the prefix-suffix-middle order
+        llama-server uses), with the FIM tokens the GGUF declares; ``FimUnsupported`` when it declares none."""
+        import llama_cpp.llama_cpp as ll
+
+        target = self.target
+        vocab = target.vocab
+        pre, suf, mid = ll.llama_vocab_fim_pre(vocab), ll.llama_vocab_fim_suf(vocab), ll.llama_vocab_fim_mid(vocab)
+        if min(pre, suf, mid) < 0:
+            raise FimUnsupported("this model declares no fill-in-the-middle tokens (tokenizer.ggml.fim_pre_token_id "
+                                 "and the like), so a suffix cannot be used")
+        head = [target.bos_id] if target.add_bos and target.bos_id >= 0 else []
+        text = target.tokenize
+        return [*head, pre, *text(prefix, add_special=False, parse_special=False), suf,
+                *text(suffix, add_special=False, parse_special=False), mid]
+
     def tokenize_prompt(self, text: str) -> list[int]:
         """Raw text, tokenised with the model's BOS rule (``--prompt``)."""
         return self.target.tokenize(text, add_special=True, parse_special=False)
@@ -341,6 +363,7 @@ class Engine:
         plain: bool = False,
         ignore_eos: bool = False,
         grammar: GrammarSpec | None = None,
+        top_logprobs: int | None = None,
     ) -> Iterator[StepEvent | DoneEvent]:
         """Stream one reply. ``plain=True`` ignores the drafter (the baseline). One generation at a time.
         ``grammar``: the reply follows it exactly (``GrammarError`` here, at once, when it cannot be used).
@@ -355,7 +378,7 @@ class Engine:
             raise EngineError("a generation is already running")
         mask = GrammarMask.of(self.target, grammar) if grammar is not None else None
         request = GenerationRequest(list(prompt_tokens), max_tokens, sampling, draft, tuple(stop), ignore_eos,
-                                    grammar=mask)
+                                    grammar=mask, top_logprobs=top_logprobs)
         # The only place a cancel is forgotten: when a request starts.
         self._cancel.clear()
         for ctx in self._contexts():
@@ -394,6 +417,9 @@ class Engine:
                                             trim=request.trim, tools=request.tools)
             except TrimCancelled:
                 return iter([DoneEvent(STOP_CANCELLED, GenerationStats(), "")])
+        elif request.suffix is not None:
+            assert request.prompt is not None
+            tokens = self.tokenize_infill(request.prompt, request.suffix)
         else:
             assert request.prompt is not None
             tokens = self.tokenize_prompt(request.prompt)
@@ -405,6 +431,7 @@ class Engine:
             stop=request.stop,
             plain=request.plain,
             grammar=request.grammar,
+            top_logprobs=request.top_logprobs,
             ignore_eos=request.ignore_eos,
         )
 

@@ -22,7 +22,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from outrider.engine.errors import ContextOverflowError, DecodeError
 from outrider.engine.events import TARGET, DoneEvent, StepEvent
 from outrider.engine.grammar import GrammarMask, cut_draft, verify_draft
 from outrider.engine.llama.backend import LoadedModel, ModelContext
-from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter
+from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter, token_logprobs
 from outrider.engine.params import DraftParams, SamplingParams
 from outrider.engine.sampling import SparseDist, distribution, greedy_token, rank_mass, resolve_seed, verify_sampled
 from outrider.engine.stats import GenerationStats, PlainRateMeter
@@ -68,6 +68,7 @@ class GenerationRequest:
     ignore_eos: bool = False  # benchmarks only: keep going through end-of-generation tokens
     plain_probe_every: int = PLAIN_PROBE_EVERY  # 0: never force a plain step (no in-reply speed-up then)
     grammar: GrammarMask | None = None  # structured output: its state follows the emitted tokens (engine/grammar.py)
+    top_logprobs: int | None = None  # each token's log-probability and this many alternatives (None: not computed)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -254,6 +255,7 @@ class SpeculativeDecoder:
             flags: list[bool] = []
             origins: list[str] = []
             pieces: list[str] = []
+            logprobs: list[list[Any]] = []
             reached: int | None = None  # positions the output reached when a stop cuts the step short
             ended_on_eog = False
             for i, token in enumerate(emitted):
@@ -265,6 +267,9 @@ class SpeculativeDecoder:
                 committed.append(token)
                 if grammar is not None:
                     grammar.accept(token)
+                if request.top_logprobs is not None:  # row i of this pass is the target's own view of token i
+                    logprobs.append(token_logprobs(self.model, self.context.logits_row(i), token,
+                                                   request.top_logprobs))
                 tokens.append(token)
                 flags.append(i < n_accepted)
                 origins.append(sources[i] if i < n_accepted else TARGET)
@@ -304,7 +309,7 @@ class SpeculativeDecoder:
                 stats.ttft_s = now - t_request
             stats.decode_s = now - t_decode
             texts.extend(pieces)
-            yield StepEvent(tokens, flags, pieces, k, stats, origins)
+            yield StepEvent(tokens, flags, pieces, k, stats, origins, logprobs)
 
         tail = stops.feed(detok.flush()) + stops.flush()
         if tail:

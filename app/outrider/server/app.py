@@ -111,6 +111,8 @@ def engine_error(error: BaseException, input_param: str | None = None) -> ApiErr
                             code="context_length_exceeded")
         if error.kind is ErrorKind.BAD_REQUEST and error.details.get("grammar"):
             return ApiError(400, error.message, param="response_format", code="invalid_value")
+        if error.kind is ErrorKind.BAD_REQUEST and error.details.get("suffix"):
+            return ApiError(400, error.message, param="suffix", code="unsupported_value")
         if error.kind in (ErrorKind.BAD_REQUEST, ErrorKind.TEMPLATE):
             return ApiError(400, error.message, param=input_param, code=error.kind.value)
         return ApiError(500, error.message, type_="server_error", code=error.kind.value)
@@ -295,7 +297,8 @@ class _Api:
         name = self.config.model_name()
         if name is None:
             raise ApiError(503, "no model is loaded", type_="server_error", code="model_not_loaded")
-        reply = _Reply(asyncio.get_running_loop(), keep_steps=parsed.stream)
+        wants_logprobs = parsed.text.top_logprobs is not None
+        reply = _Reply(asyncio.get_running_loop(), keep_steps=parsed.stream or wants_logprobs)
         try:
             job = self.scheduler.submit(parsed.text, reply.deliver)
         except QueueFull as exc:
@@ -322,7 +325,13 @@ class _Api:
                                                     input_param=parsed.input_param, entry=entry,
                                                     tools=parsed.tools),
                                        ping=SSE_PING_S, sep="\n")
-        done = first[-1]  # a whole answer receives its final event only
+        events = first
+        while wants_logprobs and isinstance(events[-1], StepBatch):  # steps too: their log-probabilities
+            more = await self._take_or_disconnect(request, reply, job)
+            if more is None:
+                return Response(status_code=499)
+            events += more
+        done = events[-1]  # a whole answer without logprobs receives its final event only
         if isinstance(done, JobFailed):
             raise engine_error(done.error, parsed.input_param)
         if not isinstance(done, DoneEvent):
@@ -330,7 +339,9 @@ class _Api:
         if parsed.tools is not None:
             content, calls = read_calls(done.text, parsed.tools)
             return JSONResponse(shape.completion(content, done.stop_reason, done.stats, calls))
-        return JSONResponse(shape.completion(done.text, done.stop_reason, done.stats))
+        entries = [lp for e in events if isinstance(e, StepBatch) for step in e.steps for lp in step.logprobs]
+        return JSONResponse(shape.completion(done.text, done.stop_reason, done.stats,
+                                             logprobs=entries if wants_logprobs else None))
 
     async def _take_or_disconnect(self, request: Request, reply: _Reply, job: Job) -> list[JobEvent] | None:
         """The job's next events; None (and the job cancelled) if the client disconnected meanwhile."""
@@ -356,10 +367,13 @@ class _Api:
             events = first
             loop = asyncio.get_running_loop()
             sent_at = -math.inf
+            offset = 0  # characters sent so far (the legacy logprobs' text_offset)
             while True:
                 text = "".join(e.text for e in events if isinstance(e, StepBatch))
-                if text and tools is None:  # with tools the reply is held until it is known to be text or calls
-                    out += shape.text_event(text)
+                entries = [lp for e in events if isinstance(e, StepBatch) for step in e.steps for lp in step.logprobs]
+                if (text or entries) and tools is None:  # with tools the reply is held until known text or calls
+                    out += shape.logprob_event(text, entries, offset) if entries else shape.text_event(text)
+                    offset += len(text)
                     sent_at = loop.time()  # paced from the last text sent (the opening alone does not count)
                 final = next((e for e in events if not isinstance(e, StepBatch)), None)
                 if isinstance(final, DoneEvent):

@@ -75,7 +75,7 @@ class ParsedRequest:
 
 # Fields that change nothing for a local single-model server and are accepted as they are.
 _HARMLESS = frozenset({"model", "user", "metadata", "store", "service_tier", "parallel_tool_calls",
-                       "prediction", "modalities", "reasoning_effort", "suffix"})
+                       "prediction", "modalities", "reasoning_effort"})
 _NOT_SUPPORTED = {
     "functions": "the legacy functions field is not supported (use tools)",
     "function_call": "the legacy function_call field is not supported (use tool_choice)",
@@ -87,9 +87,9 @@ _CHAT_FIELDS = frozenset({"trim_history",  # Outrider's extension: drop the olde
                           "temperature", "top_p", "top_k", "min_p", "stop", "seed", "stream", "stream_options",
                           "n", "logprobs", "top_logprobs",
                           "presence_penalty", "frequency_penalty", "response_format"})
-_COMPLETION_FIELDS = frozenset({"prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed",
-                                "stream", "stream_options", "n", "logprobs", "echo", "presence_penalty",
-                                "frequency_penalty"})
+_COMPLETION_FIELDS = frozenset({"suffix", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
+                                "stop", "seed", "stream", "stream_options", "n", "logprobs", "echo",
+                                "presence_penalty", "frequency_penalty"})
 
 
 # Outrider's own request fields, on both endpoints: ``sampler`` (coupled | rejection, see SamplingParams).
@@ -173,8 +173,12 @@ def completion_request(data: Mapping[str, Any], defaults: Defaults) -> ParsedReq
         raise bad("prompt must not be empty (there is nothing to continue)", "prompt")
     if data.get("echo"):
         raise bad("echo is not supported", "echo", "unsupported_parameter")
-    return _parsed(data, defaults, messages=None, prompt=prompt, max_tokens=data.get("max_tokens"),
-                   max_param="max_tokens")
+    suffix = data.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise bad("suffix must be a string", "suffix", "invalid_type")
+    parsed = _parsed(data, defaults, messages=None, prompt=prompt, max_tokens=data.get("max_tokens"),
+                     max_param="max_tokens")
+    return dataclasses.replace(parsed, text=dataclasses.replace(parsed.text, suffix=suffix)) if suffix else parsed
 
 
 def _check_fields(data: Mapping[str, Any], known: frozenset[str]) -> None:
@@ -186,8 +190,6 @@ def _check_fields(data: Mapping[str, Any], known: frozenset[str]) -> None:
     n = data.get("n")
     if n is not None and (n != 1 or isinstance(n, bool)):
         raise bad("only n = 1 is supported (one choice per request)", "n", "unsupported_value")
-    if data.get("logprobs") not in (None, False, 0) or data.get("top_logprobs") not in (None, 0):
-        raise bad("logprobs are not supported", "logprobs", "unsupported_parameter")
     for name in ("presence_penalty", "frequency_penalty"):
         value = data.get(name)
         if value is not None and _number(value, name) != 0:
@@ -280,6 +282,32 @@ def _ranged(data: Mapping[str, Any], name: str, default: _D, read: Callable[[Any
     return value
 
 
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit
+
+
+def _logprobs(data: Mapping[str, Any], *, chat: bool) -> int | None:
+    """How many alternatives per token to report, or None for no log-probabilities. Chat: ``logprobs: true`` and
+    ``top_logprobs`` 0–20; completions (the legacy form): ``logprobs`` 0–20, the number of alternatives."""
+    value = data.get("logprobs")
+    if chat:
+        top = data.get("top_logprobs")
+        if value is not None and not isinstance(value, bool):
+            raise bad("logprobs must be true or false", "logprobs", "invalid_type")
+        if top is not None:
+            top = _integer(top, "top_logprobs")
+            if not 0 <= top <= MAX_TOP_LOGPROBS:
+                raise bad(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {top}", "top_logprobs")
+            if not value:
+                raise bad("top_logprobs needs logprobs: true", "top_logprobs")
+        return (top or 0) if value else None
+    if value is None or value is False:
+        return None
+    top = _integer(value, "logprobs")
+    if not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise bad(f"logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {top}", "logprobs")
+    return top
+
+
 def _stops(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -332,11 +360,12 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         raise bad("model must be a string", "model", "invalid_type")
+    top_logprobs = _logprobs(data, chat=messages is not None)
     trim = data.get("trim_history", False)
     if not isinstance(trim, bool | None):
         raise bad("trim_history must be true or false", "trim_history", "invalid_type")
     text = TextRequest(prompt=prompt, messages=messages, max_tokens=n_max,
                        sampling=SamplingParams(temperature, top_k, top_p, min_p, seed, sampler), draft=defaults.draft,
                        stop=_stops(data.get("stop")), trim=bool(trim), grammar=grammar,
-                       tools=tools)
+                       tools=tools, top_logprobs=top_logprobs)
     return ParsedRequest(text, stream, include_usage and stream, model)

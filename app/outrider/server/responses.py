@@ -94,8 +94,24 @@ class ReplyShape:
             name = "text_completion"
         return {"id": self.id, "object": name, "created": self.created, "model": self.model}
 
+    def logprobs(self, entries: list[Any], offset: int = 0) -> dict[str, Any]:
+        """``choices[].logprobs`` from the engine's per-token entries (``[text, bytes, logprob, top]``): a chat's
+        ``{"content": [{token, logprob, bytes, top_logprobs}]}``, or the legacy completion form (``tokens``,
+        ``token_logprobs``, ``top_logprobs``, ``text_offset`` counted from ``offset`` characters)."""
+        if self.chat:
+            return {"content": [{"token": t, "logprob": lp, "bytes": b,
+                                 "top_logprobs": [{"token": at, "logprob": alp, "bytes": ab} for at, ab, alp in top]}
+                                for t, b, lp, top in entries], "refusal": None}
+        offsets = []
+        for t, _, _, _ in entries:
+            offsets.append(offset)
+            offset += len(t)
+        return {"tokens": [e[0] for e in entries], "token_logprobs": [e[2] for e in entries],
+                "top_logprobs": [{at: alp for at, _, alp in e[3]} for e in entries], "text_offset": offsets}
+
     def completion(self, text: str | None, stop_reason: str, stats: GenerationStats,
-                   tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   tool_calls: list[dict[str, Any]] | None = None,
+                   logprobs: list[Any] | None = None) -> dict[str, Any]:
         """The whole answer: ``stop_reason`` is the engine's (``stop``, ``length``, ``cancelled``); with
         ``tool_calls`` (a chat), ``message.tool_calls`` and ``finish_reason: "tool_calls"``."""
         if self.chat:
@@ -106,8 +122,15 @@ class ReplyShape:
             body: dict[str, Any] = {"message": message}
         else:
             body = {"text": text or ""}
-        choice = {"index": 0, **body, "finish_reason": FINISH_REASONS.get(stop_reason, "stop"), "logprobs": None}
+        choice = {"index": 0, **body, "finish_reason": FINISH_REASONS.get(stop_reason, "stop"),
+                  "logprobs": None if logprobs is None else self.logprobs(logprobs)}
         return {**self._object(chunk=False), "choices": [choice], "usage": usage(stats), "timings": timings(stats)}
+
+    def logprob_event(self, text: str, entries: list[Any], offset: int) -> bytes:
+        """A streamed text chunk with the log-probabilities of its tokens."""
+        chunk = self.chunk(text)
+        chunk["choices"][0]["logprobs"] = self.logprobs(entries, offset)
+        return sse(chunk)
 
     def chunk(self, text: str | None, finish_reason: str | None = None,
               stats: GenerationStats | None = None) -> dict[str, Any]:

@@ -129,6 +129,15 @@ class MainWindow(QMainWindow):
                                      "tok/s: plain decoding measured in the last reply, at the same context "
                                      "length and load")
         self.statusBar().addPermanentWidget(self.engine_label, 1)
+        # Drafting turned off stays off across restarts (a setting): the status bar says so and undoes it in one
+        # click, so a user who pressed "Draft off" once is never left wondering why nothing speeds up.
+        self.draft_on_button = QPushButton("Drafting is off — turn it on", self)
+        self.draft_on_button.setObjectName("draftOnButton")
+        self.draft_on_button.setToolTip("Draft again with this pair's own drafter (Settings > Drafting)")
+        self.draft_on_button.setFlat(True)
+        self.draft_on_button.clicked.connect(lambda: self.settings.set(draft_source="model"))
+        self.statusBar().addPermanentWidget(self.draft_on_button)
+        self._sync_draft_on_button()
 
         self.actions_by_id: dict[str, QAction] = {}
         self._build_menus()
@@ -251,14 +260,17 @@ class MainWindow(QMainWindow):
         self.conversations.search.selectAll()
 
     def _set_tab_order(self) -> None:
-        """Tab: composer → Send (→ the reply's buttons, the chat) → the conversation list → the statistics → back.
+        """Tab: composer → Send (→ the reply's buttons) → the conversation search and list → the statistics → the
+        chat → back.
 
-        The chat view orders its own row (composer, Send, Stop, Continue, Regenerate, provenance, the chat); this
-        joins it to the list and the statistics. Disabled or hidden widgets are skipped by Qt.
+        The chat view orders its own row (composer, Send, Stop, Continue, Regenerate, provenance); this joins it to
+        the list and the statistics, and puts the chat last: inside it Tab walks every Copy and Edit link of every
+        message, and in a long chat that came before the search box. Disabled or hidden widgets are skipped by Qt.
         """
         conv, stats = self.conversations, self.stats
-        chain = [self.chat.browser, conv.search, conv.list, conv.new_button, conv.rename_button, conv.delete_button,
-                 conv.undo_button, stats.draft_off_button, stats.draft_auto_button, stats.numbers, self.chat.composer]
+        chain = [self.chat.provenance_box, conv.search, conv.list, conv.new_button, conv.rename_button,
+                 conv.delete_button, conv.undo_button, stats.draft_off_button, stats.draft_auto_button, stats.numbers,
+                 self.chat.browser, self.chat.composer]
         for before, after in itertools.pairwise(chain):
             self.setTabOrder(before, after)
 
@@ -389,10 +401,22 @@ class MainWindow(QMainWindow):
         query = self.conversations.search.text().strip()
         if query:
             rows = ConversationListModel.rows_from_hits(self.store.search(query))
+            rows = self._with_open_conversation(rows)
         else:
             rows = [ConversationRow.of(c) for c in self.store.conversations()]
         self.list_model.set_rows(rows)
         self.conversations.select(self.session.conversation_id)
+
+    def _with_open_conversation(self, rows: list[ConversationRow]) -> list[ConversationRow]:
+        """The search results, with the open conversation first when it does not match: a chat started while the
+        list is filtered must not vanish from it (it did: the new chat had no message matching yet)."""
+        open_id = self.session.conversation_id
+        if open_id is None or any(r.id == open_id for r in rows):
+            return rows
+        current = next((c for c in self.store.conversations() if c.id == open_id), None)
+        if current is None:
+            return rows
+        return [dataclasses.replace(ConversationRow.of(current), snippet="open now · no match"), *rows]
 
     @Slot(object, list)
     def _on_session_conversation_opened(self, conversation_id: int | None, items: list[Any]) -> None:
@@ -496,9 +520,14 @@ class MainWindow(QMainWindow):
         self.settings.set(theme="dark" if on else "light")
 
     @Slot(list)
+    def _sync_draft_on_button(self) -> None:
+        self.draft_on_button.setVisible(self.settings.value.draft_source == "none")
+
     def _on_settings_changed(self, names: list[str]) -> None:
         if "theme" in names:
             self.apply_settings_theme()
+        if "draft_source" in names:
+            self._sync_draft_on_button()
         if self._applying_pair:
             return
         value = self.settings.value
