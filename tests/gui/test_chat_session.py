@@ -383,3 +383,11 @@ def test_every_notice_goes_with_what_it_is_about(qtbot: Any, chat: Any) -> None:
     with qtbot.waitSignal(win.session.engine_changed, timeout=10_000, check_params_cb=lambda info: info is not None):
         win.session.reload()
     assert not win.notice_label.isVisible()  # the pair is back: "press Reload" is stale
+
+
+def test_the_status_bar_speaks_the_picker_s_units_and_no_gpu_on_a_cpu_build(qtbot: Any, chat: Any) -> None:
+    """Before: "182 MiB" beside the picker's "192.7 MB" for the same files, and "GPU layers 0/0" on a CPU build."""
+    win, _client = chat
+    text = win.engine_label.text()
+    assert "MiB" not in text and "GPU layers" not in text
+    assert "(weights + KV" in text

@@ -122,6 +122,10 @@ class LoadedPair:
     draft_kv_bytes: int
     notes: tuple[str, ...]
     threads: int = 0  # llama.cpp CPU threads at load (``--threads``, or chosen from the CPUs free: engine/threads.py)
+    # Recurrent states of hybrid/recurrent models as llama.cpp allocated them: the target's own with its rollback
+    # snapshots, the draft model's own with its checkpoint (0 for attention-only models).
+    target_recurrent_bytes: int = 0
+    draft_recurrent_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

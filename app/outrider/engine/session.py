@@ -15,7 +15,7 @@ from typing import Any
 from outrider.engine import mtp_files
 from outrider.engine.chain_draft import ChainDraft
 from outrider.engine.chat import ChatFormatter, Segment, TrimCancelled, fit_conversation
-from outrider.engine.compat import check_facts
+from outrider.engine.compat import check_facts, rollback_report
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
 from outrider.engine.errors import ContextOverflowError, EngineError, IncompatiblePairError, TemplateError
 from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
@@ -116,8 +116,9 @@ class Engine:
                 self._announce("draft", spec.draft)
                 draft_model = LoadedModel(self.backend, spec.draft, spec.draft_settings)
                 check_facts(target.vocab_facts(), draft_model.vocab_facts()).raise_if_incompatible()
-                drafter = ModelDraft(ModelContext(draft_model, dataclasses.replace(spec.context)), target.n_vocab,
-                                     target)
+                # A hybrid draft rolls back through a checkpoint (its drafts are one-token decodes): no snapshots.
+                draft_context = ModelContext(draft_model, dataclasses.replace(spec.context), rollback_tokens=0)
+                drafter = ModelDraft(draft_context, target.n_vocab, target)
             elif spec.lookup:
                 drafter = PromptLookupDraft(spec.lookup_settings)
             elif spec.mtp or spec.mtp_head:
@@ -130,8 +131,11 @@ class Engine:
             if draft_model is not None:
                 draft_model.close()
             raise
-        if target.is_recurrent and drafter.kind != "none":
-            notes.append("this model's memory cannot be rolled back (recurrent/hybrid): running without a draft")
+        if target.is_recurrent and context.rollback_limit == 0 and drafter.kind != "none":
+            # llama.cpp keeps no recurrent-state snapshots for this architecture (it clamped n_rs_seq to 0).
+            rule = rollback_report(target.facts.architecture)
+            notes.append(rule.reason if not rule.ok else
+                         "this model's recurrent state cannot be rolled back: running without a draft")
             drafter.close()
             drafter = NoDraft()
         self._target, self._draft_model = target, draft_model
@@ -153,6 +157,8 @@ class Engine:
             draft_kv_bytes=_draft_kv_bytes(drafter, draft_model, target) * n_ctx,
             notes=tuple(notes),
             threads=context.n_threads,
+            target_recurrent_bytes=context.recurrent_bytes,
+            draft_recurrent_bytes=_draft_recurrent_bytes(drafter),
         )
         return self.info
 
@@ -491,6 +497,14 @@ def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings
 # words in it (one that drops them would send the model an empty prompt on every turn).
 _SAMPLE_SYSTEM = "Answer briefly."
 _SAMPLE_USER = "What is the capital of France?"
+
+
+def _draft_recurrent_bytes(drafter: DraftSource) -> int:
+    """A draft model's recurrent states: its own, and the checkpoint it keeps while drafting (hybrid drafts)."""
+    context = getattr(drafter, "context", None)
+    if not isinstance(context, ModelContext):
+        return 0
+    return context.recurrent_bytes + (context.recurrent_state_bytes if context.is_recurrent else 0)
 
 
 def _chat_formatter(target: LoadedModel, notes: list[str]) -> ChatFormatter:

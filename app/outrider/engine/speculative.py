@@ -9,7 +9,9 @@ One step, with ``committed`` = prompt + every token emitted so far and its last 
    temperature > 0: the request's sampler (``sampling.verify_sampled``): Gumbel-max coupling (the output is the
    target's own seeded choice whatever was drafted) or speculative sampling's accept/residual rule; both exact in
    distribution, both drawing from noise keyed by (seed, position), so no draw depends on earlier steps;
-4. roll the target's KV cache back to exactly the committed tokens (the drafter re-syncs itself next step).
+4. roll the target's memory back to exactly the committed tokens (the drafter re-syncs itself next step); on a
+   hybrid target the recurrent layers roll back through llama.cpp's per-token state snapshots, which bound k
+   (``ModelContext.rollback_limit``), or, with no snapshots, through a checkpoint saved before the batch.
 
 Invariant: ``self.cached`` lists exactly the tokens in the target's KV cache, in position order.
 """
@@ -102,7 +104,10 @@ class SpeculativeDecoder:
         self.context = context
         self.drafter = drafter
         self.cached: list[int] = []
-        self.can_roll_back = not model.is_recurrent
+        # A recurrent/hybrid target rolls rejected tokens back through its recurrent-state snapshots, so a draft
+        # may not be longer than they reach; with no snapshots (n_rs_seq 0) each verify saves a checkpoint first.
+        self.rollback_limit = context.rollback_limit if model.is_recurrent else None
+        self.checkpoint_rounds = model.is_recurrent and self.rollback_limit == 0
         # Automatic k keeps what it learned (costs per batch size, acceptance) from reply to reply: the costs
         # belong to the pair and the machine, and a cold start would re-probe at every turn of a chat.
         self.auto_policy: AutoDraftLength | None = None
@@ -114,10 +119,8 @@ class SpeculativeDecoder:
     def _prefill(self, prompt: Sequence[int]) -> int:
         """Evaluate all but the last prompt token, keeping the longest cached prefix. Returns tokens reused."""
         keep = min(common_prefix_length(self.cached, prompt), len(prompt) - 1)
-        if not self.can_roll_back and keep < len(self.cached):
-            keep = 0
-            self.reset()
         self.context.truncate(keep)
+        keep = self.context.n_past  # a recurrent memory may keep less (ModelContext.truncate)
         del self.cached[keep:]
         new = list(prompt[keep:-1])
         if new:
@@ -172,6 +175,8 @@ class SpeculativeDecoder:
         probe_every = request.plain_probe_every if self.drafter.kind != "none" else 0
         # A draft of k tokens is verified in one batch of k + 1: more than n_batch would split the pass.
         k_cap = max(0, self.context.n_batch - 1)
+        if self.rollback_limit:
+            k_cap = min(k_cap, self.rollback_limit)
         # One concrete seed per reply: the draft and the target draw from the same keyed noise (an unseeded
         # reply gets a fresh one). ``rng`` is only for drafters with randomness of their own (exact either way).
         sampling = resolve_seed(request.sampling)
@@ -229,6 +234,8 @@ class SpeculativeDecoder:
                 policy.observe_shadow(hits, trials)
             t1 = time.perf_counter()
             batch = [committed[-1], *draft.tokens]
+            if self.checkpoint_rounds and draft.tokens:
+                self.context.checkpoint()
             self.context.decode(batch, logits="all")
             self.cached.extend(batch)
             if grammar is not None:
@@ -240,9 +247,7 @@ class SpeculativeDecoder:
             if chain is not None:
                 chain.settle(draft, n_accepted, batch=len(batch), verify_s=t2 - t1)
             sources = draft.sources[: len(draft.tokens)] or (self.drafter.kind,) * len(draft.tokens)
-            keep = len(committed) + n_accepted
-            self.context.truncate(keep)
-            del self.cached[keep:]
+            self._roll_back_to(len(committed) + n_accepted)
 
             emitted = [*draft.tokens[:n_accepted], new_token]
             tokens: list[int] = []
@@ -309,6 +314,15 @@ class SpeculativeDecoder:
         meter.finish()
         yield DoneEvent(stop_reason, stats, "".join(texts))
 
+    def _roll_back_to(self, keep: int) -> None:
+        """Make the target's memory hold exactly ``cached[:keep]``: a recurrent memory restored to an earlier
+        checkpoint re-evaluates the kept tokens after it (what a checkpoint-based rollback costs)."""
+        self.context.truncate(keep)
+        kept = self.context.n_past
+        if kept < keep:
+            self.context.decode(self.cached[kept:keep], logits="none")
+        del self.cached[keep:]
+
     def score(self, prompt: Sequence[int], tokens: Sequence[int],
               sampling: SamplingParams) -> list[TokenScore]:
         """The target's own view of ``tokens`` continuing ``prompt``: for each token, (mass of the tokens ranked
@@ -340,7 +354,7 @@ class SpeculativeDecoder:
         finally:
             keep = len(prompt) - 1
             self.context.truncate(keep)
-            del self.cached[keep:]
+            del self.cached[self.context.n_past :]  # a recurrent memory may keep less (ModelContext.truncate)
         direction = self._draft_direction(prompt, tokens, dists, sampling)
         return [(*rank_mass(p, int(t)), *d) for p, t, d in zip(dists, tokens, direction, strict=True)]
 

@@ -22,6 +22,7 @@ from typing import Any
 from outrider.engine.speedup import describe_speedup
 from outrider.history.errors import ConversationNotFoundError, ImportFormatError
 from outrider.history.models import (
+    END_REASON_WORDS,
     Conversation,
     ImportResult,
     Message,
@@ -107,8 +108,8 @@ def stats_line(stats: ReplyStats) -> str:
     elif isinstance(stats.extra.get("speedup_v4"), int | float):
         parts.append(f"speed-up {stats.extra['speedup_v4']:.2f}× (an older estimate from plain probes, no "
                      "interval)")
-    if stats.stop_reason:
-        parts.append(f"stopped: {stats.stop_reason}")
+    if stats.stop_reason in END_REASON_WORDS:
+        parts.append(END_REASON_WORDS[stats.stop_reason])
     return " · ".join(parts)
 
 

@@ -8,6 +8,17 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
+# How a reply ended, in the words the chat shows and the exports write (keys: ``turns.EndReason`` values; a reply
+# that ended by itself, "stop", says nothing). One table, so an export never says "stopped: length" where the
+# window said "cut at the token limit".
+END_REASON_WORDS: dict[str, str] = {
+    "length": "cut at the token limit",
+    "cancelled": "stopped",
+    "crashed": "interrupted — the engine stopped",
+    "error": "failed",
+    "interrupted": "interrupted",
+}
+
 
 class Role(StrEnum):
     SYSTEM = "system"

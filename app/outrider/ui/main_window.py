@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from outrider.catalogue.memory import format_bytes
 from outrider.settings import PAIR_RECOMMENDED, AppSettings
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
@@ -350,15 +351,16 @@ class MainWindow(QMainWindow):
             self.engine_label.setText(f"Engine: {backend} · {st['state']}")
             return
         self.chat.set_drafters(str(getattr(info, "draft_mode", "")))
-        mem = st.get("memory_bytes", 0) / 2**20
+        mem = st.get("memory_bytes", 0)
         layers = st.get("gpu_layers", (0, 0))
         plain = self.session.last_plain_tps  # measured in the last reply (docs/metrics.md: plain_tps)
         last = self.session.last_done  # automatic threads are re-chosen per reply: the last reply's count first
         threads = (last.stats.threads if last is not None and last.stats.threads else 0) or getattr(info, "threads", 0)
         self.engine_label.setText(
             f"Engine: {backend} · target {st.get('target')} · {drafting_text(self.settings.value, info)} · "
-            f"{mem:,.0f} MiB "
-            f"(weights + KV, ctx {st.get('n_ctx')}) · GPU layers {layers[0]}/{layers[1]}"
+            f"{format_bytes(mem)} "  # the picker's units (decimal), so one model reads the same size everywhere
+            f"(weights + KV, ctx {st.get('n_ctx')})"
+            + (f" · GPU layers {layers[0]}/{layers[1]}" if st.get("gpu_offload") else "")  # none on a CPU build
             + (f" · {threads} CPU thread{'s' if threads != 1 else ''}" if threads else "")
             + (f" · plain {plain:.1f} tok/s (last reply)" if plain else "")
             + (f" · {info.placement_text()}" if info.uses_rpc else ""))

@@ -9,6 +9,7 @@ as before these fields) made Qwen3.6 27B's KV four times too large and Gemma 4's
 from __future__ import annotations
 
 import copy
+import dataclasses
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ import pytest
 
 from outrider.catalogue import load_catalogue
 from outrider.catalogue.loading import validate_data
-from outrider.catalogue.schema import DRAFTER_KINDS, HYBRID_SNAPSHOTS_AUTO, SWA_UBATCH
+from outrider.catalogue.schema import DRAFTER_KINDS, SWA_UBATCH
 from outrider.catalogue.service import unsupported_drafter
+from outrider.engine.compat import DRAFT_RECURRENT_STATES, ROLLBACK_TOKENS
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "models" / "catalogue.toml"
@@ -62,10 +64,10 @@ def test_memory_of_hybrid_sliding_window_and_mtp_pairs() -> None:
     ctx = 32768
     mtp = cat.get("qwen3.6-27b-mtp").memory(ctx)
     # Qwen3.6 27B: 16 of 64 layers hold KV (4 heads x 256); the MTP context holds one more such layer; 48 Gated
-    # DeltaNet layers hold a recurrent state, counted with the snapshots of an automatic-k draft.
+    # DeltaNet layers hold a recurrent state, counted with the engine's rollback snapshots.
     assert mtp.target_kv == 2 * 16 * 4 * 256 * ctx * F16
     assert mtp.draft_kv == 2 * 1 * 4 * 256 * ctx * F16
-    assert mtp.recurrent == 156893184 * (1 + HYBRID_SNAPSHOTS_AUTO)
+    assert mtp.recurrent == 156893184 * (1 + ROLLBACK_TOKENS)
     assert mtp.total == mtp.weights + mtp.kv_cache + mtp.recurrent
     gemma = cat.get("gemma-4-31b-mtp-head").memory(ctx)
     # Gemma 4 31B: 10 global layers (4 x 512) at the full context, 50 sliding ones (16 x 256) at the window.
@@ -76,7 +78,7 @@ def test_memory_of_hybrid_sliding_window_and_mtp_pairs() -> None:
     assert small.target_kv == (2 * 10 * 4 * 512 * 1024 + 2 * 50 * 16 * 256 * 1024) * F16  # window > context
     plain = cat.get("qwen3.6-27b-0.8b").memory(ctx)
     assert plain.draft_kv == 2 * 6 * 2 * 256 * ctx * F16
-    assert plain.recurrent == (156893184 + 20201472) * (1 + HYBRID_SNAPSHOTS_AUTO)
+    assert plain.recurrent == 156893184 * (1 + ROLLBACK_TOKENS) + 20201472 * DRAFT_RECURRENT_STATES
 
 
 def test_architecture_notes_say_what_the_memory_depends_on() -> None:
@@ -95,6 +97,17 @@ def test_gemma_assistant_heads_are_listed_as_not_runnable_yet() -> None:
         assert "cannot run such heads yet" in unsupported_drafter(cat.get(pid))
     for pid in ("qwen3.6-27b-mtp", "qwen3.8-27b-mtp-head", "qwen3.6-27b-0.8b", "qwen3-8b-q4km-0.6b"):
         assert unsupported_drafter(cat.get(pid)) == ""
+
+
+def test_a_target_whose_recurrent_state_cannot_roll_back_is_listed_with_the_reason() -> None:
+    """Before download, from the catalogue's architecture fact: a Granite 4 hybrid target could never be drafted for
+    (llama.cpp keeps no rollback snapshots for granitehybrid); the shipped hybrid Qwen3.6 pairs can."""
+    cat = load_catalogue(SHIPPED)
+    pair = cat.get("qwen3.6-27b-0.8b")
+    assert pair.target.architecture == "qwen35" and unsupported_drafter(pair) == ""
+    granite = dataclasses.replace(pair, target=dataclasses.replace(pair.target, architecture="granitehybrid"))
+    reason = unsupported_drafter(granite)
+    assert "granitehybrid" in reason and "plain decoding" in reason
 
 
 def _pair(data: dict[str, Any], pid: str) -> dict[str, Any]:

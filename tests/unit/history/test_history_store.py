@@ -483,3 +483,13 @@ def test_one_unreadable_record_never_hides_the_others(store: HistoryStore) -> No
     assert {u.id for u in unreadable} == {bad_settings, bad_title}
     assert len(json.loads(text)["conversations"]) == 2
     assert store.search("hello")  # search still works around them
+
+
+def test_markdown_export_says_how_a_reply_ended_in_the_chat_s_words(store: HistoryStore, tmp_path: Path) -> None:
+    """Before: the export said "stopped: length" where the window said "cut at the token limit"."""
+    cid = store.create_conversation("Cut")
+    store.add_user_message(cid, "tell me")
+    rid = store.begin_reply(cid)
+    store.finish_reply(rid, "so far", MessageStatus.COMPLETE, ReplyStats(stop_reason="length"))
+    text = store.render_conversation(cid, ExportFormat.MARKDOWN)
+    assert "cut at the token limit" in text and "stopped: length" not in text

@@ -16,6 +16,7 @@ import itertools
 
 from PySide6.QtGui import QColor, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat
 
+from outrider.history.models import END_REASON_WORDS
 from outrider.ui.theme import ThemeColours
 from outrider.ui.widgets.chat_items import MessageItem, Provenance, merge_runs
 from outrider.ui.widgets.markdown import render_markdown
@@ -32,13 +33,7 @@ PLACEHOLDER = "Reading the conversation…"  # the streaming reply's body until 
 PROVENANCE_MARKDOWN_MAX_CHARS = 30_000
 
 # How a reply ended (``EndReason`` values) as its header says it; a complete reply says nothing.
-END_LABELS = {
-    "length": "cut at the token limit",
-    "cancelled": "stopped",
-    "crashed": "interrupted — the engine stopped",
-    "error": "failed",
-    "interrupted": "interrupted",
-}
+END_LABELS = END_REASON_WORDS
 # Ends after which a reply can be continued: every reply that did not finish by itself (the model's end of turn)
 # or was not refused — cut at the limit, stopped with Stop/Esc, cut by a crash of the engine or of the app.
 CONTINUABLE_ENDS = frozenset({"length", "cancelled", "crashed", "interrupted"})
