@@ -165,39 +165,40 @@ def main() -> int:
     backend = Backend()
     bundled = neutral_prompts()
     calib, held_out = bundled[: len(bundled) // 2], bundled[len(bundled) // 2:]
-    header = ("| target | drafter | layers kept | auto's calibration: acceptance / predicted | acceptance | "
-              "tokens/pass | tok/s | vs plain | vs prompt lookup | vs family draft |\n"
-              "|---|---|---|---|---|---|---|---|---|---|")
-    rows: list[str] = []
+
+    def uptime() -> str:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+    # printed as it goes: on a loaded machine a full run takes long, and a table cut short still says something
+    print(f"## Self-drafts — CPU {platform.machine()}, {args.threads} thread(s), {time.strftime('%Y-%m-%d')}\n")
+    print(f"`python tests/benchmarks/bench_selfdraft.py {' '.join(sys.argv[1:])}`; {args.tokens} tokens per reply, "
+          f"{args.rounds} rounds x {args.prompts} prompts, k = {CALIBRATION_K} for the model drafts; "
+          f"{os.cpu_count()} CPUs; `uptime` at the start: {uptime()}\n")
+    print("| target | drafter | layers kept | auto's calibration: acceptance / predicted | acceptance | "
+          "tokens/pass | tok/s | vs plain | vs prompt lookup | vs family draft |\n"
+          "|---|---|---|---|---|---|---|---|---|---|", flush=True)
     notes: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        targets: list[tuple[str, Path, Path | None, bool, tuple[str, ...], tuple[str, ...]]] = []
         for scale, label in ((0.1, "family, high"), (0.3, "family, medium")):
-            fam = make_family(work / label.replace(", ", "-"), shape=TinyShape(n_layer=8, n_embd=256, n_head=4,
-                                                                               n_ff=512),
-                              extra_layer_scale=scale)
-            r, n = bench_target(f"tiny 8x256 {label}", fam.target, fam.draft, chat=False,
-                                eval_prompts=FAMILY_PROMPTS[: args.prompts], calib_prompts=FAMILY_PROMPTS,
-                                args=args, backend=backend, workdir=work)
-            rows += r
-            notes += n
+            fam = make_family(work / label.replace(", ", "-"),
+                              shape=TinyShape(n_layer=8, n_embd=256, n_head=4, n_ff=512), extra_layer_scale=scale)
+            targets.append((f"tiny 8x256 {label}", fam.target, fam.draft, False, FAMILY_PROMPTS[: args.prompts],
+                            FAMILY_PROMPTS))
             if args.quick:
                 break
         smol = smollm2_path()
         if smol is not None and not args.quick:
-            r, n = bench_target("SmolLM2-135M", smol, None, chat=True, eval_prompts=held_out[: args.prompts],
-                                calib_prompts=calib, args=args, backend=backend, workdir=work)
-            rows += r
+            targets.append(("SmolLM2-135M", smol, None, True, held_out[: args.prompts], calib))
+        for label, target, family, chat, eval_prompts, calib_prompts in targets:
+            rows, n = bench_target(label, target, family, chat=chat, eval_prompts=eval_prompts,
+                                   calib_prompts=calib_prompts, args=args, backend=backend, workdir=work)
+            print("\n".join(rows), flush=True)
             notes += n
-    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    print(f"## Self-drafts — CPU {platform.machine()}, {args.threads} thread(s), {time.strftime('%Y-%m-%d')}\n")
-    print(f"`python tests/benchmarks/bench_selfdraft.py {' '.join(sys.argv[1:])}`; {args.tokens} tokens per reply, "
-          f"{args.rounds} rounds x {args.prompts} prompts, k = {CALIBRATION_K} for the model drafts; "
-          f"`uptime`: {uptime}; {os.cpu_count()} CPUs.\n")
-    print(header)
-    print("\n".join(rows))
     print()
     print("\n".join(notes))
+    print(f"- `uptime` at the end: {uptime()}")
     return 0
 
 
