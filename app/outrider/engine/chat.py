@@ -23,11 +23,13 @@ on, and the note waits in ``ChatFormatter.take_notes()``.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import ctypes
 import dataclasses
 import datetime
 import functools
+import json
 import re
 import secrets
 import threading
@@ -343,6 +345,7 @@ class ChatFormatter:
             self.source, template = "chatml", CHATML_TEMPLATE
         else:
             self.source, template = "plain", PLAIN_TEMPLATE
+        self._knows_tools = "tools" in template
         self._template = self._compile(template)
 
     @staticmethod
@@ -362,12 +365,49 @@ class ChatFormatter:
         notes, self._notes = self._notes, []
         return notes
 
-    def render(self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True) -> str:
-        """The prompt text. A model template that breaks a time or size limit raises ``TemplateLimitError`` on
-        its first render (the sample at load: the engine then uses a built-in template, with a note); on a later
-        render it is replaced by the built-in template from then on, and the note waits in ``take_notes()``."""
+    @property
+    def supports_tools(self) -> bool:
+        """Whether the template renders tool definitions itself (it reads a ``tools`` variable)."""
+        return self.source == "model" and self._knows_tools
+
+    def with_tools(self, messages: Sequence[ChatMessage], tools: str | None
+                   ) -> tuple[list[ChatMessage], list[Any] | None]:
+        """The conversation and the ``tools`` variable for a request with tools (``tools``: the OpenAI ``tools``
+        array as JSON). A template that renders tools gets them as its ``tools`` variable, and the messages'
+        tool calls and tool results as they are; for one that does not, they are written into the conversation
+        in the Hermes layout most instruction-tuned models know: the tools in the system prompt, each call as
+        ``<tool_call>{"name", "arguments"}</tool_call>``, each result as a user turn in ``<tool_response>``."""
+        listed: list[Any] | None = json.loads(tools) if tools else None
+        if self.supports_tools or (not listed and not any(m.role == "tool" or m.tool_calls for m in messages)):
+            return list(messages), listed
+        out: list[ChatMessage] = []
+        if listed:
+            described = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in listed)
+            intro = (f"{TOOLS_PROMPT}\n<tools>\n{described}\n</tools>\n{TOOL_CALL_FORMAT}")
+            if messages and messages[0].role == "system":
+                out.append(ChatMessage("system", f"{messages[0].content}\n\n{intro}"))
+                messages = messages[1:]
+            else:
+                out.append(ChatMessage("system", intro))
+        for m in messages:
+            if m.role == "tool":
+                out.append(ChatMessage("user", f"<tool_response>\n{m.content}\n</tool_response>"))
+            elif m.tool_calls:
+                calls = "\n".join(f"<tool_call>\n{json.dumps(c, ensure_ascii=False)}\n</tool_call>"
+                                  for c in _calls(m.tool_calls))
+                out.append(ChatMessage("assistant", f"{m.content}\n{calls}".strip()))
+            else:
+                out.append(m)
+        return out, None
+
+    def render(self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True,
+               tools: list[Any] | None = None) -> str:
+        """The prompt text (``tools``: the template's ``tools`` variable, from ``with_tools``). A model template
+        that breaks a time or size limit raises ``TemplateLimitError`` on its first render (the sample at load:
+        the engine then uses a built-in template, with a note); on a later render it is replaced by the built-in
+        template from then on, and the note waits in ``take_notes()``."""
         try:
-            text = self._render(messages, add_generation_prompt)
+            text = self._render(messages, add_generation_prompt, tools)
         except TemplateLimitError as exc:
             if self.source != "model" or not self._rendered_once:
                 raise
@@ -375,19 +415,19 @@ class ChatFormatter:
                                      has_chatml_tokens=self._has_chatml_tokens, render_seconds=self.render_seconds)
             self.source, self._template = fallback.source, fallback._template
             self._notes.append(f"{exc} — using the built-in template")
-            text = self._render(messages, add_generation_prompt)
+            text = self._render(messages, add_generation_prompt, tools)
         self._rendered_once = True
         return text
 
-    def segments(self, messages: Sequence[ChatMessage], *,
-                 add_generation_prompt: bool = True) -> list[Segment] | None:
+    def segments(self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True,
+                 tools: list[Any] | None = None) -> list[Segment] | None:
         """``render(messages)`` split into markup and message text, or None when the template transforms a
         message's text beyond trimming its ends (then the parts cannot be told apart).
 
         The template renders once with each message's text replaced by a mark (its leading and trailing spaces
         kept, so a template that trims sees what it would see), the marks are replaced by the texts, and the
         result must equal the ordinary render character for character."""
-        real = self.render(messages, add_generation_prompt=add_generation_prompt)
+        real = self.render(messages, add_generation_prompt=add_generation_prompt, tools=tools)
         # Private-use marks with a fresh nonce stand for message i: a message cannot forge one.
         nonce = secrets.token_hex(8)
         sentinel = re.compile(f"\ue000{nonce}:(\\d+)\ue001")
@@ -398,8 +438,9 @@ class ChatFormatter:
             core = text.strip()
             cores.append(core)
             lead, trail = text[:len(text) - len(text.lstrip())], text[len(text.rstrip()):]
-            payload.append({"role": m.role, "content": f"{lead}\ue000{nonce}:{i}\ue001{trail}" if core else text})
-        marked = self._render_payload(payload, add_generation_prompt)
+            payload.append({**_message_payload(m),
+                            "content": f"{lead}\ue000{nonce}:{i}\ue001{trail}" if core else text})
+        marked = self._render_payload(payload, add_generation_prompt, tools)
         out: list[Segment] = []
         at = 0
         for match in sentinel.finditer(marked):
@@ -416,11 +457,12 @@ class ChatFormatter:
             return None
         return out
 
-    def _render(self, messages: Sequence[ChatMessage], add_generation_prompt: bool) -> str:
-        payload: list[dict[str, Any]] = [{"role": m.role, "content": clean_text(m.content)} for m in messages]
-        return self._render_payload(payload, add_generation_prompt)
+    def _render(self, messages: Sequence[ChatMessage], add_generation_prompt: bool,
+                tools: list[Any] | None = None) -> str:
+        return self._render_payload([_message_payload(m) for m in messages], add_generation_prompt, tools)
 
-    def _render_payload(self, payload: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+    def _render_payload(self, payload: list[dict[str, Any]], add_generation_prompt: bool,
+                        tools: list[Any] | None = None) -> str:
         input_chars = sum(len(m["content"]) for m in payload) + len(self.bos_token) + len(self.eos_token)
         budget = _Budget(self.render_seconds, time.monotonic() + self.render_seconds,
                          min(MAX_RENDERED_CHARS, BASE_RENDER_CHARS + OUTPUT_PER_INPUT_CHAR * input_chars),
@@ -436,6 +478,7 @@ class ChatFormatter:
                         add_generation_prompt=add_generation_prompt,
                         bos_token=self.bos_token,
                         eos_token=self.eos_token,
+                        **({"tools": tools} if tools else {}),
                     ):
                         total += len(part)
                         budget.check_size(total, "a prompt")
@@ -457,6 +500,39 @@ class ChatFormatter:
             raise TemplateError(f"the model's chat template failed: {exc}") from exc
         finally:
             _BUDGET.reset(token)
+
+
+TOOLS_PROMPT = ("You are a function calling AI model. You may call one or more functions to assist with the user "
+                "query. The function signatures are within <tools></tools> XML tags:")
+TOOL_CALL_FORMAT = ("For each function call, return a JSON object with the function name and arguments within "
+                    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+                    "<args-json-object>}\n</tool_call>")
+
+
+def _calls(tool_calls: str) -> list[dict[str, Any]]:
+    """A message's tool calls (OpenAI's ``tool_calls`` as JSON) as ``{"name", "arguments"}`` with the arguments
+    parsed (templates write them with ``tojson``)."""
+    out = []
+    for call in json.loads(tool_calls):
+        function = call.get("function", call)
+        arguments = function.get("arguments", {})
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):  # not JSON: kept as the text it is
+                arguments = json.loads(arguments)
+        out.append({"name": function.get("name", ""), "arguments": arguments})
+    return out
+
+
+def _message_payload(m: ChatMessage) -> dict[str, Any]:
+    """One message as templates read it: role, content, and (tools) ``tool_calls`` / ``tool_call_id``."""
+    payload: dict[str, Any] = {"role": m.role, "content": clean_text(m.content)}
+    if m.tool_calls:
+        ids = [c.get("id", f"call_{i}") for i, c in enumerate(json.loads(m.tool_calls))]
+        payload["tool_calls"] = [{"id": ids[i], "type": "function", "function": c, **c}
+                                 for i, c in enumerate(_calls(m.tool_calls))]
+    if m.tool_call_id is not None:
+        payload["tool_call_id"] = m.tool_call_id
+    return payload
 
 
 class TrimCancelled(Exception):

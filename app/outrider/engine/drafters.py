@@ -11,11 +11,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from outrider.engine.llama.backend import FloatArray, LoadedModel, ModelContext
+
+if TYPE_CHECKING:
+    from outrider.engine.grammar import GrammarMask
 from outrider.engine.params import LookupSettings, SamplingParams
 from outrider.engine.sampling import (
     SparseDist,
@@ -125,6 +128,7 @@ class ModelDraft:
         self.context = context
         self.cached: list[int] = []
         self.n_vocab = min(n_vocab or context.n_vocab, context.n_vocab)
+        self._synced = 0  # tokens the latest ``_sync`` evaluated
         self._own_vocab = context.n_vocab
         self._target = target
         self._substitutes: dict[int, int] = {}
@@ -165,12 +169,18 @@ class ModelDraft:
         token actually there; returns (agreements, trials)."""
         keep = min(common_prefix_length(self.cached, committed), len(committed) - 1)
         if score_from is not None and score_from > 0:
+            if self.context.is_recurrent:
+                # Re-evaluating the token before score_from would take a recurrent state back past its
+                # checkpoint (a full re-evaluation): score from the next token on instead.
+                score_from += 1
             # The guess for committed[score_from] is the output at position score_from - 1: re-evaluate that one
             # token even when it is cached (it is after the previous scoring), so the batch yields its logits.
             keep = min(keep, score_from - 1)
         self.context.truncate(keep)
+        keep = self.context.n_past  # a recurrent draft may land earlier, at its checkpoint (ModelContext.truncate)
         del self.cached[keep:]
         new = committed[keep:]
+        self._synced = len(new)
         hits = trials = 0
         if score_from is not None and keep < score_from < len(committed) and len(new) <= self.context.n_batch:
             # Output j of this batch predicts committed[keep + j + 1]. Only the last SHADOW_WINDOW guesses are
@@ -197,22 +207,29 @@ class ModelDraft:
 
     def propose(
         self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,
-        draft_min: int = 0,
+        draft_min: int = 0, grammar: GrammarMask | None = None,
     ) -> Draft:
+        """As ``DraftSource.propose``; with ``grammar`` (structured output) each draft token is chosen from the
+        grammar-masked distribution (its state walked on a clone), so the draft never proposes a forbidden token."""
         room = self.context.n_ctx - len(committed) - 1
         k = min(k, room)
         if k <= 0:
             return EMPTY_DRAFT
         t0 = time.perf_counter()
-        synced = len(committed) - min(common_prefix_length(self.cached, committed), len(committed) - 1)
         self._sync(committed)
+        synced = self._synced
+        if self.context.is_recurrent:
+            # Drafts are one-token decodes, which a recurrent state cannot step back through: keep the state at
+            # the committed tokens, for the rollback of the drafts the target rejects.
+            self.context.checkpoint()
         sync_s = time.perf_counter() - t0
         tokens: list[int] = []
         dists: list[SparseDist] | None = None if sampling.greedy else []
         # Below draft_min, p-min does not stop a draft that has started (see DraftSource.propose).
         must = min(max(draft_min, 1), k)
+        walker = grammar.clone() if grammar is not None else None
         while True:
-            logits = self._logits(-1)
+            logits = self._logits(-1) if walker is None else walker.mask(self._logits(-1))
             if sampling.greedy:
                 if p_min > 0 and not 0 < len(tokens) < must and top_probability(logits) < p_min:
                     break
@@ -227,10 +244,19 @@ class ModelDraft:
                 assert dists is not None
                 dists.append(q)
             tokens.append(token)
+            if walker is not None:
+                if not np.isfinite(logits[token]):  # the grammar allows nothing more (complete, EOG forbidden)
+                    tokens.pop()
+                    if dists:
+                        dists.pop()
+                    break
+                walker.accept(token)
             if len(tokens) >= k:
                 break
             self.context.decode([token], logits="last")
             self.cached.append(token)
+        if walker is not None:
+            walker.close()
         return Draft(tokens, dists, sync_s, synced)
 
     def proposal_dists(self, prefix: Sequence[int], tokens: Sequence[int],

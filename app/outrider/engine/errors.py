@@ -55,3 +55,11 @@ class DecodeError(EngineError):
 
 class TemplateError(EngineError):
     """The model's chat template could not be rendered (unsafe, broken or raised on purpose)."""
+
+
+class GrammarError(EngineError):
+    """A structured-output constraint (JSON schema, grammar) cannot be used: the request's fault."""
+
+
+class FimUnsupported(EngineError):
+    """A fill-in-the-middle request (a suffix) for a model whose GGUF declares no FIM tokens."""

@@ -25,6 +25,8 @@ from outrider.engine.errors import (
     ContextOverflowError,
     DecodeError,
     EngineError,
+    FimUnsupported,
+    GrammarError,
     IncompatiblePairError,
     ModelLoadError,
     TemplateError,
@@ -35,6 +37,11 @@ TARGET = "target"  # a token the target chose itself (not a drafted one)
 DRAFTED = "draft"  # a drafted token whose drafter the engine did not say (an engine of an earlier version)
 PROVENANCE = (TARGET, "lookup", "history", "model", "mtp", DRAFTED)
 """Where a token came from: the target, prompt lookup (``lookup``), history lookup, a draft model, MTP heads."""
+
+
+# Bounds of what a step may carry: a vocabulary is far below 2^31 tokens, and a draft length far below 2^16.
+_MAX_TOKEN_ID = 1 << 31
+_MAX_K = 1 << 16
 
 
 class ProtocolError(Exception):
@@ -121,6 +128,10 @@ class LoadedPair:
     draft_kv_bytes: int
     notes: tuple[str, ...]
     threads: int = 0  # llama.cpp CPU threads at load (``--threads``, or chosen from the CPUs free: engine/threads.py)
+    # Recurrent states of hybrid/recurrent models as llama.cpp allocated them: the target's own with its rollback
+    # snapshots, the draft model's own with its checkpoint (0 for attention-only models).
+    target_recurrent_bytes: int = 0
+    draft_recurrent_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -174,6 +185,8 @@ class StepEvent:
     k: int
     stats: GenerationStats | None = None
     origins: list[str] = dataclasses.field(default_factory=list)
+    # per token, when the request asked: [text, bytes, logprob, [[text, bytes, logprob], ...]] (llama/text.py)
+    logprobs: list[Any] = dataclasses.field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -243,11 +256,15 @@ def stats_to_wire(stats: GenerationStats) -> dict[str, Any]:
 
 
 def stats_from_wire(data: Any) -> GenerationStats:
-    """The counters of ``data``; derived figures and unknown keys are ignored (the properties recompute them)."""
+    """The counters of ``data``; derived figures and unknown keys are ignored (the properties recompute them).
+    A ``speedup`` without its interval (an older engine's, valued from one or two plain probes) is dropped."""
     if not isinstance(data, Mapping):
         raise ProtocolError("stats: expected an object")
     fields = {k: _number(k, v, _STAT_TYPES[k]) for k, v in data.items() if k in _STAT_TYPES and k != "by_drafter"}
-    return GenerationStats(**fields, by_drafter=_by_drafter_from_wire(data.get("by_drafter", {})))
+    stats = GenerationStats(**fields, by_drafter=_by_drafter_from_wire(data.get("by_drafter", {})))
+    if stats.speedup_low is None or stats.speedup_high is None:
+        stats.speedup = stats.speedup_low = stats.speedup_high = None
+    return stats
 
 
 def _by_drafter_from_wire(data: Any) -> dict[str, DrafterCounts]:
@@ -292,8 +309,10 @@ def loaded_from_wire(data: Any) -> LoadedPair:
 
 
 def step_to_wire(step: StepEvent) -> list[Any]:
-    """``[tokens, drafted, text, k, pieces, origins]`` (``text`` kept for engines and apps of an earlier version)."""
-    return [step.tokens, step.drafted, step.text, step.k, step.pieces, step.origins]
+    """``[tokens, drafted, text, k, pieces, origins]`` (``text`` kept for engines and apps of an earlier version),
+    then ``logprobs`` when the step has them."""
+    wire = [step.tokens, step.drafted, step.text, step.k, step.pieces, step.origins]
+    return [*wire, step.logprobs] if step.logprobs else wire
 
 
 def steps_to_wire(steps: list[list[Any]], stats: GenerationStats) -> dict[str, Any]:
@@ -318,11 +337,21 @@ def batch_from_wire(message: Mapping[str, Any]) -> StepBatch:
         tokens, drafted = step[0], step[1]
         if not isinstance(tokens, list) or not isinstance(drafted, list):
             raise ProtocolError("step tokens and flags must be lists")
+        if not all(type(t) is int and 0 <= t < _MAX_TOKEN_ID for t in tokens):
+            raise ProtocolError("step tokens must be token ids (integers)")
+        if len(drafted) != len(tokens) or not all(type(d) is bool for d in drafted):
+            raise ProtocolError("step flags must be one true/false per token")
+        if len(step) >= 5 and tokens and len(pieces) != len(tokens):
+            raise ProtocolError("step pieces must be one per token (a step without tokens carries held-back text)")
+        k = step[3]
+        if type(k) is not int or not 0 <= k <= _MAX_K:
+            raise ProtocolError(f"step k must be a whole number from 0 to {_MAX_K}")
         origins = step[5] if len(step) >= 6 else []
         if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins) or (
                 origins and len(origins) != len(drafted)):
             raise ProtocolError("step origins must be a list of strings, one per token")
-        out.append(StepEvent(tokens, drafted, pieces, int(step[3]), None, origins))
+        logprobs = step[6] if len(step) >= 7 and isinstance(step[6], list) else []
+        out.append(StepEvent(tokens, drafted, pieces, k, None, origins, logprobs))
     return StepBatch(tuple(out), stats)
 
 
@@ -350,6 +379,10 @@ def error_kind_of(exc: BaseException) -> tuple[ErrorKind, dict[str, Any]]:
         return ErrorKind.DECODE, {"status": exc.status}
     if isinstance(exc, TemplateError):
         return ErrorKind.TEMPLATE, {}
+    if isinstance(exc, GrammarError):
+        return ErrorKind.BAD_REQUEST, {"grammar": True}
+    if isinstance(exc, FimUnsupported):
+        return ErrorKind.BAD_REQUEST, {"suffix": True}
     if isinstance(exc, EngineError):
         return ErrorKind.ENGINE, {}
     if isinstance(exc, MemoryError):

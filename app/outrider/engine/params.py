@@ -10,13 +10,18 @@ import dataclasses
 import math
 from typing import Literal
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 
 
 @dataclasses.dataclass(frozen=True)
 class ChatMessage:
+    """One turn. ``tool_calls``: the calls an assistant turn made (OpenAI's ``tool_calls`` array as JSON text);
+    ``tool_call_id``: the call a ``tool`` turn answers."""
+
     role: Role
     content: str
+    tool_calls: str | None = None
+    tool_call_id: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,9 +110,9 @@ class LookupSettings:
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"n-gram sizes must satisfy 1 <= min <= max, got {self.ngram_min}..{self.ngram_max}")
 
-Sampler = Literal["coupled", "rejection"]
-SAMPLERS: tuple[Sampler, ...] = ("coupled", "rejection")
-DEFAULT_SAMPLER: Sampler = "coupled"
+Sampler = Literal["auto", "coupled", "rejection"]
+SAMPLERS: tuple[Sampler, ...] = ("auto", "coupled", "rejection")
+DEFAULT_SAMPLER: Sampler = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,9 +120,10 @@ class SamplingParams:
     """Sampling settings. ``temperature == 0`` means greedy; top_k 0, top_p 1 and min_p 0 disable a filter.
 
     ``sampler`` (temperature > 0 with a drafter; both exact in distribution, see ``engine/sampling.py``):
-    ``coupled`` (Gumbel-max coupling: a seeded reply is the same text with any drafter and any k, or none) or
-    ``rejection`` (classic speculative sampling: the seeded text depends on what was drafted). The default was
-    chosen by measured acceptance (docs/metrics.md).
+    ``coupled`` (Gumbel-max coupling: a seeded reply is the same text with any drafter and any k, or none),
+    ``rejection`` (classic speculative sampling: the seeded text depends on what was drafted), or ``auto`` (the
+    default): coupled when a seed is given — a seeded reply must repeat whatever k automatic k picks — and rejection
+    otherwise, whose acceptance is higher with a draft model (measured: docs/metrics.md) and equal with lookup.
     """
 
     temperature: float = 0.0
@@ -139,7 +145,7 @@ class SamplingParams:
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
         if self.sampler not in SAMPLERS:
-            raise ValueError(f"sampler must be coupled or rejection, got {self.sampler!r}")
+            raise ValueError(f"sampler must be auto, coupled or rejection, got {self.sampler!r}")
 
     @property
     def greedy(self) -> bool:
@@ -211,6 +217,19 @@ class PairSpec:
         return "model" if self.draft else ("lookup" if self.lookup else "none")
 
 @dataclasses.dataclass(frozen=True)
+class GrammarSpec:
+    """A constraint on the reply's text: ``json`` (any JSON object), ``json_schema`` (``text``: the schema as JSON)
+    or ``gbnf`` (``text``: a llama.cpp grammar). Decoded exactly under speculation (engine/grammar.py)."""
+
+    kind: Literal["json", "json_schema", "gbnf"]
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("json", "json_schema", "gbnf"):
+            raise ValueError(f"a grammar is json, json_schema or gbnf, got {self.kind!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class TextRequest:
     """One reply to produce, from raw ``prompt`` text or from chat ``messages`` (exactly one of them).
 
@@ -229,6 +248,10 @@ class TextRequest:
     plain: bool = False
     continue_reply: bool = False
     trim: bool = True
+    grammar: GrammarSpec | None = None
+    tools: str | None = None  # OpenAI's ``tools`` array as JSON text, for the chat template (``ChatFormatter``)
+    top_logprobs: int | None = None  # each token's log-probability and this many alternatives (None: none)
+    suffix: str | None = None  # with ``prompt``: fill in the middle between them (the model's FIM tokens)
     ignore_eos: bool = False  # ``outrider verify``: sample through end-of-generation tokens (every sample M tokens)
 
     def __post_init__(self) -> None:

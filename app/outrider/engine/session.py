@@ -10,14 +10,22 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from outrider.engine import mtp_files
 from outrider.engine.chain_draft import ChainDraft
 from outrider.engine.chat import ChatFormatter, Segment, TrimCancelled, fit_conversation
-from outrider.engine.compat import check_facts
+from outrider.engine.compat import check_facts, rollback_report
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
-from outrider.engine.errors import ContextOverflowError, EngineError, IncompatiblePairError, TemplateError
+from outrider.engine.errors import (
+    ContextOverflowError,
+    EngineError,
+    FimUnsupported,
+    IncompatiblePairError,
+    TemplateError,
+)
 from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
+from outrider.engine.grammar import GrammarMask
 from outrider.engine.history_draft import HistoryLookupDraft
 from outrider.engine.history_index import HistoryIndex, index_dir_for, tokenizer_fingerprint
 from outrider.engine.llama.backend import LoadedModel, ModelContext
@@ -26,7 +34,15 @@ from outrider.engine.llama.mtp_context import MtpContext, n_nextn_layers
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.llama.text import clean_text
 from outrider.engine.mtp import MtpDraft
-from outrider.engine.params import ChatMessage, DraftParams, LookupSettings, PairSpec, SamplingParams, TextRequest
+from outrider.engine.params import (
+    ChatMessage,
+    DraftParams,
+    GrammarSpec,
+    LookupSettings,
+    PairSpec,
+    SamplingParams,
+    TextRequest,
+)
 from outrider.engine.speculative import (
     STOP_CANCELLED,
     STOP_LENGTH,
@@ -106,8 +122,9 @@ class Engine:
                 self._announce("draft", spec.draft)
                 draft_model = LoadedModel(self.backend, spec.draft, spec.draft_settings)
                 check_facts(target.vocab_facts(), draft_model.vocab_facts()).raise_if_incompatible()
-                drafter = ModelDraft(ModelContext(draft_model, dataclasses.replace(spec.context)), target.n_vocab,
-                                     target)
+                # A hybrid draft rolls back through a checkpoint (its drafts are one-token decodes): no snapshots.
+                draft_context = ModelContext(draft_model, dataclasses.replace(spec.context), rollback_tokens=0)
+                drafter = ModelDraft(draft_context, target.n_vocab, target)
             elif spec.lookup:
                 drafter = PromptLookupDraft(spec.lookup_settings)
             elif spec.mtp or spec.mtp_head:
@@ -120,8 +137,11 @@ class Engine:
             if draft_model is not None:
                 draft_model.close()
             raise
-        if target.is_recurrent and drafter.kind != "none":
-            notes.append("this model's memory cannot be rolled back (recurrent/hybrid): running without a draft")
+        if target.is_recurrent and context.rollback_limit == 0 and drafter.kind != "none":
+            # llama.cpp keeps no recurrent-state snapshots for this architecture (it clamped n_rs_seq to 0).
+            rule = rollback_report(target.facts.architecture)
+            notes.append(rule.reason if not rule.ok else
+                         "this model's recurrent state cannot be rolled back: running without a draft")
             drafter.close()
             drafter = NoDraft()
         self._target, self._draft_model = target, draft_model
@@ -143,6 +163,8 @@ class Engine:
             draft_kv_bytes=_draft_kv_bytes(drafter, draft_model, target) * n_ctx,
             notes=tuple(notes),
             threads=context.n_threads,
+            target_recurrent_bytes=context.recurrent_bytes,
+            draft_recurrent_bytes=_draft_recurrent_bytes(drafter),
         )
         return self.info
 
@@ -213,12 +235,28 @@ class Engine:
             raise EngineError("no model is loaded")
         return self._decoder
 
+    def tokenize_infill(self, prefix: str, suffix: str) -> list[int]:
+        """Fill-in-the-middle: ``[BOS] FIM_PRE prefix FIM_SUF suffix FIM_MID`` (the prefix-suffix-middle order
+        llama-server uses), with the FIM tokens the GGUF declares; ``FimUnsupported`` when it declares none."""
+        import llama_cpp.llama_cpp as ll
+
+        target = self.target
+        vocab = target.vocab
+        pre, suf, mid = ll.llama_vocab_fim_pre(vocab), ll.llama_vocab_fim_suf(vocab), ll.llama_vocab_fim_mid(vocab)
+        if min(pre, suf, mid) < 0:
+            raise FimUnsupported("this model declares no fill-in-the-middle tokens (tokenizer.ggml.fim_pre_token_id "
+                                 "and the like), so a suffix cannot be used")
+        head = [target.bos_id] if target.add_bos and target.bos_id >= 0 else []
+        text = target.tokenize
+        return [*head, pre, *text(prefix, add_special=False, parse_special=False), suf,
+                *text(suffix, add_special=False, parse_special=False), mid]
+
     def tokenize_prompt(self, text: str) -> list[int]:
         """Raw text, tokenised with the model's BOS rule (``--prompt``)."""
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
     def tokenize_chat(self, messages: Sequence[ChatMessage], *, reserve: int = 0,
-                      continue_reply: bool = False, trim: bool = True) -> list[int]:
+                      continue_reply: bool = False, trim: bool = True, tools: str | None = None) -> list[int]:
         """A conversation through the chat template, leaving ``reserve`` tokens of the context for the reply.
 
         ``trim``: the oldest turns are dropped until it fits (``fit_conversation``: about log2(turns) renders,
@@ -236,9 +274,10 @@ class Engine:
                 raise EngineError("continuing a reply needs the reply as the last chat message")
             messages, prefix = messages[:-1], messages[-1].content
         special: dict[str, bool] = {}
+        messages, listed = self._formatter.with_tools(messages, tools)
 
         def tokens_of(msgs: Sequence[ChatMessage]) -> list[int]:
-            return self._chat_tokens(msgs, prefix, special)
+            return self._chat_tokens(msgs, prefix, special, listed)
 
         n_ctx = self._decoder_or_raise().context.n_ctx
         reserved = max(0, min(reserve, n_ctx // 2))
@@ -255,7 +294,7 @@ class Engine:
             tokens = tokens_of(fitted)
             self._pending_reply = _LastReply(tuple(tokens), (), "")
             return tokens
-        head = self._chat_tokens(fitted, "", special)
+        head = self._chat_tokens(fitted, "", special, listed)
         last = self._last_reply
         if last is not None and last.head == tuple(head) and last.text == prefix:
             tokens = [*head, *last.tokens]  # the reply as the model generated it (see ``_LastReply``)
@@ -264,7 +303,8 @@ class Engine:
         self._pending_reply = _LastReply(tuple(head), tuple(tokens[len(head):]), prefix)
         return tokens
 
-    def _chat_tokens(self, messages: Sequence[ChatMessage], prefix: str, special: dict[str, bool]) -> list[int]:
+    def _chat_tokens(self, messages: Sequence[ChatMessage], prefix: str, special: dict[str, bool],
+                     tools: list[Any] | None = None) -> list[int]:
         """The template's markup tokenised with its control tokens, the messages' text (and ``prefix``, a reply
         being continued) as plain text: ``<|im_start|>`` typed in a message is 7 tokens of text, not the marker.
 
@@ -284,8 +324,9 @@ class Engine:
             return special[text]
 
         if not any(has_special(clean_text(m.content)) for m in messages) and not has_special(clean_text(prefix)):
-            return target.tokenize(formatter.render(messages) + prefix, add_special=False, parse_special=True)
-        parts = formatter.segments(messages)
+            return target.tokenize(formatter.render(messages, tools=tools) + prefix, add_special=False,
+                                   parse_special=True)
+        parts = formatter.segments(messages, tools=tools)
         if parts is None:
             raise TemplateError("a message contains the text of one of the model's control tokens, and this "
                                 "model's chat template rewrites message text, so it cannot be kept as plain text")
@@ -321,8 +362,11 @@ class Engine:
         stop: Sequence[str] = (),
         plain: bool = False,
         ignore_eos: bool = False,
+        grammar: GrammarSpec | None = None,
+        top_logprobs: int | None = None,
     ) -> Iterator[StepEvent | DoneEvent]:
         """Stream one reply. ``plain=True`` ignores the drafter (the baseline). One generation at a time.
+        ``grammar``: the reply follows it exactly (``GrammarError`` here, at once, when it cannot be used).
 
         Not a generator itself: the request starts when this is called — a cancel arriving after the call, even
         before the first event is asked for, stops this request (and only this one).
@@ -330,9 +374,11 @@ class Engine:
         decoder = self._decoder_or_raise()
         if plain and self._plain is not None:
             decoder = self._plain
-        request = GenerationRequest(list(prompt_tokens), max_tokens, sampling, draft, tuple(stop), ignore_eos)
         if self._generating.locked():
             raise EngineError("a generation is already running")
+        mask = GrammarMask.of(self.target, grammar) if grammar is not None else None
+        request = GenerationRequest(list(prompt_tokens), max_tokens, sampling, draft, tuple(stop), ignore_eos,
+                                    grammar=mask, top_logprobs=top_logprobs)
         # The only place a cancel is forgotten: when a request starts.
         self._cancel.clear()
         for ctx in self._contexts():
@@ -357,6 +403,8 @@ class Engine:
                 yield event
         finally:
             self._generating.release()
+            if request.grammar is not None:
+                request.grammar.close()
 
     def run(self, request: TextRequest) -> Iterator[StepEvent | DoneEvent]:
         """Tokenise ``request`` (chat template or raw prompt) and stream the reply. A cancel while a long
@@ -365,10 +413,13 @@ class Engine:
             reserve = min(request.max_tokens, 256)
             self._cancel.clear()  # a request starts here: an old cancel must not stop its trimming
             try:
-                tokens = self.tokenize_chat(request.messages, reserve=reserve,
-                                            continue_reply=request.continue_reply, trim=request.trim)
+                tokens = self.tokenize_chat(request.messages, reserve=reserve, continue_reply=request.continue_reply,
+                                            trim=request.trim, tools=request.tools)
             except TrimCancelled:
                 return iter([DoneEvent(STOP_CANCELLED, GenerationStats(), "")])
+        elif request.suffix is not None:
+            assert request.prompt is not None
+            tokens = self.tokenize_infill(request.prompt, request.suffix)
         else:
             assert request.prompt is not None
             tokens = self.tokenize_prompt(request.prompt)
@@ -379,6 +430,8 @@ class Engine:
             draft=request.draft,
             stop=request.stop,
             plain=request.plain,
+            grammar=request.grammar,
+            top_logprobs=request.top_logprobs,
             ignore_eos=request.ignore_eos,
         )
 
@@ -411,9 +464,10 @@ class Engine:
         decoder = self._decoder
         if decoder is None:
             return []
-        draft_ctx = getattr(decoder.drafter, "context", None)
-        if isinstance(decoder.drafter, MtpDraft):
-            draft_ctx = decoder.drafter.mtp
+        drafter = _model_member(decoder.drafter)
+        draft_ctx = getattr(drafter, "context", None)
+        if isinstance(drafter, MtpDraft):
+            draft_ctx = drafter.mtp
         return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext | MtpContext) else [])
 
 
@@ -431,11 +485,20 @@ def _refuse_mtp_problem(check: Callable[[], mtp_files.MtpFileProblem | None]) ->
 def _draft_kv_bytes(drafter: DraftSource, draft_model: LoadedModel | None, target: LoadedModel) -> int:
     """KV bytes per position of the drafter's context: a draft model's, or the MTP context's (its NextN blocks
     only, each as wide as a target layer)."""
+    drafter = _model_member(drafter)
     if isinstance(drafter, MtpDraft):
         source = drafter.mtp.model
         per_layer = target.kv_bytes_per_token() // max(1, target.facts.n_layer)
         return per_layer * n_nextn_layers(source)
     return draft_model.kv_bytes_per_token() if draft_model is not None else 0
+
+
+def _model_member(drafter: DraftSource) -> DraftSource:
+    """The drafter with a context of its own: a chain's draft model or MTP member (the drafter itself if it is no
+    chain; a chain of lookups only gives its last member, which has none)."""
+    if isinstance(drafter, ChainDraft):
+        return drafter.members[-1].drafter
+    return drafter
 
 
 def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings, drafter: DraftSource,
@@ -461,6 +524,14 @@ def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings
 # words in it (one that drops them would send the model an empty prompt on every turn).
 _SAMPLE_SYSTEM = "Answer briefly."
 _SAMPLE_USER = "What is the capital of France?"
+
+
+def _draft_recurrent_bytes(drafter: DraftSource) -> int:
+    """A draft model's recurrent states: its own, and the checkpoint it keeps while drafting (hybrid drafts)."""
+    context = getattr(drafter, "context", None)
+    if not isinstance(context, ModelContext):
+        return 0
+    return context.recurrent_bytes + (context.recurrent_state_bytes if context.is_recurrent else 0)
 
 
 def _chat_formatter(target: LoadedModel, notes: list[str]) -> ChatFormatter:

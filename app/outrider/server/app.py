@@ -34,6 +34,7 @@ from outrider.server.connections import ConnectionLimits
 from outrider.server.guard import AccessPolicy, RequestGuard
 from outrider.server.requests import ApiError, Defaults, chat_request, completion_request, parse_json
 from outrider.server.scheduler import EngineScheduler, Job, JobEvent, JobFailed, QueueFull, SchedulerClosed
+from outrider.server.tools import ToolChoice, read_calls
 from outrider.worker.errors import EngineCrashed, EngineNotRunning, EngineRequestError, WorkerError
 
 DRAIN_S = 1.5  # Ctrl-C: open replies get this long to finish before they end with an error event (uvicorn cuts at 2)
@@ -108,6 +109,10 @@ def engine_error(error: BaseException, input_param: str | None = None) -> ApiErr
         if error.kind in (ErrorKind.CONTEXT_OVERFLOW, ErrorKind.INPUT_TOO_LONG):
             return ApiError(400, context_message(error, input_param), param=input_param,
                             code="context_length_exceeded")
+        if error.kind is ErrorKind.BAD_REQUEST and error.details.get("grammar"):
+            return ApiError(400, error.message, param="response_format", code="invalid_value")
+        if error.kind is ErrorKind.BAD_REQUEST and error.details.get("suffix"):
+            return ApiError(400, error.message, param="suffix", code="unsupported_value")
         if error.kind in (ErrorKind.BAD_REQUEST, ErrorKind.TEMPLATE):
             return ApiError(400, error.message, param=input_param, code=error.kind.value)
         return ApiError(500, error.message, type_="server_error", code=error.kind.value)
@@ -292,7 +297,8 @@ class _Api:
         name = self.config.model_name()
         if name is None:
             raise ApiError(503, "no model is loaded", type_="server_error", code="model_not_loaded")
-        reply = _Reply(asyncio.get_running_loop(), keep_steps=parsed.stream)
+        wants_logprobs = parsed.text.top_logprobs is not None
+        reply = _Reply(asyncio.get_running_loop(), keep_steps=parsed.stream or wants_logprobs)
         try:
             job = self.scheduler.submit(parsed.text, reply.deliver)
         except QueueFull as exc:
@@ -316,14 +322,26 @@ class _Api:
             raise engine_error(first[0].error, parsed.input_param)
         if parsed.stream:
             return EventSourceResponse(self._stream(first, reply, job, shape, include_usage=parsed.include_usage,
-                                                    input_param=parsed.input_param, entry=entry),
+                                                    input_param=parsed.input_param, entry=entry,
+                                                    tools=parsed.tools),
                                        ping=SSE_PING_S, sep="\n")
-        done = first[-1]  # a whole answer receives its final event only
+        events = first
+        while wants_logprobs and isinstance(events[-1], StepBatch):  # steps too: their log-probabilities
+            more = await self._take_or_disconnect(request, reply, job)
+            if more is None:
+                return Response(status_code=499)
+            events += more
+        done = events[-1]  # a whole answer without logprobs receives its final event only
         if isinstance(done, JobFailed):
             raise engine_error(done.error, parsed.input_param)
         if not isinstance(done, DoneEvent):
             raise ApiError(500, "the reply ended without a result", type_="server_error", code="internal_error")
-        return JSONResponse(shape.completion(done.text, done.stop_reason, done.stats))
+        if parsed.tools is not None:
+            content, calls = read_calls(done.text, parsed.tools)
+            return JSONResponse(shape.completion(content, done.stop_reason, done.stats, calls))
+        entries = [lp for e in events if isinstance(e, StepBatch) for step in e.steps for lp in step.logprobs]
+        return JSONResponse(shape.completion(done.text, done.stop_reason, done.stats,
+                                             logprobs=entries if wants_logprobs else None))
 
     async def _take_or_disconnect(self, request: Request, reply: _Reply, job: Job) -> list[JobEvent] | None:
         """The job's next events; None (and the job cancelled) if the client disconnected meanwhile."""
@@ -336,7 +354,8 @@ class _Api:
                     return None
 
     async def _stream(self, first: list[JobEvent], reply: _Reply, job: Job, shape: responses.ReplyShape, *,
-                      include_usage: bool, input_param: str, entry: tuple[_Reply, Job]) -> AsyncIterator[bytes]:
+                      include_usage: bool, input_param: str, entry: tuple[_Reply, Job],
+                      tools: ToolChoice | None = None) -> AsyncIterator[bytes]:
         """SSE ``data:`` events: chunks, a last chunk with ``finish_reason`` and ``timings``, then ``[DONE]``.
 
         Steps that arrived together, or within ``stream_interval_s`` of the previous write, go out as one chunk (the
@@ -348,14 +367,23 @@ class _Api:
             events = first
             loop = asyncio.get_running_loop()
             sent_at = -math.inf
+            offset = 0  # characters sent so far (the legacy logprobs' text_offset)
             while True:
                 text = "".join(e.text for e in events if isinstance(e, StepBatch))
-                if text:
-                    out += shape.text_event(text)
+                entries = [lp for e in events if isinstance(e, StepBatch) for step in e.steps for lp in step.logprobs]
+                if (text or entries) and tools is None:  # with tools the reply is held until known text or calls
+                    out += shape.logprob_event(text, entries, offset) if entries else shape.text_event(text)
+                    offset += len(text)
                     sent_at = loop.time()  # paced from the last text sent (the opening alone does not count)
                 final = next((e for e in events if not isinstance(e, StepBatch)), None)
                 if isinstance(final, DoneEvent):
-                    yield out + shape.closing(final.stop_reason, final.stats, include_usage=include_usage)
+                    stop_reason = final.stop_reason
+                    if tools is not None:
+                        content, calls = read_calls(final.text, tools)
+                        out += shape.tool_call_events(calls) if calls else b""
+                        out += shape.text_event(content) if content else b""
+                        stop_reason = "tool_calls" if calls else stop_reason
+                    yield out + shape.closing(stop_reason, final.stats, include_usage=include_usage)
                     return
                 if isinstance(final, JobFailed):  # mid-reply: the status line is sent, so the error is an event
                     error = responses.sse(engine_error(final.error, input_param).body())

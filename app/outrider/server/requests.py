@@ -15,7 +15,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
-from outrider.engine.params import SAMPLERS, ChatMessage, DraftParams, Sampler, SamplingParams, TextRequest
+from outrider.engine.params import SAMPLERS, ChatMessage, DraftParams, GrammarSpec, Sampler, SamplingParams, TextRequest
+from outrider.server.tools import ToolChoice, ToolError, tool_choice
 
 MAX_STOP = 4  # OpenAI's limit on stop strings
 MAX_STOP_CHARS = 256
@@ -64,6 +65,7 @@ class ParsedRequest:
     stream: bool
     include_usage: bool  # stream_options.include_usage: a last chunk with ``usage`` and no choices
     model: str | None
+    tools: ToolChoice | None = None  # the tools the reply may call (tools.py)
 
     @property
     def input_param(self) -> str:
@@ -73,20 +75,21 @@ class ParsedRequest:
 
 # Fields that change nothing for a local single-model server and are accepted as they are.
 _HARMLESS = frozenset({"model", "user", "metadata", "store", "service_tier", "parallel_tool_calls",
-                       "prediction", "modalities", "reasoning_effort", "suffix"})
+                       "prediction", "modalities", "reasoning_effort"})
 _NOT_SUPPORTED = {
-    "tools": "tool calls are not supported", "functions": "function calls are not supported",
-    "tool_choice": "tool calls are not supported", "function_call": "function calls are not supported",
+    "functions": "the legacy functions field is not supported (use tools)",
+    "function_call": "the legacy function_call field is not supported (use tool_choice)",
     "logit_bias": "logit_bias is not supported", "audio": "audio output is not supported",
     "web_search_options": "web search is not supported", "best_of": "best_of is not supported",
 }
 _CHAT_FIELDS = frozenset({"trim_history",  # Outrider's extension: drop the oldest turns rather than refuse
-                          "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
-                          "min_p", "stop", "seed", "stream", "stream_options", "n", "logprobs", "top_logprobs",
+                          "tools", "tool_choice", "messages", "max_tokens", "max_completion_tokens",
+                          "temperature", "top_p", "top_k", "min_p", "stop", "seed", "stream", "stream_options",
+                          "n", "logprobs", "top_logprobs",
                           "presence_penalty", "frequency_penalty", "response_format"})
-_COMPLETION_FIELDS = frozenset({"prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "seed",
-                                "stream", "stream_options", "n", "logprobs", "echo", "presence_penalty",
-                                "frequency_penalty"})
+_COMPLETION_FIELDS = frozenset({"suffix", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
+                                "stop", "seed", "stream", "stream_options", "n", "logprobs", "echo",
+                                "presence_penalty", "frequency_penalty"})
 
 
 # Outrider's own request fields, on both endpoints: ``sampler`` (coupled | rejection, see SamplingParams).
@@ -117,11 +120,44 @@ def chat_request(data: Mapping[str, Any], defaults: Defaults) -> ParsedRequest:
     messages = _messages(data.get("messages"))
     limit = data.get("max_completion_tokens", data.get("max_tokens"))
     param = "max_completion_tokens" if "max_completion_tokens" in data else "max_tokens"
-    fmt = data.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise bad("response_format other than {\"type\": \"text\"} is not supported", "response_format",
-                  "unsupported_value")
-    return _parsed(data, defaults, messages=messages, prompt=None, max_tokens=limit, max_param=param)
+    grammar = _response_format(data.get("response_format"))
+    try:
+        tools = tool_choice(data)
+    except ToolError as exc:
+        raise bad(str(exc), exc.param, exc.code) from None
+    if tools is not None and tools.grammar is not None:
+        if grammar is not None:
+            raise bad("a forced tool call and a response_format cannot both shape the reply", "response_format")
+        grammar = tools.grammar
+    parsed = _parsed(data, defaults, messages=messages, prompt=None, max_tokens=limit, max_param=param,
+                     grammar=grammar, tools=tools.tools_json if tools is not None else None)
+    return dataclasses.replace(parsed, tools=tools)
+
+
+def _response_format(fmt: Any) -> GrammarSpec | None:
+    """``response_format``: ``text`` (none), ``json_object`` (any JSON object) or ``json_schema`` (its ``schema``,
+    strict or not: the grammar enforces it either way) — decoded through a llama.cpp grammar (engine/grammar.py)."""
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
+        raise bad("response_format must be an object with a type", "response_format", "invalid_type")
+    kind = fmt["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return GrammarSpec("json")
+    if kind != "json_schema":
+        raise bad(f"response_format.type must be text, json_object or json_schema, got {kind!r}",
+                  "response_format.type", "unsupported_value")
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict):
+        raise bad("response_format.json_schema must be an object with a schema", "response_format.json_schema",
+                  "missing_required_parameter" if spec is None else "invalid_type")
+    schema = spec.get("schema", {})
+    if not isinstance(schema, dict | bool):
+        raise bad("response_format.json_schema.schema must be a JSON schema (an object)",
+                  "response_format.json_schema.schema", "invalid_type")
+    return GrammarSpec("json_schema", json.dumps(schema))
 
 
 def completion_request(data: Mapping[str, Any], defaults: Defaults) -> ParsedRequest:
@@ -137,8 +173,12 @@ def completion_request(data: Mapping[str, Any], defaults: Defaults) -> ParsedReq
         raise bad("prompt must not be empty (there is nothing to continue)", "prompt")
     if data.get("echo"):
         raise bad("echo is not supported", "echo", "unsupported_parameter")
-    return _parsed(data, defaults, messages=None, prompt=prompt, max_tokens=data.get("max_tokens"),
-                   max_param="max_tokens")
+    suffix = data.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise bad("suffix must be a string", "suffix", "invalid_type")
+    parsed = _parsed(data, defaults, messages=None, prompt=prompt, max_tokens=data.get("max_tokens"),
+                     max_param="max_tokens")
+    return dataclasses.replace(parsed, text=dataclasses.replace(parsed.text, suffix=suffix)) if suffix else parsed
 
 
 def _check_fields(data: Mapping[str, Any], known: frozenset[str]) -> None:
@@ -150,8 +190,6 @@ def _check_fields(data: Mapping[str, Any], known: frozenset[str]) -> None:
     n = data.get("n")
     if n is not None and (n != 1 or isinstance(n, bool)):
         raise bad("only n = 1 is supported (one choice per request)", "n", "unsupported_value")
-    if data.get("logprobs") not in (None, False, 0) or data.get("top_logprobs") not in (None, 0):
-        raise bad("logprobs are not supported", "logprobs", "unsupported_parameter")
     for name in ("presence_penalty", "frequency_penalty"):
         value = data.get(name)
         if value is not None and _number(value, name) != 0:
@@ -178,11 +216,26 @@ def _message(value: Any, where: str) -> ChatMessage:
     role = value.get("role")
     if role == "developer":
         role = "system"  # OpenAI's newer name for the system message
-    if role in ("tool", "function"):
-        raise bad(f"{where}.role {role!r}: tool messages are not supported", f"{where}.role",
-                  "unsupported_value")
-    if role not in ("system", "user", "assistant"):
-        raise bad(f"{where}.role must be system, developer, user or assistant, got {role!r}", f"{where}.role")
+    if role == "function":
+        raise bad(f"{where}.role 'function' is the legacy form: send role 'tool' with tool_call_id",
+                  f"{where}.role", "unsupported_value")
+    if role not in ("system", "user", "assistant", "tool"):
+        raise bad(f"{where}.role must be system, developer, user, assistant or tool, got {role!r}", f"{where}.role")
+    if role == "tool":
+        call_id = value.get("tool_call_id")
+        if not isinstance(call_id, str):
+            raise bad(f"{where}.tool_call_id is required for a tool message", f"{where}.tool_call_id",
+                      "missing_required_parameter")
+        return ChatMessage("tool", _content(value.get("content"), f"{where}.content"), tool_call_id=call_id)
+    calls = value.get("tool_calls") if role == "assistant" else None
+    if calls:
+        if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
+                                                  for c in calls):
+            raise bad(f"{where}.tool_calls must be an array of {{\"id\", \"type\": \"function\", \"function\"}}",
+                      f"{where}.tool_calls", "invalid_type")
+        content = value.get("content")
+        text = "" if content is None else _content(content, f"{where}.content")
+        return ChatMessage("assistant", text, tool_calls=json.dumps(calls))
     return ChatMessage(role, _content(value.get("content"), f"{where}.content"))
 
 
@@ -229,6 +282,32 @@ def _ranged(data: Mapping[str, Any], name: str, default: _D, read: Callable[[Any
     return value
 
 
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit
+
+
+def _logprobs(data: Mapping[str, Any], *, chat: bool) -> int | None:
+    """How many alternatives per token to report, or None for no log-probabilities. Chat: ``logprobs: true`` and
+    ``top_logprobs`` 0–20; completions (the legacy form): ``logprobs`` 0–20, the number of alternatives."""
+    value = data.get("logprobs")
+    if chat:
+        top = data.get("top_logprobs")
+        if value is not None and not isinstance(value, bool):
+            raise bad("logprobs must be true or false", "logprobs", "invalid_type")
+        if top is not None:
+            top = _integer(top, "top_logprobs")
+            if not 0 <= top <= MAX_TOP_LOGPROBS:
+                raise bad(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {top}", "top_logprobs")
+            if not value:
+                raise bad("top_logprobs needs logprobs: true", "top_logprobs")
+        return (top or 0) if value else None
+    if value is None or value is False:
+        return None
+    top = _integer(value, "logprobs")
+    if not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise bad(f"logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {top}", "logprobs")
+    return top
+
+
 def _stops(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -253,7 +332,8 @@ def _sampler(value: Any, default: Sampler) -> Sampler:
 
 
 def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[ChatMessage, ...] | None,
-            prompt: str | None, max_tokens: Any, max_param: str) -> ParsedRequest:
+            prompt: str | None, max_tokens: Any, max_param: str, grammar: GrammarSpec | None = None,
+            tools: str | None = None) -> ParsedRequest:
     limit = defaults.max_tokens_limit
     if max_tokens is None:
         n_max = limit
@@ -280,10 +360,12 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         raise bad("model must be a string", "model", "invalid_type")
+    top_logprobs = _logprobs(data, chat=messages is not None)
     trim = data.get("trim_history", False)
     if not isinstance(trim, bool | None):
         raise bad("trim_history must be true or false", "trim_history", "invalid_type")
     text = TextRequest(prompt=prompt, messages=messages, max_tokens=n_max,
                        sampling=SamplingParams(temperature, top_k, top_p, min_p, seed, sampler), draft=defaults.draft,
-                       stop=_stops(data.get("stop")), trim=bool(trim))
+                       stop=_stops(data.get("stop")), trim=bool(trim), grammar=grammar,
+                       tools=tools, top_logprobs=top_logprobs)
     return ParsedRequest(text, stream, include_usage and stream, model)

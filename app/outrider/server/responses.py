@@ -4,7 +4,8 @@
 ``prompt_ms``, ``prompt_per_token_ms``, ``prompt_per_second``, ``predicted_n``, ``predicted_ms``,
 ``predicted_per_token_ms``, ``predicted_per_second``, ``draft_n``, ``draft_n_accepted`` — computed from the
 engine's ``GenerationStats`` (docs/metrics.md), plus Outrider's own: ``acceptance_rate``, ``token_acceptance``,
-``tokens_per_pass``, ``k_mean``, ``speedup``, ``speedup_error``, ``plain_steps``, ``ttft_ms`` and ``draft_mode``.
+``tokens_per_pass``, ``k_mean``, ``speedup`` with its interval ``speedup_low``/``speedup_high`` and
+``speedup_settled`` (false: show the range, not the figure), ``plain_steps``, ``ttft_ms`` and ``draft_mode``.
 Times in milliseconds, rates in tokens per second; a figure that was not measured is null.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from outrider.engine.stats import GenerationStats
 
-FINISH_REASONS = {"stop": "stop", "length": "length", "cancelled": "stop"}
+FINISH_REASONS = {"stop": "stop", "length": "length", "cancelled": "stop", "tool_calls": "tool_calls"}
 
 
 def timings(stats: GenerationStats) -> dict[str, Any]:
@@ -43,7 +44,9 @@ def timings(stats: GenerationStats) -> dict[str, Any]:
         "tokens_per_pass": stats.tokens_per_pass,
         "k_mean": stats.k_mean,
         "speedup": stats.speedup,
-        "speedup_error": stats.speedup_error,
+        "speedup_low": stats.speedup_low,
+        "speedup_high": stats.speedup_high,
+        "speedup_settled": stats.speedup_settled,
         "plain_steps": stats.plain_steps,
         "plain_per_second": stats.plain_tps,
         "ttft_ms": stats.ttft_s * 1000.0 if stats.ttft_s is not None else None,
@@ -91,11 +94,43 @@ class ReplyShape:
             name = "text_completion"
         return {"id": self.id, "object": name, "created": self.created, "model": self.model}
 
-    def completion(self, text: str, stop_reason: str, stats: GenerationStats) -> dict[str, Any]:
-        """The whole answer: ``stop_reason`` is the engine's (``stop``, ``length``, ``cancelled``)."""
-        body = {"message": {"role": "assistant", "content": text}} if self.chat else {"text": text}
-        choice = {"index": 0, **body, "finish_reason": FINISH_REASONS.get(stop_reason, "stop"), "logprobs": None}
+    def logprobs(self, entries: list[Any], offset: int = 0) -> dict[str, Any]:
+        """``choices[].logprobs`` from the engine's per-token entries (``[text, bytes, logprob, top]``): a chat's
+        ``{"content": [{token, logprob, bytes, top_logprobs}]}``, or the legacy completion form (``tokens``,
+        ``token_logprobs``, ``top_logprobs``, ``text_offset`` counted from ``offset`` characters)."""
+        if self.chat:
+            return {"content": [{"token": t, "logprob": lp, "bytes": b,
+                                 "top_logprobs": [{"token": at, "logprob": alp, "bytes": ab} for at, ab, alp in top]}
+                                for t, b, lp, top in entries], "refusal": None}
+        offsets = []
+        for t, _, _, _ in entries:
+            offsets.append(offset)
+            offset += len(t)
+        return {"tokens": [e[0] for e in entries], "token_logprobs": [e[2] for e in entries],
+                "top_logprobs": [{at: alp for at, _, alp in e[3]} for e in entries], "text_offset": offsets}
+
+    def completion(self, text: str | None, stop_reason: str, stats: GenerationStats,
+                   tool_calls: list[dict[str, Any]] | None = None,
+                   logprobs: list[Any] | None = None) -> dict[str, Any]:
+        """The whole answer: ``stop_reason`` is the engine's (``stop``, ``length``, ``cancelled``); with
+        ``tool_calls`` (a chat), ``message.tool_calls`` and ``finish_reason: "tool_calls"``."""
+        if self.chat:
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+                stop_reason = "tool_calls"
+            body: dict[str, Any] = {"message": message}
+        else:
+            body = {"text": text or ""}
+        choice = {"index": 0, **body, "finish_reason": FINISH_REASONS.get(stop_reason, "stop"),
+                  "logprobs": None if logprobs is None else self.logprobs(logprobs)}
         return {**self._object(chunk=False), "choices": [choice], "usage": usage(stats), "timings": timings(stats)}
+
+    def logprob_event(self, text: str, entries: list[Any], offset: int) -> bytes:
+        """A streamed text chunk with the log-probabilities of its tokens."""
+        chunk = self.chunk(text)
+        chunk["choices"][0]["logprobs"] = self.logprobs(entries, offset)
+        return sse(chunk)
 
     def chunk(self, text: str | None, finish_reason: str | None = None,
               stats: GenerationStats | None = None) -> dict[str, Any]:
@@ -118,6 +153,19 @@ class ReplyShape:
         chunk = self.chunk("")
         chunk["choices"][0]["delta"] = {"role": "assistant", "content": ""}
         return sse(chunk)
+
+    def tool_call_events(self, tool_calls: list[dict[str, Any]]) -> bytes:
+        """A stream's tool calls as ``delta.tool_calls`` chunks: per call one with its index, id, type and name
+        (empty arguments), then one with the arguments — the shape clients accumulate by ``index``."""
+        out = b""
+        for index, call in enumerate(tool_calls):
+            for delta in ({"index": index, "id": call["id"], "type": "function",
+                           "function": {"name": call["function"]["name"], "arguments": ""}},
+                          {"index": index, "function": {"arguments": call["function"]["arguments"]}}):
+                chunk = self.chunk(None)
+                chunk["choices"][0]["delta"] = {"tool_calls": [delta]}
+                out += sse(chunk)
+        return out
 
     def text_event(self, text: str) -> bytes:
         """``sse(chunk(text))``, encoding only ``text``."""

@@ -14,6 +14,7 @@ open last is remembered in the settings and reopened at start (``restore_last_co
 from __future__ import annotations
 
 import dataclasses
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from outrider.history import (
     Message,
     ReplyCheckpointer,
     Role,
+    decode_runs,
+    with_runs,
 )
 from outrider.history.turns import (
     ChatTurns,
@@ -49,12 +52,22 @@ from outrider.ui.widgets.live_stats import ReplyMeter
 CHECKPOINT_MS = 1000
 
 
+class NoticeScope(StrEnum):
+    """What a notice belongs to; it goes away with it (a notice never outlives what it is about)."""
+
+    APP = "app"  # stays until another notice replaces it
+    PAIR = "pair"  # the loaded pair: gone when a pair loads, fails or the engine stops
+    CHAT = "chat"  # the open conversation: gone when another one is opened
+    REPLY = "reply"  # the next reply: gone when a reply starts
+
+
 def items_of(messages: list[Any]) -> list[MessageItem]:
     items = []
     for m in messages:
         if isinstance(m, Message):
             end = str(end_reason(m.status, m.stats)) if m.role is Role.ASSISTANT else ""
-            items.append(MessageItem(m.role.value, m.text, m.status.value, m.id, end=end))
+            runs = decode_runs(m.text, m.stats) if m.role is Role.ASSISTANT else None
+            items.append(MessageItem(m.role.value, m.text, m.status.value, m.id, end=end, runs=runs))
         else:
             items.append(MessageItem("system", f"(message {m.id} {m.label})"))
     return items
@@ -98,7 +111,7 @@ class ChatSession(QObject):
     reply_grew = Signal()
     reply_ended = Signal(str, str, object)
     engine_changed = Signal(object)
-    notice = Signal(str)
+    notice = Signal(str, str)  # text, what it belongs to (``NoticeScope``): it goes when that does
     crashed = Signal(str)
     load_failed = Signal(str)
     busy_changed = Signal(bool)
@@ -114,6 +127,7 @@ class ChatSession(QObject):
         self.loaded: LoadedPair | None = None
         self.choice: PairChoice | None = None
         self.loading = False
+        self.engine_stopped: str | None = None  # why the engine process died, until the next load
         self.last_done: DoneEvent | None = None
         self.last_end: ReplyEnd | None = None
         self.last_plain_tps: float | None = None
@@ -136,7 +150,7 @@ class ChatSession(QObject):
         bridge.generation_finished.connect(self._on_bridge_generation_finished)
         bridge.crashed.connect(self._on_bridge_crashed)
         bridge.error.connect(self._on_bridge_error)
-        store.error.connect(lambda exc: self.notice.emit(f"History: {exc}"))
+        store.error.connect(lambda exc: self.notice.emit(f"History: {exc}", NoticeScope.APP))
 
     # -- state --------------------------------------------------------------------------------------------------
     @property
@@ -171,6 +185,7 @@ class ChatSession(QObject):
             self.bridge.cancel()
         self.choice = choice
         self.loading = True
+        self.engine_stopped = None
         self.loaded = None
         self.last_plain_tps = None
         s = self.settings.value
@@ -189,7 +204,7 @@ class ChatSession(QObject):
         self.loaded = info
         self.engine_changed.emit(info)
         for note in info.notes:
-            self.notice.emit(note)
+            self.notice.emit(note, NoticeScope.PAIR)
 
     @Slot(object)
     def _on_bridge_load_failed(self, exc: Exception) -> None:
@@ -201,7 +216,7 @@ class ChatSession(QObject):
     # -- conversation -------------------------------------------------------------------------------------------
     def open_conversation(self, conversation_id: int | None) -> None:
         if self._streaming:
-            self.notice.emit("Stop the reply before switching conversations.")
+            self.notice.emit("Stop the reply before switching conversations.", NoticeScope.REPLY)
             return
         self.meter.reset_conversation()
         if conversation_id is None:
@@ -212,7 +227,7 @@ class ChatSession(QObject):
         try:
             conv = self.store.conversation(conversation_id)
         except ConversationNotFoundError:
-            self.notice.emit("That conversation no longer exists.")
+            self.notice.emit("That conversation no longer exists.", NoticeScope.CHAT)
             return
         self.conversation_id = conversation_id
         self._remember(conversation_id)
@@ -298,12 +313,22 @@ class ChatSession(QObject):
         if not text:
             return False
         if self._streaming:
-            self.notice.emit("A reply is still being written (Esc stops it).")
+            self.notice.emit("A reply is still being written (Esc stops it).", NoticeScope.REPLY)
             return False
         if not self.ready:
-            self.notice.emit("No model is loaded yet." if not self.loading else "The model is still loading…")
+            self.notice.emit(self._not_ready_text(), NoticeScope.PAIR)
             return False
         return True
+
+    def _not_ready_text(self) -> str:
+        """Why nothing can be sent now, and what to do about it."""
+        if self.loading:
+            return "The model is still loading…"
+        if self.engine_stopped is not None:
+            return f"The engine stopped ({self.engine_stopped}): press Reload to start it again."
+        if self.choice is not None:
+            return "The pair could not be loaded: choose another (Models > Choose pair…)."
+        return "No model is loaded yet: choose a pair (Models > Choose pair…)."
 
     def _begin(self, *, continuing: bool) -> None:
         self._streaming = True
@@ -340,7 +365,7 @@ class ChatSession(QObject):
         """The turn could not be written (disk full, conversation gone): no reply; the chat is free again."""
         if self._streaming and self._checkpointer is None:
             self._end(reply_failed(""), None)
-        self.notice.emit(f"{what}: {exc}")
+        self.notice.emit(f"{what}: {exc}", NoticeScope.CHAT)
 
     def _on_store_reply_begun(self, turn: Turn) -> None:
         history = turn.history
@@ -350,7 +375,7 @@ class ChatSession(QObject):
         self._reply_id = turn.reply_id
         self._checkpointer = ReplyCheckpointer(self.store.store, turn.reply_id)
         if self._continuing:
-            self._reply = ReplyText(turn.continued)
+            self._reply = ReplyText(turn.continued, turn.continued_runs)
             self.reply_continued.emit(self._reply)
         elif turn.user_message_id:
             self.user_message_stored.emit(turn.user_message_id)
@@ -392,6 +417,7 @@ class ChatSession(QObject):
 
     @Slot(object)
     def _on_bridge_crashed(self, exc: Exception) -> None:
+        self.engine_stopped = describe_error(exc)
         self.loaded = None
         self.engine_changed.emit(None)
         if self._streaming:
@@ -402,7 +428,7 @@ class ChatSession(QObject):
     def _on_bridge_error(self, exc: Exception) -> None:
         if self._streaming:
             self._end(reply_failed(self._reply.text), None)
-        self.notice.emit(describe_error(exc))
+        self.notice.emit(describe_error(exc), NoticeScope.REPLY)
 
     def _end(self, end: ReplyEnd, done: DoneEvent | None) -> None:
         """Finish the reply in the history as ``end`` says (statistics from ``done``, the engine's last event)."""
@@ -416,6 +442,8 @@ class ChatSession(QObject):
         else:
             self.meter.finish_reply(None)
         reply_id = self._reply_id
+        # The colours go with the reply (reopened, after a restart, exported, continued): its runs as streamed.
+        end = dataclasses.replace(end, stats=with_runs(end.stats, end.text, self._reply.pieces))
         if self._checkpointer is not None:
             self.store.finish(self._checkpointer, end.text, end.status, end.stats)
         self._checkpointer = None

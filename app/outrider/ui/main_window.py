@@ -24,10 +24,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from outrider.catalogue.memory import format_bytes
 from outrider.settings import PAIR_RECOMMENDED, AppSettings
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
-from outrider.ui.chat_session import ChatSession
+from outrider.ui.chat_session import ChatSession, NoticeScope
 from outrider.ui.first_paint import FirstPaintWatcher
 from outrider.ui.picker.choice import PairChoice, pair_choice_of
 from outrider.ui.settings import DRAFT_KEYS, QtSettings, drafting_text, reload_needed
@@ -104,6 +105,7 @@ class MainWindow(QMainWindow):
         self.invite_button.clicked.connect(self._on_choose_pair)
         invite_layout.addWidget(self.invite_button)
         self.notice_label = QLabel("", self)
+        self._notice_scope = NoticeScope.APP
         self.notice_label.setWordWrap(True)
         self.notice_label.hide()
 
@@ -127,6 +129,15 @@ class MainWindow(QMainWindow):
                                      "tok/s: plain decoding measured in the last reply, at the same context "
                                      "length and load")
         self.statusBar().addPermanentWidget(self.engine_label, 1)
+        # Drafting turned off stays off across restarts (a setting): the status bar says so and undoes it in one
+        # click, so a user who pressed "Draft off" once is never left wondering why nothing speeds up.
+        self.draft_on_button = QPushButton("Drafting is off — turn it on", self)
+        self.draft_on_button.setObjectName("draftOnButton")
+        self.draft_on_button.setToolTip("Draft again with this pair's own drafter (Settings > Drafting)")
+        self.draft_on_button.setFlat(True)
+        self.draft_on_button.clicked.connect(lambda: self.settings.set(draft_source="model"))
+        self.statusBar().addPermanentWidget(self.draft_on_button)
+        self._sync_draft_on_button()
 
         self.actions_by_id: dict[str, QAction] = {}
         self._build_menus()
@@ -207,7 +218,7 @@ class MainWindow(QMainWindow):
         chat.addAction(self._action(ACTION_SEND, "&Send", c.send_button.click, "Ctrl+Return"))
         chat.addAction(self._action(ACTION_STOP, "S&top\tEsc", c.stop_button.click))  # Esc: the window's shortcut
         chat.addAction(self._action(ACTION_REGENERATE, "&Regenerate last reply", c.regenerate_button.click, "Ctrl+R"))
-        chat.addAction(self._action(ACTION_CONTINUE, "C&ontinue the cut reply", c.continue_button.click,
+        chat.addAction(self._action(ACTION_CONTINUE, "C&ontinue the last reply", c.continue_button.click,
                                     "Ctrl+Shift+Return"))
         chat.addAction(self._action(ACTION_COPY_REPLY, "&Copy last reply", self._copy_last_reply, "Ctrl+Shift+C"))
         chat.addSeparator()
@@ -281,6 +292,9 @@ class MainWindow(QMainWindow):
         s.crashed.connect(self._on_session_crashed)
         s.load_failed.connect(self._on_session_load_failed)
         s.busy_changed.connect(c.set_busy)
+        s.busy_changed.connect(lambda busy: self._notice_is_stale(NoticeScope.REPLY) if busy else None)
+        s.engine_changed.connect(lambda _info: self._notice_is_stale(NoticeScope.PAIR))
+        s.conversation_opened.connect(lambda *_: self._notice_is_stale(NoticeScope.CHAT, NoticeScope.REPLY))
         self.stats.draft_off_requested.connect(lambda: self.settings.set(draft_source="none"))
         self.stats.draft_auto_requested.connect(lambda: self.settings.set(k_policy="auto"))
         self.settings.changed.connect(self._on_settings_changed)
@@ -346,15 +360,16 @@ class MainWindow(QMainWindow):
             self.engine_label.setText(f"Engine: {backend} · {st['state']}")
             return
         self.chat.set_drafters(str(getattr(info, "draft_mode", "")))
-        mem = st.get("memory_bytes", 0) / 2**20
+        mem = st.get("memory_bytes", 0)
         layers = st.get("gpu_layers", (0, 0))
         plain = self.session.last_plain_tps  # measured in the last reply (docs/metrics.md: plain_tps)
         last = self.session.last_done  # automatic threads are re-chosen per reply: the last reply's count first
         threads = (last.stats.threads if last is not None and last.stats.threads else 0) or getattr(info, "threads", 0)
         self.engine_label.setText(
             f"Engine: {backend} · target {st.get('target')} · {drafting_text(self.settings.value, info)} · "
-            f"{mem:,.0f} MiB "
-            f"(weights + KV, ctx {st.get('n_ctx')}) · GPU layers {layers[0]}/{layers[1]}"
+            f"{format_bytes(mem)} "  # the picker's units (decimal), so one model reads the same size everywhere
+            f"(weights + KV, ctx {st.get('n_ctx')})"
+            + (f" · GPU layers {layers[0]}/{layers[1]}" if st.get("gpu_offload") else "")  # none on a CPU build
             + (f" · {threads} CPU thread{'s' if threads != 1 else ''}" if threads else "")
             + (f" · plain {plain:.1f} tok/s (last reply)" if plain else "")
             + (f" · {info.placement_text()}" if info.uses_rpc else ""))
@@ -383,10 +398,22 @@ class MainWindow(QMainWindow):
         query = self.conversations.search.text().strip()
         if query:
             rows = ConversationListModel.rows_from_hits(self.store.search(query))
+            rows = self._with_open_conversation(rows)
         else:
             rows = [ConversationRow.of(c) for c in self.store.conversations()]
         self.list_model.set_rows(rows)
         self.conversations.select(self.session.conversation_id)
+
+    def _with_open_conversation(self, rows: list[ConversationRow]) -> list[ConversationRow]:
+        """The search results, with the open conversation first when it does not match: a chat started while the
+        list is filtered must not vanish from it (it did: the new chat had no message matching yet)."""
+        open_id = self.session.conversation_id
+        if open_id is None or any(r.id == open_id for r in rows):
+            return rows
+        current = next((c for c in self.store.conversations() if c.id == open_id), None)
+        if current is None:
+            return rows
+        return [dataclasses.replace(ConversationRow.of(current), snippet="open now · no match"), *rows]
 
     @Slot(object, list)
     def _on_session_conversation_opened(self, conversation_id: int | None, items: list[Any]) -> None:
@@ -417,10 +444,18 @@ class MainWindow(QMainWindow):
         self.chat.composer.setFocus()
 
     # -- dialogs and settings ---------------------------------------------------------------------------------
-    def show_notice(self, text: str) -> None:
+    def show_notice(self, text: str, scope: str = NoticeScope.APP) -> None:
+        """Show ``text`` above the chat until what it belongs to (``scope``, a ``NoticeScope``) changes."""
+        self._notice_scope = NoticeScope(scope)
         self.notice_label.setText(text)
         self.notice_label.setVisible(bool(text))
         self.statusBar().showMessage(text, 8000)
+
+    def _notice_is_stale(self, *scopes: NoticeScope) -> None:
+        """What the shown notice belongs to changed (one of ``scopes``): it goes."""
+        if self.notice_label.text() and self._notice_scope in scopes:
+            self.show_notice("", NoticeScope.APP)
+            self.statusBar().clearMessage()
 
     @Slot()
     def _on_choose_pair(self) -> None:
@@ -447,7 +482,7 @@ class MainWindow(QMainWindow):
     @Slot()
     def _on_benchmark(self) -> None:
         if not self.session.ready or self.session.streaming:
-            self.show_notice("Load a pair and let the reply finish before benchmarking.")
+            self.show_notice("Load a pair and let the reply finish before benchmarking.", NoticeScope.PAIR)
             return
         prompts = [m.text for m in self.chat.messages if m.role == "user"][-5:]
         name = self.session.choice.name if self.session.choice else ""
@@ -482,16 +517,22 @@ class MainWindow(QMainWindow):
         self.settings.set(theme="dark" if on else "light")
 
     @Slot(list)
+    def _sync_draft_on_button(self) -> None:
+        self.draft_on_button.setVisible(self.settings.value.draft_source == "none")
+
     def _on_settings_changed(self, names: list[str]) -> None:
         if "theme" in names:
             self.apply_settings_theme()
+        if "draft_source" in names:
+            self._sync_draft_on_button()
         if self._applying_pair:
             return
         value = self.settings.value
         if reload_needed(value, names, self.session.choice, self.session.loaded):
             self.session.reload()  # prompt lookup vs model draft, layers, context: chosen at load time
         if any(n in DRAFT_KEYS for n in names):
-            self.show_notice(f"Drafting: {drafting_text(value, self.session.loaded)} (applies from the next reply)")
+            self.show_notice(f"Drafting: {drafting_text(value, self.session.loaded)} (applies from the next reply)",
+                             NoticeScope.REPLY)
             self._on_session_engine_changed(self.session.loaded)
 
     def apply_settings_theme(self) -> None:

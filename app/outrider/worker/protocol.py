@@ -77,14 +77,16 @@ def request_to_wire(request: Any) -> dict[str, Any]:
         data["prompt"] = clean_text(str(data["prompt"]))
     if data.get("messages") is not None:
         data["messages"] = [
-            {"role": str(m["role"]), "content": clean_text(str(m["content"]))} for m in data["messages"]
+            {"role": str(m["role"]), "content": clean_text(str(m["content"])),
+             **{k: clean_text(str(m[k])) for k in ("tool_calls", "tool_call_id") if m.get(k) is not None}}
+            for m in data["messages"]
         ]
     data["stop"] = [clean_text(str(s)) for s in data.get("stop", ())]
     return data
 
 
 def messages_of(data: Sequence[Any]) -> tuple[ChatMessage, ...]:
-    return tuple(ChatMessage(m["role"], m["content"]) for m in data)
+    return tuple(ChatMessage(m["role"], m["content"], m.get("tool_calls"), m.get("tool_call_id")) for m in data)
 
 
 # -- transport ------------------------------------------------------------------------------------------------

@@ -352,7 +352,7 @@ def _build_spec(data: Any) -> PairSpec:
 
 
 def _build_request(data: Any) -> TextRequest:
-    from outrider.engine.params import ChatMessage, DraftParams, SamplingParams, TextRequest
+    from outrider.engine.params import ChatMessage, DraftParams, GrammarSpec, SamplingParams, TextRequest
 
     try:
         if not isinstance(data, dict):
@@ -361,15 +361,18 @@ def _build_request(data: Any) -> TextRequest:
         if fields.get("messages") is not None:
             messages = []
             for m in fields["messages"]:
-                if m["role"] not in ("system", "user", "assistant") or not isinstance(m["content"], str):
+                if m["role"] not in ("system", "user", "assistant", "tool") or not isinstance(m["content"], str):
                     raise ValueError(f"bad chat message role {m['role']!r}")
-                messages.append(ChatMessage(m["role"], m["content"]))
+                extra = {k: str(m[k]) for k in ("tool_calls", "tool_call_id") if m.get(k) is not None}
+                messages.append(ChatMessage(m["role"], m["content"], **extra))
             fields["messages"] = tuple(messages)
         if fields.get("prompt") is not None and not isinstance(fields["prompt"], str):
             raise TypeError("prompt must be text")
         fields["sampling"] = SamplingParams(**fields.get("sampling", {}))
         fields["draft"] = DraftParams(**fields.get("draft", {}))
         fields["stop"] = tuple(str(s) for s in fields.get("stop", ()))
+        if fields.get("grammar") is not None:
+            fields["grammar"] = GrammarSpec(**fields["grammar"])
         return TextRequest(**fields)
     except (TypeError, ValueError, KeyError) as exc:
         raise _BadRequest(f"invalid request: {exc}") from exc

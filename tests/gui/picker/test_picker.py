@@ -355,3 +355,13 @@ def test_on_disk_lists_the_demo_model_installed_with_the_app(qtbot: QtBot, open_
     assert dlg.found_model.index(0, 1).data() == "installed with Outrider"
     assert dlg.found_table.isVisibleTo(dlg) and not dlg.on_disk_tab.empty_label.isVisibleTo(dlg)
     assert files[0].size == demo.size and files[0].sha256 == demo.sha256
+
+
+def test_a_published_percentage_reads_as_a_factor_like_every_speed_up() -> None:
+    """Before: the catalogue showed "+129 %" where every other view says "2.29×"."""
+    from outrider.ui.models.catalogue_model import published_speedup_text
+
+    assert published_speedup_text("+129% (8B Q8_0 + 0.6B Q4_0, RTX 3090)") == "2.29× (8B Q8_0 + 0.6B Q4_0, RTX 3090)"
+    assert published_speedup_text("+115 %") == "2.15×"
+    assert published_speedup_text("1.8×") == "1.8×"
+    assert published_speedup_text("4.4 -> 5-9 tok/s (RX 890M iGPU)") == "4.4 -> 5-9 tok/s (RX 890M iGPU)"

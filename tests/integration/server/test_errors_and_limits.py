@@ -83,7 +83,8 @@ def test_missing_messages_is_400(tiny: Served) -> None:
     ("max_tokens", 0, "invalid_value"), ("max_tokens", 1.5, "invalid_type"), ("seed", -1, "invalid_value"),
     ("stop", ["a", "b", "c", "d", "e"], "invalid_value"), ("stop", 5, "invalid_type"),
     ("n", 2, "unsupported_value"), ("stream", "yes", "invalid_type"), ("frobnicate", 1, "unknown_parameter"),
-    ("tools", [{"type": "function"}], "unsupported_parameter"), ("logprobs", True, "unsupported_parameter"),
+    ("tools", 5, "invalid_type"), ("tool_choice", "required", "invalid_value"),
+    ("logprobs", "yes", "invalid_type"), ("top_logprobs", 21, "invalid_value"),
 ])
 def test_bad_fields_are_400_naming_the_field(tiny: Served, field: str, value: Any, code: str) -> None:
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, field: value}

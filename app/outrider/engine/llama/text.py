@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Sequence
+from typing import Any
 
 
 def clean_text(text: str) -> str:
@@ -73,3 +74,25 @@ class StopStringFilter:
         """At the end of generation the held text was not a stop string after all."""
         out, self._held = self._held, ""
         return "" if self.matched is not None else out
+
+
+def token_logprobs(model: Any, logits: Any, token: int, top: int) -> list[Any]:
+    """``[text, bytes, logprob, [[text, bytes, logprob], …top alternatives]]`` of ``token`` in the target's own
+    distribution at its position: the log-softmax of the raw logits row (no sampling filter, temperature or
+    grammar: the model's view, as OpenAI's ``logprobs`` are). Text is the token's piece (invalid UTF-8 replaced;
+    ``bytes`` has the exact bytes). The wire form of ``StepEvent.logprobs``."""
+    import numpy as np
+
+    row = np.asarray(logits, dtype=np.float64)
+    peak = float(row.max())
+    log_z = peak + float(np.log(np.exp(row - peak).sum()))
+
+    def entry(t: int) -> list[Any]:
+        piece = model.piece(t)
+        return [piece.decode("utf-8", errors="replace"), list(piece), float(row[t]) - log_z]
+
+    alternatives: list[list[Any]] = []
+    if top > 0:
+        best = np.argpartition(-row, top - 1)[:top]
+        alternatives = [entry(int(t)) for t in sorted(best.tolist(), key=lambda t: (-row[t], t))]
+    return [*entry(token), alternatives]

@@ -25,7 +25,7 @@ class ReplyControls(QWidget):
         self.regenerate_button = self._button("Regenerate", "regenerateButton", "Produce the last reply again")
         self.continue_button = self._button(
             "Continue", "continueButton",
-            "The last reply was cut at the token limit: write on from where it stopped")
+            "The last reply stopped before its end (the token limit, Stop, a crash): write on from where it stopped")
         self.provenance_box = QCheckBox("Show provenance", self)
         self.provenance_box.setToolTip(TOOLTIPS["provenance"])
         self.provenance_box.setChecked(True)

@@ -1,8 +1,9 @@
 """The live statistics panel beside the chat: numbers, two charts, the "slower than plain" warning.
 
 It redraws on its own timer (``REFRESH_MS``, about 4 Hz) from a ``ReplyMeter`` and only when something
-changed — never per token (STYLE.md §6); the charts at most once per ``CHART_MS`` while a reply streams, with
-axis ranges that grow in "nice" steps (a repaint whose axes did not change replays their cached drawing).
+changed — never per token (a repaint costs more than a token); the charts at most once per ``CHART_MS``
+while a reply streams, with axis ranges that grow in "nice" steps (a repaint whose axes did not change
+replays their cached drawing).
 Every label carries the definition from docs/metrics.md as tooltip and a one-line explanation under its name
 (``EXPLANATIONS``). The charts have labelled axes with units (seconds since the request; reply number), a legend
 for the two curves, and a plain sentence instead of empty axes until there is something to draw.
@@ -38,6 +39,7 @@ from outrider.ui.widgets.live_stats import (
     by_drafter_text,
     fmt,
     format_speedup,
+    speedup_shown_as_figure,
 )
 
 if TYPE_CHECKING:  # pyqtgraph (and numpy) load with the charts, after the window's first paint: ``build_charts``
@@ -358,8 +360,13 @@ class StatsPanel(QWidget):
             v["time_share"].setText(f"{s.draft_share:.0%} / {s.verify_share or 0:.0%} / {s.other_share or 0:.0%}")
         v["generated"].setText(str(s.generated))
         v["by_drafter"].setText(by_drafter_text(s.by_drafter))
-        self.speedup_label.setText(format_speedup(s.speedup, s.speedup_error, streaming=s.streaming)
+        self.speedup_label.setText(format_speedup(s.speedup, s.speedup_low, s.speedup_high, streaming=s.streaming)
                                    if s.has_reply else "–")
+        figure = speedup_shown_as_figure(s.speedup, s.speedup_low, s.speedup_high)
+        if self.speedup_label.property("settled") != figure:  # bold only for a figure that holds (±20 %)
+            self.speedup_label.setProperty("settled", figure)
+            self.speedup_label.style().unpolish(self.speedup_label)
+            self.speedup_label.style().polish(self.speedup_label)
         # The warning reads the same snapshot as the numbers: it goes with the reply shown (a new reply or a new
         # chat clears it), never a verdict left over from an earlier reply.
         if self._acted_on != self.meter.started or not s.has_reply:
@@ -367,7 +374,8 @@ class StatsPanel(QWidget):
         if s.slower_than_plain:
             self.warning_label.setText(
                 f"Speculation is slower than plain decoding for this pair and prompt "
-                f"({format_speedup(s.speedup, s.speedup_error)} measured in this reply, acceptance "
+                f"({format_speedup(s.speedup, s.speedup_low, s.speedup_high, streaming=False)} measured in this "
+                f"reply, acceptance "
                 f"{fmt(None if s.acceptance_rate is None else s.acceptance_rate * 100, '.0f', ' %')})."
                 + (f" {self._acted} from the next reply." if self._acted else ""))
         self.draft_off_button.setEnabled(not self._acted)
