@@ -2,9 +2,11 @@
 lookup and a family draft.
 
     python tests/benchmarks/bench_selfdraft.py [--quick] [--rounds N] [--tokens N] [--threads N] [--prompts N]
+                                               [--layers N] [--width N]
 
-For each target — the real SmolLM2-135M-Instruct and generated families (``support/tiny_gguf.py``: 8 x 256 F16,
-the family draft = the target's first layer, two acceptance levels) — the script
+For each target — the real SmolLM2-135M-Instruct and generated families (``support/tiny_gguf.py``: --layers x
+--width F16, 8 x 256 by default, the family draft = the target's first layer, two acceptance levels; --quick: the
+first family only) — the script
 
 1. runs the ``auto`` search exactly as ``outrider models self-draft`` does (``SelfDraftBuild``: the build process
    writes each candidate with llama.cpp's ``llama_model_quantize`` + ``prune_layers`` and measures it on the
@@ -159,6 +161,8 @@ def main() -> int:
     ap.add_argument("--calib-tokens", type=int, default=32, help="tokens per calibration prompt in the search")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--prompts", type=int, default=2, help="evaluation prompts per target")
+    ap.add_argument("--layers", type=int, default=8, help="blocks of the generated family targets")
+    ap.add_argument("--width", type=int, default=256, help="embedding width of the generated family targets")
     args = ap.parse_args()
     if args.quick:
         args.rounds = min(args.rounds, 2)
@@ -182,10 +186,10 @@ def main() -> int:
         work = Path(tmp)
         targets: list[tuple[str, Path, Path | None, bool, tuple[str, ...], tuple[str, ...]]] = []
         for scale, label in ((0.1, "family, high"), (0.3, "family, medium")):
-            fam = make_family(work / label.replace(", ", "-"),
-                              shape=TinyShape(n_layer=8, n_embd=256, n_head=4, n_ff=512), extra_layer_scale=scale)
-            targets.append((f"tiny 8x256 {label}", fam.target, fam.draft, False, FAMILY_PROMPTS[: args.prompts],
-                            FAMILY_PROMPTS))
+            fam = make_family(work / label.replace(", ", "-"), extra_layer_scale=scale,
+                              shape=TinyShape(n_layer=args.layers, n_embd=args.width, n_head=4, n_ff=2 * args.width))
+            targets.append((f"tiny {args.layers}x{args.width} {label}", fam.target, fam.draft, False,
+                            FAMILY_PROMPTS[: args.prompts], FAMILY_PROMPTS))
             if args.quick:
                 break
         smol = smollm2_path()
