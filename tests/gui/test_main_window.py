@@ -57,9 +57,10 @@ def test_send_streams_reply_with_statistics_and_provenance(qtbot: Any, window: A
     assert done is not None and done.stats.generated == snap.generated > 0 and snap.decode_tps
     assert done.stats.speedup is not None and done.stats.plain_tps  # the first step of a reply is a plain probe
     # the panel shows the engine's own in-reply figures, not a recomputation
-    assert (snap.speedup, snap.speedup_error, snap.plain_tps) == (done.stats.speedup, done.stats.speedup_error,
-                                                                  done.stats.plain_tps)
-    assert win.stats.speedup_label.text() == format_speedup(done.stats.speedup, done.stats.speedup_error,
+    assert (snap.speedup, snap.speedup_low, snap.speedup_high, snap.plain_tps) == (
+        done.stats.speedup, done.stats.speedup_low, done.stats.speedup_high, done.stats.plain_tps)
+    assert win.stats.speedup_label.text() == format_speedup(done.stats.speedup, done.stats.speedup_low,
+                                                            done.stats.speedup_high,
                                                             streaming=False)
     assert win.stats.values["decode_tps"].text().endswith("tok/s")
     assert win.meter.conversation_series
@@ -71,7 +72,8 @@ def test_send_streams_reply_with_statistics_and_provenance(qtbot: Any, window: A
     assert messages[-1].stats.decode_tps
     # stored exactly as the engine reported it (None when the reply measured no plain step)
     assert messages[-1].stats.speedup == done.stats.speedup
-    assert messages[-1].stats.speedup_error == done.stats.speedup_error
+    assert (messages[-1].stats.speedup_low, messages[-1].stats.speedup_high) == (done.stats.speedup_low,
+                                                                                 done.stats.speedup_high)
     assert win.list_model.rowCount() == 1
     assert win.invite_banner.isVisibleTo(win)  # demo pair: the catalogue invitation shows
 

@@ -82,6 +82,8 @@ def test_chosen_pair_loads_with_recommended_settings_and_is_remembered(qtbot: An
     spec, refuse = client.loads[0]
     assert spec.target == str(parts["target"]) and spec.draft == str(parts["draft"]) and not refuse
     assert spec.context.n_ctx == 8192
+    # History lookup is on by default and drafts from the app's own history (engine/history_draft.py).
+    assert spec.lookup_history == str(win.session.store.store.db_path)
     v = settings.value
     assert (v.draft_source, v.k_policy, v.k, v.draft_min, v.p_min, v.context_size) == ("model", "fixed", 6, 2, 0.6,
                                                                                          8192)

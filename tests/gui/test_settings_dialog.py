@@ -128,12 +128,12 @@ def test_the_dialog_returns_the_split_settings(qtbot: Any) -> None:
 
 
 def test_the_sampler_choice_reaches_the_engine_request(qtbot: Any) -> None:
-    """The Sampling group's sampler (default coupled) is what the engine is asked for; a bad stored one is reset."""
+    """The Sampling group's sampler (default automatic) is what the engine is asked for; a bad stored one is reset."""
     dialog = _dialog(qtbot, AppSettings(temperature=0.7))
-    assert dialog.result_settings().sampling().sampler == "coupled"
+    assert dialog.result_settings().sampling().sampler == "auto"
     dialog.sampler.setCurrentIndex(dialog.sampler.findData("rejection"))
     assert dialog.result_settings().sampling().sampler == "rejection"
-    assert AppSettings(sampler="gumbel").validated().sampler == "coupled"
+    assert AppSettings(sampler="gumbel").validated().sampler == "auto"
 
 
 def test_history_lookup_is_on_by_default_and_the_dialog_turns_it_off(qtbot: Any) -> None:

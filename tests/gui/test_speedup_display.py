@@ -117,11 +117,11 @@ def _stored(qtbot: Any, win: MainWindow) -> Any:
 
 def test_speedup_with_error_shown_and_stored_as_the_engine_reported(qtbot: Any, scripted: Any) -> None:
     win, client = scripted
-    client.finals = [reply_stats(speedup=1.8512, speedup_error=0.0634, plain_tps=20.04)]
+    client.finals = [reply_stats(speedup=1.8512, speedup_low=1.7878, speedup_high=1.9146, plain_tps=20.04)]
     status, _, message_id = _send(qtbot, win, "hi")
     assert status == "complete"
     win.stats.refresh()
-    assert win.stats.speedup_label.text() == "1.85× ± 0.06"
+    assert win.stats.speedup_label.text() == "1.85× (1.79–1.91)"
     assert win.stats.values["plain_tps"].text() == "20.0 tok/s"
     assert "plain 20.0 tok/s" in win.engine_label.text() and "baseline" not in win.engine_label.text()
     done = win.session.last_done
@@ -129,13 +129,33 @@ def test_speedup_with_error_shown_and_stored_as_the_engine_reported(qtbot: Any, 
     reply = _stored(qtbot, win)
     assert reply.id == message_id and reply.stats is not None
     assert reply.stats.speedup == done.stats.speedup == pytest.approx(1.8512)  # the engine's figure, as is
-    assert reply.stats.speedup_error == done.stats.speedup_error == pytest.approx(0.0634)
+    assert reply.stats.speedup_low == done.stats.speedup_low == pytest.approx(1.7878)
+    assert reply.stats.speedup_high == done.stats.speedup_high == pytest.approx(1.9146)
     assert reply.stats.k_mean == 2.0  # the mean draft length the engine used, not the setting
+
+
+def test_a_wide_interval_shows_the_range_not_a_bold_figure_and_is_stored_as_is(qtbot: Any, scripted: Any) -> None:
+    """A short reply whose interval is wider than ±20 %: the panel shows the range, unbolded, never one figure."""
+    win, client = scripted
+    client.finals = [reply_stats(speedup=1.9, speedup_low=1.3, speedup_high=2.6)]
+    client.hold = threading.Event()
+    with qtbot.waitSignal(win.session.steps_received, timeout=10_000):
+        win.chat.composer.setPlainText("hi")
+        win.chat.send_button.click()
+    win.stats.refresh()
+    assert win.stats.speedup_label.text() == "measuring…"  # the first batch: nothing measured yet
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+        client.hold.set()
+    win.stats.refresh()
+    assert win.stats.speedup_label.text() == "1.30–2.60×, uncertain"
+    assert win.stats.speedup_label.property("settled") is False
+    stored = _stored(qtbot, win).stats
+    assert (stored.speedup, stored.speedup_low, stored.speedup_high) == (1.9, 1.3, 2.6)
 
 
 def test_measuring_until_a_plain_step_then_not_measured(qtbot: Any, scripted: Any) -> None:
     win, client = scripted
-    client.finals = [reply_stats(generated=5, speedup=None, speedup_error=None, plain_steps=0, plain_tps=None)]
+    client.finals = [reply_stats(generated=5, speedup=None, plain_steps=0, plain_tps=None)]
     client.hold = threading.Event()
     with qtbot.waitSignal(win.session.steps_received, timeout=10_000):
         win.chat.composer.setPlainText("hi")
@@ -151,11 +171,11 @@ def test_measuring_until_a_plain_step_then_not_measured(qtbot: Any, scripted: An
 
 def test_slower_warning_cleared_by_a_new_reply_and_a_new_chat(qtbot: Any, scripted: Any) -> None:
     win, client = scripted
-    slow = reply_stats(speedup=0.62, speedup_error=0.03, decode_tps=12.0)
-    client.finals = [slow, reply_stats(speedup=1.9, speedup_error=0.05), slow]
+    slow = reply_stats(speedup=0.62, speedup_low=0.59, speedup_high=0.65, decode_tps=12.0)
+    client.finals = [slow, reply_stats(speedup=1.9, speedup_low=1.85, speedup_high=1.95), slow]
     _send(qtbot, win, "first")
     win.stats.refresh()
-    assert win.stats.warning.isVisibleTo(win) and "0.62× ± 0.03" in win.stats.warning_label.text()
+    assert win.stats.warning.isVisibleTo(win) and "0.62× (0.59–0.65)" in win.stats.warning_label.text()
 
     client.hold = threading.Event()  # the next reply begins: the last reply's verdict goes at once
     with qtbot.waitSignal(win.session.steps_received, timeout=10_000):
@@ -167,7 +187,7 @@ def test_slower_warning_cleared_by_a_new_reply_and_a_new_chat(qtbot: Any, script
         client.hold.set()
     client.hold = None
     win.stats.refresh()
-    assert not win.stats.warning.isVisibleTo(win) and win.stats.speedup_label.text() == "1.90× ± 0.05"
+    assert not win.stats.warning.isVisibleTo(win) and win.stats.speedup_label.text() == "1.90× (1.85–1.95)"
 
     _send(qtbot, win, "third")
     win.stats.refresh()
@@ -181,7 +201,8 @@ def test_slower_warning_cleared_by_a_new_reply_and_a_new_chat(qtbot: Any, script
 
 def test_draft_off_from_the_warning_reaches_the_status_bar_and_the_next_request(qtbot: Any, scripted: Any) -> None:
     win, client = scripted
-    client.finals = [reply_stats(speedup=0.62, speedup_error=0.03), reply_stats(speedup=1.0, drafted=0, accepted=0)]
+    client.finals = [reply_stats(speedup=0.62, speedup_low=0.59, speedup_high=0.65),
+                     reply_stats(speedup=1.0, drafted=0, accepted=0)]
     _send(qtbot, win, "first")
     win.stats.refresh()
     assert "draft draft.gguf (k auto ≤ 16)" in win.engine_label.text()
@@ -253,7 +274,8 @@ def test_draft_off_on_the_real_demo_pair_decodes_plainly_without_a_reload(qtbot:
 
 def test_the_warning_offers_automatic_k_only_while_k_is_fixed(qtbot: Any, scripted: Any) -> None:
     win, client = scripted
-    client.finals = [reply_stats(speedup=0.62, speedup_error=0.03), reply_stats(speedup=0.62, speedup_error=0.03)]
+    slow = reply_stats(speedup=0.62, speedup_low=0.59, speedup_high=0.65)
+    client.finals = [slow, slow]
     _send(qtbot, win, "under automatic k")
     win.stats.refresh()
     assert win.stats.warning.isVisibleTo(win) and win.stats.draft_off_button.isVisibleTo(win)

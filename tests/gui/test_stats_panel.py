@@ -130,7 +130,8 @@ def test_the_warning_always_quotes_the_headline_and_goes_when_the_reply_recovers
     for speedup, accepted in ((0.62, 10), (0.93, 19), (1.06, 26)):
         clock.now += 0.25
         meter.add(measured_stats(generated=64, drafted=40, accepted=accepted, passes=20, pass_tokens=64,
-                                 decode_s=1.0, draft_mode="model", speedup=speedup, speedup_error=0.01), 3)
+                                 decode_s=1.0, draft_mode="model", speedup=speedup,
+                                 speedup_low=speedup - 0.01, speedup_high=speedup + 0.01), 3)
         widget.refresh()
         headline = widget.speedup_label.text()
         acceptance = widget.values["acceptance_rate"].text().split("%")[0].strip()
@@ -138,11 +139,12 @@ def test_the_warning_always_quotes_the_headline_and_goes_when_the_reply_recovers
             warned.append(headline)
             assert headline in widget.warning_label.text() and f"acceptance {acceptance} %" in \
                 widget.warning_label.text()
-    assert warned == ["0.62× ± 0.01", "0.93× ± 0.01"]
-    assert widget.speedup_label.text() == "1.06× ± 0.01" and not widget.warning.isVisibleTo(widget)
+    assert warned == ["0.62× (0.61–0.63)", "0.93× (0.92–0.94)"]
+    assert widget.speedup_label.text() == "1.06× (1.05–1.07)" and not widget.warning.isVisibleTo(widget)
     widget.timer.start()  # from here on, only the panel's own timer redraws
     meter.finish_reply(measured_stats(generated=64, drafted=40, accepted=10, passes=20, pass_tokens=64,
-                                      decode_s=1.0, draft_mode="model", speedup=0.6, speedup_error=0.01))
+                                      decode_s=1.0, draft_mode="model", speedup=0.6, speedup_low=0.59,
+                                      speedup_high=0.61))
     qtbot.waitUntil(lambda: widget.warning.isVisibleTo(widget), timeout=2000)
     meter.reset_conversation()  # Ctrl+N
     qtbot.waitUntil(lambda: not widget.warning.isVisibleTo(widget), timeout=2000)
@@ -187,7 +189,8 @@ def _slow_reply(widget: StatsPanel, meter: ReplyMeter) -> None:
 
     meter.begin_reply()
     meter.finish_reply(measured_stats(generated=64, drafted=40, accepted=10, passes=20, pass_tokens=64,
-                                      decode_s=1.0, draft_mode="model", speedup=0.6, speedup_error=0.01))
+                                      decode_s=1.0, draft_mode="model", speedup=0.6, speedup_low=0.59,
+                                      speedup_high=0.61))
     widget.refresh()
 
 

@@ -175,56 +175,61 @@ def _reply_stats(**kw: Any) -> GenerationStats:
 def test_meter_takes_the_engines_figures_as_they_are() -> None:
     meter = ReplyMeter()
     meter.begin_reply()
-    st = _reply_stats(speedup=1.234, speedup_error=0.056, plain_tps=17.5, pass_tokens=50, accepted=30,
-                      rejections=7)
+    st = _reply_stats(speedup=1.234, speedup_low=1.178, speedup_high=1.29, plain_tps=17.5, pass_tokens=50,
+                      accepted=30, rejections=7)
     meter.add(st, 4)
     snap = meter.tick()
     # the engine's own properties, read as they are (docs/metrics.md), nothing recomputed by the UI
-    assert (snap.speedup, snap.speedup_error, snap.plain_tps, snap.tokens_per_pass, snap.token_acceptance) == (
-        st.speedup, st.speedup_error, st.plain_tps, 2.5, 30 / 37)
-    assert (snap.speedup, snap.speedup_error, snap.plain_tps) == pytest.approx((1.234, 0.056, 17.5))
+    assert (snap.speedup, snap.speedup_low, snap.speedup_high, snap.plain_tps, snap.tokens_per_pass,
+            snap.token_acceptance) == (st.speedup, st.speedup_low, st.speedup_high, st.plain_tps, 2.5, 30 / 37)
+    assert (snap.speedup, snap.speedup_low, snap.speedup_high, snap.plain_tps) == pytest.approx(
+        (1.234, 1.178, 1.29, 17.5))
     assert not snap.slower_than_plain and meter.reply_series
     assert not hasattr(meter, "set_baseline") and "baseline_tps" not in Snapshot.__dataclass_fields__
 
 
-@pytest.mark.parametrize(("speedup", "error", "slower"), [
-    (0.64, 0.02, True),  # clearly below plain
-    (0.64, None, True),  # one plain measurement: no error yet, the margin alone decides
-    (0.90, 0.15, False),  # within one standard error of 1: not flagged
-    (0.97, 0.01, False),  # above the margin
+@pytest.mark.parametrize(("speedup", "high", "slower"), [
+    (0.64, 0.68, True),  # clearly below plain
+    (0.64, 1.02, False),  # its interval reaches 1: not flagged
+    (0.90, 1.05, False),
+    (0.97, 0.99, False),  # above the margin
     (None, None, False),  # not measured yet
 ])
-def test_meter_flags_slower_than_plain_from_the_measured_speedup(speedup: float | None, error: float | None,
+def test_meter_flags_slower_than_plain_from_the_measured_speedup(speedup: float | None, high: float | None,
                                                                  slower: bool) -> None:
     meter = ReplyMeter()
     meter.begin_reply()
-    meter.add(_reply_stats(speedup=speedup, speedup_error=error), 4)
+    low = None if speedup is None else speedup * 0.9
+    meter.add(_reply_stats(speedup=speedup, speedup_low=low, speedup_high=high), 4)
     assert meter.tick().slower_than_plain is slower
 
 
 def test_format_speedup() -> None:
-    assert format_speedup(1.8512, 0.0634) == "1.85× ± 0.06"
-    assert format_speedup(1.8512, None) == "1.85×"
-    assert format_speedup(None, None) == "measuring…"
-    assert format_speedup(None, None, streaming=False) == "not measured"
+    assert format_speedup(1.8512, 1.70, 2.01) == "1.85× (1.70–2.01)"
+    assert format_speedup(1.0, 1.0, 1.0) == "1.00×"  # measured exactly: nothing drafted
+    assert format_speedup(1.9, 1.2, 2.6) == "measuring… 1.20–2.60×"  # wider than ±20 %: a range, no figure
+    assert format_speedup(1.9, 1.2, 2.6, streaming=False) == "1.20–2.60×, uncertain"
+    assert format_speedup(None, None, None) == "measuring…"
+    assert format_speedup(None, None, None, streaming=False) == "not measured"
 
 
-def test_stats_panel_shows_speedup_with_its_error(qtbot: Any) -> None:
+def test_stats_panel_shows_speedup_with_its_interval(qtbot: Any) -> None:
     meter = ReplyMeter()
     panel = StatsPanel(meter)
     qtbot.addWidget(panel)
     panel.refresh()
     assert panel.speedup_label.text() == "–"  # no reply yet
     meter.begin_reply()
-    meter.add(_reply_stats(generated=8, speedup=None, speedup_error=None, plain_tps=None), 4)
+    meter.add(_reply_stats(generated=8, speedup=None, plain_tps=None), 4)
     panel.refresh()
     assert panel.speedup_label.text() == "measuring…" and panel.values["plain_tps"].text() == "–"
-    meter.add(_reply_stats(speedup=1.85, speedup_error=None, plain_tps=20.0), 4)
+    assert panel.speedup_label.property("settled") is False  # not bold (QSS: speedupValue[settled="false"])
+    meter.add(_reply_stats(speedup=1.9, speedup_low=1.2, speedup_high=2.6, plain_tps=20.0), 4)
     panel.refresh()
-    assert panel.speedup_label.text() == "1.85×"
-    meter.add(_reply_stats(speedup=1.8512, speedup_error=0.0634, plain_tps=20.04), 4)
+    assert panel.speedup_label.text() == "measuring… 1.20–2.60×" and panel.speedup_label.property("settled") is False
+    meter.add(_reply_stats(speedup=1.8512, speedup_low=1.7878, speedup_high=1.9146, plain_tps=20.04), 4)
     panel.refresh()
-    assert panel.speedup_label.text() == "1.85× ± 0.06"
+    assert panel.speedup_label.text() == "1.85× (1.79–1.91)" and panel.speedup_label.property("settled") is True
     assert panel.values["plain_tps"].text() == "20.0 tok/s"
     assert panel.values["token_acceptance"].text() == "75 %"
     assert "measured in this reply, at the same context length and load" in panel.speedup_label.toolTip()
@@ -237,14 +242,14 @@ def test_stats_panel_warning_follows_the_reply_shown(qtbot: Any) -> None:
     panel = StatsPanel(meter)
     qtbot.addWidget(panel)
     meter.begin_reply()
-    meter.add(_reply_stats(speedup=0.6, speedup_error=0.02), 4)
-    meter.finish_reply(_reply_stats(speedup=0.6, speedup_error=0.02))
+    meter.add(_reply_stats(speedup=0.6, speedup_low=0.58, speedup_high=0.62), 4)
+    meter.finish_reply(_reply_stats(speedup=0.6, speedup_low=0.58, speedup_high=0.62))
     panel.refresh()
-    assert panel.warning.isVisibleTo(panel) and "0.60× ± 0.02" in panel.warning_label.text()
+    assert panel.warning.isVisibleTo(panel) and "0.60× (0.58–0.62)" in panel.warning_label.text()
     meter.begin_reply()  # a new reply: no verdict from the last one
     panel.refresh()
     assert not panel.warning.isVisibleTo(panel) and panel.speedup_label.text() == "measuring…"
-    meter.finish_reply(_reply_stats(speedup=0.6, speedup_error=0.02))
+    meter.finish_reply(_reply_stats(speedup=0.6, speedup_low=0.58, speedup_high=0.62))
     panel.refresh()
     assert panel.warning.isVisibleTo(panel)
     meter.reset_conversation()  # a new chat
@@ -265,5 +270,5 @@ def test_smoke_test_prints_one_json_line(tmp_path: Path) -> None:
     assert out["ok"] and out["stats"]["generated"] > 0 and out["stats"]["decode_tps"] > 0
     # the reply's own speed-up, exactly as the engine reported it (None if the reply measured no plain step)
     assert "speedup_vs_calibrated" not in out and "baseline_tps" not in out["stats"]
-    assert (out["speedup"], out["speedup_error"], out["plain_tps"]) == (
-        out["stats"]["speedup"], out["stats"]["speedup_error"], out["stats"]["plain_tps"])
+    assert (out["speedup"], out["speedup_low"], out["speedup_high"], out["plain_tps"]) == (
+        out["stats"]["speedup"], out["stats"]["speedup_low"], out["stats"]["speedup_high"], out["stats"]["plain_tps"])

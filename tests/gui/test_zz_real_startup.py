@@ -34,9 +34,9 @@ def test_start_up_banner_names_the_kept_history_and_settings_beside_a_crash_repo
     shown: list[str] = []
     original = MainWindow.show_notice
 
-    def record(self: MainWindow, text: str) -> None:
+    def record(self: MainWindow, text: str, scope: str = "app") -> None:
         shown.append(text)
-        original(self, text)
+        original(self, text, scope)
 
     monkeypatch.setattr(MainWindow, "show_notice", record)
     QTimer.singleShot(200, QApplication.quit)  # the real start-up, then out of the event loop

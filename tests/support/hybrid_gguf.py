@@ -166,6 +166,10 @@ class MtpModels:
     plain: Path  # the target's trunk without the NextN layer (identical trunk outputs)
 
 
+_NO_ATTENTION = ("the draft would have no attention layer: this llama.cpp aborts at the first decode of a hybrid "
+                 "architecture whose layers are all recurrent (GGML_ASSERT(buffer) in set_input_k_idxs)")
+
+
 # -- helpers --------------------------------------------------------------------------------------------------
 def _f16(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float16)
@@ -265,8 +269,12 @@ def _qwen35_linear(w: Weights, rng: np.random.Generator, i: int, s: Qwen35Shape,
     w[f"blk.{i}.attn_qkv.weight"] = mat(conv_dim, d, 1.0 / np.sqrt(d))
     w[f"blk.{i}.attn_gate.weight"] = mat(value_dim, d, 1.0 / np.sqrt(d))
     w[f"blk.{i}.ssm_conv1d.weight"] = _f32(rng.standard_normal((conv_dim, s.ssm_d_conv)) / np.sqrt(s.ssm_d_conv))
-    w[f"blk.{i}.ssm_dt.bias"] = _f32(rng.standard_normal(s.ssm_dt_rank) * 0.5)
-    # ssm_a is -exp(A_log) (the converter's form); HF initialises A uniformly in [1, 16].
+    # As the reference implementations initialise them: time steps dt log-uniform in [0.001, 0.1] stored as
+    # softplus^-1(dt), and ssm_a = -exp(A_log) (the converter's form) with A uniform in [1, 16]. The per-token decay
+    # exp(-A * softplus(alpha + dt_bias)) then stays close to 1: the state remembers many tokens back, so a state
+    # that is not rolled back correctly changes what the model predicts (a fast-forgetting state would hide it).
+    dt = np.exp(rng.uniform(np.log(0.001), np.log(0.1), s.ssm_dt_rank))
+    w[f"blk.{i}.ssm_dt.bias"] = _f32(np.log(np.expm1(dt)))
     w[f"blk.{i}.ssm_a"] = _f32(-rng.uniform(1.0, 16.0, s.ssm_dt_rank))
     w[f"blk.{i}.ssm_alpha.weight"] = mat(s.ssm_dt_rank, d, 1.0 / np.sqrt(d))
     w[f"blk.{i}.ssm_beta.weight"] = mat(s.ssm_dt_rank, d, 1.0 / np.sqrt(d))
@@ -376,6 +384,8 @@ def make_qwen35_family(directory: Path, *, shape: Qwen35Shape = Qwen35Shape(), d
     ``draft_layers >= full_attention_interval``). Files: ``{prefix}-target.gguf``, ``{prefix}-draft.gguf``."""
     if not 0 < draft_layers < shape.n_layer:
         raise ValueError(f"draft_layers must be in 1..{shape.n_layer - 1}, got {draft_layers}")
+    if all(shape.is_recurrent(i) for i in range(draft_layers)):
+        raise ValueError(_NO_ATTENTION)
     directory.mkdir(parents=True, exist_ok=True)
     vocab = build_vocab()
     target_w = qwen35_weights(shape, len(vocab[0]), seed, output_scale=output_scale, trunk_scale=trunk_scale)
@@ -467,6 +477,8 @@ def make_lfm2_family(directory: Path, *, shape: Lfm2Shape = Lfm2Shape(), draft_l
     draft keeps attention layer 2, so it is a hybrid too). Files: ``{prefix}-target.gguf``, ``{prefix}-draft.gguf``."""
     if not 0 < draft_layers < shape.n_layer:
         raise ValueError(f"draft_layers must be in 1..{shape.n_layer - 1}, got {draft_layers}")
+    if all(shape.is_recurrent(i) for i in range(draft_layers)):
+        raise ValueError(_NO_ATTENTION)
     directory.mkdir(parents=True, exist_ok=True)
     vocab = build_vocab()
     target_w = lfm2_weights(shape, len(vocab[0]), seed, output_scale=output_scale, trunk_scale=trunk_scale)

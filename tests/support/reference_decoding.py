@@ -125,7 +125,9 @@ class ReferenceModel:
         keep = min(keep, len(tokens) - 1)  # the last token is always re-evaluated, for its logits
         if keep < len(self._cached):
             if not ll.llama_memory_seq_rm(self._mem, 0, keep, -1):
-                raise RuntimeError("reference: cannot roll back")
+                # A recurrent state cannot be rolled back (this context keeps no snapshots): start afresh.
+                ll.llama_memory_clear(self._mem, True)
+                keep = 0
             del self._cached[keep:]
         for token in tokens[keep:]:
             self._decode_one(token)

@@ -16,14 +16,16 @@ from outrider.engine.stats import GenerationStats
 def _spec(**kw: Any) -> dict[str, Any]:
     # 20 passes of k = 4: 80 drafted, 48 accepted, 16 rejections -> a = 48/64 = 0.75, accepted/drafted = 0.6
     st = GenerationStats(generated=68, drafted=80, accepted=48, rejections=16, passes=20, pass_tokens=68, k_sum=80,
-                         draft_s=0.16, verify_s=0.5, decode_s=0.7, step_s=0.7, plain_steps=2, plain_s=0.04,
-                         plain_sq_s2=0.00082, plain_equiv_s=1.36, draft_mode="model")
+                         draft_s=0.16, verify_s=0.5, decode_s=0.7, step_s=0.7, plain_steps=2, plain_tps=50.0,
+                         plain_equiv_s=1.36, speedup=1.36 / 0.7, speedup_low=1.7, speedup_high=2.2,
+                         draft_mode="model")
     return {**st.to_dict(), **kw}
 
 
 def _plain() -> dict[str, Any]:
     st = GenerationStats(generated=68, passes=68, pass_tokens=68, verify_s=1.36, decode_s=1.4, step_s=1.4,
-                         plain_steps=68, plain_s=1.36, plain_sq_s2=68 * 0.02**2, plain_equiv_s=1.36)
+                         plain_steps=68, plain_tps=50.0, plain_equiv_s=1.36, speedup=1.0, speedup_low=1.0,
+                         speedup_high=1.0)
     return st.to_dict()
 
 
@@ -52,12 +54,12 @@ def test_bench_row_names_the_measured_ab_and_the_prediction() -> None:
     assert "A/B speed-up" in table and "predicted" in table and "accepted / (accepted + rejections)" in table
 
 
-def test_summary_prints_the_in_reply_speedup_with_its_error() -> None:
+def test_summary_prints_the_in_reply_speedup_with_its_interval() -> None:
     s = _spec()
-    assert s["speedup"] is not None and s["speedup_error"] is not None
     text = format_summary(s, "length")
-    assert f"speed-up {s['speedup']:.2f}× ± {s['speedup_error']:.2f}" in text
-    assert f"plain {s['plain_tps']:.1f} tok/s measured in this reply (2 plain steps)" in text
+    assert "speed-up 1.94× (1.70–2.20) vs plain 50.0 tok/s measured in this reply (20 passes, 2 plain)" in text
+    wide = format_summary({**s, "speedup_low": 1.2, "speedup_high": 2.6}, "length")
+    assert "speed-up 1.20–2.60×, uncertain vs plain" in wide
     assert "per-token a 75.0%" in text
     none = format_summary(GenerationStats(generated=3, passes=3, pass_tokens=3).to_dict(), "stop")
     assert "speed-up not measured" in none

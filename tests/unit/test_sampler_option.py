@@ -10,6 +10,7 @@ import pytest
 from outrider.cli import build_parser
 from outrider.commands.engine_options import text_request
 from outrider.engine.params import DEFAULT_SAMPLER, SamplingParams, TextRequest
+from outrider.engine.sampling import resolve_seed
 from outrider.server.requests import ApiError, Defaults, chat_request, completion_request
 from outrider.worker.protocol import request_to_wire
 from outrider.worker.server import _build_request
@@ -25,9 +26,9 @@ def test_the_generate_option_reaches_the_request(sampler: str) -> None:
     assert text_request(args, prompt="hi").sampling.sampler == sampler
 
 
-def test_the_default_sampler_is_coupled_and_a_bad_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    assert DEFAULT_SAMPLER == "coupled"
-    assert text_request(build_parser().parse_args(_args()), prompt="hi").sampling.sampler == "coupled"
+def test_the_default_sampler_is_auto_and_a_bad_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert DEFAULT_SAMPLER == "auto"
+    assert text_request(build_parser().parse_args(_args()), prompt="hi").sampling.sampler == "auto"
     with pytest.raises(SystemExit):
         build_parser().parse_args(_args("--sampler", "gumbel"))
     assert "invalid choice: 'gumbel'" in capsys.readouterr().err
@@ -42,7 +43,18 @@ def test_the_server_field_overrides_the_default_and_bad_values_are_400() -> None
     with pytest.raises(ApiError) as err:
         chat_request({**chat, "sampler": "greedy"}, defaults)
     assert err.value.status == 400 and err.value.param == "sampler"
-    assert "coupled, rejection" in err.value.message
+    assert "auto, coupled, rejection" in err.value.message
+
+
+def test_auto_is_coupled_for_a_seeded_request_and_rejection_otherwise() -> None:
+    """A seeded reply must repeat whatever automatic k picks (coupled); an unseeded one takes the sampler with the
+    higher acceptance (rejection). Decided before the seed is filled in."""
+    seeded = resolve_seed(SamplingParams(temperature=0.7, seed=4))
+    assert (seeded.sampler, seeded.seed) == ("coupled", 4)
+    unseeded = resolve_seed(SamplingParams(temperature=0.7))
+    assert unseeded.sampler == "rejection" and unseeded.seed is not None
+    assert resolve_seed(SamplingParams(temperature=0.7, sampler="coupled")).sampler == "coupled"
+    assert resolve_seed(SamplingParams(temperature=0.7, seed=1, sampler="rejection")).sampler == "rejection"
 
 
 def test_the_engine_wire_carries_the_sampler() -> None:

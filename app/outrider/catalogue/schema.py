@@ -16,6 +16,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from outrider.engine.compat import DRAFT_RECURRENT_STATES, ROLLBACK_TOKENS
+
 PROMPT_LOOKUP = "prompt-lookup"
 MTP_IN_TARGET = "mtp"  # a pair's ``draft``: the target's own MTP heads (no second file)
 # A pair's ``drafter``: what drafts. ``model``: a draft model; ``lookup``: prompt lookup; ``mtp``: the MTP (NextN)
@@ -27,7 +29,6 @@ DRAFTER_KINDS: dict[str, str] = {
     "mtp-head": "a separate MTP head file made for this model",
 }
 SWA_UBATCH = 512  # llama.cpp keeps a sliding-window cache of window + one micro-batch of positions
-HYBRID_SNAPSHOTS_AUTO = 4  # recurrent-state snapshots counted for rollback when the pair's k is automatic
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 REVISION_RE = re.compile(r"^[0-9a-f]{40}$")
 REPO_PART_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?$")
@@ -277,8 +278,8 @@ class Pair:
         t = self.target
         if t.is_hybrid:
             notes.append(f"Hybrid model: {t.n_layer_kv or t.n_layer} of {t.n_layer} layers keep a KV cache, the "
-                         f"others a fixed recurrent state ({_mb(t.recurrent_bytes)} per sequence, one more per "
-                         "draft position to roll a rejected draft back)")
+                         f"others a fixed recurrent state ({_mb(t.recurrent_bytes)} per sequence, and "
+                         f"{ROLLBACK_TOKENS} snapshots of it to roll a rejected draft back)")
         if t.n_layer_swa:
             notes.append(f"Sliding window: {t.n_layer_swa} of {t.n_layer} layers cache only the last "
                          f"{t.swa_window:,} positions")
@@ -293,8 +294,9 @@ class Pair:
     def memory(self, n_ctx: int | None = None) -> MemoryEstimate:
         """Weights, KV caches (the MTP context's for MTP drafting) and recurrent states at ``n_ctx``.
 
-        A hybrid model's recurrent state is counted once per sequence plus one snapshot per draft position
-        (what rolling a rejected draft back keeps: the pair's k, or ``HYBRID_SNAPSHOTS_AUTO`` when automatic)."""
+        A hybrid target's recurrent state is counted with the engine's rollback snapshots (``1 + ROLLBACK_TOKENS``
+        states, whatever k: the context is sized at load), a hybrid draft model's with its checkpoint
+        (``DRAFT_RECURRENT_STATES``)."""
         ctx = self.default_context if n_ctx is None else n_ctx
         kind = self.draft_kind
         if kind == "mtp":
@@ -303,11 +305,9 @@ class Pair:
             draft_kv = self.draft.mtp_kv_bytes(ctx)
         else:
             draft_kv = self.draft.kv_bytes(ctx) if self.draft else 0
-        k = self.settings.k
-        snapshots = 1 + (k if isinstance(k, int) else HYBRID_SNAPSHOTS_AUTO)
-        recurrent = self.target.recurrent_bytes * snapshots
+        recurrent = self.target.recurrent_bytes * (1 + ROLLBACK_TOKENS)
         if kind == "model" and self.draft is not None:
-            recurrent += self.draft.recurrent_bytes * snapshots
+            recurrent += self.draft.recurrent_bytes * DRAFT_RECURRENT_STATES
         return MemoryEstimate(
             n_ctx=ctx,
             target_weights=self.target.size,

@@ -1,4 +1,5 @@
-"""``outrider chats …``: list, export, import, search, rename, delete and restore stored conversations.
+"""``outrider chats …``: list, export, import, search, rename, delete and restore stored conversations, and
+``reindex`` history lookup's draft index.
 
 The commands open the same history store as the app (``OUTRIDER_HOME`` relocates it). Bad input (an unknown id,
 an unreadable import file, text that is not UTF-8, a read-only history, a data directory that cannot be made)
@@ -210,6 +211,18 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reindex(args: argparse.Namespace) -> int:
+    """Delete history lookup's index files (docs/engine.md, "History lookup"): the engine rebuilds them from the
+    history at its next load of a pair with history lookup."""
+    from outrider.engine.history_index import remove_index_files
+
+    with _open_store() as store:
+        removed = remove_index_files(store.db_path)
+    sys.stdout.write(f"removed {removed} draft index file(s); history lookup rebuilds its index from the history "
+                     "at the next load\n")
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add ``chats`` and its subcommands to the ``outrider`` parser."""
     chats = subparsers.add_parser("chats", help="list, search, export and import stored conversations")
@@ -246,3 +259,5 @@ def register(subparsers: Any) -> None:
 
     p = add("restore", _cmd_restore, "undo a delete")
     p.add_argument("id", metavar="ID")
+
+    add("reindex", _cmd_reindex, "rebuild history lookup's draft index (deleted now, rebuilt at the next load)")

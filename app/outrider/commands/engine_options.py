@@ -135,8 +135,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed_int, default=None, help="random seed (>= 0) for sampled output")
     p.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER,
                    help="how drafts are verified when sampling (both exact in distribution): coupled = Gumbel-max "
-                        "coupling, a seeded reply is the same text with any draft and any k (default); rejection = "
-                        "classic speculative sampling")
+                        "coupling, a seeded reply is the same text with any draft and any k; rejection = classic "
+                        "speculative sampling (higher acceptance with a draft model); auto (default) = coupled with "
+                        "--seed, rejection without")
     p.add_argument("--in-process", action="store_true", help="run the engine in this process (debugging)")
 
 

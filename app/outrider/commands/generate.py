@@ -20,6 +20,7 @@ from outrider.commands.engine_options import (
     text_request,
 )
 from outrider.engine.measure.bench import DEFAULT_BENCH_PROMPTS, bench_row, bench_summary
+from outrider.engine.speedup import describe_speedup
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
 
@@ -76,15 +77,15 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def format_speedup(s: dict[str, Any]) -> str:
-    """The engine's in-reply speed-up with its standard error and the plain rate it was measured against."""
+    """The engine's in-reply speed-up with its interval and the plain rate it was measured against."""
     speedup = s.get("speedup")
     if speedup is None:
-        return "speed-up not measured (no plain step in this reply)"
-    error = s.get("speedup_error")
-    text = f"speed-up {speedup:.2f}×" + (f" ± {error:.2f}" if error is not None else "")
+        return "speed-up not measured (no plain cost in this reply yet)"
+    text = "speed-up " + describe_speedup(speedup, s.get("speedup_low"), s.get("speedup_high"))
     plain = s.get("plain_tps")
     plain_text = f"plain {plain:.1f} tok/s" if plain is not None else "plain"
-    return f"{text} vs {plain_text} measured in this reply ({s.get('plain_steps', 0)} plain steps)"
+    return (f"{text} vs {plain_text} measured in this reply ({s.get('passes', 0)} passes, "
+            f"{s.get('plain_steps', 0)} plain)")
 
 
 def format_summary(s: dict[str, Any], stop_reason: str) -> str:

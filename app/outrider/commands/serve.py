@@ -21,6 +21,7 @@ from typing import Any
 
 from outrider.commands.base import EXIT_BAD_INPUT, EXIT_RUNTIME, CliError, positive_int
 from outrider.commands.engine_options import add_model_options, note, note_load, pair_spec, text_request
+from outrider.engine.speedup import describe_speedup
 from outrider.server import DEFAULT_STREAM_INTERVAL_S  # the package only: FastAPI loads when serving
 from outrider.server.connections import DEFAULT_MAX_CONNECTIONS
 
@@ -89,8 +90,12 @@ def _resolve_pair(args: argparse.Namespace) -> None:
     if not state.installed or state.target_path is None:
         raise CliError(f"pair {pair.id} is not installed: run `outrider models download {pair.id}`")
     args.target = str(state.target_path)
-    args.draft = str(state.draft_path) if state.draft_path is not None else None
-    args.lookup = pair.draft is None
+    draft = str(state.draft_path) if state.draft_path is not None else None
+    kind = pair.draft_kind  # model, lookup, mtp (heads in the target) or mtp-head (the head file is the draft)
+    args.draft = draft if kind == "model" else None
+    args.mtp_head = draft if kind == "mtp-head" else None
+    args.mtp = kind == "mtp"
+    args.lookup = kind == "lookup"
     if args.k is None and isinstance(pair.settings.k, int):
         args.k = pair.settings.k
     if args.draft_min == 0:
@@ -207,7 +212,7 @@ def reply_line(job: Any) -> str:
     if st.acceptance_rate is not None:
         parts.append(f"acceptance {st.acceptance_rate:.0%} ({st.accepted}/{st.drafted})")
     if st.speedup is not None:
-        parts.append(f"speed-up {st.speedup:.2f}×")
+        parts.append(f"speed-up {describe_speedup(st.speedup, st.speedup_low, st.speedup_high)}")
     return ", ".join(parts)
 
 

@@ -62,7 +62,9 @@ def register(sub: Any) -> None:
     # Sampling is what the distribution check is about: temperature 1 unless asked otherwise; a fixed seed.
     # Temperature 0.7, not 1: a sampler that applies the temperature wrongly (e.g. accepts at temperature 1) is
     # invisible at temperature 1.
-    ver.set_defaults(func=cmd_verify, temperature=DEFAULT_TEMPERATURE, seed=DEFAULT_SEED)
+    # The rejection sampler by default: the one unseeded replies use (``auto``), and the one whose exactness rests on
+    # the acceptance rule; the check adds coupled identity pairs, so both samplers are checked.
+    ver.set_defaults(func=cmd_verify, temperature=DEFAULT_TEMPERATURE, seed=DEFAULT_SEED, sampler="rejection")
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -72,6 +74,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise CliError("verify needs --temperature > 0 for the sampling check (temperature 0 is always checked)")
     if args.k == 0:
         raise CliError("--k 0 drafts nothing: there would be nothing to verify")
+    if args.sampler == "auto":
+        args.sampler = "coupled"  # every verify sample is seeded
 
 
 def _job_request(args: argparse.Namespace, job: Any) -> Any:

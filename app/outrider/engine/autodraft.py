@@ -6,11 +6,19 @@ Cost model (the one in ../docs/metrics.md and SPECULATIVE_DECODING.md, with cost
     seconds per step     T(k) = k * c_draft + c_verify(k + 1)  (c_verify(n): one target pass over n tokens)
     plain decoding       E(0) = 1, T(0) = c_verify(1)
 
-k* = argmax E(k) / T(k) over 0..k_max. ``c_verify`` is measured per batch size (EWMA), because it is not
-flat: on a 2-core CPU verifying 5 tokens costs ~2x one decode, on a GPU nearly the same as one. Unmeasured
-batch sizes are read off a least-squares line through the measured ones (with one point only, a prior slope
-of 25% of c_verify(1) per extra token until a second size is seen). ``a`` is the maximum-likelihood estimate
-for a geometric run — accepted / (accepted + rejections) — over an exponentially decaying window.
+k* = argmax E(k) / T(k) over 0..k_max. ``c_verify`` is measured per batch size, because it is not flat: on a
+2-core CPU verifying 5 tokens costs ~2x one decode, on a GPU nearly the same as one. Unmeasured batch sizes are
+read off a least-squares line through the measured ones (with one point only, a prior slope of 25% of
+c_verify(1) per extra token until a second size is seen). ``a`` is the maximum-likelihood estimate for a
+geometric run — accepted / (accepted + rejections) — over an exponentially decaying window.
+
+Robust costs: every cost (per batch size, and per drafted token) is the lower median of its last ``WINDOW``
+timings, never an average. A pass the machine stalled (a 441 ms pass among 10 ms ones was seen; under a steady
+CPU-bound background process one pass in several is stalled) moves no estimate until stalls are the majority of
+its recent timings, and then they are the machine's real cost. Of two timings the lower counts, so one stall
+can neither make drafting look free (a stalled plain pass) nor verification look expensive (a stalled batch);
+a size measured fewer than ``MIN_SAMPLES`` times is pulled toward the line through the other sizes, so that
+no single timing decides alone. A probe is judged by the model after its timing is added, not by that timing.
 
 Learning while plain: when plain decoding is chosen, the decoder keeps scoring the drafter on the target's own
 tokens (``observe_shadow``: would the draft's greedy guess have matched?), so acceptance is not frozen at the
@@ -27,9 +35,13 @@ the decoder's interleaved plain steps (``stats.PlainRateMeter``), which also fee
 
 from __future__ import annotations
 
-import dataclasses
+import collections
+import statistics
 
-DECAY = 0.9  # weight of the past in the EWMAs (about a 10-step memory)
+DECAY = 0.9  # weight of the past in the acceptance window (about a 10-step memory)
+WINDOW = 15  # timings kept per cost: its estimate is their lower median (a lasting change shows in ~8 steps)
+MIN_SAMPLES = 3  # a batch size timed fewer times is checked against, and blended with, the line through the others
+OUTLIER_RATIO = 2.0  # such a timing above this multiple of what the line expects is a stall, left out
 PRIOR_SLOPE = 0.25  # extra verify cost per extra token, as a fraction of c_verify(1), until measured
 PROBE_START, PROBE_MAX = 16, 256  # plain steps between speculation probes while plain decoding is chosen
 PROBE_ACCEPTANCE = 0.8  # a probe drafts the k that would be best at this acceptance: long enough to pay
@@ -40,7 +52,6 @@ WARMUP_ACCEPTANCE = 0.65  # ... "promising": acceptance so far at least this (at
 STALE_AFTER = 64  # observations after which a batch size's measured cost is forgotten (batch 1 is kept fresh)
 PRIOR_REJECTIONS = 1.0  # a pseudo-count of rejections at a cold start, fading with the window (DECAY per step)
 GROWTH = 2  # k may at most double the longest draft whose verify cost has been measured (not extrapolated)
-OUTLIER_RATIO = 3.0  # a timing above this multiple of its running average is counted as this multiple
 SHADOW_START, SHADOW_MAX = 4, 128  # plain steps between scorings of the drafter while plain decoding is chosen
 # (4 at first: a cold start that turned plain after an unlucky first few drafts comes back after 4 plain steps,
 # not 8; a useless draft pays one more small scoring pass before the interval has doubled to 128)
@@ -55,18 +66,55 @@ def expected_tokens_per_pass(a: float, k: int) -> float:
     return (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
-@dataclasses.dataclass
-class _Ewma:
-    value: float | None = None
+class _Timings:
+    """The last WINDOW timings of one cost (seconds); ``value`` is their lower median (None before any)."""
+
+    def __init__(self) -> None:
+        self._samples: collections.deque[float] = collections.deque(maxlen=WINDOW)
+        self._value: float | None = None
 
     def add(self, x: float) -> None:
-        """Average in ``x``, capped at OUTLIER_RATIO times the current value: one pass stalled by the machine (a
-        441 ms pass among 10 ms ones was seen) moves a cost by at most 20%, so it cannot flip the choice of k for
-        the rest of a reply, while a lasting change of load is still followed within a few steps."""
-        if self.value is None:
-            self.value = x
-        else:
-            self.value = DECAY * self.value + (1 - DECAY) * min(x, OUTLIER_RATIO * self.value)
+        self._samples.append(x)
+        self._value = None
+
+    @property
+    def count(self) -> int:
+        return len(self._samples)
+
+    @property
+    def samples(self) -> tuple[float, ...]:
+        return tuple(self._samples)
+
+    @property
+    def value(self) -> float | None:
+        """The lower median: of an even number the lower middle one, so one stall among two timings is ignored
+        (stalls only ever add time to a pass)."""
+        if self._value is None and self._samples:
+            self._value = statistics.median_low(self._samples)
+        return self._value
+
+
+def _at(line: tuple[float, float], n: int) -> float:
+    """The line's cost at batch size n (positive)."""
+    return max(line[0] + line[1] * n, 1e-9)
+
+
+def _fit(rows: list[tuple[float, float, float]]) -> tuple[float, float] | None:
+    """(intercept, slope >= 0) of cost against batch size through (size, cost, weight) rows, weighted least
+    squares (a size timed once bends the line least); with one size, the prior slope through it."""
+    if not rows:
+        return None
+    if len(rows) == 1:
+        i0, c0, _ = rows[0]
+        base = c0 / (1 + PRIOR_SLOPE * (i0 - 1))
+        return base * (1 - PRIOR_SLOPE), base * PRIOR_SLOPE
+    total = sum(w for _, _, w in rows)
+    mx = sum(w * x for x, _, w in rows) / total
+    my = sum(w * y for _, y, w in rows) / total
+    sxx = sum(w * (x - mx) ** 2 for x, _, w in rows)
+    sxy = sum(w * (x - mx) * (y - my) for x, y, w in rows)
+    slope = max(sxy / sxx, 0.0) if sxx > 0 else 0.0
+    return my - slope * mx, slope
 
 
 class CostModel:
@@ -74,18 +122,20 @@ class CostModel:
 
     def __init__(self, k_max: int) -> None:
         self.k_max = k_max
-        self.verify = [_Ewma() for _ in range(k_max + 2)]  # index = batch size n
+        self.verify = [_Timings() for _ in range(k_max + 2)]  # index = batch size n
         self._observations = 0
         self._stamp = [0] * (k_max + 2)  # observation count when each batch size was last measured
-        self.draft_per_token = _Ewma()
+        self.draft_per_token = _Timings()
         self._accepted = 0.0
         self._rejections = 0.0
         self._prior = PRIOR_REJECTIONS  # a pseudo-rejection that fades with the window (see ``acceptance``)
-        self._line_cache: tuple[float, float] | None = None
+        self._line_cache: tuple[tuple[float, float] | None] | None = None  # (line,) once computed
+        self._estimates_cache: list[float | None] | None = None
         self._costs_cache: list[float] | None = None
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
         self._line_cache = None
+        self._estimates_cache = None
         self._costs_cache = None
         self._observations += 1
         if 1 <= batch < len(self.verify):
@@ -125,50 +175,81 @@ class CostModel:
 
         Never below the cost of one token for n > 1: a longer batch does not cost less, and noise that made it
         look cheaper would make drafting "pay" even at acceptance 0."""
-        exact = self._fresh(n)
+        exact = self._estimate(n)
         if exact is None:
             line = self._verify_line()
             if line is None:
                 return None
-            intercept, slope = line
-            exact = max(intercept + slope * n, 1e-9)
+            exact = _at(line, n)
         if n > 1:
             single = self.verify_cost(1)
             if single is not None:
                 return max(exact, single)
         return exact
 
-    def _fresh(self, n: int) -> float | None:
-        """The measured cost of a batch of n, unless it was last measured more than STALE_AFTER observations ago:
-        one pass timed during a burst of machine load must not keep k at 0 for the rest of the session (a stale
-        size is re-estimated from the fresh ones, and re-measured when k comes back to it)."""
-        if n >= len(self.verify) or self.verify[n].value is None:
+    def _fresh(self, n: int) -> _Timings | None:
+        """The timings of a batch of n, unless last measured more than STALE_AFTER observations ago: a pass timed
+        during a burst of machine load must not keep k at 0 for the rest of the session (a stale size is
+        re-estimated from the fresh ones, and re-measured when k comes back to it). Batch 1 is kept fresh."""
+        if n >= len(self.verify) or self.verify[n].count == 0:
             return None
         if n > 1 and self._observations - self._stamp[n] > STALE_AFTER:
             return None
-        return self.verify[n].value
+        return self.verify[n]
+
+    def _estimate(self, n: int) -> float | None:
+        """The cost of a batch of n from its own timings (None if it has no fresh ones); see ``_estimates``."""
+        if n >= len(self.verify):
+            return None
+        return self._estimates()[n]
+
+    def _estimates(self) -> list[float | None]:
+        """Per batch size (index n), its cost from its own timings, computed once per observation (``choose``
+        asks for every k each step: this keeps a step at tens of microseconds).
+
+        Timed MIN_SAMPLES times or more: their lower median. Fewer: at most the cost of any larger size timed that
+        often, and checked against the line through those sizes (once there are two): a timing
+        above OUTLIER_RATIO times what the line expects is a stall and left out, and what remains is blended with
+        the line, so one timing never decides alone. (Simulated: the one plain pass of a reply's first step
+        stalled to 6x, and the floor at one token's cost made every batch look as cheap as one token: k 8 where
+        3 is best.)"""
+        if self._estimates_cache is not None:
+            return self._estimates_cache
+        fresh = [None if i == 0 else self._fresh(i) for i in range(len(self.verify))]
+        settled = [(float(i), t.value, float(t.count)) for i, t in enumerate(fresh)
+                   if i >= 1 and t is not None and t.value is not None and t.count >= MIN_SAMPLES]
+        line = _fit(settled) if len(settled) >= 2 else None
+        estimates: list[float | None] = [None] * len(self.verify)
+        for n in range(1, len(self.verify)):
+            timings = fresh[n]
+            if timings is None or timings.value is None:
+                continue
+            value = timings.value
+            if timings.count >= MIN_SAMPLES:
+                estimates[n] = value
+                continue
+            # A smaller batch never costs more than a larger one timed often enough (stalls only add time).
+            value = min([value] + [c for size, c, _ in settled if size >= n])
+            if line is not None:
+                expected = _at(line, n)
+                kept = [x for x in timings.samples if x <= OUTLIER_RATIO * expected]
+                if not kept:
+                    value = expected
+                else:
+                    value = min(value, statistics.median_low(kept))
+                    value = (len(kept) * value + (MIN_SAMPLES - len(kept)) * expected) / MIN_SAMPLES
+            estimates[n] = value
+        self._estimates_cache = estimates
+        return estimates
 
     def _verify_line(self) -> tuple[float, float] | None:
-        """(intercept, slope) of verify cost against batch size, fitted to the measured sizes; cached until the
-        next observation (``choose`` asks for every k each step: this keeps the per-step cost at microseconds)."""
-        if self._line_cache is not None:
-            return self._line_cache
-        measured = [(float(i), value) for i in range(1, len(self.verify)) if (value := self._fresh(i)) is not None]
-        if not measured:
-            return None
-        if len(measured) == 1:
-            i0, c0 = measured[0]
-            base = c0 / (1 + PRIOR_SLOPE * (i0 - 1))
-            line = (base * (1 - PRIOR_SLOPE), base * PRIOR_SLOPE)
-        else:
-            xs = [x for x, _ in measured]
-            ys = [y for _, y in measured]
-            mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-            sxx = sum((x - mx) ** 2 for x in xs)
-            slope = max(sum((x - mx) * (y - my) for x, y in measured) / sxx, 0.0)
-            line = (my - slope * mx, slope)
-        self._line_cache = line
-        return line
+        """(intercept, slope) of verify cost against batch size, fitted to every measured size's estimate
+        (weighted by its number of timings); cached until the next observation."""
+        if self._line_cache is None:
+            estimates = self._estimates()
+            rows = [(float(n), c, float(self.verify[n].count)) for n, c in enumerate(estimates) if c is not None]
+            self._line_cache = (_fit(rows),)
+        return self._line_cache[0]
 
     def longest_measured_k(self) -> int:
         """The longest draft length whose verify pass (k + 1 tokens) has a fresh measurement; 0 if none."""
@@ -212,11 +293,14 @@ class CostModel:
 
     def _verify_costs(self) -> list[float] | None:
         """[c_verify(1), ..., c_verify(k_max + 1)], cached until the next observation (None before any)."""
-        if self._costs_cache is None:
-            costs = [self.verify_cost(n) for n in range(1, self.k_max + 2)]
-            if any(c is None for c in costs):
+        if self._costs_cache is None:  # verify_cost(n) for every n in one pass
+            line = self._verify_line()
+            if line is None:
                 return None
-            self._costs_cache = [c for c in costs if c is not None]
+            estimates = self._estimates()[1 : self.k_max + 2]
+            costs = [c if c is not None else _at(line, n) for n, c in enumerate(estimates, start=1)]
+            single = costs[0]
+            self._costs_cache = [single] + [max(c, single) for c in costs[1:]]
         return self._costs_cache
 
 
@@ -266,14 +350,15 @@ class AutoDraftLength:
         return a is None or (self.model.best_k(min(1.0, a + PROBE_MARGIN)) or 0) > 0
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
-        if self._probing:
-            self._probing = False
-            plain = self.model.verify_cost(1)
-            paid = plain is not None and (accepted + 1) / max(verify_s + draft_s, 1e-9) > 1.0 / plain
-            self._probe_interval = PROBE_START if paid else min(self._probe_interval * 2, PROBE_MAX)
         if drafted > 0:
             self._speculative_steps += 1
         self.model.observe(batch=batch, verify_s=verify_s, drafted=drafted, accepted=accepted, draft_s=draft_s)
+        if self._probing:
+            # Judged by the model with the probe's timing and acceptance averaged in, not by that one timing (a
+            # stalled probe pass would double the interval; a lucky one reset it).
+            self._probing = False
+            paid = (self.model.best_k() or 0) > 0
+            self._probe_interval = PROBE_START if paid else min(self._probe_interval * 2, PROBE_MAX)
 
     def observe_shadow(self, hits: int, trials: int) -> None:
         self.model.observe_shadow(hits, trials)

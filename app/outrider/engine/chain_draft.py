@@ -32,6 +32,11 @@ from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist
 
 LOOKUP_KINDS = ("history", "lookup")  # drafters without a model: alternatives to each other, tried in order
+# Drafters that can only continue committed tokens: MTP heads read the target's hidden state of the position
+# before, and a lookup's draft tokens have none until the target has verified them. They draft a step only when no
+# lookup proposed anything; a draft model continues after a lookup's tokens.
+FROM_COMMITTED_ONLY = ("mtp",)
+CATCH_UP_TOKENS = 2  # speculative.CATCH_UP_TOKENS (that module imports this one)
 
 
 @dataclasses.dataclass
@@ -52,11 +57,6 @@ class ChainDraft:
         self.members = [_Member(m) for m in members]
         self.kind = "+".join(m.kind for m in members)
         self.k_max: int | None = None
-
-    @property
-    def context(self) -> object:
-        """The draft model's context if a member has one (the engine aborts it on cancel), else None."""
-        return next((c for m in self.members if (c := getattr(m.drafter, "context", None)) is not None), None)
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -97,13 +97,15 @@ class ChainDraft:
         for m in self.members:
             lookup = m.drafter.kind in LOOKUP_KINDS
             room = min(k - len(tokens), m.cap)
-            if room <= 0 or (lookup and looked_up):
+            if room <= 0 or (lookup and looked_up) or (tokens and m.drafter.kind in FROM_COMMITTED_ONLY):
                 continue
             context = committed if not tokens else [*committed, *tokens]
             t0 = time.perf_counter()
             part = m.drafter.propose(context, room, sampling, rng, p_min, max(0, draft_min - len(tokens)))
-            m.draft_s = time.perf_counter() - t0 - part.sync_s * (1.0 - min(1.0, 2 / part.synced)
-                                                                 if part.synced else 0.0)
+            # As the decoder does for a single drafter: a model's catch-up on tokens of plain steps is no cost of
+            # drafting (only CATCH_UP_TOKENS of it are).
+            catch_up = min(1.0, CATCH_UP_TOKENS / part.synced) if part.synced else 1.0
+            m.draft_s = time.perf_counter() - t0 - part.sync_s * (1.0 - catch_up)
             part_tokens = part.tokens[:room]
             if not part_tokens:
                 continue

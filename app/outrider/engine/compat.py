@@ -11,6 +11,12 @@ The rules (``common/speculative.cpp`` in the llama.cpp vendored by llama-cpp-pyt
 The same check runs on a loaded model (facts from ``llama_vocab_*``) and on GGUF headers alone (facts from the
 ``tokenizer.ggml.*`` metadata), so a pair can be explained before it is downloaded or loaded. This module must
 not import llama_cpp: the GUI uses it.
+
+One more rule concerns the target alone (``rollback_report``, from ``general.architecture``): a draft token the
+target rejects must be taken back out of its memory. Attention layers forget positions exactly; a recurrent
+layer keeps one state per sequence, which llama.cpp rolls back only on the architectures that store per-token
+state snapshots (``llm_arch_supports_rs_rollback``). On the other recurrent and hybrid architectures Outrider
+runs plain decoding, with this rule's reason as the note.
 """
 
 from __future__ import annotations
@@ -37,6 +43,28 @@ _DEFAULT_ADD_EOS = {1: False, 3: False, 4: True}
 # warns and keeps the default): llama-vocab.cpp, load(); -1 is LLAMA_TOKEN_NULL.
 _DEFAULT_BOS_ID = {0: -1, 1: 1, 2: 11, 3: 101, 4: -1, 5: -1}
 _DEFAULT_EOS_ID = {0: -1, 1: 2, 2: 11, 3: -1, 4: 1, 5: -1}
+
+
+# GGUF architecture names (src/llama-arch.cpp) of llm_arch_is_recurrent, llm_arch_is_hybrid and
+# llm_arch_supports_rs_rollback in the vendored llama.cpp.
+RECURRENT_ARCHITECTURES = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+HYBRID_ARCHITECTURES = frozenset({
+    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
+    "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next", "qwen35", "qwen35moe", "qwen4exp",
+    "deepseek4", "minimax-01",
+})
+ROLLBACK_TOKENS = 8
+"""Recurrent-state snapshots a hybrid target's context keeps (``llama_context_params.n_rs_seq``): the most tokens
+one rollback can remove from the end of the latest batch, so the longest draft a hybrid target verifies. Each
+snapshot costs one sequence's recurrent state (157 MB on Qwen3.6-27B), hence a bound and not ``k_max`` (64)."""
+DRAFT_RECURRENT_STATES = 2
+"""Recurrent states a hybrid *draft* model's context holds: its own and one checkpoint (drafts are one-token
+decodes, which snapshots cannot step back through; ``ModelContext.checkpoint``)."""
+
+ROLLBACK_ARCHITECTURES = frozenset({
+    "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe", "lfm2",
+    "lfm2moe", "bailingmoe3",
+})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +167,30 @@ def facts_from_header(header: GGUFHeader) -> VocabFacts:
     )
 
 
+def rollback_report(architecture: str) -> CompatibilityReport:
+    """Can draft tokens be rolled back out of a target of this GGUF ``architecture``? (see the module docstring)"""
+    recurrent = architecture in RECURRENT_ARCHITECTURES or architecture in HYBRID_ARCHITECTURES
+    if recurrent and architecture not in ROLLBACK_ARCHITECTURES:
+        kind = "recurrent" if architecture in RECURRENT_ARCHITECTURES else "hybrid (recurrent + attention)"
+        return CompatibilityReport(
+            False,
+            "recurrent_rollback",
+            f"the target's architecture {architecture} is {kind}, and llama.cpp cannot take rejected draft tokens "
+            "back out of its recurrent state: it runs with plain decoding (no draft)",
+        )
+    return CompatibilityReport(True)
+
+
 def check_files(target: str | os.PathLike[str], draft: str | os.PathLike[str]) -> CompatibilityReport:
-    """Header-only compatibility of two GGUF files. Raises GGUFHeaderError for unreadable files."""
-    return check_facts(facts_from_header(read_header(target)), facts_from_header(read_header(draft)))
+    """Header-only compatibility of two GGUF files (the target's rollback rule first, then the vocabulary
+    rules). Raises GGUFHeaderError for unreadable files."""
+    target_header = read_header(target)
+    rollback = rollback_report(target_header.architecture)
+    if not rollback.ok:
+        return rollback
+    return check_facts(facts_from_header(target_header), facts_from_header(read_header(draft)))
+
+
+def check_target_file(target: str | os.PathLike[str]) -> CompatibilityReport:
+    """Header-only: can this GGUF be a speculation target at all (prompt lookup has no draft to compare)?"""
+    return rollback_report(read_header(target, keep_arrays=False).architecture)

@@ -128,6 +128,7 @@ class ModelDraft:
         self.context = context
         self.cached: list[int] = []
         self.n_vocab = min(n_vocab or context.n_vocab, context.n_vocab)
+        self._synced = 0  # tokens the latest ``_sync`` evaluated
         self._own_vocab = context.n_vocab
         self._target = target
         self._substitutes: dict[int, int] = {}
@@ -168,12 +169,18 @@ class ModelDraft:
         token actually there; returns (agreements, trials)."""
         keep = min(common_prefix_length(self.cached, committed), len(committed) - 1)
         if score_from is not None and score_from > 0:
+            if self.context.is_recurrent:
+                # Re-evaluating the token before score_from would take a recurrent state back past its
+                # checkpoint (a full re-evaluation): score from the next token on instead.
+                score_from += 1
             # The guess for committed[score_from] is the output at position score_from - 1: re-evaluate that one
             # token even when it is cached (it is after the previous scoring), so the batch yields its logits.
             keep = min(keep, score_from - 1)
         self.context.truncate(keep)
+        keep = self.context.n_past  # a recurrent draft may land earlier, at its checkpoint (ModelContext.truncate)
         del self.cached[keep:]
         new = committed[keep:]
+        self._synced = len(new)
         hits = trials = 0
         if score_from is not None and keep < score_from < len(committed) and len(new) <= self.context.n_batch:
             # Output j of this batch predicts committed[keep + j + 1]. Only the last SHADOW_WINDOW guesses are
@@ -209,8 +216,12 @@ class ModelDraft:
         if k <= 0:
             return EMPTY_DRAFT
         t0 = time.perf_counter()
-        synced = len(committed) - min(common_prefix_length(self.cached, committed), len(committed) - 1)
         self._sync(committed)
+        synced = self._synced
+        if self.context.is_recurrent:
+            # Drafts are one-token decodes, which a recurrent state cannot step back through: keep the state at
+            # the committed tokens, for the rollback of the drafts the target rejects.
+            self.context.checkpoint()
         sync_s = time.perf_counter() - t0
         tokens: list[int] = []
         dists: list[SparseDist] | None = None if sampling.greedy else []

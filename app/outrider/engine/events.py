@@ -123,6 +123,10 @@ class LoadedPair:
     draft_kv_bytes: int
     notes: tuple[str, ...]
     threads: int = 0  # llama.cpp CPU threads at load (``--threads``, or chosen from the CPUs free: engine/threads.py)
+    # Recurrent states of hybrid/recurrent models as llama.cpp allocated them: the target's own with its rollback
+    # snapshots, the draft model's own with its checkpoint (0 for attention-only models).
+    target_recurrent_bytes: int = 0
+    draft_recurrent_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -247,11 +251,15 @@ def stats_to_wire(stats: GenerationStats) -> dict[str, Any]:
 
 
 def stats_from_wire(data: Any) -> GenerationStats:
-    """The counters of ``data``; derived figures and unknown keys are ignored (the properties recompute them)."""
+    """The counters of ``data``; derived figures and unknown keys are ignored (the properties recompute them).
+    A ``speedup`` without its interval (an older engine's, valued from one or two plain probes) is dropped."""
     if not isinstance(data, Mapping):
         raise ProtocolError("stats: expected an object")
     fields = {k: _number(k, v, _STAT_TYPES[k]) for k, v in data.items() if k in _STAT_TYPES and k != "by_drafter"}
-    return GenerationStats(**fields, by_drafter=_by_drafter_from_wire(data.get("by_drafter", {})))
+    stats = GenerationStats(**fields, by_drafter=_by_drafter_from_wire(data.get("by_drafter", {})))
+    if stats.speedup_low is None or stats.speedup_high is None:
+        stats.speedup = stats.speedup_low = stats.speedup_high = None
+    return stats
 
 
 def _by_drafter_from_wire(data: Any) -> dict[str, DrafterCounts]:

@@ -13,20 +13,18 @@ coupled sampler needs nothing of q beyond that either. Whether a position is dra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from outrider.engine.drafters import EMPTY_DRAFT, SHADOW_WINDOW, Draft
-from outrider.engine.history_index import HistoryIndex, HistoryIndexError
+from outrider.engine.history_index import HistoryIndex, HistoryIndexError, Tokenize
 from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist
 
 MIN_CONFIDENCE = 0.3  # the draft stops where the share of past occurrences that agree falls below this
 LENGTH_PER_MATCHED = 2.0  # draft tokens per matched token at most (SuffixDecoding's alpha)
-
-Tokenize = Callable[[str], list[int]]
 
 
 class HistoryLookupDraft:

@@ -29,7 +29,7 @@ from outrider.engine.drafters import EMPTY_DRAFT, SHADOW_WINDOW, Draft, common_p
 from outrider.engine.llama.backend import FloatArray, ModelContext
 from outrider.engine.llama.mtp_context import MtpContext, expose_hidden_states, hidden_states
 from outrider.engine.params import SamplingParams
-from outrider.engine.sampling import SparseDist, distribution, greedy_token, sample, top_probability
+from outrider.engine.sampling import SparseDist, distribution, draft_token, greedy_token, top_probability
 
 
 class MtpDraft:
@@ -153,7 +153,8 @@ class MtpDraft:
                     q = distribution(logits, sampling)
                     if p_min > 0 and not 0 < len(tokens) < must and float(q.probs.max()) < p_min:
                         break
-                    token = sample(q, rng)
+                    # The request's sampler's proposal at this absolute position (coupled: the target's noise).
+                    token = draft_token(q, sampling, end + len(tokens))
                     assert dists is not None
                     dists.append(q)
                 tokens.append(token)

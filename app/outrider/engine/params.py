@@ -110,9 +110,9 @@ class LookupSettings:
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"n-gram sizes must satisfy 1 <= min <= max, got {self.ngram_min}..{self.ngram_max}")
 
-Sampler = Literal["coupled", "rejection"]
-SAMPLERS: tuple[Sampler, ...] = ("coupled", "rejection")
-DEFAULT_SAMPLER: Sampler = "coupled"
+Sampler = Literal["auto", "coupled", "rejection"]
+SAMPLERS: tuple[Sampler, ...] = ("auto", "coupled", "rejection")
+DEFAULT_SAMPLER: Sampler = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,9 +120,10 @@ class SamplingParams:
     """Sampling settings. ``temperature == 0`` means greedy; top_k 0, top_p 1 and min_p 0 disable a filter.
 
     ``sampler`` (temperature > 0 with a drafter; both exact in distribution, see ``engine/sampling.py``):
-    ``coupled`` (Gumbel-max coupling: a seeded reply is the same text with any drafter and any k, or none) or
-    ``rejection`` (classic speculative sampling: the seeded text depends on what was drafted). The default was
-    chosen by measured acceptance (docs/metrics.md).
+    ``coupled`` (Gumbel-max coupling: a seeded reply is the same text with any drafter and any k, or none),
+    ``rejection`` (classic speculative sampling: the seeded text depends on what was drafted), or ``auto`` (the
+    default): coupled when a seed is given — a seeded reply must repeat whatever k automatic k picks — and rejection
+    otherwise, whose acceptance is higher with a draft model (measured: docs/metrics.md) and equal with lookup.
     """
 
     temperature: float = 0.0
@@ -144,7 +145,7 @@ class SamplingParams:
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
         if self.sampler not in SAMPLERS:
-            raise ValueError(f"sampler must be coupled or rejection, got {self.sampler!r}")
+            raise ValueError(f"sampler must be auto, coupled or rejection, got {self.sampler!r}")
 
     @property
     def greedy(self) -> bool:

@@ -279,8 +279,11 @@ class KeyedDraws:
 
 
 def resolve_seed(params: SamplingParams) -> SamplingParams:
-    """``params`` with a concrete seed: its own, or a fresh random one (an unseeded reply is still one keyed
-    stream, so the draft and the target share their noise)."""
+    """``params`` with a concrete sampler and seed: ``auto`` is coupled for a seeded request, rejection for an
+    unseeded one (decided before the seed is filled in); the seed is its own or a fresh random one (an unseeded
+    reply is still one keyed stream, so the draft and the target share their noise)."""
+    if params.sampler == "auto":
+        params = dataclasses.replace(params, sampler="coupled" if params.seed is not None else "rejection")
     if params.seed is not None:
         return params
     return dataclasses.replace(params, seed=secrets.randbits(63))

@@ -15,7 +15,7 @@ from typing import Any
 from outrider.engine import mtp_files
 from outrider.engine.chain_draft import ChainDraft
 from outrider.engine.chat import ChatFormatter, Segment, TrimCancelled, fit_conversation
-from outrider.engine.compat import check_facts
+from outrider.engine.compat import check_facts, rollback_report
 from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
 from outrider.engine.errors import (
     ContextOverflowError,
@@ -122,8 +122,9 @@ class Engine:
                 self._announce("draft", spec.draft)
                 draft_model = LoadedModel(self.backend, spec.draft, spec.draft_settings)
                 check_facts(target.vocab_facts(), draft_model.vocab_facts()).raise_if_incompatible()
-                drafter = ModelDraft(ModelContext(draft_model, dataclasses.replace(spec.context)), target.n_vocab,
-                                     target)
+                # A hybrid draft rolls back through a checkpoint (its drafts are one-token decodes): no snapshots.
+                draft_context = ModelContext(draft_model, dataclasses.replace(spec.context), rollback_tokens=0)
+                drafter = ModelDraft(draft_context, target.n_vocab, target)
             elif spec.lookup:
                 drafter = PromptLookupDraft(spec.lookup_settings)
             elif spec.mtp or spec.mtp_head:
@@ -136,8 +137,11 @@ class Engine:
             if draft_model is not None:
                 draft_model.close()
             raise
-        if target.is_recurrent and drafter.kind != "none":
-            notes.append("this model's memory cannot be rolled back (recurrent/hybrid): running without a draft")
+        if target.is_recurrent and context.rollback_limit == 0 and drafter.kind != "none":
+            # llama.cpp keeps no recurrent-state snapshots for this architecture (it clamped n_rs_seq to 0).
+            rule = rollback_report(target.facts.architecture)
+            notes.append(rule.reason if not rule.ok else
+                         "this model's recurrent state cannot be rolled back: running without a draft")
             drafter.close()
             drafter = NoDraft()
         self._target, self._draft_model = target, draft_model
@@ -159,6 +163,8 @@ class Engine:
             draft_kv_bytes=_draft_kv_bytes(drafter, draft_model, target) * n_ctx,
             notes=tuple(notes),
             threads=context.n_threads,
+            target_recurrent_bytes=context.recurrent_bytes,
+            draft_recurrent_bytes=_draft_recurrent_bytes(drafter),
         )
         return self.info
 
@@ -458,9 +464,10 @@ class Engine:
         decoder = self._decoder
         if decoder is None:
             return []
-        draft_ctx = getattr(decoder.drafter, "context", None)
-        if isinstance(decoder.drafter, MtpDraft):
-            draft_ctx = decoder.drafter.mtp
+        drafter = _model_member(decoder.drafter)
+        draft_ctx = getattr(drafter, "context", None)
+        if isinstance(drafter, MtpDraft):
+            draft_ctx = drafter.mtp
         return [decoder.context] + ([draft_ctx] if isinstance(draft_ctx, ModelContext | MtpContext) else [])
 
 
@@ -478,11 +485,20 @@ def _refuse_mtp_problem(check: Callable[[], mtp_files.MtpFileProblem | None]) ->
 def _draft_kv_bytes(drafter: DraftSource, draft_model: LoadedModel | None, target: LoadedModel) -> int:
     """KV bytes per position of the drafter's context: a draft model's, or the MTP context's (its NextN blocks
     only, each as wide as a target layer)."""
+    drafter = _model_member(drafter)
     if isinstance(drafter, MtpDraft):
         source = drafter.mtp.model
         per_layer = target.kv_bytes_per_token() // max(1, target.facts.n_layer)
         return per_layer * n_nextn_layers(source)
     return draft_model.kv_bytes_per_token() if draft_model is not None else 0
+
+
+def _model_member(drafter: DraftSource) -> DraftSource:
+    """The drafter with a context of its own: a chain's draft model or MTP member (the drafter itself if it is no
+    chain; a chain of lookups only gives its last member, which has none)."""
+    if isinstance(drafter, ChainDraft):
+        return drafter.members[-1].drafter
+    return drafter
 
 
 def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings, drafter: DraftSource,
@@ -508,6 +524,14 @@ def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings
 # words in it (one that drops them would send the model an empty prompt on every turn).
 _SAMPLE_SYSTEM = "Answer briefly."
 _SAMPLE_USER = "What is the capital of France?"
+
+
+def _draft_recurrent_bytes(drafter: DraftSource) -> int:
+    """A draft model's recurrent states: its own, and the checkpoint it keeps while drafting (hybrid drafts)."""
+    context = getattr(drafter, "context", None)
+    if not isinstance(context, ModelContext):
+        return 0
+    return context.recurrent_bytes + (context.recurrent_state_bytes if context.is_recurrent else 0)
 
 
 def _chat_formatter(target: LoadedModel, notes: list[str]) -> ChatFormatter:

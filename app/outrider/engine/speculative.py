@@ -9,7 +9,9 @@ One step, with ``committed`` = prompt + every token emitted so far and its last 
    temperature > 0: the request's sampler (``sampling.verify_sampled``): Gumbel-max coupling (the output is the
    target's own seeded choice whatever was drafted) or speculative sampling's accept/residual rule; both exact in
    distribution, both drawing from noise keyed by (seed, position), so no draw depends on earlier steps;
-4. roll the target's KV cache back to exactly the committed tokens (the drafter re-syncs itself next step).
+4. roll the target's memory back to exactly the committed tokens (the drafter re-syncs itself next step); on a
+   hybrid target the recurrent layers roll back through llama.cpp's per-token state snapshots, which bound k
+   (``ModelContext.rollback_limit``), or, with no snapshots, through a checkpoint saved before the batch.
 
 Invariant: ``self.cached`` lists exactly the tokens in the target's KV cache, in position order.
 """
@@ -47,7 +49,7 @@ STOP_EOG = "stop"  # end-of-generation token or a stop string
 STOP_LENGTH = "length"  # max tokens reached or the context is full
 STOP_CANCELLED = "cancelled"
 
-PLAIN_PROBE_EVERY = 32  # steps: the longest run without a plain-decoding measurement (~1-2% of the gain)
+PLAIN_PROBE_EVERY = 32  # steps: the longest run without a plain-decoding measurement once the early probes ran
 TokenScore = tuple[float, float, float, float, float, float]
 """``SpeculativeDecoder.score``'s row: mass ranked before x, p(x), top p, then q(x), E_p[q], Var_p[q] (Var -1: none)."""
 
@@ -103,7 +105,10 @@ class SpeculativeDecoder:
         self.context = context
         self.drafter = drafter
         self.cached: list[int] = []
-        self.can_roll_back = not model.is_recurrent
+        # A recurrent/hybrid target rolls rejected tokens back through its recurrent-state snapshots, so a draft
+        # may not be longer than they reach; with no snapshots (n_rs_seq 0) each verify saves a checkpoint first.
+        self.rollback_limit = context.rollback_limit if model.is_recurrent else None
+        self.checkpoint_rounds = model.is_recurrent and self.rollback_limit == 0
         # Automatic k keeps what it learned (costs per batch size, acceptance) from reply to reply: the costs
         # belong to the pair and the machine, and a cold start would re-probe at every turn of a chat.
         self.auto_policy: AutoDraftLength | None = None
@@ -115,10 +120,8 @@ class SpeculativeDecoder:
     def _prefill(self, prompt: Sequence[int]) -> int:
         """Evaluate all but the last prompt token, keeping the longest cached prefix. Returns tokens reused."""
         keep = min(common_prefix_length(self.cached, prompt), len(prompt) - 1)
-        if not self.can_roll_back and keep < len(self.cached):
-            keep = 0
-            self.reset()
         self.context.truncate(keep)
+        keep = self.context.n_past  # a recurrent memory may keep less (ModelContext.truncate)
         del self.cached[keep:]
         new = list(prompt[keep:-1])
         if new:
@@ -173,6 +176,8 @@ class SpeculativeDecoder:
         probe_every = request.plain_probe_every if self.drafter.kind != "none" else 0
         # A draft of k tokens is verified in one batch of k + 1: more than n_batch would split the pass.
         k_cap = max(0, self.context.n_batch - 1)
+        if self.rollback_limit:
+            k_cap = min(k_cap, self.rollback_limit)
         # One concrete seed per reply: the draft and the target draw from the same keyed noise (an unseeded
         # reply gets a fresh one). ``rng`` is only for drafters with randomness of their own (exact either way).
         sampling = resolve_seed(request.sampling)
@@ -197,8 +202,8 @@ class SpeculativeDecoder:
                 stop_reason = STOP_LENGTH
                 break
             t0 = time.perf_counter()
-            # Plain decoding is measured in the reply itself: the first step, and one in every probe_every.
-            forced_plain = probe_every > 0 and (stats.passes == 0 or meter.steps_since_plain >= probe_every - 1)
+            # Plain decoding is measured in the reply itself: probes until the cost model has plain passes.
+            forced_plain = meter.wants_plain_probe(probe_every)
             chosen = 0 if forced_plain else policy.choose()
             remaining = request.max_tokens - stats.generated
             # Every emitted token needs a context position: k drafted + 1 target token must fit.
@@ -207,6 +212,7 @@ class SpeculativeDecoder:
                 k = 0
             draft = EMPTY_DRAFT
             drafting_s = 0.0  # the cost of drafting itself, without a draft model's catch-up (for auto k)
+            consulted = k > 0  # the drafter ran in this step: its time is charged to speculation
             if k > 0:
                 draft = self.drafter.propose(committed, k, sampling, rng, params.p_min, params.draft_min,
                                              **masked_draft)
@@ -223,11 +229,14 @@ class SpeculativeDecoder:
                 shadow_from = len(committed)
             elif self.auto_policy is not None and auto and (
                     len(committed) - shadow_from >= self.auto_policy.shadow_interval):
+                consulted = True
                 hits, trials = self.drafter.observe(committed, shadow_from)
                 shadow_from = len(committed)
                 policy.observe_shadow(hits, trials)
             t1 = time.perf_counter()
             batch = [committed[-1], *draft.tokens]
+            if self.checkpoint_rounds and draft.tokens:
+                self.context.checkpoint()
             self.context.decode(batch, logits="all")
             self.cached.extend(batch)
             if grammar is not None:
@@ -239,9 +248,7 @@ class SpeculativeDecoder:
             if chain is not None:
                 chain.settle(draft, n_accepted, batch=len(batch), verify_s=t2 - t1)
             sources = draft.sources[: len(draft.tokens)] or (self.drafter.kind,) * len(draft.tokens)
-            keep = len(committed) + n_accepted
-            self.context.truncate(keep)
-            del self.cached[keep:]
+            self._roll_back_to(len(committed) + n_accepted)
 
             emitted = [*draft.tokens[:n_accepted], new_token]
             tokens: list[int] = []
@@ -295,9 +302,9 @@ class SpeculativeDecoder:
             policy.observe(batch=len(batch), verify_s=t2 - t1, drafted=n_drafted, accepted=n_accepted,
                            draft_s=drafting_s)
             now = time.perf_counter()
-            # A step that drafted nothing is a plain-decoding step once the drafter's time is taken out.
-            meter.add_step(pass_tokens=pass_tokens, step_s=now - t0,
-                           plain_s=(now - t1) if n_drafted == 0 else None)
+            # The target's part of the step (the drafter's time taken out) feeds the cost model of the speed-up.
+            meter.add_step(batch=len(batch), pass_tokens=pass_tokens, step_s=now - t0,
+                           target_s=now - (t1 if consulted else t0))
             if stats.ttft_s is None and tokens:
                 stats.ttft_s = now - t_request
             stats.decode_s = now - t_decode
@@ -309,7 +316,17 @@ class SpeculativeDecoder:
             texts.append(tail)
             yield StepEvent([], [], [tail], 0, stats)
         stats.decode_s = time.perf_counter() - t_decode
+        meter.finish()
         yield DoneEvent(stop_reason, stats, "".join(texts))
+
+    def _roll_back_to(self, keep: int) -> None:
+        """Make the target's memory hold exactly ``cached[:keep]``: a recurrent memory restored to an earlier
+        checkpoint re-evaluates the kept tokens after it (what a checkpoint-based rollback costs)."""
+        self.context.truncate(keep)
+        kept = self.context.n_past
+        if kept < keep:
+            self.context.decode(self.cached[kept:keep], logits="none")
+        del self.cached[keep:]
 
     def score(self, prompt: Sequence[int], tokens: Sequence[int],
               sampling: SamplingParams) -> list[TokenScore]:
@@ -342,7 +359,7 @@ class SpeculativeDecoder:
         finally:
             keep = len(prompt) - 1
             self.context.truncate(keep)
-            del self.cached[keep:]
+            del self.cached[self.context.n_past :]  # a recurrent memory may keep less (ModelContext.truncate)
         direction = self._draft_direction(prompt, tokens, dists, sampling)
         return [(*rank_mass(p, int(t)), *d) for p, t, d in zip(dists, tokens, direction, strict=True)]
 

@@ -2,24 +2,25 @@
 
 Times are seconds from ``time.perf_counter``; rates are tokens per second.
 
-The speed-up is *measured in the reply it describes*. Plain decoding is timed on the reply's own plain steps
-(a step that drafted nothing: k = 0, or an empty draft, with the drafter's time taken out), which the decoder
-interleaves every few dozen steps; each speculative step is compared with the plain steps around it, so the
-comparison is made at the same context length and under the same machine load:
-
-    speedup = Σ_steps pass_tokens_i · c_i  /  Σ_steps step_s_i
-
-where ``c_i`` is the plain cost of one token near step i (the mean of the plain measurements just before and just
-after it; only the one before while the reply is still running) and ``step_s_i`` is the step's real time. A
-plain step contributes its own time to both sums, so a reply decoded without drafting reads exactly 1.00.
+The speed-up is *measured in the reply it describes*, from every target pass the reply made: the cost model,
+its interval and the plain probes are defined in ``outrider.engine.speedup`` (and docs/metrics.md);
+``PlainRateMeter`` here records the steps and writes the figures into ``GenerationStats``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any
+
+from outrider.engine.speedup import (
+    PLAIN_PROBE_GAP,
+    PLAIN_PROBES_MIN,
+    PassTiming,
+    estimate_speedup,
+    refit_due,
+    speedup_is_settled,
+)
 
 
 @dataclasses.dataclass
@@ -43,7 +44,9 @@ class DrafterCounts:
 
 @dataclasses.dataclass
 class GenerationStats:
-    """Counters of one reply; the derived numbers are properties so they can never disagree.
+    """Counters of one reply; the derived numbers are properties so they can never disagree, except the
+    speed-up fields (``plain_tps`` to ``speedup_high``), which ``PlainRateMeter`` writes from its fit over the
+    reply's steps (the counters alone do not hold them).
 
     Attributes:
         prompt_tokens: tokens in the prompt (the formatted conversation).
@@ -61,9 +64,12 @@ class GenerationStats:
         decode_s: wall time from the first decoding step to the last (draft + verify + bookkeeping).
         step_s: engine time of all decoding steps (``decode_s`` less the time the consumer held each step).
         ttft_s: time from the request to the first emitted token.
-        plain_steps: steps that drafted nothing and so measured plain decoding (see the module docstring).
-        plain_s / plain_sq_s2: sum of their per-token times and of the squares (seconds, seconds²).
+        plain_steps: one-token passes (steps that drafted nothing: measured plain decoding), the first included.
+        plain_tps: plain decoding tokens/s of this reply, 1 / c1 of the cost model (``engine.speedup``).
         plain_equiv_s: seconds plain decoding would have needed for the tokens of every step so far.
+        stall_s: target time above the cost model's winsorization bound, taken out of both sides (seconds).
+        speedup: plain_equiv_s / (step_s - stall_s); None while the cost model is not identified.
+        speedup_low / speedup_high: its 95 % interval (None with ``speedup``); equal when measured exactly.
         by_drafter: ``drafted`` and ``accepted`` split by the kind of drafter that proposed each token (``lookup``
             = prompt lookup, ``history``, ``model``, ``mtp``); their sums are ``drafted`` and ``accepted``.
     """
@@ -84,9 +90,12 @@ class GenerationStats:
     step_s: float = 0.0
     ttft_s: float | None = None
     plain_steps: int = 0
-    plain_s: float = 0.0
-    plain_sq_s2: float = 0.0
+    plain_tps: float | None = None
     plain_equiv_s: float = 0.0
+    stall_s: float = 0.0
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
     draft_mode: str = "none"
     threads: int = 0  # llama.cpp CPU threads the reply ran with (engine/threads.py; 0: not known)
     by_drafter: dict[str, DrafterCounts] = dataclasses.field(default_factory=dict)
@@ -144,28 +153,9 @@ class GenerationStats:
         return max(0.0, self.decode_s - self.draft_s - self.verify_s)
 
     @property
-    def plain_tps(self) -> float | None:
-        """Plain-decoding tokens/s measured in this reply (1 / mean plain per-token time)."""
-        return self.plain_steps / self.plain_s if self.plain_s > 0 else None
-
-    @property
-    def speedup(self) -> float | None:
-        """plain_equiv_s / step_s: the measured speed-up against plain decoding in this very reply (see the
-        module docstring). None until the reply has measured a plain step."""
-        if self.plain_steps == 0 or self.step_s <= 0:
-            return None
-        return self.plain_equiv_s / self.step_s
-
-    @property
-    def speedup_error(self) -> float | None:
-        """One standard error of ``speedup`` from the spread of the plain measurements (None below two)."""
-        speedup = self.speedup
-        n = self.plain_steps
-        if speedup is None or n < 2:
-            return None
-        mean = self.plain_s / n
-        var = max(0.0, self.plain_sq_s2 / n - mean * mean) * n / (n - 1)
-        return speedup * math.sqrt(var / n) / mean if mean > 0 else None
+    def speedup_settled(self) -> bool:
+        """The interval is within ±``SETTLED_WIDTH`` of the figure: shown as a number, else as a range."""
+        return speedup_is_settled(self.speedup, self.speedup_low, self.speedup_high)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -175,40 +165,56 @@ class GenerationStats:
 
 
 DERIVED = ("acceptance_rate", "token_acceptance", "tokens_per_pass", "k_mean", "decode_tps", "prompt_tps",
-           "other_s", "plain_tps", "speedup", "speedup_error")
+           "other_s", "speedup_settled")
 
 
 class PlainRateMeter:
-    """Accumulates the speed-up terms of ``GenerationStats`` step by step (see the module docstring).
+    """Records the steps of one reply and keeps the speed-up fields of ``GenerationStats`` current.
 
-    Speculative steps after the latest plain measurement are held as a pending segment; when the next plain
-    measurement arrives they are valued at the mean of the two measurements around them.
+    The fit is redone after every step for the first ``FULL_FIT_PASSES`` passes, then ever more rarely
+    (``refit_due``: its cost grows with the reply), and always by ``finish`` before the last statistics go out.
     """
 
     def __init__(self, stats: GenerationStats) -> None:
         self.stats = stats
-        self._last_plain: float | None = None  # seconds per token of the latest plain step
-        self._closed_equiv = 0.0
-        self._pending_tokens = 0  # pass tokens of speculative steps since the latest plain step
-        self.steps_since_plain = 0
+        self.steps: list[PassTiming] = []
+        self.steps_since_plain = 0  # steps since the latest one-token pass
+        self.plain_after_first = 0  # one-token passes after the first step (the fit's plain anchors)
 
-    def add_step(self, *, pass_tokens: int, step_s: float, plain_s: float | None) -> None:
-        """One decoding step: ``pass_tokens`` yielded in ``step_s`` seconds; ``plain_s`` is its plain-decoding
-        time (step time without drafting) when the step drafted nothing, else None."""
-        s = self.stats
-        s.step_s += step_s
-        if plain_s is None or pass_tokens < 1:
-            self._pending_tokens += pass_tokens
-            self.steps_since_plain += 1
-        else:
-            per_token = plain_s / pass_tokens
-            s.plain_steps += 1
-            s.plain_s += per_token
-            s.plain_sq_s2 += per_token * per_token
-            before = self._last_plain if self._last_plain is not None else per_token
-            self._closed_equiv += self._pending_tokens * (before + per_token) / 2 + plain_s
-            self._pending_tokens = 0
-            self._last_plain = per_token
+    def wants_plain_probe(self, probe_every: int) -> bool:
+        """Whether the next step should be forced plain (k = 0) so that plain decoding is measured: never the
+        first step (the coldest), then every ``PLAIN_PROBE_GAP`` steps until ``PLAIN_PROBES_MIN`` plain passes
+        were seen after the first step, then once in every ``probe_every`` steps (0: never)."""
+        if probe_every <= 0 or not self.steps:
+            return False
+        if self.plain_after_first == 0:
+            return True
+        if self.plain_after_first < PLAIN_PROBES_MIN and self.steps_since_plain >= PLAIN_PROBE_GAP - 1:
+            return True
+        return self.steps_since_plain >= probe_every - 1
+
+    def add_step(self, *, batch: int, pass_tokens: int, step_s: float, target_s: float) -> None:
+        """One decoding step: ``batch`` tokens evaluated, ``pass_tokens`` yielded, ``step_s`` seconds in all of
+        which ``target_s`` without the drafter (``PassTiming``)."""
+        self.steps.append(PassTiming(batch, min(target_s, step_s), step_s, pass_tokens))
+        self.stats.step_s += step_s
+        if batch <= 1:
+            self.stats.plain_steps += 1
+            self.plain_after_first += len(self.steps) > 1
             self.steps_since_plain = 0
-        pending = self._pending_tokens * self._last_plain if self._last_plain is not None else 0.0
-        s.plain_equiv_s = self._closed_equiv + pending
+        else:
+            self.steps_since_plain += 1
+        if refit_due(len(self.steps)):
+            self.finish()
+
+    def finish(self) -> None:
+        """Refit the cost model on every step so far and write the speed-up fields."""
+        s = self.stats
+        est = estimate_speedup(self.steps)
+        if est is None:
+            s.speedup = s.speedup_low = s.speedup_high = s.plain_tps = None
+            s.plain_equiv_s = s.stall_s = 0.0
+            return
+        s.speedup, s.speedup_low, s.speedup_high = est.speedup, est.low, est.high
+        s.plain_tps = 1.0 / est.plain_s if est.plain_s > 0 else None
+        s.plain_equiv_s, s.stall_s = est.plain_equiv_s, est.stall_s

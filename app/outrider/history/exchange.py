@@ -19,8 +19,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from outrider.engine.speedup import describe_speedup
 from outrider.history.errors import ConversationNotFoundError, ImportFormatError
 from outrider.history.models import (
+    END_REASON_WORDS,
     Conversation,
     ImportResult,
     Message,
@@ -101,10 +103,13 @@ def stats_line(stats: ReplyStats) -> str:
     if stats.decode_tps is not None:
         parts.append(f"{stats.decode_tps:.1f} tok/s")
     if stats.speedup is not None:
-        error = f" ± {stats.speedup_error:.2f}" if stats.speedup_error is not None else ""
-        parts.append(f"speed-up {stats.speedup:.2f}x{error} vs plain (measured in the reply)")
-    if stats.stop_reason:
-        parts.append(f"stopped: {stats.stop_reason}")
+        parts.append(f"speed-up {describe_speedup(stats.speedup, stats.speedup_low, stats.speedup_high)} vs plain "
+                     "(measured in the reply)")
+    elif isinstance(stats.extra.get("speedup_v4"), int | float):
+        parts.append(f"speed-up {stats.extra['speedup_v4']:.2f}× (an older estimate from plain probes, no "
+                     "interval)")
+    if stats.stop_reason in END_REASON_WORDS:
+        parts.append(END_REASON_WORDS[stats.stop_reason])
     return " · ".join(parts)
 
 

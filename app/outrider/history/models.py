@@ -8,6 +8,17 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
+# How a reply ended, in the words the chat shows and the exports write (keys: ``turns.EndReason`` values; a reply
+# that ended by itself, "stop", says nothing). One table, so an export never says "stopped: length" where the
+# window said "cut at the token limit".
+END_REASON_WORDS: dict[str, str] = {
+    "length": "cut at the token limit",
+    "cancelled": "stopped",
+    "crashed": "interrupted — the engine stopped",
+    "error": "failed",
+    "interrupted": "interrupted",
+}
+
 
 class Role(StrEnum):
     SYSTEM = "system"
@@ -55,8 +66,24 @@ def decode_tps_from_tokens_per_s(data: dict[str, Any]) -> dict[str, Any]:
     return {("decode_tps" if key == "tokens_per_s" else key): value for key, value in data.items()}
 
 
+def speedup_v4_from_speedup(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema version 5: ``speedup`` always comes with its interval ``speedup_low``/``speedup_high`` (a new
+    dict; ``data`` is kept).
+
+    Before version 5 the figure was valued from one or two forced plain probes, with ``speedup_error`` (a
+    standard error that did not cover the truth: docs/metrics.md), so an old record's figures are kept under
+    ``speedup_v4`` and ``speedup_error_v4`` (in ``ReplyStats.extra``, shown as an older estimate), never read
+    as today's measurement. A record that has ``speedup_low`` or no ``speedup`` is left as it is.
+    """
+    if "speedup_low" in data or ("speedup" not in data and "speedup_error" not in data):
+        return dict(data)
+    names = {"speedup": "speedup_v4", "speedup_error": "speedup_error_v4"}
+    return {names.get(key, key): value for key, value in data.items()}
+
+
 # Each schema version's renames of the statistics' keys, oldest first; ``upgrade_stats_dict`` applies them all.
-STATS_UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (k_mean_from_k, decode_tps_from_tokens_per_s)
+STATS_UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (
+    k_mean_from_k, decode_tps_from_tokens_per_s, speedup_v4_from_speedup)
 
 
 def upgrade_stats_dict(data: dict[str, Any]) -> dict[str, Any]:
@@ -72,11 +99,12 @@ class ReplyStats:
     """Per-reply statistics, stored with each assistant message so pairs and settings can be compared later.
 
     Every field is optional: a reply stopped early may have no throughput. ``k_mean`` is the mean draft length
-    the engine used (``GenerationStats.k_mean``, two decimals), not the setting. ``speedup`` and
-    ``speedup_error`` are the engine's own figures for the reply (``GenerationStats.speedup``: measured against
-    plain steps interleaved in that reply; docs/metrics.md), stored as reported — None when the reply measured
-    no plain step. ``decode_tps`` is decode tokens per second (``GenerationStats.decode_tps``). Unknown keys
-    found in stored JSON are kept in ``extra``; older records are read through ``upgrade_stats_dict``.
+    the engine used (``GenerationStats.k_mean``, two decimals), not the setting. ``speedup`` and its 95 %
+    interval ``speedup_low``/``speedup_high`` are the engine's own figures for the reply
+    (``GenerationStats.speedup``: measured from the reply's own passes; docs/metrics.md), stored as reported —
+    None when the reply could not measure it. ``decode_tps`` is decode tokens per second
+    (``GenerationStats.decode_tps``). Unknown keys found in stored JSON are kept in ``extra``; older records are
+    read through ``upgrade_stats_dict``.
     """
 
     pair_id: str | None = None
@@ -89,9 +117,14 @@ class ReplyStats:
     acceptance_rate: float | None = None
     decode_tps: float | None = None
     speedup: float | None = None
-    speedup_error: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
     stop_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.speedup is not None and (self.speedup_low is None or self.speedup_high is None):
+            raise ValueError("stats.speedup needs its interval, speedup_low and speedup_high")
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

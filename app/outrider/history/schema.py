@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from outrider.history.database import transaction
-from outrider.history.models import ReplyStats, decode_tps_from_tokens_per_s, k_mean_from_k
+from outrider.history.models import ReplyStats, decode_tps_from_tokens_per_s, k_mean_from_k, speedup_v4_from_speedup
 
 
 @dataclass(frozen=True)
@@ -123,11 +123,18 @@ def _v4_rename_tokens_per_s_to_decode_tps(conn: sqlite3.Connection) -> None:
     _rewrite_stats(conn, "tokens_per_s", decode_tps_from_tokens_per_s)
 
 
+def _v5_keep_old_speedups_apart(conn: sqlite3.Connection) -> None:
+    """Version 5: a reply's ``speedup`` comes with its interval; the older figure without one is kept as
+    ``speedup_v4`` (``speedup_v4_from_speedup``)."""
+    _rewrite_stats(conn, "speedup", speedup_v4_from_speedup)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, lambda conn: _run(conn, V1_STATEMENTS)),
     Migration(2, lambda conn: _run(conn, V2_STATEMENTS)),
     Migration(3, _v3_rename_k_to_k_mean),
     Migration(4, _v4_rename_tokens_per_s_to_decode_tps),
+    Migration(5, _v5_keep_old_speedups_apart),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version

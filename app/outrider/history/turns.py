@@ -191,8 +191,8 @@ def reply_stats(stats: Any, stop_reason: str, *, pair_id: str | None = None,
     """The statistics stored with a reply, from the engine's ``GenerationStats`` (``DoneEvent.stats``).
 
     ``pair_id`` and ``temperature`` describe the request (the caller knows them). ``k_mean`` is the mean draft
-    length the engine used (two decimals), not the setting; ``speedup`` and ``speedup_error`` are
-    the engine's in-reply measurement, stored as reported (docs/metrics.md).
+    length the engine used (two decimals), not the setting; ``speedup`` and its interval ``speedup_low``/
+    ``speedup_high`` are the engine's in-reply measurement, stored as reported (docs/metrics.md).
     """
     k_mean = stats.k_mean
     return ReplyStats(
@@ -200,7 +200,8 @@ def reply_stats(stats: Any, stop_reason: str, *, pair_id: str | None = None,
         k_mean=round(float(k_mean), 2) if k_mean is not None else None,
         temperature=temperature, generated=stats.generated, drafted=stats.drafted, accepted=stats.accepted,
         acceptance_rate=stats.acceptance_rate, decode_tps=stats.decode_tps,
-        speedup=stats.speedup, speedup_error=stats.speedup_error, stop_reason=stop_reason,
+        speedup=stats.speedup, speedup_low=stats.speedup_low, speedup_high=stats.speedup_high,
+        stop_reason=stop_reason,
     )
 
 

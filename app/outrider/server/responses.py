@@ -4,7 +4,8 @@
 ``prompt_ms``, ``prompt_per_token_ms``, ``prompt_per_second``, ``predicted_n``, ``predicted_ms``,
 ``predicted_per_token_ms``, ``predicted_per_second``, ``draft_n``, ``draft_n_accepted`` — computed from the
 engine's ``GenerationStats`` (docs/metrics.md), plus Outrider's own: ``acceptance_rate``, ``token_acceptance``,
-``tokens_per_pass``, ``k_mean``, ``speedup``, ``speedup_error``, ``plain_steps``, ``ttft_ms`` and ``draft_mode``.
+``tokens_per_pass``, ``k_mean``, ``speedup`` with its interval ``speedup_low``/``speedup_high`` and
+``speedup_settled`` (false: show the range, not the figure), ``plain_steps``, ``ttft_ms`` and ``draft_mode``.
 Times in milliseconds, rates in tokens per second; a figure that was not measured is null.
 """
 
@@ -43,7 +44,9 @@ def timings(stats: GenerationStats) -> dict[str, Any]:
         "tokens_per_pass": stats.tokens_per_pass,
         "k_mean": stats.k_mean,
         "speedup": stats.speedup,
-        "speedup_error": stats.speedup_error,
+        "speedup_low": stats.speedup_low,
+        "speedup_high": stats.speedup_high,
+        "speedup_settled": stats.speedup_settled,
         "plain_steps": stats.plain_steps,
         "plain_per_second": stats.plain_tps,
         "ttft_ms": stats.ttft_s * 1000.0 if stats.ttft_s is not None else None,

@@ -334,7 +334,8 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
                 return
             st = done.stats  # the engine's own figures for this reply (docs/metrics.md)
             out = {"ok": True, "stop_reason": done.stop_reason, "chars": len(text), "stats": st.to_dict(),
-                   "speedup": st.speedup, "speedup_error": st.speedup_error, "plain_tps": st.plain_tps,
+                   "speedup": st.speedup, "speedup_low": st.speedup_low, "speedup_high": st.speedup_high,
+                   "plain_tps": st.plain_tps,
                    "backend": session.engine_status().get("backend")}
             sys.stdout.write(json.dumps(out) + "\n")
             sys.stdout.flush()

@@ -14,6 +14,7 @@ open last is remembered in the settings and reopened at start (``restore_last_co
 from __future__ import annotations
 
 import dataclasses
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,15 @@ from outrider.ui.widgets.chat_items import MessageItem, ReplyText
 from outrider.ui.widgets.live_stats import ReplyMeter
 
 CHECKPOINT_MS = 1000
+
+
+class NoticeScope(StrEnum):
+    """What a notice belongs to; it goes away with it (a notice never outlives what it is about)."""
+
+    APP = "app"  # stays until another notice replaces it
+    PAIR = "pair"  # the loaded pair: gone when a pair loads, fails or the engine stops
+    CHAT = "chat"  # the open conversation: gone when another one is opened
+    REPLY = "reply"  # the next reply: gone when a reply starts
 
 
 def items_of(messages: list[Any]) -> list[MessageItem]:
@@ -98,7 +108,7 @@ class ChatSession(QObject):
     reply_grew = Signal()
     reply_ended = Signal(str, str, object)
     engine_changed = Signal(object)
-    notice = Signal(str)
+    notice = Signal(str, str)  # text, what it belongs to (``NoticeScope``): it goes when that does
     crashed = Signal(str)
     load_failed = Signal(str)
     busy_changed = Signal(bool)
@@ -114,6 +124,7 @@ class ChatSession(QObject):
         self.loaded: LoadedPair | None = None
         self.choice: PairChoice | None = None
         self.loading = False
+        self.engine_stopped: str | None = None  # why the engine process died, until the next load
         self.last_done: DoneEvent | None = None
         self.last_end: ReplyEnd | None = None
         self.last_plain_tps: float | None = None
@@ -136,7 +147,7 @@ class ChatSession(QObject):
         bridge.generation_finished.connect(self._on_bridge_generation_finished)
         bridge.crashed.connect(self._on_bridge_crashed)
         bridge.error.connect(self._on_bridge_error)
-        store.error.connect(lambda exc: self.notice.emit(f"History: {exc}"))
+        store.error.connect(lambda exc: self.notice.emit(f"History: {exc}", NoticeScope.APP))
 
     # -- state --------------------------------------------------------------------------------------------------
     @property
@@ -171,6 +182,7 @@ class ChatSession(QObject):
             self.bridge.cancel()
         self.choice = choice
         self.loading = True
+        self.engine_stopped = None
         self.loaded = None
         self.last_plain_tps = None
         s = self.settings.value
@@ -189,7 +201,7 @@ class ChatSession(QObject):
         self.loaded = info
         self.engine_changed.emit(info)
         for note in info.notes:
-            self.notice.emit(note)
+            self.notice.emit(note, NoticeScope.PAIR)
 
     @Slot(object)
     def _on_bridge_load_failed(self, exc: Exception) -> None:
@@ -201,7 +213,7 @@ class ChatSession(QObject):
     # -- conversation -------------------------------------------------------------------------------------------
     def open_conversation(self, conversation_id: int | None) -> None:
         if self._streaming:
-            self.notice.emit("Stop the reply before switching conversations.")
+            self.notice.emit("Stop the reply before switching conversations.", NoticeScope.REPLY)
             return
         self.meter.reset_conversation()
         if conversation_id is None:
@@ -212,7 +224,7 @@ class ChatSession(QObject):
         try:
             conv = self.store.conversation(conversation_id)
         except ConversationNotFoundError:
-            self.notice.emit("That conversation no longer exists.")
+            self.notice.emit("That conversation no longer exists.", NoticeScope.CHAT)
             return
         self.conversation_id = conversation_id
         self._remember(conversation_id)
@@ -298,12 +310,22 @@ class ChatSession(QObject):
         if not text:
             return False
         if self._streaming:
-            self.notice.emit("A reply is still being written (Esc stops it).")
+            self.notice.emit("A reply is still being written (Esc stops it).", NoticeScope.REPLY)
             return False
         if not self.ready:
-            self.notice.emit("No model is loaded yet." if not self.loading else "The model is still loading…")
+            self.notice.emit(self._not_ready_text(), NoticeScope.PAIR)
             return False
         return True
+
+    def _not_ready_text(self) -> str:
+        """Why nothing can be sent now, and what to do about it."""
+        if self.loading:
+            return "The model is still loading…"
+        if self.engine_stopped is not None:
+            return f"The engine stopped ({self.engine_stopped}): press Reload to start it again."
+        if self.choice is not None:
+            return "The pair could not be loaded: choose another (Models > Choose pair…)."
+        return "No model is loaded yet: choose a pair (Models > Choose pair…)."
 
     def _begin(self, *, continuing: bool) -> None:
         self._streaming = True
@@ -340,7 +362,7 @@ class ChatSession(QObject):
         """The turn could not be written (disk full, conversation gone): no reply; the chat is free again."""
         if self._streaming and self._checkpointer is None:
             self._end(reply_failed(""), None)
-        self.notice.emit(f"{what}: {exc}")
+        self.notice.emit(f"{what}: {exc}", NoticeScope.CHAT)
 
     def _on_store_reply_begun(self, turn: Turn) -> None:
         history = turn.history
@@ -392,6 +414,7 @@ class ChatSession(QObject):
 
     @Slot(object)
     def _on_bridge_crashed(self, exc: Exception) -> None:
+        self.engine_stopped = describe_error(exc)
         self.loaded = None
         self.engine_changed.emit(None)
         if self._streaming:
@@ -402,7 +425,7 @@ class ChatSession(QObject):
     def _on_bridge_error(self, exc: Exception) -> None:
         if self._streaming:
             self._end(reply_failed(self._reply.text), None)
-        self.notice.emit(describe_error(exc))
+        self.notice.emit(describe_error(exc), NoticeScope.REPLY)
 
     def _end(self, end: ReplyEnd, done: DoneEvent | None) -> None:
         """Finish the reply in the history as ``end`` says (statistics from ``done``, the engine's last event)."""

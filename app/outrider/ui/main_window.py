@@ -24,10 +24,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from outrider.catalogue.memory import format_bytes
 from outrider.settings import PAIR_RECOMMENDED, AppSettings
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
-from outrider.ui.chat_session import ChatSession
+from outrider.ui.chat_session import ChatSession, NoticeScope
 from outrider.ui.first_paint import FirstPaintWatcher
 from outrider.ui.picker.choice import PairChoice, pair_choice_of
 from outrider.ui.settings import DRAFT_KEYS, QtSettings, drafting_text, reload_needed
@@ -52,6 +53,8 @@ ACTION_CONTINUE = "continue"
 ACTION_COPY_REPLY = "copy_reply"
 ACTION_FOCUS_COMPOSER = "focus_composer"
 ACTION_FOCUS_SEARCH = "focus_search"
+ACTION_SHOW_CONVERSATIONS = "show_conversations"
+ACTION_SHOW_STATISTICS = "show_statistics"
 
 
 def _banner(name: str, parent: QWidget) -> tuple[QFrame, QLabel, QHBoxLayout]:
@@ -102,6 +105,7 @@ class MainWindow(QMainWindow):
         self.invite_button.clicked.connect(self._on_choose_pair)
         invite_layout.addWidget(self.invite_button)
         self.notice_label = QLabel("", self)
+        self._notice_scope = NoticeScope.APP
         self.notice_label.setWordWrap(True)
         self.notice_label.hide()
 
@@ -180,6 +184,16 @@ class MainWindow(QMainWindow):
         provenance.setChecked(self.chat.provenance_box.isChecked())
         self.chat.provenance_box.toggled.connect(provenance.setChecked)
         view.addAction(provenance)
+        view.addSeparator()
+        # The side panels can be hidden (a narrow, tiled window: the chat gets the room) and come back as they were.
+        panes = ((ACTION_SHOW_CONVERSATIONS, "&Conversations", self.conversations, "Ctrl+Shift+L"),
+                 (ACTION_SHOW_STATISTICS, "&Statistics", self.stats, "Ctrl+Shift+S"))
+        for ident, text, pane, key in panes:
+            toggle = self._action(ident, text, lambda: None, key)
+            toggle.setCheckable(True)
+            toggle.setChecked(True)
+            toggle.toggled.connect(pane.setVisible)
+            view.addAction(toggle)
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self._action(ACTION_ABOUT, "&About Outrider", self._on_about))
         self.actions_by_id[ACTION_CHOOSE_PAIR].setEnabled(self.catalogue_service is not None)
@@ -195,7 +209,7 @@ class MainWindow(QMainWindow):
         chat.addAction(self._action(ACTION_SEND, "&Send", c.send_button.click, "Ctrl+Return"))
         chat.addAction(self._action(ACTION_STOP, "S&top\tEsc", c.stop_button.click))  # Esc: the window's shortcut
         chat.addAction(self._action(ACTION_REGENERATE, "&Regenerate last reply", c.regenerate_button.click, "Ctrl+R"))
-        chat.addAction(self._action(ACTION_CONTINUE, "C&ontinue the cut reply", c.continue_button.click,
+        chat.addAction(self._action(ACTION_CONTINUE, "C&ontinue the last reply", c.continue_button.click,
                                     "Ctrl+Shift+Return"))
         chat.addAction(self._action(ACTION_COPY_REPLY, "&Copy last reply", self._copy_last_reply, "Ctrl+Shift+C"))
         chat.addSeparator()
@@ -269,6 +283,9 @@ class MainWindow(QMainWindow):
         s.crashed.connect(self._on_session_crashed)
         s.load_failed.connect(self._on_session_load_failed)
         s.busy_changed.connect(c.set_busy)
+        s.busy_changed.connect(lambda busy: self._notice_is_stale(NoticeScope.REPLY) if busy else None)
+        s.engine_changed.connect(lambda _info: self._notice_is_stale(NoticeScope.PAIR))
+        s.conversation_opened.connect(lambda *_: self._notice_is_stale(NoticeScope.CHAT, NoticeScope.REPLY))
         self.stats.draft_off_requested.connect(lambda: self.settings.set(draft_source="none"))
         self.stats.draft_auto_requested.connect(lambda: self.settings.set(k_policy="auto"))
         self.settings.changed.connect(self._on_settings_changed)
@@ -334,15 +351,16 @@ class MainWindow(QMainWindow):
             self.engine_label.setText(f"Engine: {backend} · {st['state']}")
             return
         self.chat.set_drafters(str(getattr(info, "draft_mode", "")))
-        mem = st.get("memory_bytes", 0) / 2**20
+        mem = st.get("memory_bytes", 0)
         layers = st.get("gpu_layers", (0, 0))
         plain = self.session.last_plain_tps  # measured in the last reply (docs/metrics.md: plain_tps)
         last = self.session.last_done  # automatic threads are re-chosen per reply: the last reply's count first
         threads = (last.stats.threads if last is not None and last.stats.threads else 0) or getattr(info, "threads", 0)
         self.engine_label.setText(
             f"Engine: {backend} · target {st.get('target')} · {drafting_text(self.settings.value, info)} · "
-            f"{mem:,.0f} MiB "
-            f"(weights + KV, ctx {st.get('n_ctx')}) · GPU layers {layers[0]}/{layers[1]}"
+            f"{format_bytes(mem)} "  # the picker's units (decimal), so one model reads the same size everywhere
+            f"(weights + KV, ctx {st.get('n_ctx')})"
+            + (f" · GPU layers {layers[0]}/{layers[1]}" if st.get("gpu_offload") else "")  # none on a CPU build
             + (f" · {threads} CPU thread{'s' if threads != 1 else ''}" if threads else "")
             + (f" · plain {plain:.1f} tok/s (last reply)" if plain else "")
             + (f" · {info.placement_text()}" if info.uses_rpc else ""))
@@ -371,10 +389,22 @@ class MainWindow(QMainWindow):
         query = self.conversations.search.text().strip()
         if query:
             rows = ConversationListModel.rows_from_hits(self.store.search(query))
+            rows = self._with_open_conversation(rows)
         else:
             rows = [ConversationRow.of(c) for c in self.store.conversations()]
         self.list_model.set_rows(rows)
         self.conversations.select(self.session.conversation_id)
+
+    def _with_open_conversation(self, rows: list[ConversationRow]) -> list[ConversationRow]:
+        """The search results, with the open conversation first when it does not match: a chat started while the
+        list is filtered must not vanish from it (it did: the new chat had no message matching yet)."""
+        open_id = self.session.conversation_id
+        if open_id is None or any(r.id == open_id for r in rows):
+            return rows
+        current = next((c for c in self.store.conversations() if c.id == open_id), None)
+        if current is None:
+            return rows
+        return [dataclasses.replace(ConversationRow.of(current), snippet="open now · no match"), *rows]
 
     @Slot(object, list)
     def _on_session_conversation_opened(self, conversation_id: int | None, items: list[Any]) -> None:
@@ -405,10 +435,18 @@ class MainWindow(QMainWindow):
         self.chat.composer.setFocus()
 
     # -- dialogs and settings ---------------------------------------------------------------------------------
-    def show_notice(self, text: str) -> None:
+    def show_notice(self, text: str, scope: str = NoticeScope.APP) -> None:
+        """Show ``text`` above the chat until what it belongs to (``scope``, a ``NoticeScope``) changes."""
+        self._notice_scope = NoticeScope(scope)
         self.notice_label.setText(text)
         self.notice_label.setVisible(bool(text))
         self.statusBar().showMessage(text, 8000)
+
+    def _notice_is_stale(self, *scopes: NoticeScope) -> None:
+        """What the shown notice belongs to changed (one of ``scopes``): it goes."""
+        if self.notice_label.text() and self._notice_scope in scopes:
+            self.show_notice("", NoticeScope.APP)
+            self.statusBar().clearMessage()
 
     @Slot()
     def _on_choose_pair(self) -> None:
@@ -435,7 +473,7 @@ class MainWindow(QMainWindow):
     @Slot()
     def _on_benchmark(self) -> None:
         if not self.session.ready or self.session.streaming:
-            self.show_notice("Load a pair and let the reply finish before benchmarking.")
+            self.show_notice("Load a pair and let the reply finish before benchmarking.", NoticeScope.PAIR)
             return
         prompts = [m.text for m in self.chat.messages if m.role == "user"][-5:]
         name = self.session.choice.name if self.session.choice else ""
@@ -479,7 +517,8 @@ class MainWindow(QMainWindow):
         if reload_needed(value, names, self.session.choice, self.session.loaded):
             self.session.reload()  # prompt lookup vs model draft, layers, context: chosen at load time
         if any(n in DRAFT_KEYS for n in names):
-            self.show_notice(f"Drafting: {drafting_text(value, self.session.loaded)} (applies from the next reply)")
+            self.show_notice(f"Drafting: {drafting_text(value, self.session.loaded)} (applies from the next reply)",
+                             NoticeScope.REPLY)
             self._on_session_engine_changed(self.session.loaded)
 
     def apply_settings_theme(self) -> None:

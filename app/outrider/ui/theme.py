@@ -83,7 +83,26 @@ def _palette(c: ThemeColours) -> QPalette:
     # Selections: white on a mid blue in both themes (reads whichever text colour a style picks).
     pal.setColor(QPalette.ColorRole.Highlight, QColor("#35558f" if c.name == "dark" else "#1a56c4"))
     pal.setColor(QPalette.ColorRole.HighlightedText, QColor("#ffffff"))
+    _disabled(pal, c, window)
     return pal
+
+
+def _disabled(pal: QPalette, c: ThemeColours, window: QColor) -> None:
+    """What cannot be used looks it: dimmed text, fields flat with the window, a grey selection.
+
+    ``setColor(role, colour)`` above sets every colour group, the disabled one too, so a disabled menu item,
+    button or field looked exactly like an enabled one; the disabled group is set here after it, as the
+    platform's own palettes do (text at about half the contrast, no accent)."""
+    disabled = QPalette.ColorGroup.Disabled
+    dim = QColor("#6f7278" if c.name == "dark" else "#a2a5ab")
+    for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText,
+                 QPalette.ColorRole.PlaceholderText):
+        pal.setColor(disabled, role, dim)
+    pal.setColor(disabled, QPalette.ColorRole.Base, window)
+    pal.setColor(disabled, QPalette.ColorRole.Button, window)
+    pal.setColor(disabled, QPalette.ColorRole.Link, dim)
+    pal.setColor(disabled, QPalette.ColorRole.Highlight, QColor("#4a4c52" if c.name == "dark" else "#c4c7cc"))
+    pal.setColor(disabled, QPalette.ColorRole.HighlightedText, QColor(c.text))
 
 
 def apply_theme(app: QApplication, name: str) -> ThemeColours:

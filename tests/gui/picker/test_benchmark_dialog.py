@@ -154,8 +154,16 @@ def test_save_button_uses_file_dialog(qtbot: QtBot, dialog: BenchmarkDialog, tmp
     with qtbot.waitSignal(dialog.benchmark_finished, timeout=5000):
         dialog.start()
     target = tmp_path / "saved.md"
-    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *_a, **_k: (str(target), "")))
+    offered: list[str] = []
+
+    def ask(_parent: object, _caption: str, where: str, *_a: object, **_k: object) -> tuple[str, str]:
+        offered.append(where)
+        return str(target), ""
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(ask))
     dialog.save_button.click()
+    # in the home folder (it opened in whatever folder the app was started from)
+    assert offered == [str(Path.home() / "outrider-benchmark.md")]
     assert "| prose |" in target.read_text(encoding="utf-8")
     assert dialog.status.text() == f"Saved {target}"
 

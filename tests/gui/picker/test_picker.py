@@ -178,6 +178,31 @@ def test_own_lookup_pair_and_not_a_gguf(qtbot: QtBot, open_picker: PickerFactory
     assert not dlg.own_use_button.isEnabled()
 
 
+@pytest.mark.parametrize("problem", ["missing", "not a GGUF"])
+def test_a_bad_draft_is_blamed_on_the_draft(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
+                                            tiny_family: Family, tmp_path: Path, problem: str) -> None:
+    """Before: "Not a usable GGUF — <the target's name>: file not found: …/nonexistent.gguf"."""
+    draft = tmp_path / "nonexistent.gguf"
+    if problem == "not a GGUF":
+        draft.write_text("<html>a download error page</html>")
+    dlg = open_picker(make_service())
+    with qtbot.waitSignal(dlg.own_pair_checked, timeout=5000) as blocker:
+        dlg.set_own_pair(tiny_family.target, draft)
+    text = blocker.args[0]
+    assert isinstance(text, str) and text in dlg.own_result.text()
+    assert text.startswith("The draft is not a usable GGUF — nonexistent.gguf: ")
+    assert tiny_family.target.name not in text
+    assert not dlg.own_use_button.isEnabled()
+
+
+def test_a_bad_target_is_blamed_on_the_target(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
+                                              tiny_family: Family, tmp_path: Path) -> None:
+    dlg = open_picker(make_service())
+    with qtbot.waitSignal(dlg.own_pair_checked, timeout=5000) as blocker:
+        dlg.set_own_pair(tmp_path / "gone.gguf", tiny_family.draft)
+    assert blocker.args[0].startswith("The target is not a usable GGUF — gone.gguf: ")
+
+
 def test_browse_buttons_use_file_dialog(qtbot: QtBot, open_picker: PickerFactory, make_service: ServiceFactory,
                                         tiny_family: Family, monkeypatch: pytest.MonkeyPatch) -> None:
     dlg = open_picker(make_service())
@@ -330,3 +355,13 @@ def test_on_disk_lists_the_demo_model_installed_with_the_app(qtbot: QtBot, open_
     assert dlg.found_model.index(0, 1).data() == "installed with Outrider"
     assert dlg.found_table.isVisibleTo(dlg) and not dlg.on_disk_tab.empty_label.isVisibleTo(dlg)
     assert files[0].size == demo.size and files[0].sha256 == demo.sha256
+
+
+def test_a_published_percentage_reads_as_a_factor_like_every_speed_up() -> None:
+    """Before: the catalogue showed "+129 %" where every other view says "2.29×"."""
+    from outrider.ui.models.catalogue_model import published_speedup_text
+
+    assert published_speedup_text("+129% (8B Q8_0 + 0.6B Q4_0, RTX 3090)") == "2.29× (8B Q8_0 + 0.6B Q4_0, RTX 3090)"
+    assert published_speedup_text("+115 %") == "2.15×"
+    assert published_speedup_text("1.8×") == "1.8×"
+    assert published_speedup_text("4.4 -> 5-9 tok/s (RX 890M iGPU)") == "4.4 -> 5-9 tok/s (RX 890M iGPU)"

@@ -76,8 +76,11 @@ def test_a_self_draft_is_made_with_progress_and_then_the_pair_is_usable(
     assert panel.make_button.isEnabled()
     messages: list[str] = []
     panel._progressed.connect(lambda ev: messages.append(ev.message))
-    with qtbot.waitSignal(picker.own_pair_checked, timeout=BUILD_MS) as checked:
+    with qtbot.waitSignal(panel.build_finished, timeout=BUILD_MS) as finished:
         panel.make_button.click()
+    assert not isinstance(finished.args[0], str), finished.args[0]
+    with qtbot.waitSignal(picker.own_pair_checked, timeout=10_000) as checked:
+        pass  # the built draft fills the draft field, which starts the pair's check
     assert len(answers) == 1 and "memory" in answers[0] and "tiny-target.gguf" in answers[0]
     report = checked.args[0]
     assert not isinstance(report, str) and report.ok, report

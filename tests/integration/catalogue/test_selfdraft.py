@@ -76,6 +76,7 @@ def test_a_self_draft_is_stored_with_its_provenance_and_found_again_for_its_targ
 
 
 def test_an_explicit_layer_list_builds_exactly_those_blocks(store: ModelStore, tiny_family: Family) -> None:
+    """Without ``prune_layers`` in the quantiser's parameters, llama.cpp wrote all four blocks."""
     plan = preview(store, tiny_family.target, "0,3", DraftType.Q4_0)
     result = SelfDraftBuild(store, plan, PROMPTS[:1], max_tokens=8, threads=1).wait(WAIT_S)
     assert result.record.keep == (0, 3)
@@ -113,8 +114,8 @@ def test_a_target_that_cannot_be_cut_is_refused_before_anything_is_written(
 
 
 def test_a_cancelled_build_leaves_nothing_and_ends_its_process(store: ModelStore, smollm_path: Path) -> None:
-    """Cancel while llama.cpp works in the build process. Breaking ``cancel`` (no terminate) left the process
-    running and the scratch folder behind until it finished."""
+    """Cancel while llama.cpp works in the build process. Breaking ``cancel`` (no terminate) left the build
+    running: it had not ended 60 s later."""
     started = threading.Event()
 
     def on_event(ev: SelfDraftEvent) -> None:
@@ -128,7 +129,7 @@ def test_a_cancelled_build_leaves_nothing_and_ends_its_process(store: ModelStore
     assert proc is not None and proc.poll() is None
     build.cancel()
     with pytest.raises(SelfDraftError) as info:
-        build.wait(WAIT_S)
+        build.wait(60)  # a cancel ends the build in well under a second; a build left running takes minutes
     assert info.value.kind == "cancelled"
     assert "nothing was kept" in str(info.value)
     assert proc.poll() is not None, "the build process still runs"
@@ -150,7 +151,7 @@ def test_a_disk_that_fills_up_while_llama_cpp_writes_the_draft(store: ModelStore
 def test_a_disk_that_fills_up_while_the_draft_is_recorded(store: ModelStore, tiny_family: Family,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The last write (the record) fails with ENOSPC: the draft just moved into place is removed again, so the
-    store never holds a draft without its provenance."""
+    store never holds a draft without its provenance (without that removal, the draft stayed, unrecorded)."""
     def full(*_a: object, **_k: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", str(store.self_drafts_root / "x.outrider.json"))
 
@@ -179,6 +180,7 @@ def test_too_little_free_space_is_said_before_building(store: ModelStore, tiny_f
 
 
 def test_a_scratch_folder_of_a_killed_build_is_removed_by_the_next(store: ModelStore, tiny_family: Family) -> None:
+    """A folder named after a process that is gone goes; one of a live process stays."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = store.self_drafts_root / f".build-{dead.pid}-abc"
@@ -248,3 +250,23 @@ def test_deleting_a_target_offers_to_delete_its_self_drafts(home: Path, tiny_fam
     outside = _cli("delete", str(tiny_family.target), "--with-drafts", env=env)
     assert outside.returncode == 2 and "deletes only files it installed" in outside.stderr
     assert tiny_family.target.is_file()
+
+
+def test_the_command_calibrates_on_the_users_own_prompts(home: Path, tiny_family: Family) -> None:
+    """Without --calibrate: the history's recent prompts; with the history locked (the app is running), the
+    bundled prompts, said on stderr. Breaking ``calibration_prompts`` to skip the history made it "bundled"."""
+    from outrider.history import HistoryStore
+
+    env = {**os.environ, "OUTRIDER_HOME": str(home)}
+    args = ("self-draft", "--target", str(tiny_family.target), "--layers", "0,3", "--tokens", "4", "--threads", "1",
+            "--json")
+    with HistoryStore.open(home) as history:
+        history.start_conversation("t", "the model is fast")
+        locked = _cli(*args, env=env)  # the history is open here: another process cannot read it
+    assert locked.returncode == 0, locked.stderr
+    assert json.loads(locked.stdout)["calibration"] == "bundled"
+    assert "the chat history cannot be read" in locked.stderr
+    mine = _cli(*args, env=env)
+    assert mine.returncode == 0, mine.stderr
+    assert json.loads(mine.stdout)["calibration"] == "history"
+    assert "1 prompt(s) (history)" in mine.stderr

@@ -17,7 +17,7 @@ import pytest
 from outrider.engine.errors import DecodeError
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.runtime import Backend
-from outrider.engine.params import ContextSettings, DraftParams, ModelSettings, PairSpec
+from outrider.engine.params import ContextSettings, DraftParams, ModelSettings, PairSpec, SamplingParams
 from outrider.engine.session import Engine
 from outrider.engine.speculative import DoneEvent, StepEvent
 from outrider.engine.threads import OtherLoadMeter, usable_cpus
@@ -108,6 +108,9 @@ def test_draft_with_a_shorter_vocabulary_is_fed_only_ids_it_has(backend: Backend
         prompt = engine.tokenize_prompt("hello world")
         tokens, done = _run(engine, prompt, max_tokens=32, draft=DraftParams(k=3), ignore_eos=True)
         again, _ = _run(engine, prompt + tokens[:5], max_tokens=8, draft=DraftParams(k=3), ignore_eos=True)
+        sampled, sampled_done = _run(engine, prompt, max_tokens=32, draft=DraftParams(k=3), ignore_eos=True,
+                                     sampling=SamplingParams(temperature=1.0, seed=3))  # outrider verify's path
+        assert sampled_done.stats.drafted > 0 and len(sampled) == 32 and max(sampled) < n_long
         assert done.stats.drafted > 0 and done.stop_reason == "length"
         assert max(tokens) >= n_short  # the target did emit ids the draft lacks, before later drafts
         assert any(t >= n_short for t in tokens[:-4])

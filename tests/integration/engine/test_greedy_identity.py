@@ -166,19 +166,21 @@ def test_provenance_and_counts_agree(backend: Backend, tiny_family: Family) -> N
 
 
 def test_speedup_is_measured_in_the_reply(backend: Backend, tiny_family: Family) -> None:
-    """Plain decoding reads exactly 1.00x; a speculating reply measures plain steps of its own."""
+    """Plain decoding reads exactly 1.00x; a speculating reply measures plain steps of its own (forced probes
+    after the first step, never the first) and gives its figure with an interval around it."""
     engine = Engine(backend)
     engine.load(PairSpec(target=str(tiny_family.target), lookup=True, context=ContextSettings(n_ctx=512)))
     try:
         prompt = engine.tokenize_prompt("a b a b a b a b a b a b")
         plain = next(e for e in engine.generate(prompt, max_tokens=24, plain=True) if isinstance(e, DoneEvent))
         assert plain.stats.drafted == 0 and plain.stats.plain_steps == plain.stats.passes
-        assert plain.stats.speedup == pytest.approx(1.0, abs=0.01)
+        assert plain.stats.speedup == plain.stats.speedup_low == plain.stats.speedup_high == 1.0
         spec = next(e for e in engine.generate(prompt, max_tokens=64, draft=DraftParams(k=4))
                     if isinstance(e, DoneEvent))
         s = spec.stats
-        assert s.drafted > 0 and s.plain_steps >= 2  # the first step and one in every 32 are plain
-        assert s.speedup is not None and s.speedup > 0 and s.speedup_error is not None
+        assert s.drafted > 0 and s.plain_steps >= 1  # the decoder's probes, when lookup found no plain step
+        assert s.speedup is not None and s.speedup_low is not None and s.speedup_high is not None
+        assert 0 < s.speedup_low < s.speedup < s.speedup_high
         assert s.tokens_per_pass is not None and s.tokens_per_pass >= 1.0
         assert s.pass_tokens >= s.passes
     finally:

@@ -1,5 +1,5 @@
-"""Temperature 1 through the real engine, WITH speculation: every sampled position follows the target's own
-distribution, computed exactly and independently.
+"""Sampling through the real engine, WITH speculation, at temperature 1 and 0.7 and with both samplers: every
+sampled position follows the target's own distribution, computed exactly and independently.
 
 The reference is ``support/reference_decoding.py``: the target GGUF in a fresh llama.cpp context, evaluated one
 token per ``llama_decode`` (no Outrider engine code), with llama.cpp's filter chain written out again, and the exact
@@ -20,6 +20,12 @@ the four positions). A skew of total variation 0.01 has a noncentrality lambda =
 An exact engine fails a case with probability 1e-3 for a given seed; seeds are fixed, so runs are reproducible for a
 given engine (a change of how the engine consumes its random stream draws new samples).
 The p-min cases' skews in this family are far larger than 0.01 (see the report in the assertion messages).
+
+Temperature 0.7 (the ``_t0.7`` cases): a sampler that computes its acceptance at temperature 1 whatever the setting
+changes nothing at temperature 1, so the cases at 1 alone cannot see it. Mutation check: that bug
+(``support/planted_bugs.py``'s ``accept_at_t1``) planted into the engine fails ``lookup_t0.7`` here (positions 1-3,
+p ~ 1e-278 to 1e-100: the target's greedy token, which lookup proposes, came out 8 % too rarely). The ``coupled_``
+cases run the coupled sampler (a seeded request's default): exact whatever was drafted.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import pytest
 from scipy import stats
 
 from outrider.engine.llama.runtime import Backend
-from outrider.engine.params import ContextSettings, DraftParams, SamplingParams
+from outrider.engine.params import ContextSettings, DraftParams, Sampler, SamplingParams
 from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent
 from support.reference_decoding import Filters, ReferenceModel
@@ -57,6 +63,7 @@ class Case:
     filters: Filters
     draft: DraftParams
     echo: int = 0  # > 0: the prompt is P + the target's greedy continuation of P (this many tokens) + P again
+    sampler: Sampler = "rejection"
 
 
 CASES = [
@@ -70,6 +77,15 @@ CASES = [
     Case("draft_min_2_p_min_0.5", "model", "def return", Filters(top_k=4), DraftParams(k=2, draft_min=2, p_min=0.5)),
     # Prompt lookup finds the repeated text and proposes what the target itself continued it with.
     Case("lookup", "lookup", "there this one", Filters(top_k=4), DraftParams(k=2), echo=5),
+    # Temperature 0.7: where a sampler that gets the temperature wrong shows.
+    Case("all_filters_t0.7", "model", "def return", Filters(0.7, top_k=6, top_p=0.9, min_p=0.05), DraftParams(k=2)),
+    Case("p_min_0.5_t0.7", "model", "def return", Filters(0.7, top_k=4), DraftParams(k=2, p_min=0.5)),
+    Case("lookup_t0.7", "lookup", "there this one", Filters(0.7, top_k=4), DraftParams(k=2), echo=5),
+    # The coupled sampler: the target's own Gumbel-max choice whatever was drafted.
+    Case("coupled_all_filters_t0.7", "model", "def return", Filters(0.7, top_k=6, top_p=0.9, min_p=0.05),
+         DraftParams(k=2), sampler="coupled"),
+    Case("coupled_lookup", "lookup", "there this one", Filters(top_k=4), DraftParams(k=2), echo=5,
+         sampler="coupled"),
 ]
 
 
@@ -97,7 +113,8 @@ def _speculative_samples(engine: Engine, prompt: list[int], case: Case) -> tuple
     drafted = accepted = 0
     for i in range(N_RUNS):
         sampling = SamplingParams(
-            temperature=f.temperature, top_k=f.top_k, top_p=f.top_p, min_p=f.min_p, seed=SEED0 + i
+            temperature=f.temperature, top_k=f.top_k, top_p=f.top_p, min_p=f.min_p, seed=SEED0 + i,
+            sampler=case.sampler,
         )
         tokens: list[int] = []
         for event in engine.generate(

@@ -146,3 +146,21 @@ def test_corrupted_database_gives_a_notice_and_a_fresh_history(tmp_path: Path) -
     assert result.returncode == 0 and "notice" in result.stderr and ".corrupt-" in result.stderr
     assert len(list(home.glob("history.sqlite3.corrupt-*"))) == 1
     assert run(home, "list").stderr == ""
+
+
+def test_delete_and_reindex_reach_history_lookups_index(home: Path) -> None:
+    """`chats delete` takes the conversation out of the draft index file at once (no engine running) and
+    `chats reindex` deletes the files for the engine to rebuild. (Without the store's hook the deleted chat's
+    entries stayed in the file.)"""
+    from outrider.engine.history_index import HistoryIndex, index_dir_for
+
+    with HistoryStore.open(home) as store:
+        db = store.db_path
+    index = HistoryIndex.open(index_dir_for(db) / "t.npz")
+    index.sync(db, lambda text: [len(w) for w in text.split()])
+    assert set(index.conversation_ids.tolist()) == {1, 2}
+    assert run(home, "delete", "1").returncode == 0
+    assert set(HistoryIndex.open(index.path).conversation_ids.tolist()) == {2}
+    result = run(home, "reindex")
+    assert result.returncode == 0 and "removed 1 draft index file" in result.stdout, result
+    assert not index.path.exists()

@@ -66,7 +66,8 @@ def test_in_reply_speedup_crosses_the_wire_and_unload(client: EngineClient, tiny
     st = done.stats
     assert st.plain_steps > 0 and st.plain_tps and st.speedup is not None and st.speedup > 0
     assert st.pass_tokens >= st.passes and st.tokens_per_pass is not None and st.tokens_per_pass >= 1.0
-    assert st.speedup == pytest.approx(st.plain_equiv_s / st.step_s)
+    assert st.speedup == pytest.approx(st.plain_equiv_s / (st.step_s - st.stall_s))
+    assert st.speedup_low is not None and st.speedup_high is not None and st.speedup_low <= st.speedup
     assert st.token_acceptance is None or 0.0 <= st.token_acceptance <= 1.0
     client.unload()
     assert client.loaded is None

@@ -95,9 +95,10 @@ def _measured_stats() -> GenerationStats:
                          pass_tokens=41, k_sum=30, draft_s=0.2, verify_s=0.5, decode_s=0.8, ttft_s=0.05,
                          draft_mode="model")
     meter = PlainRateMeter(st)
-    for tokens, seconds, plain in [(1, 0.05, 0.048), (4, 0.07, None), (3, 0.066, None), (1, 0.052, 0.05),
-                                   (5, 0.08, None), (1, 0.049, 0.047)]:
-        meter.add_step(pass_tokens=tokens, step_s=seconds, plain_s=plain)
+    for batch, tokens, seconds, target in [(5, 4, 0.07, 0.06), (1, 1, 0.05, 0.048), (5, 3, 0.066, 0.056),
+                                           (1, 1, 0.052, 0.05), (6, 5, 0.08, 0.07), (1, 1, 0.049, 0.047)]:
+        meter.add_step(batch=batch, pass_tokens=tokens, step_s=seconds, target_s=target)
+    meter.finish()
     return st
 
 
@@ -122,23 +123,24 @@ def test_loaded_and_done_round_trip() -> None:
 
 def test_stats_round_trip_with_the_in_reply_speedup() -> None:
     st = _measured_stats()
-    assert st.speedup is not None and st.speedup_error is not None and st.plain_tps is not None
+    assert st.speedup is not None and st.speedup_low is not None and st.plain_tps is not None
     wire = decode(encode({"type": "done", "stop_reason": "stop", "stats": st.to_dict(), "text": "x"}))
     done = done_from_wire(wire)
     assert done.stats.to_dict() == st.to_dict()  # every field and derived number, bit for bit
-    assert (done.stats.speedup, done.stats.speedup_error, done.stats.plain_tps) == (
-        st.speedup, st.speedup_error, st.plain_tps)
+    assert (done.stats.speedup, done.stats.speedup_low, done.stats.speedup_high, done.stats.plain_tps) == (
+        st.speedup, st.speedup_low, st.speedup_high, st.plain_tps)
     assert (done.stats.rejections, done.stats.pass_tokens, done.stats.token_acceptance,
             done.stats.tokens_per_pass) == (6, 41, 21 / 27, 41 / 14)
     batch = batch_from_wire({"steps": [[[5], [False], "x", 0]], "stats": st.to_dict()})
     assert batch.stats == done.stats
 
 
-def test_stats_from_an_older_engine_drop_the_calibrated_baseline() -> None:
-    old = {"generated": 8, "decode_tps": 40.0, "baseline_tps": 20.0, "speedup": 2.0, "acceptance_rate": 0.5}
+def test_stats_from_an_older_engine_drop_the_calibrated_baseline_and_the_figure_without_interval() -> None:
+    old = {"generated": 8, "decode_tps": 40.0, "baseline_tps": 20.0, "speedup": 2.0, "speedup_error": 0.01,
+           "acceptance_rate": 0.5}
     stats = batch_from_wire({"steps": [[[5], [False], "x", 0]], "stats": old}).stats
     assert stats.generated == 8 and not hasattr(stats, "baseline_tps")
-    assert stats.speedup_error is None and stats.plain_tps is None and stats.token_acceptance is None
+    assert stats.speedup is None and stats.plain_tps is None and stats.token_acceptance is None
 
 
 def test_crash_message_and_key_line() -> None:

@@ -17,8 +17,9 @@ import pytest
 
 from outrider.catalogue import load_catalogue
 from outrider.catalogue.loading import validate_data
-from outrider.catalogue.schema import DRAFTER_KINDS, HYBRID_SNAPSHOTS_AUTO, SWA_UBATCH
+from outrider.catalogue.schema import DRAFTER_KINDS, SWA_UBATCH
 from outrider.catalogue.service import unsupported_drafter
+from outrider.engine.compat import DRAFT_RECURRENT_STATES, ROLLBACK_TOKENS
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "models" / "catalogue.toml"
@@ -62,10 +63,10 @@ def test_memory_of_hybrid_sliding_window_and_mtp_pairs() -> None:
     ctx = 32768
     mtp = cat.get("qwen3.6-27b-mtp").memory(ctx)
     # Qwen3.6 27B: 16 of 64 layers hold KV (4 heads x 256); the MTP context holds one more such layer; 48 Gated
-    # DeltaNet layers hold a recurrent state, counted with the snapshots of an automatic-k draft.
+    # DeltaNet layers hold a recurrent state, counted with the engine's rollback snapshots.
     assert mtp.target_kv == 2 * 16 * 4 * 256 * ctx * F16
     assert mtp.draft_kv == 2 * 1 * 4 * 256 * ctx * F16
-    assert mtp.recurrent == 156893184 * (1 + HYBRID_SNAPSHOTS_AUTO)
+    assert mtp.recurrent == 156893184 * (1 + ROLLBACK_TOKENS)
     assert mtp.total == mtp.weights + mtp.kv_cache + mtp.recurrent
     gemma = cat.get("gemma-4-31b-mtp-head").memory(ctx)
     # Gemma 4 31B: 10 global layers (4 x 512) at the full context, 50 sliding ones (16 x 256) at the window.
@@ -76,7 +77,7 @@ def test_memory_of_hybrid_sliding_window_and_mtp_pairs() -> None:
     assert small.target_kv == (2 * 10 * 4 * 512 * 1024 + 2 * 50 * 16 * 256 * 1024) * F16  # window > context
     plain = cat.get("qwen3.6-27b-0.8b").memory(ctx)
     assert plain.draft_kv == 2 * 6 * 2 * 256 * ctx * F16
-    assert plain.recurrent == (156893184 + 20201472) * (1 + HYBRID_SNAPSHOTS_AUTO)
+    assert plain.recurrent == 156893184 * (1 + ROLLBACK_TOKENS) + 20201472 * DRAFT_RECURRENT_STATES
 
 
 def test_architecture_notes_say_what_the_memory_depends_on() -> None:

@@ -112,3 +112,15 @@ def test_automatic_k_switches_off_a_member_that_misses_and_scores_it_while_off()
     last = chain.propose(committed, 4, GREEDY, RNG, 0.0)
     assert "history" not in last.sources and last.sources.count("model") >= 2
     assert history.observed, "the switched-off member was never scored"
+
+
+def test_mtp_drafts_only_where_no_lookup_proposed() -> None:
+    """MTP heads need the target's hidden state before each position they continue from: after a lookup's draft
+    they are not asked; with no lookup proposal they draft the whole step. (Without ``FROM_COMMITTED_ONLY`` the
+    MTP member was asked to continue the history's tokens.)"""
+    history, mtp = Scripted("history", [4, 5]), Scripted("mtp", [9, 9, 9])
+    draft = ChainDraft([history, Scripted("lookup", []), mtp]).propose([1], 5, GREEDY, RNG, 0.0)
+    assert draft.tokens == [4, 5] and mtp.asked == []
+    history.script = []
+    draft = ChainDraft([history, Scripted("lookup", []), mtp]).propose([1], 5, GREEDY, RNG, 0.0)
+    assert draft.tokens == [9, 9, 9] and draft.sources == ("mtp",) * 3 and mtp.asked == [([1], 5)]

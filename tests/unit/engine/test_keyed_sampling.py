@@ -173,11 +173,11 @@ def test_two_position_draft_is_exact_at_the_second_position() -> None:
 
 def test_rank_mass_orders_by_decreasing_probability() -> None:
     dist = SparseDist(np.array([5, 2, 9, 4]), np.array([0.2, 0.4, 0.2, 0.2]))
-    assert rank_mass(dist, 2) == pytest.approx((0.0, 0.4))
-    assert rank_mass(dist, 4) == pytest.approx((0.4, 0.2))  # ties by id: 4 < 5 < 9
-    assert rank_mass(dist, 5) == pytest.approx((0.6, 0.2))
-    assert rank_mass(dist, 9) == pytest.approx((0.8, 0.2))
-    assert rank_mass(dist, 7) == (1.0, 0.0)
+    assert rank_mass(dist, 2) == pytest.approx((0.0, 0.4, 0.4))
+    assert rank_mass(dist, 4) == pytest.approx((0.4, 0.2, 0.4))  # ties by id: 4 < 5 < 9
+    assert rank_mass(dist, 5) == pytest.approx((0.6, 0.2, 0.4))
+    assert rank_mass(dist, 9) == pytest.approx((0.8, 0.2, 0.4))
+    assert rank_mass(dist, 7) == (1.0, 0.0, 0.4)
 
 
 def test_resolve_seed_keeps_a_seed_and_draws_one_otherwise() -> None:

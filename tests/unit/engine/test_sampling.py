@@ -74,7 +74,7 @@ def test_filters_follow_llama_cpp_order() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top-p"), ({"min_p": 2}, "min-p"), ({"top_k": -3}, "top-k"),
-     ({"sampler": "gumbel"}, "sampler must be coupled or rejection, got 'gumbel'")],
+     ({"sampler": "gumbel"}, "sampler must be auto, coupled or rejection, got 'gumbel'")],
 )
 def test_bad_sampling_values_are_rejected(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):

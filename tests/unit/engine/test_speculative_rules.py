@@ -51,6 +51,7 @@ class FakeContext:
 
     n_vocab = 2
     n_batch = 64
+    is_recurrent = False
     n_threads = 1
 
     def __init__(self, logits_after: dict[int, np.ndarray] | None, n_ctx: int = 64) -> None:

@@ -49,7 +49,7 @@ def test_a_schema_3_database_opens_with_decode_tps(tmp_path: Path) -> None:
     before = raw_stats(db)
     assert b"tokens_per_s" in (before[-1][0] or b"")  # the fixture really holds the old key in the bad-bytes row
     with HistoryStore.open(tmp_path / "data") as store:
-        assert store.schema_version == CURRENT_VERSION == 4
+        assert store.schema_version == CURRENT_VERSION == 5
         assert store.backup_path is not None and store.backup_path.exists()
         messages = store.get_conversation(1).messages
     expected = [stats for _, stats, _ in OLD_ROWS] + [None]

@@ -45,6 +45,8 @@ STATS = ReplyStats(
     acceptance_rate=0.667,
     decode_tps=41.5,
     speedup=1.8,
+    speedup_low=1.62,
+    speedup_high=1.98,
     stop_reason="eos",
 )
 
@@ -271,7 +273,7 @@ def test_upgrade_from_schema_version_1_keeps_data_and_backs_up(tmp_path: Path) -
     )
     conn.close()
     with HistoryStore.open(tmp_path) as store:
-        assert store.schema_version == CURRENT_VERSION == 4
+        assert store.schema_version == CURRENT_VERSION == 5
         assert store.backup_path is not None and store.backup_path.exists()
         conversation = store.get_conversation(1)
         assert conversation.title == "old" and len(conversation.summary.uuid) == 32
@@ -417,7 +419,8 @@ def test_markdown_export_includes_stats(store: HistoryStore, tmp_path: Path) -> 
     text = path.read_text()
     assert text.startswith("# My chat\n")
     assert "## User\n\nhello" in text and "## Assistant\n\nhi" in text
-    assert "pair qwen-0.5b+7b" in text and "mean k 4.75" in text and "speed-up 1.80x" in text and "41.5 tok/s" in text
+    assert "pair qwen-0.5b+7b" in text and "mean k 4.75" in text and "41.5 tok/s" in text
+    assert "speed-up 1.80× (1.62–1.98)" in text
 
 
 def test_json_export_includes_stats(store: HistoryStore) -> None:
@@ -480,3 +483,13 @@ def test_one_unreadable_record_never_hides_the_others(store: HistoryStore) -> No
     assert {u.id for u in unreadable} == {bad_settings, bad_title}
     assert len(json.loads(text)["conversations"]) == 2
     assert store.search("hello")  # search still works around them
+
+
+def test_markdown_export_says_how_a_reply_ended_in_the_chat_s_words(store: HistoryStore, tmp_path: Path) -> None:
+    """Before: the export said "stopped: length" where the window said "cut at the token limit"."""
+    cid = store.create_conversation("Cut")
+    store.add_user_message(cid, "tell me")
+    rid = store.begin_reply(cid)
+    store.finish_reply(rid, "so far", MessageStatus.COMPLETE, ReplyStats(stop_reason="length"))
+    text = store.render_conversation(cid, ExportFormat.MARKDOWN)
+    assert "cut at the token limit" in text and "stopped: length" not in text

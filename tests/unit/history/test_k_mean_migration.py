@@ -39,7 +39,7 @@ def test_a_schema_2_database_opens_with_the_mean_k_renamed_and_the_setting_kept(
     db = tmp_path / "data" / "history.sqlite3"
     before = raw_stats(db)
     with HistoryStore.open(tmp_path / "data") as store:
-        assert store.schema_version == CURRENT_VERSION == 4
+        assert store.schema_version == CURRENT_VERSION == 5
         assert store.backup_path is not None and store.backup_path.exists()
         messages = store.get_conversation(1).messages
     expected = [stats for _, stats in OLD_ROWS] + [None]

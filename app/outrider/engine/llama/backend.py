@@ -9,7 +9,9 @@ buffer: nothing the size of the vocabulary is copied into Python objects. Proces
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,7 +21,7 @@ import llama_cpp.llama_cpp as ll
 import numpy as np
 import numpy.typing as npt
 
-from outrider.engine.compat import VocabFacts
+from outrider.engine.compat import ROLLBACK_TOKENS, VocabFacts
 from outrider.engine.errors import DecodeError, ModelLoadError
 from outrider.engine.events import ModelFacts
 from outrider.engine.llama import rpc
@@ -34,6 +36,10 @@ from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, ModelSettings
 
 FloatArray = npt.NDArray[np.float32]
+
+_CHECKPOINT_FLAGS = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY | ll.LLAMA_STATE_SEQ_FLAGS_ON_DEVICE
+"""A checkpoint holds the recurrent part of the sequence only (the KV cache rolls back by itself) and stays in the
+device's memory (llama.cpp copies it buffer to buffer: no round trip through host memory)."""
 
 
 class LoadedModel:
@@ -217,6 +223,16 @@ class LoadedModel:
         self.close()
 
 
+def _logged_mib(lines: Sequence[str], label: str) -> int:
+    """Bytes summed over llama.cpp log lines "<label> = <x> MiB" (one per buffer type)."""
+    total = 0.0
+    for line in lines:
+        match = re.search(re.escape(label) + r"\s*=\s*([0-9.]+) MiB", line)
+        if match:
+            total += float(match.group(1))
+    return int(total * 1024 * 1024)
+
+
 def _int_or_none(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
@@ -225,19 +241,40 @@ def _int_or_none(text: str | None) -> int | None:
 
 
 class ModelContext:
-    """A llama.cpp context (one sequence) with a reusable batch and exact KV-cache rollback.
+    """A llama.cpp context (one sequence) with a reusable batch and exact rollback of its memory.
 
-    Invariant: ``n_past`` is the number of positions in the KV cache, always ``positions 0 .. n_past-1``.
+    Invariant: ``n_past`` is the number of positions in the memory, always ``positions 0 .. n_past-1``.
+
+    Rollback (``truncate``). Attention layers forget positions exactly (``llama_memory_seq_rm``). A recurrent
+    layer holds one state per sequence, so on a recurrent or hybrid model a rollback needs a saved earlier state:
+
+    * **snapshots** (``n_rs_seq`` = ``rollback_tokens``, on the architectures of ``llm_arch_supports_rs_rollback``;
+      llama.cpp clamps it to 0 elsewhere): every decode also stores the state after each of its last
+      ``n_rs_seq + 1`` tokens, and ``seq_rm`` of the last r positions then selects snapshot r. That is valid only
+      for r <= ``n_rs_seq`` and r < the length of the latest decode (llama.cpp checks the first bound only and
+      otherwise silently restores a stale state), once per decode (a second ``seq_rm`` before the next decode is
+      refused): ``_rollback_room`` tracks both.
+    * **a checkpoint** (``checkpoint()``: the recurrent part of the sequence state, saved on the device): a later
+      ``truncate`` to a position at or after it restores it, and ``n_past`` then stops at the checkpoint; the
+      caller re-evaluates the tokens between (it keeps them).
+    * otherwise the memory is cleared (``n_past`` = 0).
+
+    So ``truncate(n)`` may leave ``n_past`` below ``n`` on a recurrent model; callers read ``n_past`` after it.
     """
 
-    def __init__(self, model: LoadedModel, settings: ContextSettings) -> None:
+    def __init__(self, model: LoadedModel, settings: ContextSettings, *,
+                 rollback_tokens: int = ROLLBACK_TOKENS) -> None:
+        """``rollback_tokens``: snapshots to keep on a recurrent/hybrid model (see the class docstring); 0 for a
+        context that rolls back through checkpoints only (a draft model's, whose drafts are one-token decodes)."""
         self.model = model
         self.settings = settings
+        self.is_recurrent = model.is_recurrent
         params = ll.llama_context_default_params()
         params.n_ctx = settings.n_ctx
         params.n_batch = settings.n_batch
         params.n_ubatch = min(settings.n_batch, 512)
         params.n_seq_max = 1
+        params.n_rs_seq = max(0, rollback_tokens) if self.is_recurrent else 0
         if settings.threads > 0:
             params.n_threads = settings.threads
             params.n_threads_batch = settings.threads
@@ -259,14 +296,32 @@ class ModelContext:
             )
         self._ctx: Any = ctx
         self._mem: Any = ll.llama_get_memory(ctx)
+        # What llama.cpp allocated for recurrent states (its own state and the snapshots), from its load log.
+        self.recurrent_bytes = _logged_mib(log.since(mark), "RS buffer size")
         self.n_ctx: int = int(ll.llama_n_ctx(ctx))
         self.n_batch: int = int(ll.llama_n_batch(ctx))
         self.n_vocab = model.n_vocab
         self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
         self.n_past = 0
+        self.n_rs_seq: int = int(ll.llama_n_rs_seq(ctx))  # 0: clamped by llama.cpp (no snapshots for this arch)
+        self._rollback_room = 0  # trailing positions the snapshots can remove now (see the class docstring)
+        self._checkpoint: _Checkpoint | None = None
+        self.rollbacks = 0  # rollbacks served by snapshots / by a checkpoint (benchmarks report them)
+        self.restores = 0
         # Called as after_decode(first position, count) after each llama_decode of this context succeeded, while
         # its outputs are still readable: an MTP drafter copies the target's hidden states from there.
         self.after_decode: Callable[[int, int], None] | None = None
+
+    @property
+    def recurrent_state_bytes(self) -> int:
+        """One sequence's recurrent state (0 without recurrent layers); a checkpoint costs as much again."""
+        return self.recurrent_bytes // (1 + self.n_rs_seq)
+
+    @property
+    def rollback_limit(self) -> int | None:
+        """The most trailing tokens of a decode that the next ``truncate`` removes exactly without a checkpoint:
+        None for a model without recurrent layers (any number), ``n_rs_seq`` on a recurrent or hybrid model."""
+        return self.n_rs_seq if self.is_recurrent else None
 
     @property
     def handle(self) -> Any:
@@ -300,10 +355,12 @@ class ModelContext:
                 self._fill_batch(chunk, self.n_past, logits if final else "none")
                 status = ll.llama_decode(self._ctx, self._batch)
                 if status != 0:
-                    self.truncate(start)
+                    self._undo_failed_decode(start)
                     reason = "cancelled" if status == 2 else f"llama_decode returned {status}"
                     raise DecodeError(status, reason, self.model.backend.log.tail(10))
                 self.n_past += len(chunk)
+                if self.is_recurrent:
+                    self._rollback_room = min(self.n_rs_seq, len(chunk) - 1)
                 if self.after_decode is not None:
                     self.after_decode(self.n_past - len(chunk), len(chunk))
         finally:
@@ -350,16 +407,72 @@ class ModelContext:
         return arr
 
     def truncate(self, n_keep: int) -> None:
-        """Remove cache positions >= n_keep (exact rollback of rejected or stale tokens)."""
+        """Remove positions >= n_keep (exact rollback of rejected or stale tokens).
+
+        Without recurrent layers ``n_past`` becomes ``n_keep``; with them it may end lower (class docstring).
+        """
         if n_keep >= self.n_past:
             return
-        if not ll.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
-            raise DecodeError(-2, "this model's memory cannot be partially rolled back")
-        self.n_past = n_keep
+        if not self.is_recurrent:
+            if not ll.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+                raise DecodeError(-2, "this model's memory cannot be partially rolled back")
+            self.n_past = n_keep
+            return
+        if self._checkpoint is not None and n_keep < self._checkpoint.n_past:
+            self._checkpoint = None  # it holds the state of positions about to be removed
+        # llama.cpp refuses p0 = 0 and a second rollback before a decode; a refused seq_rm changes nothing.
+        if n_keep > 0 and self.n_past - n_keep <= self._rollback_room and ll.llama_memory_seq_rm(
+                self._mem, 0, n_keep, -1):
+            self._rollback_room = 0
+            self.n_past = n_keep
+            self.rollbacks += 1
+            return
+        if self._checkpoint is not None and self._restore(self._checkpoint):
+            return
+        self.clear()
+
+    def checkpoint(self) -> None:
+        """Save the recurrent state at ``n_past`` for a later ``truncate`` (a no-op without recurrent layers).
+
+        One checkpoint is kept; it costs one sequence's recurrent state of device memory.
+        """
+        if not self.is_recurrent:
+            return
+        size = int(ll.llama_state_seq_get_size_ext(self._ctx, 0, _CHECKPOINT_FLAGS))
+        held = self._checkpoint
+        buf = held.data if held is not None and len(held.data) == size else (ctypes.c_uint8 * size)()
+        written = int(ll.llama_state_seq_get_data_ext(self._ctx, buf, size, 0, _CHECKPOINT_FLAGS))
+        if written == 0:
+            raise DecodeError(-3, "llama.cpp could not save the recurrent state", self.model.backend.log.tail(10))
+        self._checkpoint = _Checkpoint(self.n_past, buf, written)
+
+    def _restore(self, checkpoint: _Checkpoint) -> bool:
+        """Back to ``checkpoint`` (recurrent state restored, later KV positions removed); False if refused."""
+        if not ll.llama_state_seq_set_data_ext(self._ctx, checkpoint.data, checkpoint.size, 0, _CHECKPOINT_FLAGS):
+            self._checkpoint = None
+            return False
+        # The restored recurrent cell ends at checkpoint.n_past - 1, so this removes attention positions only.
+        if not ll.llama_memory_seq_rm(self._mem, 0, checkpoint.n_past, -1):
+            self._checkpoint = None
+            return False
+        self.n_past = checkpoint.n_past
+        self._rollback_room = 0
+        self.restores += 1
+        return True
+
+    def _undo_failed_decode(self, start: int) -> None:
+        """After a failed or cancelled decode: back to ``start``. A recurrent state may have advanced through
+        the ubatches llama.cpp finished before stopping, which no rollback can tell apart: start afresh."""
+        if self.is_recurrent:
+            self.clear()
+        else:
+            self.truncate(start)
 
     def clear(self) -> None:
         ll.llama_memory_clear(self._mem, True)
         self.n_past = 0
+        self._rollback_room = 0
+        self._checkpoint = None
 
     @property
     def n_threads(self) -> int:
@@ -381,3 +494,12 @@ class ModelContext:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Checkpoint:
+    """A saved recurrent state: the sequence held positions ``0 .. n_past-1``; ``size`` bytes of ``data`` used."""
+
+    n_past: int
+    data: ctypes.Array[ctypes.c_uint8]
+    size: int

@@ -84,8 +84,8 @@ def bench_row(label: str, prompt: str, runs: Runs) -> dict[str, Any]:
 
     ``speedup`` is the measured A/B: median speculative decode tok/s over median plain decode tok/s, from whole
     runs of each. ``predicted_speedup`` is the cost model's, from the per-token acceptance ``token_acceptance``
-    and the measured draft/verify costs. ``in_reply_speedup`` (median, ± median standard error) is the engine's
-    own figure for the speculative runs, measured against plain steps interleaved in each reply.
+    and the measured draft/verify costs. ``in_reply_speedup`` (median, with the medians of its intervals'
+    ends ``in_reply_speedup_low``/``_high``) is the engine's own figure for the speculative runs.
     """
     plain_runs, spec_runs = runs["plain"], runs["spec"]
     plain_tps = median([r["decode_tps"] for r in plain_runs])
@@ -106,7 +106,8 @@ def bench_row(label: str, prompt: str, runs: Runs) -> dict[str, Any]:
         "predicted_speedup": predicted,
         "measured_over_predicted": measured / predicted if predicted else None,
         "in_reply_speedup": median_or_none([r.get("speedup") for r in spec_runs]),
-        "in_reply_speedup_error": median_or_none([r.get("speedup_error") for r in spec_runs]),
+        "in_reply_speedup_low": median_or_none([r.get("speedup_low") for r in spec_runs]),
+        "in_reply_speedup_high": median_or_none([r.get("speedup_high") for r in spec_runs]),
     }
 
 

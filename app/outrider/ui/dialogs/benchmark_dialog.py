@@ -339,7 +339,8 @@ class BenchmarkDialog(QDialog):
         return p
 
     def _on_save_button_clicked(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save the benchmark", "outrider-benchmark.md",
+        # In the home folder, as the conversation export does: a relative name opened wherever the app was started.
+        path, _ = QFileDialog.getSaveFileName(self, "Save the benchmark", str(Path.home() / "outrider-benchmark.md"),
                                               "Markdown (*.md);;All files (*)")
         if not path:
             return

@@ -148,7 +148,8 @@ class SettingsDialog(QDialog):
         self.seed = _spin(-1, 2**31 - 1, s.seed, "Sampling seed (-1 = random)", "random")
         self.sampler = _combo(SAMPLERS, SAMPLER_LABELS, s.sampler,
                               "How the target checks a sampled draft; both give exactly the target's distribution. "
-                              "Coupled: a seeded reply is the same text with or without drafting, whatever k")
+                              "Coupled: a seeded reply is the same text with or without drafting, whatever k; "
+                              "rejection: higher acceptance with a draft model; automatic: coupled with a seed")
         self.target_gpu_layers = _spin(-1, 999, s.target_gpu_layers, "Target layers offloaded to the GPU "
                                        "(-1 = all)", "all", " layers")
         self.draft_gpu_layers = _spin(-1, 999, s.draft_gpu_layers, "Draft layers offloaded to the GPU (-1 = all)",

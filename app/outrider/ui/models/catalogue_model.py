@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -33,6 +34,19 @@ Index = QModelIndex | QPersistentModelIndex
 
 
 # ============================================================================================ item models ==
+
+_PERCENT_GAIN = re.compile(r"^\s*\+\s*(\d+(?:\.\d+)?)\s*%\s*")
+
+
+def published_speedup_text(text: str) -> str:
+    """A published speed-up as a factor, the way Outrider shows every speed-up: "+129% (RTX 3090)" reads
+    "2.29× (RTX 3090)". Other published forms ("4.4 -> 5-9 tok/s") are shown as published."""
+    m = _PERCENT_GAIN.match(text)
+    if m is None:
+        return text
+    rest = text[m.end():]
+    return f"{1 + float(m.group(1)) / 100:.2f}×" + (f" {rest}" if rest else "")
+
 class CatalogueRole(enum.IntEnum):
     """Item-data roles of ``CatalogueModel`` (any column)."""
 
@@ -155,7 +169,7 @@ class CatalogueModel(HeaderedTableModel):
             return r.memory_text
         if col is CatalogueColumn.Licence:
             return p.licence + (" · gated" if p.gated else "")
-        return p.speedup or "—"
+        return published_speedup_text(p.speedup) or "—"
 
     def _tooltip(self, r: PairRow, col: CatalogueColumn) -> str:
         p = r.pair
@@ -175,7 +189,7 @@ class CatalogueModel(HeaderedTableModel):
         if col is CatalogueColumn.Speedup:
             if not p.speedup:
                 return "nothing published for this pair yet"
-            return f"{p.speedup}\npublished at {p.speedup_source}"
+            return f"{published_speedup_text(p.speedup)}\npublished at {p.speedup_source}"
         return format_bytes(p.size)
 
     def _role(self, r: PairRow, col: CatalogueColumn, role: int) -> Any:

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from outrider.catalogue.memory import MemoryInfo, describe_memory
 from outrider.catalogue.service import CatalogueService, OwnPairReport
-from outrider.engine.llama.gguf_header import GGUFHeaderError
+from outrider.engine.llama.gguf_header import GGUFHeaderError, read_header
 from outrider.ui.bridges.tasks import QtTaskRunner
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.picker.self_draft_panel import PromptSource, SelfDraftPanel
@@ -35,8 +35,24 @@ from outrider.ui.picker.self_draft_panel import PromptSource, SelfDraftPanel
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 
 
-def _explain_header_error(path: str, exc: GGUFHeaderError | OSError) -> str:
-    return f"{Path(path).name}: {exc}"
+class _OwnFileError(Exception):
+    """One of the two files is not a usable GGUF: which one (``role``: target or draft) and why."""
+
+    def __init__(self, role: str, path: str, cause: GGUFHeaderError | OSError) -> None:
+        super().__init__(f"The {role} is not a usable GGUF — {Path(path).name}: {cause}")
+        self.role = role
+
+
+def _read_each(files: list[tuple[str, str | None]]) -> None:
+    """Read each file's header on its own, so that a problem is blamed on the file that has it (the pair check
+    reads both and its error named the target for a draft that did not exist)."""
+    for role, path in files:
+        if path is None:
+            continue
+        try:
+            read_header(Path(path), keep_arrays=False)
+        except (GGUFHeaderError, OSError) as exc:
+            raise _OwnFileError(role, path, exc) from exc
 
 
 class OwnPairTab(QWidget):
@@ -209,6 +225,7 @@ class OwnPairTab(QWidget):
         key = (target, draft, n_ctx, mtp)
 
         def work() -> OwnPairReport:
+            _read_each([("target", target), ("draft", draft)])
             return self.service.check_own_pair(Path(target), None if draft is None else Path(draft), n_ctx, memory,
                                                mtp=mtp)
 
@@ -223,9 +240,10 @@ class OwnPairTab(QWidget):
 
         def failed(exc: BaseException) -> None:
             self.check_button.setEnabled(True)
-            if isinstance(exc, GGUFHeaderError | OSError):
-                path = getattr(exc, "filename", None) or target
-                self._show_error(f"Not a usable GGUF — {_explain_header_error(str(path), exc)}")
+            if isinstance(exc, _OwnFileError):
+                self._show_error(str(exc))
+            elif isinstance(exc, GGUFHeaderError | OSError):
+                self._show_error(f"Not a usable GGUF — {exc}")
             else:
                 self._show_error(f"Check failed: {exc}")
 

@@ -16,6 +16,7 @@ import itertools
 
 from PySide6.QtGui import QColor, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat
 
+from outrider.history.models import END_REASON_WORDS
 from outrider.ui.theme import ThemeColours
 from outrider.ui.widgets.chat_items import MessageItem, Provenance, merge_runs
 from outrider.ui.widgets.markdown import render_markdown
@@ -32,13 +33,10 @@ PLACEHOLDER = "Reading the conversation…"  # the streaming reply's body until 
 PROVENANCE_MARKDOWN_MAX_CHARS = 30_000
 
 # How a reply ended (``EndReason`` values) as its header says it; a complete reply says nothing.
-END_LABELS = {
-    "length": "cut at the token limit",
-    "cancelled": "stopped",
-    "crashed": "interrupted — the engine stopped",
-    "error": "failed",
-    "interrupted": "interrupted",
-}
+END_LABELS = END_REASON_WORDS
+# Ends after which a reply can be continued: every reply that did not finish by itself (the model's end of turn)
+# or was not refused — cut at the limit, stopped with Stop/Esc, cut by a crash of the engine or of the app.
+CONTINUABLE_ENDS = frozenset({"length", "cancelled", "crashed", "interrupted"})
 CALM_ENDS = frozenset({"length", "cancelled"})  # ends the user asked for (a limit, Esc): said quietly, not as errors
 EMPTY_REPLY = {  # the body of a reply that ended before any text
     "cancelled": "(stopped before any text)",
@@ -97,16 +95,22 @@ def format_of(formats: RunFormats, kind: Provenance) -> QTextCharFormat:
     return found if found is not None else formats["draft"]
 
 
+def can_continue(item: MessageItem) -> bool:
+    """A stored reply that stopped before its end (``CONTINUABLE_ENDS``): Continue writes on from its text."""
+    return (item.role == "assistant" and item.end in CONTINUABLE_ENDS and item.message_id is not None
+            and item.status != "streaming")
+
+
 def header_html(index: int, item: MessageItem, colours: ThemeColours, *, last: bool = False) -> str:
     """The header line of message ``index``: who wrote it, how a reply ended, and its action links.
 
-    ``last``: it is the conversation's last message (only that reply, cut at the token limit, can be continued).
+    ``last``: it is the conversation's last message (only that reply, if it stopped early, can be continued).
     """
     who = {"user": "You", "assistant": "Outrider", "system": "System"}.get(item.role, item.role)
     links = [f'<a href="copy:{index}">Copy</a>']
     if item.role == "user" and item.message_id is not None:
         links.append(f'<a href="edit:{index}">Edit &amp; resend</a>')
-    if item.role == "assistant" and item.end == "length" and last and item.message_id is not None:
+    if can_continue(item) and last:
         links.append(f'<a href="continue:{index}">Continue</a>')
     status = ""
     label = END_LABELS.get(item.end) if item.role == "assistant" else None

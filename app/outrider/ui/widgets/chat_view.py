@@ -31,6 +31,7 @@ from outrider.ui.widgets.chat_format import (
     HEADER_PROPERTY,
     SAMPLE_PROMPTS,
     RunFormats,
+    can_continue,
     header_html,
     insert_body,
     insert_header,
@@ -165,9 +166,9 @@ class ChatView(QWidget):
                                 can_continue=self._continuable() is not None)
 
     def _continuable(self) -> int | None:
-        """The id of the last message when it is a reply cut at the token limit (it can be continued)."""
+        """The id of the last message when it is a reply that stopped early (``chat_format.can_continue``)."""
         last = self.messages[-1] if self.messages else None
-        if last is not None and last.role == "assistant" and last.end == "length" and not self.streaming:
+        if last is not None and can_continue(last) and not self.streaming:
             return last.message_id
         return None
 
@@ -252,7 +253,7 @@ class ChatView(QWidget):
 
     def _redraw_previous_reply(self) -> None:
         """A message was just appended: the reply before it is no longer the last one (no Continue link)."""
-        if len(self.messages) > 1 and self.messages[-2].role == "assistant" and self.messages[-2].end == "length":
+        if len(self.messages) > 1 and can_continue(self.messages[-2]):
             self._redraw_header(len(self.messages) - 2)
 
     # -- streaming --------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from outrider.history import (
     StoreError,
 )
 from outrider.ui.bridges.store_bridge import QtStoreBridge
+from outrider.ui.chat_session import NoticeScope
 
 ACTION_EXPORT = "export_conversation"
 ACTION_EXPORT_ALL = "export_all_conversations"
@@ -177,7 +178,7 @@ def add_export_action(window: Any, menu: QMenu) -> QAction:
     ``actions_by_id``; returns the first action."""
     exporter = ConversationExporter(window.store, window)
     window.exporter = exporter
-    exporter.exported.connect(lambda path: window.show_notice(f"Conversation exported to {path}"))
+    exporter.exported.connect(lambda path: window.show_notice(f"Conversation exported to {path}", NoticeScope.CHAT))
     exporter.exported_all.connect(lambda path, skipped: window.show_notice(all_exported_text(path, skipped)))
     exporter.failed.connect(window.show_notice)
 
@@ -193,7 +194,7 @@ def add_export_action(window: Any, menu: QMenu) -> QAction:
     def export_current() -> None:
         cid = window.conversations.selected_id() or window.session.conversation_id
         if cid is None:
-            window.show_notice("Nothing to export yet: open or start a conversation first.")
+            window.show_notice("Nothing to export yet: open or start a conversation first.", NoticeScope.CHAT)
             return
         export_one(cid)
 

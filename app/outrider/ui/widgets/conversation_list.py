@@ -273,9 +273,23 @@ class ConversationListView(QWidget):
         if cid is None:
             return
         title = str(self.model.data(self.list.currentIndex(), ConversationRole.TITLE) or "")
-        text, ok = QInputDialog.getText(self, "Rename conversation", "Title:", QLineEdit.EchoMode.Normal, title)
-        if ok and text.strip():
-            self.rename_requested.emit(cid, text.strip())
+        text = self._ask_title(title)
+        if text:
+            self.rename_requested.emit(cid, text)
+
+    RENAME_WIDTH = 420  # px: a title of a few words fits whole (the platform's default dialog was ~170 px)
+
+    def _ask_title(self, title: str) -> str | None:
+        """The new title the user typed (stripped), or None when cancelled or left blank."""
+        dialog = QInputDialog(self)
+        dialog.setWindowTitle("Rename conversation")
+        dialog.setLabelText("Title:")
+        dialog.setTextEchoMode(QLineEdit.EchoMode.Normal)
+        dialog.setTextValue(title)
+        dialog.setMinimumWidth(self.RENAME_WIDTH)
+        if dialog.exec() != QInputDialog.DialogCode.Accepted:
+            return None
+        return dialog.textValue().strip() or None
 
     @Slot()
     def _on_delete_clicked(self) -> None:

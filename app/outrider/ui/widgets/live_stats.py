@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from outrider.engine.speedup import describe_speedup, speedup_is_settled
 from outrider.engine.stats import GenerationStats
 from outrider.history import Message, Role
 
@@ -38,10 +39,12 @@ TOOLTIPS: dict[str, str] = {
     "k": "Current draft length k chosen for the last step (0 = a plain step); k_mean is the mean draft length "
          "chosen per step.",
     "speedup": f"speedup — measured against {_PLAIN}: the time plain decoding takes for this reply's tokens "
-               "(from the plain steps interleaved around each speculative step) / the time the reply took. "
-               "Measured, never predicted; ± is one standard error; exactly 1.00× with the draft off.",
-    "plain_tps": f"plain_tps — tokens/s of {_PLAIN} (the decoder interleaves a plain step every few dozen "
-                 "steps).",
+               "(from a cost model fitted to every target pass of the reply, stalls and the cold first step "
+               "left out) / the time the reply took, drafting included. Measured, never predicted; the range is "
+               "a 95 % interval, shown instead of one figure while it is wider than ±20 %; exactly 1.00× with "
+               "the draft off.",
+    "plain_tps": f"plain_tps — tokens/s of {_PLAIN}: 1 / the fitted cost of a one-token pass (the decoder "
+                 "forces a few plain steps early in the reply, then one every few dozen steps).",
     "ttft_s": "ttft_s — time from the request to the first emitted token.",
     "prompt_tps": "prompt_tps — evaluated (not reused) prompt tokens / prompt evaluation time.",
     "time_share": "draft_s, verify_s, other_s — decode time spent drafting, in target passes, and in everything "
@@ -97,7 +100,8 @@ class Snapshot:
     k: int | None = None
     k_mean: float | None = None
     speedup: float | None = None
-    speedup_error: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
     plain_tps: float | None = None
     ttft_s: float | None = None
     prompt_tps: float | None = None
@@ -115,11 +119,11 @@ class Snapshot:
 
     @property
     def slower_than_plain(self) -> bool:
-        """The reply's measured speed-up is below ``SLOWER_MARGIN`` and, when its error is known, below 1 by more
-        than one standard error (with enough tokens, and a drafter that drafted)."""
+        """The reply's measured speed-up is below ``SLOWER_MARGIN`` and its whole interval below 1 (with enough
+        tokens, and a drafter that drafted)."""
         if self.speedup is None or self.speedup >= SLOWER_MARGIN:
             return False
-        if self.speedup_error is not None and self.speedup + self.speedup_error >= 1.0:
+        if self.speedup_high is None or self.speedup_high >= 1.0:
             return False
         return (self.generated >= SLOWER_MIN_TOKENS and self.draft_mode not in ("none", "off")
                 and self.drafted > 0)
@@ -245,7 +249,8 @@ class ReplyMeter:
             generated=s.generated, drafted=s.drafted, accepted=s.accepted, decode_now=now, decode_tps=decode_tps,
             acceptance_rate=s.acceptance_rate, token_acceptance=s.token_acceptance,
             tokens_per_pass=s.tokens_per_pass, k=self._k, k_mean=s.k_mean,
-            speedup=s.speedup, speedup_error=s.speedup_error, plain_tps=s.plain_tps, ttft_s=s.ttft_s,
+            speedup=s.speedup, speedup_low=s.speedup_low, speedup_high=s.speedup_high, plain_tps=s.plain_tps,
+            ttft_s=s.ttft_s,
             prompt_tps=s.prompt_tps, draft_share=share(s.draft_s), verify_share=share(s.verify_s),
             other_share=share(s.other_s), draft_mode=s.draft_mode, streaming=self.streaming,
             by_drafter=tuple((kind, c.accepted, c.drafted) for kind, c in s.by_drafter.items()),
@@ -269,11 +274,20 @@ def fmt(value: float | int | None, spec: str, suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}"
 
 
-def format_speedup(speedup: float | None, error: float | None, *, streaming: bool = True) -> str:
-    """The measured speed-up with its standard error: ``1.85× ± 0.06``, ``1.85×`` without an error,
-    ``measuring…`` while the reply has not measured a plain step yet (``not measured`` once it ended so)."""
-    if speedup is None:
+def format_speedup(speedup: float | None, low: float | None, high: float | None, *,
+                   streaming: bool = True) -> str:
+    """The measured speed-up as the panel shows it (``describe_speedup``, docs/metrics.md): ``1.85× (1.70–2.00)``
+    once settled, the range ``measuring… 1.40–2.60×`` while it is wider than ±20 % and the reply runs (``1.40–
+    2.60×, uncertain`` once it ended so), ``measuring…`` before it can be measured (``not measured`` at the end)."""
+    if speedup is None or low is None or high is None:
         return "measuring…" if streaming else "not measured"
-    if error is None:
-        return f"{speedup:.2f}×"
-    return f"{speedup:.2f}× ± {error:.2f}"
+    if streaming and not speedup_shown_as_figure(speedup, low, high):
+        return f"measuring… {low:.2f}–{high:.2f}×"
+    return describe_speedup(speedup, low, high)
+
+
+def speedup_shown_as_figure(speedup: float | None, low: float | None, high: float | None) -> bool:
+    """Whether the speed-up is shown as one bold figure: measured exactly, or its interval within ±20 %."""
+    if speedup is None or low is None or high is None:
+        return False
+    return high - low <= 1e-9 * max(1.0, speedup) or speedup_is_settled(speedup, low, high)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from outrider.ui.theme import ThemeColours
+from outrider.ui.widgets.flow_layout import FlowLayout, wrapping_policy
 from outrider.ui.widgets.live_stats import TOOLTIPS
 
 LEGEND_DRAFTERS = {"history": "history lookup", "lookup": "prompt lookup", "mtp": "MTP"}
@@ -24,7 +25,7 @@ class ReplyControls(QWidget):
         self.regenerate_button = self._button("Regenerate", "regenerateButton", "Produce the last reply again")
         self.continue_button = self._button(
             "Continue", "continueButton",
-            "The last reply was cut at the token limit: write on from where it stopped")
+            "The last reply stopped before its end (the token limit, Stop, a crash): write on from where it stopped")
         self.provenance_box = QCheckBox("Show provenance", self)
         self.provenance_box.setToolTip(TOOLTIPS["provenance"])
         self.provenance_box.setChecked(True)
@@ -36,16 +37,21 @@ class ReplyControls(QWidget):
         for label in (self.legend_draft, self.legend_target, *self.legend_drafters.values()):
             label.setToolTip(TOOLTIPS["provenance"])
 
-        row = QHBoxLayout(self)
-        row.setContentsMargins(0, 0, 0, 0)
+        # One line when there is room; in a narrow window the legend wraps and the buttons go to a line of their
+        # own, at the right (a single row made the window at least ~1,100 px wide).
+        row = FlowLayout(self, right_align_last=True)
         row.addWidget(self.provenance_box)
         row.addWidget(self.legend_draft)
         for label in self.legend_drafters.values():
             row.addWidget(label)
         row.addWidget(self.legend_target)
-        row.addStretch(1)
+        buttons = QWidget(self)
+        button_row = QHBoxLayout(buttons)
+        button_row.setContentsMargins(0, 0, 0, 0)
         for button in (self.continue_button, self.regenerate_button, self.stop_button, self.send_button):
-            row.addWidget(button)
+            button_row.addWidget(button)
+        row.addWidget(buttons)
+        self.setSizePolicy(wrapping_policy())
 
     def _button(self, text: str, name: str, tip: str) -> QPushButton:
         button = QPushButton(text, self)

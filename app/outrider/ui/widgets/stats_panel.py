@@ -38,6 +38,7 @@ from outrider.ui.widgets.live_stats import (
     by_drafter_text,
     fmt,
     format_speedup,
+    speedup_shown_as_figure,
 )
 
 if TYPE_CHECKING:  # pyqtgraph (and numpy) load with the charts, after the window's first paint: ``build_charts``
@@ -358,8 +359,13 @@ class StatsPanel(QWidget):
             v["time_share"].setText(f"{s.draft_share:.0%} / {s.verify_share or 0:.0%} / {s.other_share or 0:.0%}")
         v["generated"].setText(str(s.generated))
         v["by_drafter"].setText(by_drafter_text(s.by_drafter))
-        self.speedup_label.setText(format_speedup(s.speedup, s.speedup_error, streaming=s.streaming)
+        self.speedup_label.setText(format_speedup(s.speedup, s.speedup_low, s.speedup_high, streaming=s.streaming)
                                    if s.has_reply else "–")
+        figure = speedup_shown_as_figure(s.speedup, s.speedup_low, s.speedup_high)
+        if self.speedup_label.property("settled") != figure:  # bold only for a figure that holds (±20 %)
+            self.speedup_label.setProperty("settled", figure)
+            self.speedup_label.style().unpolish(self.speedup_label)
+            self.speedup_label.style().polish(self.speedup_label)
         # The warning reads the same snapshot as the numbers: it goes with the reply shown (a new reply or a new
         # chat clears it), never a verdict left over from an earlier reply.
         if self._acted_on != self.meter.started or not s.has_reply:
@@ -367,7 +373,8 @@ class StatsPanel(QWidget):
         if s.slower_than_plain:
             self.warning_label.setText(
                 f"Speculation is slower than plain decoding for this pair and prompt "
-                f"({format_speedup(s.speedup, s.speedup_error)} measured in this reply, acceptance "
+                f"({format_speedup(s.speedup, s.speedup_low, s.speedup_high, streaming=False)} measured in this "
+                f"reply, acceptance "
                 f"{fmt(None if s.acceptance_rate is None else s.acceptance_rate * 100, '.0f', ' %')})."
                 + (f" {self._acted} from the next reply." if self._acted else ""))
         self.draft_off_button.setEnabled(not self._acted)

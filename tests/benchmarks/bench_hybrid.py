@@ -1,0 +1,216 @@
+"""Speculation on hybrid targets: speculative vs plain, and what rolling a rejected draft back costs.
+
+    python tests/benchmarks/bench_hybrid.py [--quick] [--runs N] [--tokens N] [--threads N] [--cuda]
+
+Models: the generated hybrid families of ``tests/support/hybrid_gguf.py`` (``qwen35``: gated delta-net + attention,
+``lfm2``: short convolutions + attention), a target of --layers x --width F16 blocks and its draft of the target's
+first quarter of layers (at least 4, so that it keeps an attention layer; agreement ~0.85). Everything is measured
+in this process, interleaved (A B A B ...), and reported as medians and ratios from this run only.
+
+1. Replies, decode tok/s (prompt excluded): plain decoding; the hybrid draft with k = 4 and automatic k, the target
+   rolling back through its recurrent-state snapshots (``n_rs_seq``); and the same with the *checkpoint approach*
+   (``rollback_tokens=0``: the target saves its recurrent state with ``llama_state_seq_get_data_ext`` before each
+   verify batch and, on a rejection, restores it and re-evaluates the accepted tokens — what llama-server does for a
+   plain draft model on a hybrid target).
+2. Per round, on the target alone (milliseconds; "pass" = one verify batch of k + 1 = 5 tokens, with snapshots):
+   the snapshot rollback of r rejected tokens (``seq_rm`` + the next one-token pass, minus that pass when nothing
+   was rolled back), per rejected token and as a share of a pass (goal: < 5 %); what keeping the snapshots adds to
+   every pass (a 5-token pass with ``n_rs_seq`` = 8 against one without); and the checkpoint approach's save,
+   restore and replay.
+
+``--cuda`` offloads every layer (numbers then mean a GPU; the script is the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from outrider.engine.compat import ROLLBACK_TOKENS  # noqa: E402
+from outrider.engine.drafters import ModelDraft  # noqa: E402
+from outrider.engine.llama.backend import LoadedModel, ModelContext  # noqa: E402
+from outrider.engine.llama.runtime import Backend  # noqa: E402
+from outrider.engine.params import ContextSettings, DraftParams, ModelSettings  # noqa: E402
+from outrider.engine.speculative import DoneEvent, GenerationRequest, SpeculativeDecoder  # noqa: E402
+from support.hybrid_gguf import (  # noqa: E402
+    HybridFamily,
+    Lfm2Shape,
+    Qwen35Shape,
+    make_lfm2_family,
+    make_qwen35_family,
+)
+
+CACHE = ROOT / ".cache" / "bench-hybrid"
+PROMPT_WORDS = "the model is fast and the draft is".split()
+K = 4
+
+
+def families(layers: int, width: int) -> dict[str, HybridFamily]:
+    q_shape = Qwen35Shape(n_layer=layers, n_embd=width, n_ff=2 * width, ssm_d_state=64, ssm_n_group=2,
+                          ssm_dt_rank=width // 64)
+    l_shape = Lfm2Shape(n_layer=layers, n_embd=width, n_ff=2 * width,
+                        attention_layers=tuple(i for i in range(layers) if i % 3 == 2))
+    return {
+        "qwen35": make_qwen35_family(CACHE / "qwen35", shape=q_shape, draft_layers=max(4, layers // 4)),
+        "lfm2": make_lfm2_family(CACHE / "lfm2", shape=l_shape, draft_layers=max(4, layers // 4)),
+    }
+
+
+def prompt_ids(model: LoadedModel) -> list[int]:
+    return model.tokenize(" ".join(PROMPT_WORDS), add_special=True, parse_special=False)
+
+
+class Pair:
+    """A target, its draft and two target contexts (snapshots / checkpoint-only) with their decoders."""
+
+    def __init__(self, backend: Backend, family: HybridFamily, settings: ContextSettings, gpu: int) -> None:
+        ms = ModelSettings(gpu_layers=gpu)
+        self.target = LoadedModel(backend, family.target, ms)
+        self.draft = LoadedModel(backend, family.draft, ms)
+        self.snap_ctx = ModelContext(self.target, settings)
+        self.ckpt_ctx = ModelContext(self.target, settings, rollback_tokens=0)
+        self.decoders = {
+            "plain": SpeculativeDecoder(self.target, self.snap_ctx, self._drafter(settings)),
+            "snapshots": SpeculativeDecoder(self.target, self.snap_ctx, self._drafter(settings)),
+            "checkpoint": SpeculativeDecoder(self.target, self.ckpt_ctx, self._drafter(settings)),
+        }
+        self.decoders["plain"].cached = self.decoders["snapshots"].cached  # one context, one cache mirror
+
+    def _drafter(self, settings: ContextSettings) -> ModelDraft:
+        return ModelDraft(ModelContext(self.draft, settings, rollback_tokens=0), self.target.n_vocab)
+
+    def reply(self, mode: str, k: int | None, tokens: int) -> tuple[float, int, int]:
+        """(decode tok/s, drafted, accepted) of one reply; automatic k starts cold."""
+        decoder = self.decoders[mode]
+        decoder.auto_policy = None
+        draft = DraftParams(k=0 if mode == "plain" else k)
+        request = GenerationRequest(prompt_ids(self.target), max_tokens=tokens, draft=draft, ignore_eos=True)
+        done = None
+        for event in decoder.generate(request):
+            if isinstance(event, DoneEvent):
+                done = event
+        assert done is not None
+        return done.stats.decode_tps or 0.0, done.stats.drafted, done.stats.accepted
+
+    def close(self) -> None:
+        for decoder in self.decoders.values():
+            decoder.drafter.close()
+        self.snap_ctx.close()
+        self.ckpt_ctx.close()
+        self.draft.close()
+        self.target.close()
+
+
+def rollback_costs(backend: Backend, family: HybridFamily, settings: ContextSettings, gpu: int, runs: int
+                   ) -> dict[str, float]:
+    """Milliseconds per operation on the target alone (medians of ``runs`` interleaved repetitions). A verify
+    batch is [last prompt token, 4 draft tokens]; a rejection of all 4 keeps the first (``truncate(base + 1)``)."""
+    ms = ModelSettings(gpu_layers=gpu)
+    with LoadedModel(backend, family.target, ms) as model, ModelContext(model, settings) as snap, \
+            ModelContext(model, settings, rollback_tokens=0) as bare:
+        prompt = prompt_ids(model)
+        batch = [prompt[-1], *range(300, 300 + K)]
+        base = len(prompt) - 1
+        samples: dict[str, list[float]] = {}
+
+        def add(name: str, fn: Callable[[], object], ctx: ModelContext) -> None:
+            t0 = time.perf_counter()
+            fn()
+            ctx.synchronize()
+            samples.setdefault(name, []).append((time.perf_counter() - t0) * 1000)
+
+        def reset(ctx: ModelContext) -> None:
+            ctx.clear()
+            ctx.decode(prompt[:-1])
+
+        for _ in range(runs):
+            reset(snap)
+            add("pass, snapshots", lambda: snap.decode(batch, logits="all"), snap)
+            rollbacks = snap.rollbacks
+            add("seq_rm", lambda: snap.truncate(base + 1), snap)
+            assert snap.rollbacks == rollbacks + 1 and snap.n_past == base + 1
+            add("pass 1 after rollback", lambda: snap.decode([400]), snap)
+            reset(snap)
+            snap.decode(batch[:2], logits="all")
+            add("pass 1 without rollback", lambda: snap.decode([400]), snap)
+            reset(bare)
+            add("pass, no snapshots", lambda: bare.decode(batch, logits="all"), bare)
+            reset(bare)
+            add("checkpoint save", bare.checkpoint, bare)
+            bare.decode(batch, logits="all")
+            add("checkpoint restore", lambda: bare.truncate(base + 1), bare)
+            assert bare.n_past == base
+            add("replay 1 token", lambda: bare.decode(batch[:1], logits="none"), bare)
+        return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small models, 2 runs (a smoke run)")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cuda", action="store_true", help="offload every layer to the GPU")
+    args = ap.parse_args()
+    if args.quick:
+        args.runs, args.tokens, args.layers, args.width = 2, 32, 8, 256
+    gpu = -1 if args.cuda else 0
+    settings = ContextSettings(n_ctx=1024, threads=args.threads)
+    backend = Backend()
+    print(f"# bench_hybrid: {platform.machine()} {os.cpu_count()} CPUs, threads {args.threads}, "
+          f"{'CUDA' if args.cuda else 'CPU'}, {args.layers} layers x {args.width}, {args.tokens} tokens, "
+          f"{args.runs} runs, ROLLBACK_TOKENS {ROLLBACK_TOKENS}")
+    print(f"# load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
+    fams = families(args.layers, args.width)
+    modes = [("plain", 0), ("snapshots", K), ("snapshots", None), ("checkpoint", K), ("checkpoint", None)]
+    print("\n| target | mode | k | tok/s | vs plain | acceptance |")
+    print("|---|---|---|---|---|---|")
+    for arch, family in fams.items():
+        pair = Pair(backend, family, settings, gpu)
+        try:
+            pair.reply("snapshots", K, 8)  # page the weights in
+            rates: dict[tuple[str, int | None], list[float]] = {}
+            counts: dict[tuple[str, int | None], list[int]] = {}
+            for _ in range(args.runs):
+                for mode, k in modes:
+                    tps, drafted, accepted = pair.reply(mode, k, args.tokens)
+                    rates.setdefault((mode, k), []).append(tps)
+                    c = counts.setdefault((mode, k), [0, 0])
+                    c[0] += drafted
+                    c[1] += accepted
+            plain = statistics.median(rates["plain", 0])
+            for mode, k in modes:
+                tps = statistics.median(rates[mode, k])
+                drafted, accepted = counts[mode, k]
+                acc = f"{accepted / drafted:.2f}" if drafted else "-"
+                print(f"| {arch} | {mode} | {'auto' if k is None else k} | {tps:.1f} | {tps / plain:.2f}x | {acc} |")
+        finally:
+            pair.close()
+    print("\n| target | pass (5 tok) | snapshots' cost per pass | rollback of 4 tokens | per rejected token "
+          "| per token / pass | checkpoint save + restore + replay 1 |")
+    print("|---|---|---|---|---|---|---|")
+    for arch, family in fams.items():
+        c = rollback_costs(backend, family, settings, gpu, max(5, args.runs * 4))
+        rollback = c["seq_rm"] + c["pass 1 after rollback"] - c["pass 1 without rollback"]
+        per_token = rollback / K
+        ckpt = c["checkpoint save"] + c["checkpoint restore"] + c["replay 1 token"]
+        print(f"| {arch} | {c['pass, snapshots']:.2f} ms | {c['pass, snapshots'] - c['pass, no snapshots']:+.2f} ms "
+              f"({(c['pass, snapshots'] / c['pass, no snapshots'] - 1) * 100:+.0f} %) | {rollback:.3f} ms | "
+              f"{per_token:.3f} ms | {per_token / c['pass, snapshots'] * 100:.1f} % | "
+              f"{c['checkpoint save']:.3f} + {c['checkpoint restore']:.3f} + {c['replay 1 token']:.2f} ms "
+              f"= {ckpt / c['pass, snapshots'] * 100:.0f} % of a pass |")
+
+
+if __name__ == "__main__":
+    main()

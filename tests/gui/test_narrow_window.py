@@ -1,0 +1,78 @@
+"""The window tiles to half a 1920-px screen: 960 px wide and narrower, every control still there.
+
+Before: the reply controls were one row (provenance toggle, legend, four buttons) and the window could not be
+narrower than ~1,120 px (``minimumSizeHint``): the first test failed at 1124 > 900, and the side panels could
+not be hidden.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QPoint, QRect
+from PySide6.QtWidgets import QLabel, QPushButton, QWidget
+
+from outrider.ui.main_window import ACTION_SHOW_CONVERSATIONS, ACTION_SHOW_STATISTICS, MainWindow
+from outrider.ui.widgets.flow_layout import FlowLayout, wrapping_policy
+
+
+def _window(qtbot: Any, app_parts: dict[str, Any]) -> MainWindow:
+    win = MainWindow(app_parts["bridge"], app_parts["store"], app_parts["settings"])
+    qtbot.addWidget(win)
+    win.show()
+    return win
+
+
+def _inside(widget: QWidget, window: QWidget) -> bool:
+    top_left = widget.mapTo(window, QPoint(0, 0))
+    return window.rect().contains(QRect(top_left, widget.size()))
+
+
+def test_the_window_fits_half_a_screen_with_every_button_shown(qtbot: Any, app_parts: dict[str, Any]) -> None:
+    win = _window(qtbot, app_parts)
+    assert win.minimumSizeHint().width() <= 900
+    win.resize(960, 700)
+    qtbot.waitUntil(lambda: win.width() == 960)
+    c = win.chat
+    for button in (c.send_button, c.stop_button, c.regenerate_button):
+        assert button.isVisible() and _inside(button, win), button.text()
+        assert button.width() >= button.sizeHint().width()  # not squeezed into a sliver
+    assert _inside(c.composer, win) and _inside(c.provenance_box, win)
+
+
+def test_the_side_panels_can_be_hidden_and_shown_again(qtbot: Any, app_parts: dict[str, Any]) -> None:
+    win = _window(qtbot, app_parts)
+    for ident, pane in ((ACTION_SHOW_CONVERSATIONS, win.conversations), (ACTION_SHOW_STATISTICS, win.stats)):
+        action = win.actions_by_id[ident]
+        assert action.isCheckable() and action.isChecked() and pane.isVisible()
+        action.trigger()
+        assert not pane.isVisible() and not action.isChecked()
+        action.trigger()
+        assert pane.isVisible()
+    win.resize(960, 700)
+    qtbot.waitUntil(lambda: win.width() == 960)
+    before = win.chat.width()
+    win.actions_by_id[ACTION_SHOW_CONVERSATIONS].trigger()
+    win.actions_by_id[ACTION_SHOW_STATISTICS].trigger()
+    qtbot.waitUntil(lambda: win.chat.width() > before + 300)  # the chat gets the room
+
+
+def test_a_flow_layout_wraps_instead_of_widening(qtbot: Any) -> None:
+    host = QWidget()
+    qtbot.addWidget(host)
+    layout = FlowLayout(host, right_align_last=True)
+    labels = [QLabel(f"item number {i}", host) for i in range(6)]
+    for label in labels:
+        layout.addWidget(label)
+    button = QPushButton("Send", host)
+    layout.addWidget(button)
+    host.setSizePolicy(wrapping_policy())
+    widest = max(w.sizeHint().width() for w in [*labels, button])
+    assert layout.minimumSize().width() == widest
+    one_line = layout.sizeHint().width()
+    assert layout.heightForWidth(one_line) < layout.heightForWidth(widest)  # narrower: more lines
+    host.resize(widest + 10, layout.heightForWidth(widest + 10))
+    host.show()
+    qtbot.waitExposed(host)
+    assert all(host.rect().contains(w.geometry()) for w in [*labels, button])
+    assert button.geometry().right() >= host.width() - 2  # the last item at the right end of its line
