@@ -391,3 +391,40 @@ def test_the_status_bar_speaks_the_picker_s_units_and_no_gpu_on_a_cpu_build(qtbo
     text = win.engine_label.text()
     assert "MiB" not in text and "GPU layers" not in text
     assert "(weights + KV" in text
+
+
+def test_provenance_colours_come_back_on_reopening_and_on_a_continued_reply(qtbot: Any, chat: Any) -> None:
+    """Before: a reopened conversation (or one after a restart) and the first part of a continued reply were
+    drawn without colours: only the reply streamed this session had them."""
+    win, client = chat
+    _send(qtbot, win, "Tell me", Script([("The quick", True), (" brown", False)], stop="length"), client)
+    _settled(qtbot, win)
+    cid = win.session.conversation_id
+    win.session.open_conversation(None)
+    win.session.open_conversation(cid)  # reopened, as after a restart
+    reply = win.chat.messages[-1]
+    assert reply.provenance_runs() == [("The quick", "draft"), (" brown", "target")]
+    client.scripts.append(Script([(" fox", True)]))
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+        qtbot.mouseClick(win.chat.continue_button, Qt.MouseButton.LeftButton)
+    _settled(qtbot, win)
+    win.session.open_conversation(None)
+    win.session.open_conversation(cid)
+    runs = win.chat.messages[-1].provenance_runs()
+    assert runs is not None and [k for _, k in runs] == ["draft", "target", "draft"]  # the old part kept its colours
+    assert "".join(t for t, _ in runs) == "The quick brown fox"
+
+
+def test_drafting_off_is_shown_after_a_restart_and_undone_in_one_click(qtbot: Any, chat: Any,
+                                                                        tmp_path: Path) -> None:
+    """Before: "Draft off" survived restarts silently (only the status line's text said "draft off")."""
+    win, _client = chat
+    assert win.draft_on_button.isHidden()
+    win.settings.set(draft_source="none")
+    assert not win.draft_on_button.isHidden()
+    win.settings.flush()
+    again = MainWindow(win.bridge, win.store, QtSettings())  # the next start reads the setting
+    qtbot.addWidget(again)
+    assert not again.draft_on_button.isHidden()
+    qtbot.mouseClick(again.draft_on_button, Qt.MouseButton.LeftButton)
+    assert again.settings.value.draft_source == "model" and again.draft_on_button.isHidden()

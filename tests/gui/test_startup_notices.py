@@ -1,4 +1,4 @@
-"""Damaged settings and a damaged history are never silent (RELIABILITY.md "Results (session 2)", items 3 and 6):
+"""Damaged settings and a damaged history are never silent:
 the settings file is kept aside (never overwritten), and the main window's banner names every kept file at start,
 even when last time's crash report is shown too."""
 

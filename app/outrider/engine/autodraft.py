@@ -1,6 +1,6 @@
 """Automatic draft length: choose k each step to maximise expected tokens per second.
 
-Cost model (the one in ../docs/metrics.md and SPECULATIVE_DECODING.md, with costs *measured* live):
+Cost model (the one in docs/metrics.md, with costs *measured* live):
 
     tokens per step      E(k) = (1 - a^(k+1)) / (1 - a)        (a = per-token acceptance, i.i.d. assumption)
     seconds per step     T(k) = k * c_draft + c_verify(k + 1)  (c_verify(n): one target pass over n tokens)

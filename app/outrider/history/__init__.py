@@ -33,6 +33,7 @@ from outrider.history.models import (
     SearchHit,
     UnreadableRecord,
 )
+from outrider.history.provenance import decode_runs, with_runs
 from outrider.history.salvage import SalvageResult
 from outrider.history.schema import CURRENT_VERSION
 from outrider.history.store import HistoryStore
@@ -71,4 +72,6 @@ __all__ = [
     "UnreadableRecord",
     "connect",
     "connection_settings",
+    "decode_runs",
+    "with_runs",
 ]

@@ -30,6 +30,7 @@ from typing import Any
 from outrider.engine.params import ChatMessage
 from outrider.history.checkpoint import ReplyCheckpointer
 from outrider.history.models import Message, MessageStatus, ReplyStats, Role
+from outrider.history.provenance import decode_runs
 from outrider.history.store import HistoryStore
 
 TITLE_CHARS = 60
@@ -76,7 +77,8 @@ class Turn:
     """A whole turn started: the question committed, the reply begun.
 
     ``continued``: the text the reply already had when it is a continuation (``ChatTurns.continue_reply``; the
-    last of ``history`` is then that reply and the engine continues it), else "".
+    last of ``history`` is then that reply and the engine continues it), else ""; ``continued_runs``: that text's
+    provenance runs as stored with it (``provenance.py``), or None when it has none.
     """
 
     conversation_id: int
@@ -84,6 +86,7 @@ class Turn:
     reply_id: int
     history: tuple[ChatMessage, ...]
     continued: str = ""
+    continued_runs: tuple[tuple[str, str | None], ...] | None = None
 
 
 class ChatTurns:
@@ -139,10 +142,13 @@ class ChatTurns:
         messages = self.store.get_conversation(conversation_id).messages
         if not any(isinstance(m, Message) and m.id == reply_id for m in messages):
             raise ValueError("that reply is not in this conversation")
+        stored = next(m for m in messages if isinstance(m, Message) and m.id == reply_id)
         text = self.store.reopen_reply(reply_id)
         users = [m.id for m in messages if isinstance(m, Message) and m.role is Role.USER and m.id < reply_id]
         history = (*engine_history([m for m in messages if m.id != reply_id]), ChatMessage("assistant", text))
-        return Turn(conversation_id, users[-1] if users else 0, reply_id, history, continued=text)
+        runs = decode_runs(text, stored.stats)
+        return Turn(conversation_id, users[-1] if users else 0, reply_id, history, continued=text,
+                    continued_runs=tuple(runs) if runs is not None else None)
 
     def checkpointer(self, reply_id: int) -> ReplyCheckpointer:
         """Rate-limited checkpoints of the streaming reply ``reply_id`` (and its final write)."""

@@ -28,6 +28,8 @@ from outrider.history import (
     Message,
     ReplyCheckpointer,
     Role,
+    decode_runs,
+    with_runs,
 )
 from outrider.history.turns import (
     ChatTurns,
@@ -64,7 +66,8 @@ def items_of(messages: list[Any]) -> list[MessageItem]:
     for m in messages:
         if isinstance(m, Message):
             end = str(end_reason(m.status, m.stats)) if m.role is Role.ASSISTANT else ""
-            items.append(MessageItem(m.role.value, m.text, m.status.value, m.id, end=end))
+            runs = decode_runs(m.text, m.stats) if m.role is Role.ASSISTANT else None
+            items.append(MessageItem(m.role.value, m.text, m.status.value, m.id, end=end, runs=runs))
         else:
             items.append(MessageItem("system", f"(message {m.id} {m.label})"))
     return items
@@ -372,7 +375,7 @@ class ChatSession(QObject):
         self._reply_id = turn.reply_id
         self._checkpointer = ReplyCheckpointer(self.store.store, turn.reply_id)
         if self._continuing:
-            self._reply = ReplyText(turn.continued)
+            self._reply = ReplyText(turn.continued, turn.continued_runs)
             self.reply_continued.emit(self._reply)
         elif turn.user_message_id:
             self.user_message_stored.emit(turn.user_message_id)
@@ -439,6 +442,8 @@ class ChatSession(QObject):
         else:
             self.meter.finish_reply(None)
         reply_id = self._reply_id
+        # The colours go with the reply (reopened, after a restart, exported, continued): its runs as streamed.
+        end = dataclasses.replace(end, stats=with_runs(end.stats, end.text, self._reply.pieces))
         if self._checkpointer is not None:
             self.store.finish(self._checkpointer, end.text, end.status, end.stats)
         self._checkpointer = None

@@ -129,6 +129,15 @@ class MainWindow(QMainWindow):
                                      "tok/s: plain decoding measured in the last reply, at the same context "
                                      "length and load")
         self.statusBar().addPermanentWidget(self.engine_label, 1)
+        # Drafting turned off stays off across restarts (a setting): the status bar says so and undoes it in one
+        # click, so a user who pressed "Draft off" once is never left wondering why nothing speeds up.
+        self.draft_on_button = QPushButton("Drafting is off — turn it on", self)
+        self.draft_on_button.setObjectName("draftOnButton")
+        self.draft_on_button.setToolTip("Draft again with this pair's own drafter (Settings > Drafting)")
+        self.draft_on_button.setFlat(True)
+        self.draft_on_button.clicked.connect(lambda: self.settings.set(draft_source="model"))
+        self.statusBar().addPermanentWidget(self.draft_on_button)
+        self._sync_draft_on_button()
 
         self.actions_by_id: dict[str, QAction] = {}
         self._build_menus()
@@ -508,9 +517,14 @@ class MainWindow(QMainWindow):
         self.settings.set(theme="dark" if on else "light")
 
     @Slot(list)
+    def _sync_draft_on_button(self) -> None:
+        self.draft_on_button.setVisible(self.settings.value.draft_source == "none")
+
     def _on_settings_changed(self, names: list[str]) -> None:
         if "theme" in names:
             self.apply_settings_theme()
+        if "draft_source" in names:
+            self._sync_draft_on_button()
         if self._applying_pair:
             return
         value = self.settings.value

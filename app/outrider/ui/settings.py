@@ -1,7 +1,8 @@
 """The settings for the GUI: ``QtSettings`` wraps the plain settings of ``outrider.settings`` (``AppSettings``,
 ``load_settings``, ``save_settings``) with change signals: ``set(**changes)`` writes the file and emits
-``changed`` only for keys whose value really changed (STYLE.md §10). ``drafting_text`` and ``reload_needed`` say
-what a change of the drafting settings means for the status bar and the loaded pair.
+``changed`` only for keys whose value really changed (a no-op set must not reload a pair or redraw).
+``drafting_text`` and ``reload_needed`` say what a change of the drafting settings means for the status bar
+and the loaded pair.
 """
 
 from __future__ import annotations

@@ -115,7 +115,10 @@ def test_verify_exact(qtbot: QtBot, dialog: BenchmarkDialog, bridge: TokenBridge
     assert [r.plain for r in greedy] == [False, True] and all(r.sampling.temperature == 0 for r in greedy)
     assert [r.plain for r in sampled[:4]] == [False, True, False, True]
     assert all(r.sampling.temperature == pytest.approx(0.8) and r.max_tokens == 4 for r in sampled)
-    assert len({r.sampling.seed for r in sampled}) == 300  # a seed per sample
+    # a seed per pair: the speculative and the plain sample of a pair share it (the coupled sampler must then
+    # give the same tokens), and no two pairs share one
+    assert len({r.sampling.seed for r in sampled}) == 150
+    assert all(a.sampling.seed == b.sampling.seed for a, b in zip(sampled[::2], sampled[1::2], strict=True))
     assert all(r.draft == DraftParams(k=4, p_min=0.5) for r in bridge.requests)
     assert bridge.requests[0].messages is not None and bridge.requests[0].messages[-1].content == "Count to ten."
     # the report: computed by the same core as `outrider verify`
@@ -124,8 +127,17 @@ def test_verify_exact(qtbot: QtBot, dialog: BenchmarkDialog, bridge: TokenBridge
     assert [sum(p.speculative.values()) for p in report.positions] == [150] * 4
     text = dialog.verify_result.text()
     assert text.startswith("Exact: greedy output identical to plain decoding over 4 tokens")
-    assert "300 draft tokens were verified by the target while sampling, 150 accepted" in text
-    assert "smallest p-value" in text and "largest total-variation distance" in text
+    # one plain sentence first; the statistics under Details, folded (before: "largest total-variation distance
+    # 0.535" stood next to "Exact")
+    assert "p-value" not in text and "total-variation" not in text
+    assert not dialog.verify_details_button.isHidden() and dialog.verify_details.isHidden()
+    dialog.verify_details_button.click()
+    details = dialog.verify_details.text()
+    assert not dialog.verify_details.isHidden()
+    assert "300 draft tokens were verified by the target while sampling, 150 accepted" in details
+    assert "smallest p-value" in details and "largest total-variation distance" in details
+    saved = dialog.markdown()  # the verdict goes into the saved report too
+    assert "## Exactness check" in saved and text in saved and "smallest p-value" in saved
     assert dialog.status.text() == "Exactness check done: exact."
     assert dialog.progress.value() == dialog.progress.maximum() == 302
     assert dialog.verify_button.isEnabled() and dialog.run_button.isEnabled()
@@ -255,7 +267,7 @@ def test_summary_wording_for_a_greedy_divergence() -> None:
                           greedy_accepted=3, samples=10, tokens=8, drafted=12, accepted=6, positions=(), alpha=0.01)
     text = verify_summary(report)
     assert text.startswith("Not exact: greedy output differs from plain decoding at token 3")
-    assert "12 draft tokens were verified" in text
+    assert "12 draft tokens were verified" in text.split("\n\n")[1]  # the statistics after the sentence
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 """Downloads against the fake Hub: resume, Range faults, corruption, gated/404, stall, cancel, concurrency,
-disk full (RELIABILITY.md 1-6, 8)."""
+disk full."""
 
 from __future__ import annotations
 

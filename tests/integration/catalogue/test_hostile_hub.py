@@ -1,5 +1,5 @@
 """A hostile or broken Hub: path-like ``X-Repo-Commit`` headers, bodies cut short forever, and a download process
-whose parent is killed (RELIABILITY.md, session 2)."""
+whose parent is killed."""
 
 from __future__ import annotations
 

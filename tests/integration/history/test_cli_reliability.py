@@ -1,5 +1,5 @@
 """``outrider ask`` / ``chats`` / ``generate`` / ``models`` when the history or its folder is not as expected
-(RELIABILITY.md "Results (session 2)"): a damaged history is reported, a full disk stores all of the question or
+a damaged history is reported, a full disk stores all of the question or
 nothing, and every bad situation is one line on stderr with exit status 2 (1 for a full disk), never a traceback.
 """
 

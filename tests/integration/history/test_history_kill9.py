@@ -1,4 +1,4 @@
-"""Kill -9 the process writing the history at random moments (RELIABILITY.md items 21 and 22).
+"""Kill -9 the process writing the history at random moments.
 
 Each test runs a real child Python process (``history_child.py``) that reports every committed step on stdout
 after the commit returned; the parent SIGKILLs it at a random moment, reopens the store (as the app would on

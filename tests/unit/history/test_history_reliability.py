@@ -1,4 +1,4 @@
-"""Reliability of the history store, session 2 (RELIABILITY.md "Results (session 2)"): private file modes, a
+"""Reliability of the history store: private file modes, a
 damaged history is always reported and salvaged, a full disk stores all of a change or none of it, and import
 refuses text SQLite cannot store."""
 

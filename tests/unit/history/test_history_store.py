@@ -1,5 +1,5 @@
 """Unit tests of the history store: write order, recovery, settings audit, corruption, migration, search,
-export/import and unreadable records (RELIABILITY.md items 21-24)."""
+export/import and unreadable records."""
 
 from __future__ import annotations
 

@@ -1,21 +1,24 @@
 """Qt adapter over ``outrider.worker.client.EngineClient``: blocking engine calls on one worker thread, signals out.
 
 The engine client is blocking (a load takes seconds, a generation is an iterator that blocks between steps), so
-every request runs on this bridge's own ``QThread``, one at a time, in the order asked (STYLE.md §4: one
-dedicated inference thread). The GUI thread only calls the public methods, which return at once, and receives
-results as signals. ``cancel()`` is the exception: ``EngineClient.cancel`` is thread-safe and returns at once, so
-it is called directly and cuts a running reply short within one step.
+every request runs on this bridge's own ``QThread``, one at a time, in the order asked (one dedicated inference
+thread: llama.cpp's calls are not made from two threads at once, and the GUI thread never blocks on one).
+The GUI thread only calls the public methods, which return at once, and receives results as signals.
+``cancel()`` is the exception: ``EngineClient.cancel`` is thread-safe and returns at once, so it is called
+directly and cuts a running reply short within one step.
 
 Everything the worker has to say goes through ONE ordered buffer: each item an ``_Out`` kind and its payload
 (the client yields each wire message as one ``StepBatch``, ``outrider.engine.events``; then the reply's
 ``DoneEvent``, a failure, a load's progress and result, busy or not). The worker emits a wake-up only when the
 buffer goes from empty to non-empty; the GUI thread drains the whole buffer in one slot and emits the bridge's
 signals in the order the items were made, so a reply's last steps always come before its end or its crash, and a
-reply's end before anything of the next. Steps are coalesced (STYLE.md §6): consecutive batches become one
+reply's end before anything of the next. Steps are coalesced (a repaint per token would
+cost more than the token): consecutive batches become one
 ``step_received`` (joined, when the GUI fell behind). A slow reply therefore arrives step by step with no added
 latency, and a fast one in batches sized by how busy the GUI thread is — never one repaint per token.
 
-Errors travel on their own signals, typed at the source (STYLE.md §7), never through the token stream.
+Errors travel on their own signals, typed at the source (the words are chosen only
+at the UI boundary), never through the token stream.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ style).
 ``QtTaskRunner.submit(fn, on_done, on_error)`` runs ``fn()`` on a worker thread and calls ``on_done(result)`` or
 ``on_error(exc)`` on the GUI thread through a queued signal. With one worker (the default) work for one resource is
 serialised in submission order (the history store's writes); the download manager uses two, so a pause does not
-wait behind a cancel. Callbacks bound to a deleted QObject are skipped (STYLE.md §8), and every callback still
+wait behind a cancel. Callbacks bound to a deleted QObject are skipped (calling into a
+deleted widget crashes the app), and every callback still
 pending when the runner is closed is dropped, so a result that arrives after its window closed never touches
 deleted widgets. Threads start on first use; a closed runner starts them again when it is used again (a dialog
 shown again).

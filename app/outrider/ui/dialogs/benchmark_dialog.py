@@ -43,6 +43,7 @@ from PySide6.QtWidgets import (
     QSplitter,
     QStackedWidget,
     QTableView,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -53,7 +54,13 @@ from outrider.engine.params import DraftParams, SamplingParams
 from outrider.fileio import atomic_write_text
 from outrider.ui.dialogs.benchmark_results import BenchmarkResultsModel, ResultColumn, results_markdown
 from outrider.ui.dialogs.benchmark_runner import BenchmarkRunner, EngineBridgeLike
-from outrider.ui.dialogs.verify_panel import VerifyBridgeLike, VerifyRunner, verify_summary
+from outrider.ui.dialogs.verify_panel import (
+    VerifyBridgeLike,
+    VerifyRunner,
+    verify_details,
+    verify_sentence,
+    verify_summary,
+)
 
 READY_NOTE = "Choose prompts and press Run."
 CHART_EMPTY = "Each prompt's measured speed-up and acceptance appear here as bars once it has been measured."
@@ -329,8 +336,11 @@ class BenchmarkDialog(QDialog):
     # -- saving -------------------------------------------------------------------------------------------------
     def markdown(self) -> str:
         runs, tokens = self._run_settings
-        return results_markdown(self.results.rows, self._run_prompts, pair_name=self.pair_name, runs=runs,
+        text = results_markdown(self.results.rows, self._run_prompts, pair_name=self.pair_name, runs=runs,
                                 max_tokens=tokens)
+        if self.verify_report is not None:  # the verdict goes with the saved report, in the same words
+            text = text.rstrip("\n") + f"\n\n## Exactness check\n\n{verify_summary(self.verify_report)}\n"
+        return text
 
     def save_markdown(self, path: str | Path) -> Path:
         """Write the report atomically (a crash leaves the old file or the whole new one)."""
@@ -388,6 +398,20 @@ class BenchmarkDialog(QDialog):
         self.verify_result.setObjectName("verifyResult")
         self.verify_result.setWordWrap(True)
         self.verify_result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # The statistics behind the verdict, on request: the verdict is one plain sentence.
+        self.verify_details_button = QToolButton(self)
+        self.verify_details_button.setText("Details")
+        self.verify_details_button.setCheckable(True)
+        self.verify_details_button.setArrowType(Qt.ArrowType.RightArrow)
+        self.verify_details_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.verify_details_button.hide()
+        self.verify_details = QLabel("", self)
+        self.verify_details.setObjectName("verifyDetails")
+        self.verify_details.setWordWrap(True)
+        self.verify_details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.verify_details.hide()
+        self.verify_details_button.toggled.connect(self._on_verify_details_toggled)
+        self.verify_report: VerifyReport | None = None
         box = QGroupBox("Exactness", self)
         row = QHBoxLayout()
         for text, widget in (("Sa&mples:", self.verify_samples_spin), ("Po&sitions:", self.verify_tokens_spin),
@@ -401,6 +425,8 @@ class BenchmarkDialog(QDialog):
         box_layout = QVBoxLayout(box)
         box_layout.addLayout(row)
         box_layout.addWidget(self.verify_result)
+        box_layout.addWidget(self.verify_details_button)
+        box_layout.addWidget(self.verify_details)
         layout = self.layout()
         if isinstance(layout, QVBoxLayout):
             layout.insertWidget(max(0, layout.indexOf(self.status)), box)
@@ -428,7 +454,7 @@ class BenchmarkDialog(QDialog):
         sampling = dataclasses.replace(self.verify_sampling, temperature=self.verify_temperature_spin.value())
         samples, tokens = self.verify_samples_spin.value(), self.verify_tokens_spin.value()
         self._set_verifying(True)
-        self.verify_result.setText("")
+        self._show_verify_report(None)
         self.status.setText(f"Verifying exactness on “{label}”: greedy, then {samples} speculative and {samples} "
                             f"plain samples of {tokens} tokens…")
         self.verify_runner.start(text, samples=samples, tokens=tokens, sampling=sampling, draft=self._draft)
@@ -439,12 +465,25 @@ class BenchmarkDialog(QDialog):
             widget.setEnabled(not on)
         self.stop_button.setEnabled(on)
 
+    def _show_verify_report(self, report: VerifyReport | None) -> None:
+        """The verdict in a sentence, its statistics under Details (folded), or nothing while none is known."""
+        self.verify_report = report
+        self.verify_result.setText(verify_sentence(report) if report is not None else "")
+        self.verify_details.setText(verify_details(report) if report is not None else "")
+        self.verify_details_button.setVisible(report is not None)
+        self.verify_details_button.setChecked(False)
+        self.verify_details.hide()
+
+    def _on_verify_details_toggled(self, on: bool) -> None:
+        self.verify_details.setVisible(on)
+        self.verify_details_button.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
+
     def _sync_verify_button(self) -> None:
         self.verify_button.setEnabled(not self.runner.running and not self.verify_runner.running)
 
     def _on_verify_runner_finished(self, report: VerifyReport) -> None:
         self._set_verifying(False)
-        self.verify_result.setText(verify_summary(report))
+        self._show_verify_report(report)
         self.status.setText(f"Exactness check done: {report.verdict}.")
         self.verify_finished.emit(report)
 

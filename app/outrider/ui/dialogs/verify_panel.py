@@ -85,26 +85,37 @@ class VerifyRunner(BridgeRun):
         return self.collector.report()
 
 
-def verify_summary(report: VerifyReport) -> str:
-    """The verdict of an exactness check in words, for the dialog."""
-    checked = (f"{report.samples} speculative and {report.samples} plain samples of {report.tokens} tokens")
-    drafted = (f"{report.drafted:,} draft tokens were verified by the target while sampling, "
-               f"{report.accepted:,} accepted.")
-    numbers = (f"smallest p-value {report.min_p_value:.3g} (each must exceed {report.threshold:.3g}), largest "
-               f"total-variation distance {report.max_tv:.3f}")
+def verify_sentence(report: VerifyReport) -> str:
+    """The verdict of an exactness check as one plain sentence (the figures are in ``verify_details``)."""
     greedy = (f"greedy output identical to plain decoding over {report.greedy_tokens} tokens"
               if report.greedy_identical else
               f"greedy output differs from plain decoding at token {report.first_divergence}")
     if report.verdict == "exact":
-        return (f"Exact: {greedy}; {checked} agree at every position ({numbers}). {drafted}")
+        return (f"Exact: {greedy}, and the sampled text is distributed as plain sampling's — speculation changed "
+                "nothing but the speed.")
     if report.verdict == "inconclusive":
         if report.drafted == 0:
             why = ("nothing was drafted while sampling, so the speculative runs were plain decoding and prove "
                    "nothing — try another prompt or a longer draft")
         else:
             why = "no position had tokens frequent enough to compare — use more samples"
-        return f"Inconclusive: {why}. ({greedy}; {checked}.)"
+        return f"Inconclusive: {why} ({greedy})."
     where = ", ".join(str(j) for j in report.rejected)
     sampled = (f"the sampled tokens differ from plain sampling at position(s) {where}" if report.rejected else
-               f"{checked} agree at every position")
-    return f"Not exact: {greedy}; {sampled} ({numbers}). {drafted}"
+               "the sampled tokens are not distributed as plain sampling's")
+    return f"Not exact: {greedy}; {sampled}."
+
+
+def verify_details(report: VerifyReport) -> str:
+    """The statistics behind the verdict: what was compared, and the tests' figures."""
+    checked = f"{report.samples} speculative and {report.samples} plain samples of {report.tokens} tokens"
+    drafted = (f"{report.drafted:,} draft tokens were verified by the target while sampling, "
+               f"{report.accepted:,} accepted.")
+    numbers = (f"smallest p-value {report.min_p_value:.3g} (each must exceed {report.threshold:.3g}), largest "
+               f"total-variation distance {report.max_tv:.3f}")
+    return f"Compared {checked}: {numbers}. {drafted}"
+
+
+def verify_summary(report: VerifyReport) -> str:
+    """The verdict and its statistics, for a saved report."""
+    return f"{verify_sentence(report)}\n\n{verify_details(report)}"

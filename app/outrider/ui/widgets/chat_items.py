@@ -31,8 +31,12 @@ class ReplyText:
         pieces: (text, provenance) in arrival order; empty pieces (a held partial character) are left out.
     """
 
-    def __init__(self, start: str = "") -> None:
-        self.pieces: list[Run] = [(start, None)] if start else []
+    def __init__(self, start: str = "", start_runs: Sequence[Run] | None = None) -> None:
+        """``start_runs``: ``start``'s provenance runs when known (a continued reply's stored colours)."""
+        if start_runs is not None and "".join(t for t, _ in start_runs) == start:
+            self.pieces: list[Run] = [run for run in start_runs if run[0]]
+        else:
+            self.pieces = [(start, None)] if start else []
         self._joined = ""
         self._n_joined = 0
 

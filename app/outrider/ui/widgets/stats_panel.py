@@ -1,8 +1,9 @@
 """The live statistics panel beside the chat: numbers, two charts, the "slower than plain" warning.
 
 It redraws on its own timer (``REFRESH_MS``, about 4 Hz) from a ``ReplyMeter`` and only when something
-changed — never per token (STYLE.md §6); the charts at most once per ``CHART_MS`` while a reply streams, with
-axis ranges that grow in "nice" steps (a repaint whose axes did not change replays their cached drawing).
+changed — never per token (a repaint costs more than a token); the charts at most once per ``CHART_MS``
+while a reply streams, with axis ranges that grow in "nice" steps (a repaint whose axes did not change
+replays their cached drawing).
 Every label carries the definition from docs/metrics.md as tooltip and a one-line explanation under its name
 (``EXPLANATIONS``). The charts have labelled axes with units (seconds since the request; reply number), a legend
 for the two curves, and a plain sentence instead of empty axes until there is something to draw.
