@@ -321,8 +321,8 @@ def steps_to_wire(steps: list[list[Any]], stats: GenerationStats) -> dict[str, A
 
 
 def batch_from_wire(message: Mapping[str, Any]) -> StepBatch:
-    """A ``steps`` message to a StepBatch. Each step is ``[tokens, drafted, text, k]``, ``[..., pieces]`` or
-    ``[..., pieces, origins]``; elements after those (a newer engine) are ignored."""
+    """A ``steps`` message to a StepBatch. Each step is ``[tokens, drafted, text, k]``, ``[..., pieces]``,
+    ``[..., pieces, origins]`` or ``[..., origins, logprobs]``; elements after those (a newer engine) are ignored."""
     stats = stats_from_wire(message.get("stats", {}))
     steps = message.get("steps")
     if not isinstance(steps, list):
@@ -350,7 +350,9 @@ def batch_from_wire(message: Mapping[str, Any]) -> StepBatch:
         if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins) or (
                 origins and len(origins) != len(drafted)):
             raise ProtocolError("step origins must be a list of strings, one per token")
-        logprobs = step[6] if len(step) >= 7 and isinstance(step[6], list) else []
+        logprobs = step[6] if len(step) >= 7 else []
+        if not isinstance(logprobs, list) or (logprobs and len(logprobs) != len(tokens)):
+            raise ProtocolError("step logprobs must be one entry per token")
         out.append(StepEvent(tokens, drafted, pieces, k, None, origins, logprobs))
     return StepBatch(tuple(out), stats)
 
