@@ -56,19 +56,10 @@ MIN_SIGMA_SHARE = 0.005  # robust sigma floor, relative to c1 (identical timings
 LOCAL_STEPS = 8  # steps: the reach of the growth's pairs and the window of the local plain cost
 PLAIN_PROBES_MIN = 3  # one-token passes after the first step the decoder forces until it has them
 PLAIN_PROBE_GAP = 4  # steps between those early probes (the first one is the reply's second step)
-FULL_FIT_PASSES = 16  # refit after every step up to this many passes, then more rarely (refit_due)
+REFIT_INTERVAL_S = 0.25  # seconds: the longest a reply's figures go without a refit (the GUI ticks at 4 Hz)
 
 
 Floats = npt.NDArray[np.float64]
-
-
-def refit_due(passes: int) -> bool:
-    """Whether the fit is redone after ``passes`` steps: every step up to ``FULL_FIT_PASSES``, every 4th up to
-    64, then every ``passes // 16`` steps, so that a reply's fits cost O(passes) in all (a fit takes well under
-    a millisecond; the display reads the figures four times a second)."""
-    if passes <= FULL_FIT_PASSES:
-        return True
-    return passes % (4 if passes <= 64 else passes // 16) == 0
 
 
 def speedup_is_settled(speedup: float | None, low: float | None, high: float | None) -> bool:
@@ -199,11 +190,13 @@ def _fit_once(batch: Floats, target: Floats, calm: npt.NDArray[np.bool_]) -> tup
     return growth, residuals, level, max(1.4826 * mad, MIN_SIGMA_SHARE * float(np.median(residuals)))
 
 
-def _drafting_stalls(fit: Sequence[PassTiming], sigma: float) -> float:
+def _drafting_stalls(steps: Sequence[PassTiming], sigma: float) -> float:
     """Seconds of drafting above its own stall bound (the running median of the steps' drafting times +
     ``WINSOR_SIGMAS`` robust sigmas, never below the target's sigma): a drafter descheduled mid-step is a stall
-    like any other, out of both sides; its ordinary time stays charged to speculation."""
-    drafting = np.array([p.step_s - p.target_s for p in fit], dtype=np.float64)
+    like any other, out of both sides; its ordinary time stays charged to speculation. The first step counts
+    here too (a drafter descheduled there is no cost of speculation; a first draft within the bound stays
+    charged)."""
+    drafting = np.array([p.step_s - p.target_s for p in steps], dtype=np.float64)
     level = _running(drafting, "median")
     spread = max(1.4826 * float(np.median(np.abs(drafting - level))), sigma)
     return float(np.maximum(0.0, drafting - (level + WINSOR_SIGMAS * spread)).sum())
@@ -235,7 +228,7 @@ def estimate_speedup(steps: Sequence[PassTiming]) -> SpeedupEstimate | None:
     growth, residuals, level, sigma = _fit_once(batch, target, np.ones(len(fit), dtype=bool))
     growth, residuals, level, sigma = _fit_once(batch, target, residuals <= level + WINSOR_SIGMAS * sigma)
     clipped = np.minimum(residuals, level + WINSOR_SIGMAS * sigma)
-    stall_s = float(((residuals - clipped) * (1 + growth * (batch - 1))).sum()) + _drafting_stalls(fit, sigma)
+    stall_s = float(((residuals - clipped) * (1 + growth * (batch - 1))).sum()) + _drafting_stalls(steps, sigma)
     local = _running(clipped, "mean")
     yielded = np.array([p.pass_tokens for p in fit], dtype=np.float64)
     # Each step's tokens at the plain cost around it; the first step's at that of the pass after it.

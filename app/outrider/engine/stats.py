@@ -10,15 +10,16 @@ its interval and the plain probes are defined in ``outrider.engine.speedup`` (an
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from outrider.engine.speedup import (
     PLAIN_PROBE_GAP,
     PLAIN_PROBES_MIN,
+    REFIT_INTERVAL_S,
     PassTiming,
     estimate_speedup,
-    refit_due,
     speedup_is_settled,
 )
 
@@ -171,12 +172,15 @@ DERIVED = ("acceptance_rate", "token_acceptance", "tokens_per_pass", "k_mean", "
 class PlainRateMeter:
     """Records the steps of one reply and keeps the speed-up fields of ``GenerationStats`` current.
 
-    The fit is redone after every step for the first ``FULL_FIT_PASSES`` passes, then ever more rarely
-    (``refit_due``: its cost grows with the reply), and always by ``finish`` before the last statistics go out.
+    The fit is redone at most every ``REFIT_INTERVAL_S`` of wall time (the GUI reads the figures four times a
+    second; a fit takes about a millisecond, which must not slow a reply of sub-millisecond passes), and always
+    by ``finish`` before the last statistics go out.
     """
 
-    def __init__(self, stats: GenerationStats) -> None:
+    def __init__(self, stats: GenerationStats, clock: Callable[[], float] = time.perf_counter) -> None:
         self.stats = stats
+        self._clock = clock
+        self._fitted_at = clock()
         self.steps: list[PassTiming] = []
         self.steps_since_plain = 0  # steps since the latest one-token pass
         self.plain_after_first = 0  # one-token passes after the first step (the fit's plain anchors)
@@ -204,13 +208,14 @@ class PlainRateMeter:
             self.steps_since_plain = 0
         else:
             self.steps_since_plain += 1
-        if refit_due(len(self.steps)):
+        if self._clock() - self._fitted_at >= REFIT_INTERVAL_S:
             self.finish()
 
     def finish(self) -> None:
         """Refit the cost model on every step so far and write the speed-up fields."""
         s = self.stats
         est = estimate_speedup(self.steps)
+        self._fitted_at = self._clock()
         if est is None:
             s.speedup = s.speedup_low = s.speedup_high = s.plain_tps = None
             s.plain_equiv_s = s.stall_s = 0.0
