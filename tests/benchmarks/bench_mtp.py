@@ -1,6 +1,6 @@
 """MTP drafting against plain decoding, at depth 1, 2, 3 and automatic, on generated MTP models.
 
-    python tests/benchmarks/bench_mtp.py [--quick] [--runs N] [--tokens N] [--threads N] [--cuda]
+    python tests/benchmarks/bench_mtp.py [--quick] [--runs N] [--tokens N] [--threads N] [--heads H,...] [--cuda]
 
 Models (``tests/support/mtp_gguf.py``, dense ``glm4moe``: a trunk of --layers x --width F16 blocks and one NextN
 block): an agreeing head (the target's next token ~90% of the time), and an unrelated head (hidden-state noise
@@ -72,6 +72,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="2 runs, 96 tokens")
     ap.add_argument("--cuda", action="store_true", help="offload every layer to the GPU")
+    ap.add_argument("--heads", default=",".join(HEADS),
+                    help=f"which heads, comma-separated (default: {', '.join(HEADS)})")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.tokens = 2, 96
@@ -85,7 +87,12 @@ def main() -> int:
     print("| head | reply | plain tok/s | depth 1 | depth 2 | depth 3 | auto | auto / best depth | auto / plain |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     goals: list[str] = []
-    for name, knobs in HEADS.items():
+    chosen = [h.strip() for h in args.heads.split(",") if h.strip()]
+    unknown = [h for h in chosen if h not in HEADS]
+    if unknown:
+        ap.error(f"unknown head {unknown[0]!r}: choose from {', '.join(HEADS)}")
+    for name in chosen:
+        knobs = HEADS[name]
         models = make_mtp_models(CACHE / name.replace(" ", "-"), shape=shape, **knobs)  # type: ignore[arg-type]
         engine = Engine()
         engine.load(PairSpec(target=str(models.target), mtp=True,

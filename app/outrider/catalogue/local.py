@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from outrider.catalogue.schema import KV_BYTES_PER_ELEMENT, MemoryEstimate
-from outrider.engine.compat import CompatibilityReport, check_facts, facts_from_header
+from outrider.engine.compat import CompatibilityReport, check_facts, facts_from_header, rollback_report
 from outrider.engine.llama.gguf_header import GGUFHeader, read_header
 
 
@@ -51,7 +51,9 @@ def check_local_pair(target: str | os.PathLike[str], draft: str | os.PathLike[st
                      n_ctx: int = 4096) -> LocalPairReport:
     """Raises GGUFHeaderError (with ``.kind``) for a file that is not a readable GGUF."""
     th, dh = read_header(target), read_header(draft)
-    report = check_facts(facts_from_header(th), facts_from_header(dh))
+    report = rollback_report(th.architecture)
+    if report.ok:
+        report = check_facts(facts_from_header(th), facts_from_header(dh))
     memory = MemoryEstimate(n_ctx, th.file_size, dh.file_size, kv_bytes_from_header(th, n_ctx),
                             kv_bytes_from_header(dh, n_ctx))
     return LocalPairReport(Path(target), Path(draft), report, memory)

@@ -34,7 +34,7 @@ from outrider.catalogue.memory import (
 from outrider.catalogue.schema import Catalogue, MemoryEstimate, Pair
 from outrider.catalogue.store import FileState, ModelStore, PairState
 from outrider.engine import mtp_files
-from outrider.engine.compat import CompatibilityReport, check_files
+from outrider.engine.compat import CompatibilityReport, check_files, rollback_report
 from outrider.engine.llama.gguf_header import GGUFHeaderError, read_header
 
 VramProbe = Callable[[], tuple[int | None, int | None]]
@@ -129,6 +129,9 @@ def _mtp_kv_from_header(header: Any, n_ctx: int) -> int:
 
 def unsupported_drafter(pair: Pair) -> str:
     """Why this version cannot draft with the pair's drafter at all, from the catalogue's facts, or ""."""
+    rollback = rollback_report(pair.target.architecture)
+    if not rollback.ok:
+        return rollback.reason
     if pair.draft_kind == "mtp-head" and pair.draft is not None and (
             pair.draft.architecture in mtp_files.SHARED_KV_HEAD_ARCHS):
         return ("its MTP head drafts from the target's own KV cache (a Gemma 4 assistant head): this version of "

@@ -150,6 +150,10 @@ def cmd_self_draft(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CliError(f"the draft is in the store ({result.path}) but cannot be written to {args.out}: "
                            f"{exc.strerror or exc}", EXIT_RUNTIME) from exc
+    if (result.record.predicted_speedup or 0.0) < 1.0:
+        sys.stderr.write(f"outrider: note: no layer subset is predicted to be faster than plain decoding on this "
+                         f"machine (best {result.record.predicted_speedup or 0.0:.2f}x); with automatic k the "
+                         "engine will mostly leave this draft unused\n")
     if args.json:
         print_json({**result.to_json(), "path": str(path), "store_path": str(result.path)})
         return 0

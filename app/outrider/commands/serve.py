@@ -123,13 +123,14 @@ def _api_key(args: argparse.Namespace) -> str | None:
         if not key:
             raise CliError(f"the API key file {args.api_key_file} is empty")
     elif args.api_key is not None:
-        sys.stderr.write(f"outrider: warning: {API_KEY_ARGV_WARNING}\n")
         key = args.api_key
     else:
         key = os.environ.get(API_KEY_ENV) or None
     problem = None if key is None else api_key_problem(key)
     if problem is not None:
         raise CliError(problem)
+    if args.api_key is not None:
+        sys.stderr.write(f"outrider: warning: {API_KEY_ARGV_WARNING}\n")
     return key
 
 

@@ -36,7 +36,11 @@ LOOKUP_KINDS = ("history", "lookup")  # drafters without a model: alternatives t
 # before, and a lookup's draft tokens have none until the target has verified them. They draft a step only when no
 # lookup proposed anything; a draft model continues after a lookup's tokens.
 FROM_COMMITTED_ONLY = ("mtp",)
-CATCH_UP_TOKENS = 2  # speculative.CATCH_UP_TOKENS (that module imports this one)
+CATCH_UP_TOKENS = 2
+# A history match at least this long wins over prompt lookup's proposal (its match is 1-3 tokens); a shorter one
+# that disagrees with prompt lookup loses to it. Measured on bench_history_lookup.py: with history always first,
+# its 4-7 token matches in unrelated chats cost a copying task up to a quarter of its tokens per pass.
+LONG_MATCH = 8  # speculative.CATCH_UP_TOKENS (that module imports this one)
 
 
 @dataclasses.dataclass
@@ -93,34 +97,42 @@ class ChainDraft:
         dists: list[SparseDist] | None = None if sampling.greedy else []
         sources: list[str] = []
         sync_s, synced = 0.0, 0
-        looked_up = False
+        proposals = [(m, part) for m in self.members if m.drafter.kind in LOOKUP_KINDS and m.cap > 0
+                     if (part := self._ask(m, committed, min(k, m.cap), sampling, rng, p_min, draft_min)).tokens]
+        chosen = _pick(proposals)
+        parts = [chosen] if chosen is not None else []
         for m in self.members:
-            lookup = m.drafter.kind in LOOKUP_KINDS
-            room = min(k - len(tokens), m.cap)
-            if room <= 0 or (lookup and looked_up) or (tokens and m.drafter.kind in FROM_COMMITTED_ONLY):
+            room = min(k - sum(len(p.tokens) for _, p in parts), m.cap)
+            if m.drafter.kind in LOOKUP_KINDS or room <= 0 or (parts and m.drafter.kind in FROM_COMMITTED_ONLY):
                 continue
-            context = committed if not tokens else [*committed, *tokens]
-            t0 = time.perf_counter()
-            part = m.drafter.propose(context, room, sampling, rng, p_min, max(0, draft_min - len(tokens)))
-            # As the decoder does for a single drafter: a model's catch-up on tokens of plain steps is no cost of
-            # drafting (only CATCH_UP_TOKENS of it are).
-            catch_up = min(1.0, CATCH_UP_TOKENS / part.synced) if part.synced else 1.0
-            m.draft_s = time.perf_counter() - t0 - part.sync_s * (1.0 - catch_up)
-            part_tokens = part.tokens[:room]
-            if not part_tokens:
-                continue
-            looked_up = looked_up or lookup
+            context = committed if not parts else [*committed, *parts[0][1].tokens]
+            part = self._ask(m, context, room, sampling, rng, p_min, max(0, draft_min - len(context) + len(committed)))
+            if part.tokens:
+                parts.append((m, part))
+        for m, part in parts:
             m.shadow_from = len(committed)
-            tokens.extend(part_tokens)
-            sources.extend([m.drafter.kind] * len(part_tokens))
+            tokens.extend(part.tokens)
+            sources.extend([m.drafter.kind] * len(part.tokens))
             if dists is not None:
-                dists.extend(part.dists[: len(part_tokens)] if part.dists else
-                             [SparseDist.point(t) for t in part_tokens])
-            sync_s += part.sync_s
-            synced += part.synced
+                dists.extend(part.dists if part.dists else [SparseDist.point(t) for t in part.tokens])
+        for _, part in [*proposals, *parts[1 if chosen is not None else 0:]]:  # every proposal asked for, once
+            sync_s, synced = sync_s + part.sync_s, synced + part.synced
         if not tokens:
             return dataclasses.replace(EMPTY_DRAFT, sync_s=sync_s, synced=synced)
         return Draft(tokens, dists, sync_s, synced, tuple(sources))
+
+    def _ask(self, m: _Member, context: Sequence[int], room: int, sampling: SamplingParams,
+             rng: np.random.Generator, p_min: float, draft_min: int) -> Draft:
+        """One member's proposal (at most ``room`` tokens), its drafting time noted in ``m.draft_s``."""
+        t0 = time.perf_counter()
+        part = m.drafter.propose(context, room, sampling, rng, p_min, draft_min)
+        # As the decoder does for a single drafter: a model's catch-up on tokens of plain steps is no cost of
+        # drafting (only CATCH_UP_TOKENS of it are).
+        catch_up = min(1.0, CATCH_UP_TOKENS / part.synced) if part.synced else 1.0
+        m.draft_s += time.perf_counter() - t0 - part.sync_s * (1.0 - catch_up)
+        if len(part.tokens) > room:
+            part = dataclasses.replace(part, tokens=part.tokens[:room], dists=part.dists[:room] if part.dists else None)
+        return part
 
     def _shadow(self, m: _Member, committed: Sequence[int]) -> None:
         """Score a switched-off member on the target's tokens since it was last scored (see the module docstring)."""
@@ -156,3 +168,17 @@ class ChainDraft:
     def close(self) -> None:
         for m in self.members:
             m.drafter.close()
+
+
+def _pick(proposals: list[tuple[_Member, Draft]]) -> tuple[_Member, Draft] | None:
+    """The lookup proposal to take when several lookups propose (see the module docstring): a history match of
+    at least ``LONG_MATCH`` tokens; else, if all agree on the first token, the longest; else the last lookup's
+    (prompt lookup: the conversation at hand is the likelier source than an earlier chat's short match)."""
+    if not proposals:
+        return None
+    for m, part in proposals:
+        if getattr(m.drafter, "match_length", 0) >= LONG_MATCH:
+            return m, part
+    if len({part.tokens[0] for _, part in proposals}) == 1:
+        return max(proposals, key=lambda mp: len(mp[1].tokens))
+    return proposals[-1]

@@ -39,6 +39,11 @@ PROVENANCE = (TARGET, "lookup", "history", "model", "mtp", DRAFTED)
 """Where a token came from: the target, prompt lookup (``lookup``), history lookup, a draft model, MTP heads."""
 
 
+# Bounds of what a step may carry: a vocabulary is far below 2^31 tokens, and a draft length far below 2^16.
+_MAX_TOKEN_ID = 1 << 31
+_MAX_K = 1 << 16
+
+
 class ProtocolError(Exception):
     """A message that does not follow the protocol (from a buggy or compromised engine process)."""
 
@@ -316,8 +321,8 @@ def steps_to_wire(steps: list[list[Any]], stats: GenerationStats) -> dict[str, A
 
 
 def batch_from_wire(message: Mapping[str, Any]) -> StepBatch:
-    """A ``steps`` message to a StepBatch. Each step is ``[tokens, drafted, text, k]``, ``[..., pieces]`` or
-    ``[..., pieces, origins]``; elements after those (a newer engine) are ignored."""
+    """A ``steps`` message to a StepBatch. Each step is ``[tokens, drafted, text, k]``, ``[..., pieces]``,
+    ``[..., pieces, origins]`` or ``[..., origins, logprobs]``; elements after those (a newer engine) are ignored."""
     stats = stats_from_wire(message.get("stats", {}))
     steps = message.get("steps")
     if not isinstance(steps, list):
@@ -332,12 +337,23 @@ def batch_from_wire(message: Mapping[str, Any]) -> StepBatch:
         tokens, drafted = step[0], step[1]
         if not isinstance(tokens, list) or not isinstance(drafted, list):
             raise ProtocolError("step tokens and flags must be lists")
+        if not all(type(t) is int and 0 <= t < _MAX_TOKEN_ID for t in tokens):
+            raise ProtocolError("step tokens must be token ids (integers)")
+        if len(drafted) != len(tokens) or not all(type(d) is bool for d in drafted):
+            raise ProtocolError("step flags must be one true/false per token")
+        if len(step) >= 5 and tokens and len(pieces) != len(tokens):
+            raise ProtocolError("step pieces must be one per token (a step without tokens carries held-back text)")
+        k = step[3]
+        if type(k) is not int or not 0 <= k <= _MAX_K:
+            raise ProtocolError(f"step k must be a whole number from 0 to {_MAX_K}")
         origins = step[5] if len(step) >= 6 else []
         if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins) or (
                 origins and len(origins) != len(drafted)):
             raise ProtocolError("step origins must be a list of strings, one per token")
-        logprobs = step[6] if len(step) >= 7 and isinstance(step[6], list) else []
-        out.append(StepEvent(tokens, drafted, pieces, int(step[3]), None, origins, logprobs))
+        logprobs = step[6] if len(step) >= 7 else []
+        if not isinstance(logprobs, list) or (logprobs and len(logprobs) != len(tokens)):
+            raise ProtocolError("step logprobs must be one entry per token")
+        out.append(StepEvent(tokens, drafted, pieces, k, None, origins, logprobs))
     return StepBatch(tuple(out), stats)
 
 

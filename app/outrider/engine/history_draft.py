@@ -41,6 +41,7 @@ class HistoryLookupDraft:
         self.history_db = history_db
         self.tokenize = tokenize
         self.last_error: str | None = None
+        self.match_length = 0  # tokens matched by the latest guess (0: none); a chain compares lookups by it
 
     def prefill(self, prompt: Sequence[int]) -> int:
         """Catch up with the history (replies stored since the last reply); evaluates no token."""
@@ -67,6 +68,7 @@ class HistoryLookupDraft:
     def guess(self, committed: Sequence[int], k: int) -> list[int]:
         """Up to ``k`` tokens continuing ``committed`` (empty without a match)."""
         match = self.index.longest_match(committed)
+        self.match_length = match.length if match is not None else 0
         if match is None:
             return []
         limit = min(k, max(1, int(LENGTH_PER_MATCHED * match.length)))

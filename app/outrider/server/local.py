@@ -6,6 +6,7 @@ stops it the way it stops every command.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,9 @@ class LocalServer:
                  prepare: Callable[[], None] | None = None,
                  on_finished: Callable[[Job], None] | None = None) -> None:
         self.scheduler = EngineScheduler(engine, max_queued=max_queued, prepare=prepare, on_finished=on_finished)
+        # the name it listens on is this machine's own (a GUI Host field set to the machine's name)
+        access = dataclasses.replace(config.access, allowed_hosts=(*config.access.allowed_hosts, host))
+        config = dataclasses.replace(config, access=access)
         self.app: Any = create_app(self.scheduler, config)
         self._thread = ServerThread(self.app, host, port, config.limits)
         self.url = self._thread.url

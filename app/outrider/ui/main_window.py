@@ -260,14 +260,17 @@ class MainWindow(QMainWindow):
         self.conversations.search.selectAll()
 
     def _set_tab_order(self) -> None:
-        """Tab: composer → Send (→ the reply's buttons, the chat) → the conversation list → the statistics → back.
+        """Tab: composer → Send (→ the reply's buttons) → the conversation search and list → the statistics → the
+        chat → back.
 
-        The chat view orders its own row (composer, Send, Stop, Continue, Regenerate, provenance, the chat); this
-        joins it to the list and the statistics. Disabled or hidden widgets are skipped by Qt.
+        The chat view orders its own row (composer, Send, Stop, Continue, Regenerate, provenance); this joins it to
+        the list and the statistics, and puts the chat last: inside it Tab walks every Copy and Edit link of every
+        message, and in a long chat that came before the search box. Disabled or hidden widgets are skipped by Qt.
         """
         conv, stats = self.conversations, self.stats
-        chain = [self.chat.browser, conv.search, conv.list, conv.new_button, conv.rename_button, conv.delete_button,
-                 conv.undo_button, stats.draft_off_button, stats.draft_auto_button, stats.numbers, self.chat.composer]
+        chain = [self.chat.provenance_box, conv.search, conv.list, conv.new_button, conv.rename_button,
+                 conv.delete_button, conv.undo_button, stats.draft_off_button, stats.draft_auto_button, stats.numbers,
+                 self.chat.browser, self.chat.composer]
         for before, after in itertools.pairwise(chain):
             self.setTabOrder(before, after)
 

@@ -451,7 +451,7 @@ class EngineClient:
         except BaseException:
             self._release(rid)
             raise
-        return Generation(self, rid)
+        return Generation(_Channel(self), rid)
 
     def cancel(self) -> None:
         """Cancel the running generation, if any (thread-safe, returns at once). A reply that has not ended
@@ -487,7 +487,7 @@ class EngineClient:
         """Synthetic steps at full speed, to measure the protocol alone."""
         rid = self._begin("generating", None)
         self._send({"type": "bench", "id": rid, "n_tokens": n_tokens, "tokens_per_step": tokens_per_step})
-        return Generation(self, rid)
+        return Generation(_Channel(self), rid)
 
     def _simple(self, phase: str, message: dict[str, Any], timeout: float | None) -> Any:
         rid = self._begin(phase, timeout)
@@ -499,3 +499,22 @@ class EngineClient:
             return msg.get("value")
         finally:
             self._release(rid)
+
+
+class _Channel:
+    """One generation's view of its client (``generation.RequestChannel``), over the client's own methods."""
+
+    def __init__(self, client: EngineClient) -> None:
+        self._client = client
+
+    def next_message(self, rid: int, timeout: float | None) -> dict[str, Any]:
+        return self._client._next_message(rid, timeout)
+
+    def protocol_violation(self, why: str) -> EngineCrashed:
+        return self._client._protocol_violation(why)
+
+    def release(self, rid: int) -> None:
+        self._client._release(rid)
+
+    def cancel_request(self, rid: int) -> None:
+        self._client._cancel_request(rid)

@@ -7,15 +7,36 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from outrider.engine.events import DoneEvent, ProtocolError, StepBatch, batch_from_wire, done_from_wire
 from outrider.worker.errors import EngineCrashed, WorkerError, request_error
 
-if TYPE_CHECKING:
-    from outrider.worker.client import EngineClient
-
 Event = StepBatch | DoneEvent
+
+
+class RequestChannel(Protocol):
+    """What a ``Generation`` needs of the client that started it: one request's messages, and its end.
+
+    ``EngineClient`` gives each generation one (its own methods stay private); a generation knows nothing else of
+    the client, so the two modules do not depend on each other.
+    """
+
+    def next_message(self, rid: int, timeout: float | None) -> dict[str, Any]:
+        """The request's next message (a step batch, note, done or error); raises ``EngineCrashed``."""
+        ...
+
+    def protocol_violation(self, why: str) -> EngineCrashed:
+        """The engine broke the protocol: it is stopped; the error to raise."""
+        ...
+
+    def release(self, rid: int) -> None:
+        """The request ended: the engine is free for the next one."""
+        ...
+
+    def cancel_request(self, rid: int) -> None:
+        """Ask the engine to stop the request."""
+        ...
 
 
 class Generation(Iterator[Event]):
@@ -30,8 +51,8 @@ class Generation(Iterator[Event]):
     built-in one); they arrive before the first step.
     """
 
-    def __init__(self, client: EngineClient, rid: int) -> None:
-        self._client = client
+    def __init__(self, channel: RequestChannel, rid: int) -> None:
+        self._client = channel
         self.id = rid
         self.done: DoneEvent | None = None
         self.interrupted = False
@@ -54,7 +75,7 @@ class Generation(Iterator[Event]):
             raise StopIteration
         while True:
             try:
-                msg = self._client._next_message(self.id, None)
+                msg = self._client.next_message(self.id, None)
             except EngineCrashed as exc:
                 self._finish()
                 self.interrupted = True
@@ -69,7 +90,7 @@ class Generation(Iterator[Event]):
                 except ProtocolError as exc:
                     self._finish()
                     self.interrupted = True
-                    raise self._client._protocol_violation(str(exc)) from None
+                    raise self._client.protocol_violation(str(exc)) from None
                 return batch
             elif kind == "note":
                 self.notes.append(str(msg.get("text", "")))
@@ -84,13 +105,13 @@ class Generation(Iterator[Event]):
     def _finish(self) -> None:
         if not self._finished:
             self._finished = True
-            self._client._release(self.id)
+            self._client.release(self.id)
 
     def cancel(self) -> None:
         """Ask the engine to stop this reply (within one speculative step); a DoneEvent('cancelled') follows, or
         ``EngineIgnoredCancel`` when the engine is blocked past the client's ``cancel_grace``."""
         if not self._finished:
-            self._client._cancel_request(self.id)
+            self._client.cancel_request(self.id)
 
     def close(self) -> None:
         """Cancel if still running and wait for the end, discarding events (errors and crashes included)."""

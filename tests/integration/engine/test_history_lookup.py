@@ -119,13 +119,14 @@ def test_chained_greedy_equals_the_independent_reference_with_every_drafter_draf
 
 
 def test_history_drafts_what_was_quoted_before(chain: Engine, tiny_family: Family) -> None:
-    """A remembered prompt is drafted from history from its second step on (the first is a plain probe) and
-    accepted as far as its text survived a round trip; an unremembered one gets no history draft. (With
-    ``HistoryLookupDraft.prefill`` not syncing the index, history drafted nothing: KeyError 'history'.)"""
+    """A remembered prompt is drafted from history from its first steps (the first is a plain probe; prompt
+    lookup may win the second) and accepted as far as its text survived a round trip; an unremembered one gets no
+    history draft. (With ``HistoryLookupDraft.prefill`` not syncing the index, history drafted nothing: KeyError
+    'history'.)"""
     prompt = chain.tokenize_prompt(QUOTED)
     _, done, origins = _run(chain, prompt, DraftParams(k=8))
     counts = done.stats.by_drafter["history"]
-    assert counts.accepted >= 6 and origins[1:7] == ["history"] * 6, (counts, origins)
+    assert counts.accepted >= 6 and origins.count("history") >= 6 and "history" in origins[:4], (counts, origins)
     _, other, _ = _run(chain, chain.tokenize_prompt("x = y + z * 2"), DraftParams(k=8))
     assert "history" not in other.stats.by_drafter
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from outrider.catalogue.local import check_local_pair
 from outrider.engine.compat import check_files, check_target_file, rollback_report
 from outrider.engine.drafters import PromptLookupDraft
 from outrider.engine.llama.backend import ROLLBACK_TOKENS, LoadedModel, ModelContext
@@ -257,6 +258,9 @@ def test_header_rules_explain_rollback_before_loading(families: dict[str, Hybrid
         assert check_target_file(family.target).ok
     # a recurrent *draft* is fine: it rolls back through its checkpoint
     assert check_files(families["qwen35"].target, mamba).ok
+    # "Add my own pair" in the picker and `outrider models check` read the same rule
+    own = check_local_pair(mamba, families["qwen35"].draft).compatibility
+    assert own.rule == "recurrent_rollback" and own.reason == refused.reason
 
 
 @pytest.mark.parametrize(("arch", "ok"), [

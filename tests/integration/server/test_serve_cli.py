@@ -129,6 +129,23 @@ def test_a_busy_port_is_one_line_and_exit_2(tiny_family: Family) -> None:
     assert r.stderr.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in r.stderr
 
 
+def test_a_key_on_the_command_line_warns_and_a_key_file_does_not(tiny_family: Family, tmp_path: Path) -> None:
+    """The key in argv is readable by every user (``ps``): a warning; from a file, none (a busy port ends both
+    runs before any model loads)."""
+    key_file = tmp_path / "key"
+    key_file.write_text("s3cret\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = str(taken.getsockname()[1])
+        argv = outrider("serve", "--target", str(tiny_family.target), "--port", port, "--api-key", "s3cret")
+        from_file = outrider("serve", "--target", str(tiny_family.target), "--port", port, "--api-key-file",
+                             str(key_file))
+    assert "visible to every user of this machine in the process list" in argv.stderr
+    assert "--api-key-file" in argv.stderr and "s3cret" not in argv.stderr
+    assert "process list" not in from_file.stderr and from_file.returncode == 2
+
+
 @pytest.mark.parametrize(("args", "message"), [
     ((), "serve needs --pair ID or --target T"),
     (("--pair", "no-such-pair"), "no pair 'no-such-pair' in the catalogue"),
@@ -138,6 +155,8 @@ def test_a_busy_port_is_one_line_and_exit_2(tiny_family: Family) -> None:
     (("--target", "TARGET", "--port", "70000"), "port must be between 0 and 65535"),
     (("--target", "TARGET", "--temperature", "-1"), "temperature must be >= 0"),
     (("--target", "TARGET", "--stream-interval-ms", "-5"), "--stream-interval-ms must be between 0 and 1000"),
+    (("--target", "TARGET", "--api-key-file", "/nonexistent/key"), "cannot read the API key file /nonexistent/key"),
+    (("--target", "TARGET", "--api-key", "k", "--api-key-file", "f"), "give --api-key or --api-key-file, not both"),
 ])
 def test_bad_options_are_one_line_and_exit_2(tiny_family: Family, args: tuple[str, ...], message: str) -> None:
     r = outrider("serve", *(str(tiny_family.target) if a == "TARGET" else a for a in args))

@@ -9,6 +9,7 @@ as before these fields) made Qwen3.6 27B's KV four times too large and Gemma 4's
 from __future__ import annotations
 
 import copy
+import dataclasses
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,17 @@ def test_gemma_assistant_heads_are_listed_as_not_runnable_yet() -> None:
         assert "cannot run such heads yet" in unsupported_drafter(cat.get(pid))
     for pid in ("qwen3.6-27b-mtp", "qwen3.8-27b-mtp-head", "qwen3.6-27b-0.8b", "qwen3-8b-q4km-0.6b"):
         assert unsupported_drafter(cat.get(pid)) == ""
+
+
+def test_a_target_whose_recurrent_state_cannot_roll_back_is_listed_with_the_reason() -> None:
+    """Before download, from the catalogue's architecture fact: a Granite 4 hybrid target could never be drafted for
+    (llama.cpp keeps no rollback snapshots for granitehybrid); the shipped hybrid Qwen3.6 pairs can."""
+    cat = load_catalogue(SHIPPED)
+    pair = cat.get("qwen3.6-27b-0.8b")
+    assert pair.target.architecture == "qwen35" and unsupported_drafter(pair) == ""
+    granite = dataclasses.replace(pair, target=dataclasses.replace(pair.target, architecture="granitehybrid"))
+    reason = unsupported_drafter(granite)
+    assert "granitehybrid" in reason and "plain decoding" in reason
 
 
 def _pair(data: dict[str, Any], pid: str) -> dict[str, Any]:

@@ -60,13 +60,26 @@ def test_the_model_fills_what_the_lookups_leave() -> None:
     assert model.asked == [([1, 2, 3, 7, 8], 3)]
 
 
-def test_the_first_lookup_with_a_proposal_wins() -> None:
-    """History proposes: prompt lookup is not asked (it would repeat a shorter match); the model fills the rest.
-    (Without the ``looked_up`` rule both lookups drafted, the second on a context it cannot index.)"""
-    history, prompt, model = Scripted("history", [4, 5]), Scripted("lookup", [7]), Scripted("model", [9, 9, 9])
-    draft = ChainDraft([history, prompt, model]).propose([1], 4, GREEDY, RNG, 0.0)
-    assert draft.tokens == [4, 5, 9, 9] and prompt.asked == []
-    assert draft.sources == ("history", "history", "model", "model")
+class Matched(Scripted):
+    """A history lookup stand-in that says how long its match was (``HistoryLookupDraft.match_length``)."""
+
+    def __init__(self, script: Sequence[int], match_length: int) -> None:
+        super().__init__("history", script)
+        self.match_length = match_length
+
+
+def test_which_lookup_proposal_is_taken() -> None:
+    """A long history match wins; a short one that disagrees with prompt lookup loses to it (the conversation at
+    hand); agreeing proposals give the longer. The model fills the rest after the one taken. (Taking history's proposal
+    whenever it had one failed the second assert: [4, 5, 9, 9].)"""
+    def run(history: Scripted) -> Draft:
+        return ChainDraft([history, Scripted("lookup", [7, 8]), Scripted("model", [9, 9, 9])]).propose(
+            [1], 4, GREEDY, RNG, 0.0)
+
+    assert run(Matched([4, 5], 8)).sources == ("history", "history", "model", "model")
+    assert run(Matched([4, 5], 5)).tokens == [7, 8, 9, 9]
+    agreeing = run(Matched([7, 8, 3], 5))
+    assert agreeing.tokens == [7, 8, 3, 9] and agreeing.sources[:3] == ("history",) * 3
 
 
 def test_sampling_keeps_each_tokens_own_q() -> None:

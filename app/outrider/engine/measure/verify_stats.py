@@ -25,8 +25,9 @@ two empirical distributions (descriptive). With the coupled sampler each plain s
 speculative one and must be the same tokens (per-seed identity: drafter invariance); with the rejection sampler a
 few extra coupled pairs check the same identity.
 
-Decision ("exact") at the family-wise level ``alpha`` (Bonferroni): the greedy outputs are identical, every coupled
-pair is identical, no token lies outside the target's support, the KS, top-token and draft-direction p-values
+Decision ("exact") at the family-wise level ``alpha`` (Bonferroni): the greedy outputs are identical, the coupled
+pairs are identical and no token lies outside the target's support (up to float rounding: ``IDENTITY_SLACK``,
+``OUTSIDE_SLACK``), the KS, top-token and draft-direction p-values
 each exceed alpha / 6, and no position's chi-square p-value is at or below alpha / (2 M); and the sampling stage
 really drafted something (drafted > 0): with nothing drafted the speculative runs *were* plain decoding and prove
 nothing ("inconclusive").
@@ -339,6 +340,13 @@ def derive_seeds(seed: int, count: int) -> list[int]:
 
 
 IDENTITY_PAIRS = 10  # coupled-sampler identity pairs added to a check of the rejection sampler
+# Float rounding: llama.cpp evaluates a verification batch with other kernels than a one-token step, so a logit can
+# differ in its last bits between the speculative and the plain run (and the re-scoring pass). Where a filter
+# threshold or a Gumbel near-tie falls within that rounding, the two runs may differ at one position (seen on the
+# peaked tiny pair: at most 1 of 400 coupled pairs of 16 tokens, and a plain token just outside the re-scored
+# top-p cut). A sampler bug differs on a large share (always-accept: 80-93 % of pairs), so the check allows this many:
+IDENTITY_SLACK = 0.02  # share of coupled pairs that may differ (at least one pair)
+OUTSIDE_SLACK = 0.001  # share of sampled tokens the re-scoring may put outside the filters (at least one)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -428,7 +436,7 @@ class VerifyReport:
         if pit is None:
             return []
         out = []
-        if pit.outside:
+        if pit.outside > max(1, OUTSIDE_SLACK * (pit.values + pit.outside)):
             out.append(f"{pit.outside} sampled token(s) have probability 0 under the target's filters")
         if pit.ks_p <= self.pit_threshold:
             out.append(f"the pooled PIT values are not uniform (KS D {pit.ks_d:.3f}, p {pit.ks_p:.3g})")
@@ -460,8 +468,13 @@ class VerifyReport:
         return sum(1 for p in self.positions if p.cells >= 2)
 
     @property
+    def identity_failed(self) -> bool:
+        """More coupled pairs differ than float rounding explains (``IDENTITY_SLACK``)."""
+        return len(self.identity_mismatches) > max(1, IDENTITY_SLACK * self.identity_pairs)
+
+    @property
     def verdict(self) -> Verdict:
-        if not self.greedy_identical or self.rejected or self.pit_failures or self.identity_mismatches:
+        if not self.greedy_identical or self.rejected or self.pit_failures or self.identity_failed:
             return "not exact"
         if self.drafted == 0 or (self.compared == 0 and self.pit is None):
             return "inconclusive"
@@ -512,7 +525,7 @@ class VerifyReport:
             reasons.append(f"the token distribution differs from plain sampling at position(s) {where} "
                            f"(min p-value {self.min_p_value:.3g}, max TV {self.max_tv:.3f})")
         reasons += self.pit_failures
-        if self.identity_mismatches:
+        if self.identity_failed:
             reasons.append(f"{len(self.identity_mismatches)} of {self.identity_pairs} coupled pairs differ with and "
                            f"without drafting (same seed)")
         if reasons:

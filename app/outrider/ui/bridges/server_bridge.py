@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from outrider.engine.events import DoneEvent
 from outrider.engine.params import DraftParams, SamplingParams
+from outrider.engine.stats import GenerationStats
 from outrider.server.requests import Defaults
 from outrider.server.runner import DEFAULT_HOST, DEFAULT_PORT, BindError, host_warning
 from outrider.server.scheduler import Job
@@ -59,6 +61,7 @@ class QtServerBridge(QObject):
         self._client = client
         self._server: LocalServer | None = None
         self._tasks = QtTaskRunner("outrider-server-control", self)  # start and stop, in order, off the GUI thread
+        self.last_stats: GenerationStats | None = None  # the engine's figures for the last reply served
         self._model_name: str | None = None
         self._served = 0
         self._lock = threading.Lock()
@@ -172,6 +175,8 @@ class QtServerBridge(QObject):
         with self._lock:
             self._served += 1
             count = self._served
+            if isinstance(job.result, DoneEvent):
+                self.last_stats = job.result.stats
         self.request_finished.emit(count)
 
     @Slot(object)

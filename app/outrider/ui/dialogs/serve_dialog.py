@@ -25,9 +25,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from outrider.engine.stats import GenerationStats
 from outrider.server.runner import DEFAULT_HOST, DEFAULT_PORT, api_key_problem, host_warning
 from outrider.ui.bridges.server_bridge import QtServerBridge
 from outrider.ui.settings import QtSettings
+from outrider.ui.widgets.live_stats import format_speedup
 
 ACTION_SERVE = "serve"
 SERVE_TEXT = "Serve on &localhost…"
@@ -215,7 +217,22 @@ class ServeDialog(QDialog):
     def _on_server_request_finished(self, count: int) -> None:
         if self.server.running:
             self.status.setText(f"Serving at {self.server.url} — {count} {'reply' if count == 1 else 'replies'} "
-                                "served.")
+                                f"served.{last_request_text(self.server.last_stats)}")
+
+
+def last_request_text(stats: GenerationStats | None) -> str:
+    """The last served reply's figures, as the chat's panel defines them (docs/metrics.md): "" when none."""
+    if stats is None:
+        return ""
+    parts = [f"{stats.generated} tokens"]
+    if stats.decode_tps is not None:
+        parts.append(f"{stats.decode_tps:.1f} tok/s")
+    if stats.acceptance_rate is not None:
+        parts.append(f"acceptance {stats.acceptance_rate:.0%}")
+    if stats.drafted:
+        figure = format_speedup(stats.speedup, stats.speedup_low, stats.speedup_high, streaming=False)
+        parts.append(f"speed-up {figure}")
+    return "\nLast reply: " + " · ".join(parts)
 
 
 class _StopOnClose(QObject):

@@ -206,7 +206,10 @@ class SelfDraftPanel(QWidget):
         self.make_button.setEnabled(bool(self._target))
         if build.result is not None:
             record = build.result.record
-            self.status_label.setText(f"Made a {record.describe()}.")
+            slow = ("" if (record.predicted_speedup or 0.0) >= 1.0 else
+                    " It is not predicted to be faster than the model alone on this machine: automatic k will "
+                    "mostly leave it unused.")
+            self.status_label.setText(f"Made a {record.describe()}.{slow}")
             self.build_finished.emit(build.result)
             if str(build.preview.target) == self._target:
                 self.draft_ready.emit(str(record.path))

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # pyqtgraph (and numpy) load with the charts, after the windo
 
 REFRESH_MS = 250
 CHART_MS = 1000  # chart redraws while streaming (a pyqtgraph repaint costs milliseconds)
+CHART_MIN_HEIGHT = 170  # px: axes, title and legend row leave a readable plot (at 120 it was ~80 px of lines)
 REPLY_EMPTY = "This reply: decode tokens/s and acceptance appear here, second by second, while a reply streams."
 CONVERSATION_EMPTY = "Conversation: each reply's tokens/s and acceptance appear here once it has finished."
 
@@ -224,7 +225,7 @@ class StatsPanel(QWidget):
         stack = QStackedWidget(self)
         # The numbers have the first claim on the height; a chart takes what is left, at least its minimum.
         stack.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Ignored)
-        stack.setMinimumHeight(120)
+        stack.setMinimumHeight(CHART_MIN_HEIGHT)
         empty = QLabel(empty_text, stack)
         empty.setObjectName("chartEmpty")
         empty.setWordWrap(True)
@@ -261,7 +262,7 @@ class StatsPanel(QWidget):
         charts = ((reply_plot, "This reply", "time since the request", "s"),
                   (conv_plot, "Conversation", "reply number", ""))
         for plot, title, x_label, x_unit in charts:
-            plot.setMinimumHeight(120)
+            plot.setMinimumHeight(CHART_MIN_HEIGHT)
             plot.setMouseEnabled(x=False, y=False)
             plot.disableAutoRange()
             plot.hideButtons()
@@ -269,9 +270,14 @@ class StatsPanel(QWidget):
             plot.setLabel("left", "decode", units="tok/s")
             plot.getAxis("left").enableAutoSIPrefix(False)  # "ktok/s" reads as a typo
             plot.setLabel("bottom", x_label, units=x_unit or None)
-            legend = plot.addLegend(offset=(-4, 4), labelTextSize="8pt")
+            plot.getAxis("bottom").enableAutoSIPrefix(False)  # seconds always ("ms" on a short reply read wrong)
+            # The legend in a row of its own under the chart, never over the lines.
+            legend = pg.LegendItem(labelTextSize="8pt", colCount=2)
+            plot.getPlotItem().layout.addItem(legend, 4, 1)
             self.legends.append(legend)
-            self._tps_curves.append(plot.plot([], [], name="tok/s"))
+            tps = plot.plot([], [])
+            legend.addItem(tps, "tok/s")
+            self._tps_curves.append(tps)
             acc_view = pg.ViewBox()
             acc_view.disableAutoRange()
             acc_view.setYRange(0, 1, padding=0)
