@@ -39,7 +39,7 @@ FROM_COMMITTED_ONLY = ("mtp",)
 CATCH_UP_TOKENS = 2
 # A history match at least this long wins over prompt lookup's proposal (its match is 1-3 tokens); a shorter one
 # that disagrees with prompt lookup loses to it. Measured on bench_history_lookup.py: with history always first,
-# its 4-7 token matches in unrelated chats cost a copying task a quarter of its tokens per pass.
+# its 4-7 token matches in unrelated chats cost a copying task up to a quarter of its tokens per pass.
 LONG_MATCH = 8  # speculative.CATCH_UP_TOKENS (that module imports this one)
 
 

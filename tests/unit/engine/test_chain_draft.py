@@ -70,8 +70,8 @@ class Matched(Scripted):
 
 def test_which_lookup_proposal_is_taken() -> None:
     """A long history match wins; a short one that disagrees with prompt lookup loses to it (the conversation at
-    hand); agreeing proposals give the longer. The model fills the rest after the one taken. (With history always
-    taken first, the copying task of bench_history_lookup.py lost a quarter of its tokens per pass.)"""
+    hand); agreeing proposals give the longer. The model fills the rest after the one taken. (Taking history's proposal
+    whenever it had one failed the second assert: [4, 5, 9, 9].)"""
     def run(history: Scripted) -> Draft:
         return ChainDraft([history, Scripted("lookup", [7, 8]), Scripted("model", [9, 9, 9])]).propose(
             [1], 4, GREEDY, RNG, 0.0)
