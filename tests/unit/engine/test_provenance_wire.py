@@ -48,7 +48,8 @@ def test_a_step_of_an_earlier_engine_still_decodes() -> None:
 
 
 def test_elements_of_a_newer_engine_are_ignored() -> None:
-    batch = batch_from_wire({"type": "steps", "steps": [[[1], [False], "a", 0, ["a"], ["target"], {"x": 1}]],
+    """After origins come the step's logprobs (the server's), then whatever a newer engine adds."""
+    batch = batch_from_wire({"type": "steps", "steps": [[[1], [False], "a", 0, ["a"], ["target"], [], {"x": 1}]],
                              "stats": {"by_drafter": {"history": {"drafted": 1, "accepted": 1, "future": 3}}}})
     assert batch.steps[0].provenance == ["target"] and batch.stats.by_drafter["history"].drafted == 1
 
