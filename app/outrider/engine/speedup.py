@@ -40,13 +40,8 @@ Times are seconds; rates tokens per second.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import statistics
-from collections.abc import Sequence
-
-import numpy as np
-import numpy.typing as npt
 
 SETTLED_WIDTH = 0.20  # relative half-width of the interval above which the figure is shown as a range
 MODEL_ERROR = 0.05  # relative error the fit cannot see, in quadrature (its coverage: tests/unit/engine/test_stats)
@@ -59,7 +54,6 @@ PLAIN_PROBE_GAP = 4  # steps between those early probes (the first one is the re
 REFIT_INTERVAL_S = 0.25  # seconds: the longest a reply's figures go without a refit (the GUI ticks at 4 Hz)
 
 
-Floats = npt.NDArray[np.float64]
 
 
 def speedup_is_settled(speedup: float | None, low: float | None, high: float | None) -> bool:
@@ -129,120 +123,3 @@ def student_t_quantile(p: float, df: int) -> float:
     z = statistics.NormalDist().inv_cdf(p)
     return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
             + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
-
-
-def _pair_growths(n: Floats, t: Floats, m: Floats, u: Floats) -> Floats:
-    """The growth g of ``t(n) = c1 · (1 + g · (n - 1))`` through each pair of passes (n, t) and (m, u) of
-    different sizes; pairs that no g fits (a zero time, or a larger pass not costlier) are left out."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = u / t
-        below = (m - 1) - ratio * (n - 1)
-        growth = (ratio - 1) / below
-    keep = (n != m) & (t > 0) & (u > 0) & (below > 0) & np.isfinite(growth)
-    return np.asarray(growth[keep], dtype=np.float64)
-
-
-@functools.lru_cache(maxsize=64)
-def _near_pairs_cached(count: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    i, j = np.triu_indices(count, k=1)
-    near = j - i <= LOCAL_STEPS
-    return i[near], j[near]
-
-
-def _near_pairs(count: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """Index pairs (i, j), i < j <= i + ``LOCAL_STEPS``, of ``count`` passes (built once per block of 64)."""
-    block = -(-count // 64) * 64
-    i, j = _near_pairs_cached(block)
-    keep = j < count
-    return i[keep], j[keep]
-
-
-def _growth(batch: Floats, target: Floats) -> float:
-    """The relative cost of each further token in a pass, never below 0: the median growth through pairs of
-    passes at most ``LOCAL_STEPS`` apart, else (no such pair) through the median costs of the batch sizes."""
-    first, second = _near_pairs(len(batch))
-    pooled = _pair_growths(batch[first], target[first], batch[second], target[second])
-    if pooled.size == 0:
-        sizes = np.unique(batch)
-        medians = np.array([np.median(target[batch == n]) for n in sizes])
-        i, j = np.triu_indices(len(sizes), k=1)
-        pooled = _pair_growths(sizes[i], medians[i], sizes[j], medians[j])
-    return max(0.0, float(np.median(pooled))) if pooled.size else 0.0
-
-
-def _running(values: Floats, how: str) -> Floats:
-    """The median or mean (``how``) of the centred window of ``LOCAL_STEPS`` + 1 values around each value
-    (the window shifted inwards at the ends, so that every value has a full one when there are enough)."""
-    width = min(len(values), LOCAL_STEPS + 1)
-    windows = np.lib.stride_tricks.sliding_window_view(values, width)
-    reduced = np.median(windows, axis=1) if how == "median" else windows.mean(axis=1)
-    start = np.clip(np.arange(len(values)) - width // 2, 0, len(values) - width)
-    return np.asarray(reduced[start], dtype=np.float64)
-
-
-def _fit_once(batch: Floats, target: Floats, calm: npt.NDArray[np.bool_]) -> tuple[float, Floats, Floats, float]:
-    """The growth fitted to the ``calm`` passes, then for every pass: its estimate of c1 (the residual), the
-    local level (running median of those) and the robust sigma of the residuals about it."""
-    growth = _growth(batch[calm], target[calm])
-    residuals = target / (1 + growth * (batch - 1))
-    level = _running(residuals, "median")
-    mad = float(np.median(np.abs(residuals - level)))
-    return growth, residuals, level, max(1.4826 * mad, MIN_SIGMA_SHARE * float(np.median(residuals)))
-
-
-def _drafting_stalls(steps: Sequence[PassTiming], sigma: float) -> float:
-    """Seconds of drafting above its own stall bound (the running median of the steps' drafting times +
-    ``WINSOR_SIGMAS`` robust sigmas, never below the target's sigma): a drafter descheduled mid-step is a stall
-    like any other, out of both sides; its ordinary time stays charged to speculation. The first step counts
-    here too (a drafter descheduled there is no cost of speculation; a first draft within the bound stays
-    charged)."""
-    drafting = np.array([p.step_s - p.target_s for p in steps], dtype=np.float64)
-    level = _running(drafting, "median")
-    spread = max(1.4826 * float(np.median(np.abs(drafting - level))), sigma)
-    return float(np.maximum(0.0, drafting - (level + WINSOR_SIGMAS * spread)).sum())
-
-
-def estimate_speedup(steps: Sequence[PassTiming]) -> SpeedupEstimate | None:
-    """The speed-up of ``steps`` against plain decoding (module docstring); None while not identified."""
-    if not steps:
-        return None
-    step_s = math.fsum(p.step_s for p in steps)
-    tokens = sum(p.pass_tokens for p in steps)
-    if step_s <= 0 or tokens < 1:
-        return None
-    if all(p.batch <= 1 for p in steps):  # nothing drafted: the steps are plain decoding, measured exactly
-        target_s = math.fsum(p.target_s for p in steps)
-        ratio = target_s / step_s
-        return SpeedupEstimate(ratio, ratio, ratio, target_s / tokens, target_s, 0.0)
-    fit = steps[1:]
-    batch = np.array([p.batch for p in fit], dtype=np.float64)
-    target = np.array([p.target_s for p in fit], dtype=np.float64)
-    n_sizes = len(np.unique(batch))
-    if n_sizes < 2 and not (batch == 1).any():
-        return None  # passes of one size above 1 only: the cost of a plain pass cannot be told from them
-    params = 1 if n_sizes == 1 else 2
-    df = len(fit) - params
-    if df < 1:
-        return None
-    # Twice: a stall in one of the few plain passes would tilt the first growth; the second leaves stalls out.
-    growth, residuals, level, sigma = _fit_once(batch, target, np.ones(len(fit), dtype=bool))
-    growth, residuals, level, sigma = _fit_once(batch, target, residuals <= level + WINSOR_SIGMAS * sigma)
-    clipped = np.minimum(residuals, level + WINSOR_SIGMAS * sigma)
-    stall_s = float(((residuals - clipped) * (1 + growth * (batch - 1))).sum()) + _drafting_stalls(steps, sigma)
-    local = _running(clipped, "mean")
-    yielded = np.array([p.pass_tokens for p in fit], dtype=np.float64)
-    # Each step's tokens at the plain cost around it; the first step's at that of the pass after it.
-    plain_tokens_s = steps[0].pass_tokens * float(local[0]) + float((yielded * local).sum())
-    c1 = plain_tokens_s / tokens
-    if c1 <= 0:
-        return None
-    cold_s = max(0.0, steps[0].target_s - float(local[0]) * (1 + growth * (steps[0].batch - 1)))
-    plain_equiv_s = plain_tokens_s + cold_s
-    speedup = plain_equiv_s / (step_s - stall_s)
-    spread = max(float(np.std(clipped - local, ddof=1)) if len(fit) > 1 else 0.0, sigma)
-    sxx = float(((batch - batch.mean()) ** 2).sum())
-    leverage = 1 / len(fit) + ((1 - float(batch.mean())) ** 2 / sxx if params == 2 and sxx > 0 else 0.0)
-    rel = math.hypot(student_t_quantile((1 + CONFIDENCE) / 2, df) * spread * math.sqrt(leverage) / c1,
-                     MODEL_ERROR)
-    rel *= plain_tokens_s / plain_equiv_s  # the cold step is measured, not predicted
-    return SpeedupEstimate(speedup, speedup * max(0.0, 1 - rel), speedup * (1 + rel), c1, plain_equiv_s, stall_s)

@@ -19,7 +19,6 @@ from outrider.engine.speedup import (
     PLAIN_PROBES_MIN,
     REFIT_INTERVAL_S,
     PassTiming,
-    estimate_speedup,
     speedup_is_settled,
 )
 
@@ -214,6 +213,8 @@ class PlainRateMeter:
     def finish(self) -> None:
         """Refit the cost model on every step so far and write the speed-up fields."""
         s = self.stats
+        from outrider.engine.speedup_fit import estimate_speedup  # numpy: in the engine process only
+
         est = estimate_speedup(self.steps)
         self._fitted_at = self._clock()
         if est is None:

@@ -15,10 +15,10 @@ import pytest
 from outrider.engine.speedup import (
     PassTiming,
     describe_speedup,
-    estimate_speedup,
     speedup_is_settled,
     student_t_quantile,
 )
+from outrider.engine.speedup_fit import estimate_speedup
 from outrider.engine.stats import GenerationStats, PlainRateMeter
 
 PLAIN_S = 0.010  # the target's cost of a one-token pass in the recorded replies below (seconds)
