@@ -198,8 +198,10 @@ def test_fixed_k_respected(backend: Backend, tiny_family: Family) -> None:
             for e in engine.generate(engine.tokenize_prompt("the"), max_tokens=40, draft=DraftParams(k=3))
             if not isinstance(e, DoneEvent)
         ]
-        assert ks[0] == 0  # the reply's first step measures plain decoding
-        assert set(ks[1:-1]) == {3}
+        # The first step drafts (the coldest step of a reply is no plain measurement); plain probes come later, at
+        # one step in four at most early on (engine/speedup.py); the other steps draft the fixed k.
+        assert ks[0] == 3
+        assert set(ks[1:-1]) <= {0, 3} and ks.count(3) > ks.count(0)
         # p_min = 1 stops every draft immediately: plain decoding with k still reported
         done = next(
             e
@@ -260,6 +262,8 @@ def test_auto_k_keeps_what_it_learned_across_replies(backend: Backend, tiny_fami
             if not isinstance(e, DoneEvent)
         ]
         assert decoder.auto_policy is policy  # the second reply starts from what the first one learned
-        assert ks and max(ks) > 0
+        # What k it then picks depends on this machine's measured costs (plain decoding may win: k 0), not on the
+        # test: the reply's steps all come from the learned policy, none from a cold start at k_start.
+        assert ks and all(0 <= k <= policy.k_max for k in ks)
     finally:
         engine.unload()

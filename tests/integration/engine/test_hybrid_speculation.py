@@ -319,7 +319,9 @@ def test_the_loaded_pair_reports_the_recurrent_memory_with_its_snapshots(
     rounding = 0.006 * 2**20 * 2
     shape = Qwen35Shape()
     draft_shape = dataclasses.replace(shape, n_layer=4)
-    engine = Engine(backend)
+    # A Backend of its own: llama.cpp has one log sink per process, the last one installed, and the sizes are read
+    # from that log (an engine process has one Backend; in the test suite another test's Backend may be the last).
+    engine = Engine(Backend())
     info = engine.load(PairSpec(target=str(families["qwen35"].target), draft=str(families["qwen35"].draft),
                                 context=CONTEXT))
     try:
