@@ -295,11 +295,12 @@ def test_kill9_during_migration_finishes_or_rolls_back_with_backup(tmp_path: Pat
     proc.kill()
     proc.communicate(timeout=10)
     outcomes: set[int] = set()
-    for i in range(MIGRATE_KILLS):
-        data_dir = tmp_path / f"run{i}"
+
+    def killed_run(name: str, *, wait_ready: bool, max_delay: float) -> None:
+        data_dir = tmp_path / name
         data_dir.mkdir()
         (data_dir / "history.sqlite3").write_bytes((template / "history.sqlite3").read_bytes())
-        _kill_after(_spawn("hold", data_dir), rng, wait_ready=False, max_delay=window * 1.3)
+        _kill_after(_spawn("hold", data_dir), rng, wait_ready=wait_ready, max_delay=max_delay)
         db = data_dir / "history.sqlite3"
         _integrity_any(db)
         version = _version(db)
@@ -315,6 +316,15 @@ def test_kill9_during_migration_finishes_or_rolls_back_with_backup(tmp_path: Pat
             assert store.schema_version == CURRENT_VERSION
             assert len(store.search("lorem")) > 0
         assert sorted(data_dir.glob("history.sqlite3.backup-v1-*")), "backup missing after migration"
+
+    for i in range(MIGRATE_KILLS):
+        killed_run(f"run{i}", wait_ready=False, max_delay=window * 1.3)
+    # On a busy machine the random kills may all land on one side of the migration's commit: one kill at each
+    # end makes sure both outcomes were checked (at once after the start; after the migrated store said READY).
+    if 1 not in outcomes:
+        killed_run("at-once", wait_ready=False, max_delay=0.0)
+    if CURRENT_VERSION not in outcomes:
+        killed_run("after-ready", wait_ready=True, max_delay=0.0)
     assert outcomes == {1, CURRENT_VERSION}, f"every kill landed on the same side of the migration: {outcomes}"
 
 
