@@ -272,3 +272,16 @@ def test_the_charts_are_readable_legend_outside_seconds_always(qtbot: Any, panel
         view = plot.getPlotItem().getViewBox().sceneBoundingRect()
         assert not legend.sceneBoundingRect().intersects(view), "the legend covers the lines"
     assert widget.reply_plot.getAxis("bottom").autoSIPrefix is False  # "s", never "ms"
+
+
+def test_a_long_per_drafter_line_wraps_instead_of_widening_the_panel(qtbot: Any, panel: Any) -> None:
+    """Before: "prompt 0/4 · history 55/61 · model …" sat in the value column and widened it past the panel, so
+    every value on the right was cut (seen in the 1600 px screenshot)."""
+    widget, _, _ = panel
+    label = widget.values["by_drafter"]
+    assert label.wordWrap()
+    box = widget.numbers.widget()
+    before = box.minimumSizeHint().width()
+    label.setText(" · ".join(f"drafter{i} {i}/{i * 7}" for i in range(12)))
+    box.layout().invalidate()
+    assert box.minimumSizeHint().width() <= before + 1  # the line wraps: the panel needs no more width

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # pyqtgraph (and numpy) load with the charts, after the windo
 
 REFRESH_MS = 250
 CHART_MS = 1000  # chart redraws while streaming (a pyqtgraph repaint costs milliseconds)
+WRAPPED_VALUES = frozenset({"by_drafter"})  # values of any length: on a line of their own under the name, wrapped
 CHART_MIN_HEIGHT = 170  # px: axes, title and legend row leave a readable plot (at 120 it was ~80 px of lines)
 REPLY_EMPTY = "This reply: decode tokens/s and acceptance appear here, second by second, while a reply streams."
 CONVERSATION_EMPTY = "Conversation: each reply's tokens/s and acceptance appear here once it has finished."
@@ -141,7 +142,8 @@ class StatsPanel(QWidget):
         form = QGridLayout()
         form.setVerticalSpacing(0)
         form.setColumnStretch(0, 1)
-        for row, (key, title) in enumerate(ROWS):
+        line = 0  # the grid's next row: a statistic takes two (name and value, its explanation), a wrapped one three
+        for key, title in ROWS:
             name = QLabel(title, self)
             value = QLabel("–", self)
             value.setObjectName("statValue")
@@ -151,11 +153,21 @@ class StatsPanel(QWidget):
             value.setAccessibleName(title)
             value.setAccessibleDescription(EXPLANATIONS[key])
             self.values[key] = value
-            form.addWidget(name, 2 * row, 0)
-            form.addWidget(value, 2 * row, 1)
+            if key in WRAPPED_VALUES:  # one entry per drafter, as long as the chain: wrapped, under its name
+                value.setWordWrap(True)
+                value.setObjectName("statText")
+                value.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+                form.addWidget(name, line, 0, 1, 2)
+                form.addWidget(value, line + 1, 0, 1, 2)
+                line += 2
+            else:
+                form.addWidget(name, line, 0)
+                form.addWidget(value, line, 1)
+                line += 1
             explanation = self._explanation(key)
             explanation.setContentsMargins(0, 0, 0, 2)
-            form.addWidget(explanation, 2 * row + 1, 0, 1, 2)
+            form.addWidget(explanation, line, 0, 1, 2)
+            line += 1
 
         self.warning = QFrame(self)
         self.warning.setObjectName("slowerWarning")
