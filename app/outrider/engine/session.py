@@ -438,7 +438,8 @@ class Engine:
     def score(self, request: TextRequest, tokens: Sequence[int]) -> list[TokenScore]:
         """For each of ``tokens`` continuing ``request``'s prompt (tokenised as ``run`` would): (mass ranked before
         it, its probability, the top probability) in the target's distribution at its position with the request's
-        filters (``SpeculativeDecoder.score``). Not while a generation runs."""
+        filters (``SpeculativeDecoder.score``), masked by ``request.grammar`` when it has one. Not while a generation
+        runs."""
         if request.messages is not None:
             prompt = self.tokenize_chat(request.messages, reserve=min(request.max_tokens, 256),
                                         continue_reply=request.continue_reply)
@@ -448,9 +449,13 @@ class Engine:
             prompt = self.tokenize_prompt(request.prompt)
         if not self._generating.acquire(blocking=False):
             raise EngineError("a generation is already running")
+        mask = None
         try:
-            return self._decoder_or_raise().score(prompt, [int(t) for t in tokens], request.sampling)
+            mask = GrammarMask.of(self.target, request.grammar) if request.grammar is not None else None
+            return self._decoder_or_raise().score(prompt, [int(t) for t in tokens], request.sampling, grammar=mask)
         finally:
+            if mask is not None:
+                mask.close()
             self._generating.release()
 
     def cancel(self) -> None:
