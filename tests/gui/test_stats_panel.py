@@ -285,3 +285,20 @@ def test_a_long_per_drafter_line_wraps_instead_of_widening_the_panel(qtbot: Any,
     label.setText(" · ".join(f"drafter{i} {i}/{i * 7}" for i in range(12)))
     box.layout().invalidate()
     assert box.minimumSizeHint().width() <= before + 1  # the line wraps: the panel needs no more width
+
+
+def test_prompt_speed_after_a_cache_reuse_says_how_much_was_cached(panel: Any) -> None:
+    """A second turn reuses the first turn's KV cache: 412 of 421 prompt tokens are not read again, and a rate
+    over the 9 new ones is meaningless. Broken on purpose (the rate shown whatever was reused): the panel read
+    "14464 tok/s", as issue 23 saw."""
+    widget, meter, _ = panel
+    meter.begin_reply()
+    meter.add(_stats(8, prompt_tokens=421, prompt_tokens_reused=412, prompt_s=9 / 14464), 3)
+    widget.refresh()
+    assert widget.values["prompt_tps"].text() == "cached 412 tokens · 9 new"
+    assert "tok/s" not in widget.values["prompt_tps"].text()
+    meter.finish_reply(None)
+    meter.begin_reply()  # a first turn: the whole prompt read, its rate is what the figure is for
+    meter.add(_stats(8, prompt_tokens=400, prompt_s=0.5), 3)
+    widget.refresh()
+    assert widget.values["prompt_tps"].text() == "800 tok/s"

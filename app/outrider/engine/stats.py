@@ -70,6 +70,8 @@ class GenerationStats:
         stall_s: target time above the cost model's winsorization bound, taken out of both sides (seconds).
         speedup: plain_equiv_s / (step_s - stall_s); None while the cost model is not identified.
         speedup_low / speedup_high: its 95 % interval (None with ``speedup``); equal when measured exactly.
+        draft_mode: the drafter that drafted (``model``, ``lookup``, ``mtp``, a chain ``history+lookup+model``);
+            ``off`` when one is loaded but the request asked for no drafting (k = 0), ``none`` without one.
         by_drafter: ``drafted`` and ``accepted`` split by the kind of drafter that proposed each token (``lookup``
             = prompt lookup, ``history``, ``model``, ``mtp``); their sums are ``drafted`` and ``accepted``.
     """

@@ -46,7 +46,9 @@ TOOLTIPS: dict[str, str] = {
     "plain_tps": f"plain_tps — tokens/s of {_PLAIN}: 1 / the fitted cost of a one-token pass (the decoder "
                  "forces a few plain steps early in the reply, then one every few dozen steps).",
     "ttft_s": "ttft_s — time from the request to the first emitted token.",
-    "prompt_tps": "prompt_tps — evaluated (not reused) prompt tokens / prompt evaluation time.",
+    "prompt_tps": "prompt_tps — evaluated (not reused) prompt tokens / prompt evaluation time. When the prompt's "
+                  "start was kept in the KV cache from the previous turn (prompt_tokens_reused), those tokens were "
+                  "not read again: the panel says how many, since a rate over the few new ones means nothing.",
     "time_share": "draft_s, verify_s, other_s — decode time spent drafting, in target passes, and in everything "
                   "else.",
     "generated": "generated — tokens emitted in the reply (accepted draft tokens + target tokens).",
@@ -68,7 +70,7 @@ EXPLANATIONS: dict[str, str] = {
     "k": "tokens drafted for the last step (0 = plain step)",
     "plain_tps": "the target alone, timed between drafted steps",
     "ttft_s": "from sending to the first token",
-    "prompt_tps": "prompt tokens read per second",
+    "prompt_tps": "prompt tokens read per second, or how many were kept from the last turn",
     "time_share": "where decoding time went",
     "generated": "tokens in this reply",
     "by_drafter": "accepted / drafted per drafter",
@@ -105,6 +107,8 @@ class Snapshot:
     plain_tps: float | None = None
     ttft_s: float | None = None
     prompt_tps: float | None = None
+    prompt_tokens: int = 0
+    prompt_reused: int = 0  # prompt tokens whose KV cache was kept from the previous turn (not evaluated)
     draft_share: float | None = None
     verify_share: float | None = None
     other_share: float | None = None
@@ -251,7 +255,8 @@ class ReplyMeter:
             tokens_per_pass=s.tokens_per_pass, k=self._k, k_mean=s.k_mean,
             speedup=s.speedup, speedup_low=s.speedup_low, speedup_high=s.speedup_high, plain_tps=s.plain_tps,
             ttft_s=s.ttft_s,
-            prompt_tps=s.prompt_tps, draft_share=share(s.draft_s), verify_share=share(s.verify_s),
+            prompt_tps=s.prompt_tps, prompt_tokens=s.prompt_tokens, prompt_reused=s.prompt_tokens_reused,
+            draft_share=share(s.draft_s), verify_share=share(s.verify_s),
             other_share=share(s.other_s), draft_mode=s.draft_mode, streaming=self.streaming,
             by_drafter=tuple((kind, c.accepted, c.drafted) for kind, c in s.by_drafter.items()),
         )
@@ -265,6 +270,16 @@ def reply_points(messages: Iterable[Any]) -> list[tuple[float | None, float | No
         if isinstance(m, Message) and m.role is Role.ASSISTANT:
             points.append((m.stats.decode_tps, m.stats.acceptance_rate) if m.stats is not None else (None, None))
     return points
+
+
+def prompt_speed_text(s: Snapshot) -> str:
+    """The "Prompt speed" figure: tokens/s over the prompt evaluated; after a prompt-cache reuse how many tokens
+    were cached instead (``cached 412 tokens · 9 new``): a rate over the few new tokens of a cached prompt read
+    "14464 tok/s", which says nothing about prompt reading."""
+    if s.prompt_reused > 0:
+        new = max(0, s.prompt_tokens - s.prompt_reused)
+        return f"cached {s.prompt_reused} tokens · {new} new"
+    return fmt(s.prompt_tps, ".0f", " tok/s")
 
 
 def fmt(value: float | int | None, spec: str, suffix: str = "") -> str:

@@ -39,6 +39,7 @@ from outrider.ui.widgets.live_stats import (
     by_drafter_text,
     fmt,
     format_speedup,
+    prompt_speed_text,
     speedup_shown_as_figure,
 )
 
@@ -371,7 +372,7 @@ class StatsPanel(QWidget):
                                           " %"))
         v["plain_tps"].setText(fmt(s.plain_tps, ".1f", " tok/s"))
         v["ttft_s"].setText(fmt(None if s.ttft_s is None else s.ttft_s * 1000, ".0f", " ms"))
-        v["prompt_tps"].setText(fmt(s.prompt_tps, ".0f", " tok/s"))
+        v["prompt_tps"].setText(prompt_speed_text(s))
         if s.draft_share is None:
             v["time_share"].setText("–")
         else:
