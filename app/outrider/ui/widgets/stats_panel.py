@@ -184,6 +184,7 @@ class StatsPanel(QWidget):
         self.draft_auto_button.clicked.connect(self._on_draft_auto_button_clicked)
         self._acted = ""  # what the user did about the warning shown, and for which reply (ReplyMeter.started)
         self._acted_on = -1
+        self._dismissed_on = -1  # the reply (ReplyMeter.started) whose warning went with its pair (pair_changed)
         buttons = QHBoxLayout()
         buttons.addWidget(self.draft_off_button)
         buttons.addWidget(self.draft_auto_button)
@@ -340,14 +341,31 @@ class StatsPanel(QWidget):
         for legend in self.legends:
             legend.setLabelTextColor(colours.text)
 
+    def pair_changed(self) -> None:
+        """The pair the shown reply ran on is gone (another pair loading, a failed load, the engine stopped): the
+        "slower than plain" verdict was about that pair, and its buttons would act on the next one. Dismissed
+        until the next reply (it survived a pair switch and a crash, and Draft off then turned off the new
+        pair's drafting)."""
+        self._dismissed_on = self.meter.started
+        self.refresh()
+
+    @property
+    def warning_applies(self) -> bool:
+        """The warning (and its buttons) belong to the reply shown, on the pair loaded."""
+        return self.snapshot.slower_than_plain and self._dismissed_on != self.meter.started
+
     @Slot()
     def _on_draft_off_button_clicked(self) -> None:
+        if not self.warning_applies:
+            return
         self._acted, self._acted_on = "Drafting is off", self.meter.started
         self.draft_off_requested.emit()
         self.refresh()
 
     @Slot()
     def _on_draft_auto_button_clicked(self) -> None:
+        if not self.warning_applies:
+            return
         self._acted, self._acted_on = "Automatic k applies", self.meter.started
         self.draft_auto_requested.emit()
         self.refresh()
@@ -390,7 +408,8 @@ class StatsPanel(QWidget):
         # chat clears it), never a verdict left over from an earlier reply.
         if self._acted_on != self.meter.started or not s.has_reply:
             self._acted = ""  # a new reply or chat: the next warning offers its fixes again
-        if s.slower_than_plain:
+        slower = self.warning_applies
+        if slower:
             self.warning_label.setText(
                 f"Speculation is slower than plain decoding for this pair and prompt "
                 f"({format_speedup(s.speedup, s.speedup_low, s.speedup_high, streaming=False)} measured in this "
@@ -401,8 +420,8 @@ class StatsPanel(QWidget):
         self.draft_auto_button.setEnabled(not self._acted)
         # Automatic k is a fix only for a fixed k: under automatic k already, drafting off is what is left.
         self.draft_auto_button.setVisible(self.settings is None or self.settings.value.k_policy == "fixed")
-        if self.warning.isVisibleTo(self) != s.slower_than_plain:
-            self.warning.setVisible(s.slower_than_plain)
+        if self.warning.isVisibleTo(self) != slower:
+            self.warning.setVisible(slower)
             self.numbers.updateGeometry()  # a scroll area does not pass its contents' new height on by itself
         if not s.streaming or self._since_chart.elapsed() >= CHART_MS:
             self._draw()
