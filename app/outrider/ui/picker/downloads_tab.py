@@ -130,8 +130,14 @@ class DownloadsView(QWidget):
 
     def _update_buttons(self, *_args: object) -> None:
         item = self.selected_item()
+        failed = item is not None and item.can_retry
+        # A failed download offers Retry, never Pause (there is nothing running to pause).
+        self.pause_button.setVisible(not failed)
         self.pause_button.setEnabled(item is not None and item.can_pause)
-        self.resume_button.setEnabled(item is not None and item.can_resume)
+        self.resume_button.setText("Re&try" if failed else "Res&ume")
+        self.resume_button.setToolTip("Download again, from the partial file when it is intact" if failed
+                                      else "Continue from the partial file (HTTP Range)")
+        self.resume_button.setEnabled(item is not None and (item.can_resume or item.can_retry))
         self.cancel_button.setEnabled(item is not None and item.can_cancel)
         self._update_notice(item)
 
@@ -140,7 +146,7 @@ class DownloadsView(QWidget):
         if item is None or item.state is not DownloadState.FAILED:
             self.notice.hide()
             return
-        after = (" Resume continues from the partial file." if item.can_resume
-                 else " Download it again from the Catalogue tab.")
+        after = (" Retry continues from the partial file." if item.can_resume
+                 else " Retry downloads it again.")
         self.notice.setText(f"Could not download {item.pair.name}: {item.message.rstrip('.')}.{after}")
         self.notice.show()
