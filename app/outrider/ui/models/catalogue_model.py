@@ -75,8 +75,8 @@ class CatalogueColumn(enum.IntEnum):
 
 _CATALOGUE_HEADERS = {
     CatalogueColumn.Pair: ("Pair", "Target + draft (or prompt lookup); the draft proposes, the target verifies"),
-    CatalogueColumn.Status: ("State", "installed, downloadable, downloading, paused, download failed (why in the tooltip; Retry "
-                                         "download) or incompatible"),
+    CatalogueColumn.Status: ("State", "installed, downloadable, downloading, paused, download failed (why in "
+                                      "the tooltip; Retry download) or incompatible"),
     CatalogueColumn.Size: ("Download", "Both files together"),
     CatalogueColumn.Memory: ("Memory", "Weights of both models + their KV caches at the pair's default context, "
                                        "compared with what is free (VRAM when known, else RAM)"),
