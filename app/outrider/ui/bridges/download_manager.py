@@ -167,8 +167,10 @@ class DownloadsModel(HeaderedTableModel):
         col = DownloadColumn(index.column())
         if role == Qt.ItemDataRole.DisplayRole:
             return self._display(it, col)
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return it.message or f"{it.pair.name}: {it.state.value}"
+        if role == Qt.ItemDataRole.ToolTipRole:  # the whole cell, which a narrow column elides, then the detail
+            shown = self._display(it, col)
+            detail = it.message or f"{it.pair.name}: {it.state.value}"
+            return detail if shown in detail else f"{shown}\n{detail}"
         if role == DownloadRole.PairId:
             return it.pair.id
         if role == DownloadRole.Item:

@@ -175,7 +175,7 @@ class CatalogueModel(HeaderedTableModel):
     def _tooltip(self, r: PairRow, col: CatalogueColumn) -> str:
         p = r.pair
         if col is CatalogueColumn.Pair:
-            return (f"{p.id}\ntarget: {p.target.file}\ndrafter: {p.drafter_text}\nuse: {', '.join(p.tags)}"
+            return (f"{p.name}\n{p.id}\ntarget: {p.target.file}\ndrafter: {p.drafter_text}\nuse: {', '.join(p.tags)}"
                     + "".join(f"\n{note}" for note in p.architecture_notes)
                     + (f"\n{p.status_text}" if p.status_text else ""))
         if col is CatalogueColumn.Status:

@@ -34,6 +34,7 @@ from outrider.ui.bridges.download_manager import (
 from outrider.ui.picker.tables import row_table
 
 Index = QModelIndex | QPersistentModelIndex
+STATE_COLUMN_WIDTH = 160  # px: "downloading", "cancelling…", "failed: …" (elided; the reason is under the table)
 
 
 class ProgressBarDelegate(QStyledItemDelegate):
@@ -65,7 +66,14 @@ class DownloadsView(QWidget):
         self.manager = manager
         self.table = row_table(manager.model, "downloadsTable", self)
         self.table.setItemDelegateForColumn(DownloadColumn.Progress, ProgressBarDelegate(self.table))
-        self.table.horizontalHeader().setSectionResizeMode(DownloadColumn.Progress, QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        # Sized to their contents (the pair's name was cut at the default 100 px); the progress bar takes the
+        # rest; the State of a failure (its whole reason) is elided, whole in the tooltip and under the table.
+        for col in (DownloadColumn.Pair, DownloadColumn.Speed, DownloadColumn.Eta):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(DownloadColumn.Progress, QHeaderView.ResizeMode.Stretch)
+        header.resizeSection(DownloadColumn.State, STATE_COLUMN_WIDTH)
+        self.table.setWordWrap(False)
         self.table.setToolTip("Downloads run in their own processes; a paused download resumes where it stopped")
         self.pause_button = QPushButton("&Pause", self)
         self.pause_button.setToolTip("Stop the download and keep the partial file, to resume later")
