@@ -142,4 +142,5 @@ def estimate_speedup(steps: Sequence[PassTiming]) -> SpeedupEstimate | None:
     rel = math.hypot(student_t_quantile((1 + CONFIDENCE) / 2, df) * spread * math.sqrt(leverage) / c1,
                      MODEL_ERROR)
     rel *= plain_tokens_s / plain_equiv_s  # the cold step is measured, not predicted
-    return SpeedupEstimate(speedup, speedup * max(0.0, 1 - rel), speedup * (1 + rel), c1, plain_equiv_s, stall_s)
+    return SpeedupEstimate(speedup, speedup * max(0.0, 1 - rel), speedup * (1 + rel), c1, plain_equiv_s, stall_s,
+                           growth)

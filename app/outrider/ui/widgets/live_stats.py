@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from outrider.engine.autodraft import expected_rate, expected_tokens_per_pass
 from outrider.engine.speedup import describe_speedup, speedup_is_settled
 from outrider.engine.stats import GenerationStats
 from outrider.history import Message, Role
@@ -115,6 +116,20 @@ class Snapshot:
     draft_mode: str = "none"
     streaming: bool = False
     by_drafter: tuple[tuple[str, int, int], ...] = ()  # (kind, accepted, drafted) per drafter (stats.by_drafter)
+    # The measured costs, in one-token target passes (the plain cost c1 the speed-up is measured against):
+    # drafting one token (draft_s / drafted), and g of a pass of n tokens costing 1 + g · (n - 1).
+    draft_cost: float | None = None
+    pass_growth: float | None = None
+
+    @property
+    def curve_k(self) -> int | None:
+        """The draft length the "you are here" curves are drawn for: the last step's k, or after a plain step
+        the reply's mean k; None when the reply drafts nothing."""
+        if self.k:
+            return self.k
+        if self.k_mean is not None and self.k_mean >= 0.5:
+            return round(self.k_mean)
+        return None
 
     @property
     def has_reply(self) -> bool:
@@ -141,6 +156,8 @@ class ReplyMeter:
         conversation_series: (reply number, decode_tps, acceptance_rate) per finished reply that has statistics;
             the reply number counts every reply of the conversation shown (``replies``), so a reply without
             statistics (stopped before its first token, stored by an old version) leaves a gap.
+        conversation_points: (reply number, per-token acceptance a, tokens per pass, speed-up or None) per
+            finished reply that drafted (the "you are here" chart's points).
         replies: replies of the conversation shown, with or without statistics.
         started: replies begun since the meter was made (never reset): which reply the statistics are of.
     """
@@ -154,6 +171,7 @@ class ReplyMeter:
         self.streaming = False
         self.reply_series: list[tuple[float, float, float | None]] = []
         self.conversation_series: list[tuple[int, float, float | None]] = []
+        self.conversation_points: list[tuple[int, float, float, float | None]] = []
         self.replies = 0
         self.started = 0  # replies begun since the meter was made: tells one reply from the next
         self._continuing = False
@@ -190,16 +208,21 @@ class ReplyMeter:
         snap = self.snapshot()
         if self._continuing:
             self.conversation_series = [p for p in self.conversation_series if p[0] != self.replies]
+            self.conversation_points = [p for p in self.conversation_points if p[0] != self.replies]
         else:
             self.replies += 1
         self._continuing = False
         if snap.decode_tps:
             self.conversation_series.append((self.replies, snap.decode_tps, snap.acceptance_rate))
+        if snap.token_acceptance is not None and snap.tokens_per_pass is not None:
+            self.conversation_points.append((self.replies, snap.token_acceptance, snap.tokens_per_pass,
+                                             snap.speedup))
         self._dirty = True
 
     def reset_conversation(self) -> None:
         """A new (empty) conversation: no reply, no series, nothing left of the last reply's statistics."""
         self.conversation_series = []
+        self.conversation_points = []
         self.replies = 0
         self._continuing = False
         self.reply_series = []
@@ -213,11 +236,20 @@ class ReplyMeter:
         """The conversation chart of the messages shown (history ``Message``s, in order; see ``reply_points``).
         Replaces the series: opening a conversation, or an edit-and-resend that removed the later replies."""
         self.conversation_series = []
+        self.conversation_points = []
         self.replies = 0
-        for tps, acceptance in reply_points(messages):
+        for m in messages:
+            if not (isinstance(m, Message) and m.role is Role.ASSISTANT):
+                continue
             self.replies += 1
-            if tps:
-                self.conversation_series.append((self.replies, tps, acceptance))
+            st = m.stats
+            if st is None:
+                continue
+            if st.decode_tps:
+                self.conversation_series.append((self.replies, st.decode_tps, st.acceptance_rate))
+            if st.token_acceptance is not None and st.tokens_per_pass is not None:
+                self.conversation_points.append((self.replies, st.token_acceptance, st.tokens_per_pass,
+                                                 st.speedup))
         self._dirty = True
 
     # -- reading ----------------------------------------------------------------------------------------------
@@ -259,6 +291,8 @@ class ReplyMeter:
             draft_share=share(s.draft_s), verify_share=share(s.verify_s),
             other_share=share(s.other_s), draft_mode=s.draft_mode, streaming=self.streaming,
             by_drafter=tuple((kind, c.accepted, c.drafted) for kind, c in s.by_drafter.items()),
+            draft_cost=s.draft_s / s.drafted * s.plain_tps if s.drafted and s.plain_tps else None,
+            pass_growth=s.pass_growth,
         )
 
 
@@ -280,6 +314,23 @@ def prompt_speed_text(s: Snapshot) -> str:
         new = max(0, s.prompt_tokens - s.prompt_reused)
         return f"cached {s.prompt_reused} tokens · {new} new"
     return fmt(s.prompt_tps, ".0f", " tok/s")
+
+
+CURVE_POINTS = 41  # acceptances from 0 to 1 the "you are here" curves are evaluated at
+
+
+def you_are_here_curves(k: int, draft_cost: float | None, growth: float | None
+                        ) -> tuple[list[float], list[float], list[float] | None]:
+    """The "you are here" chart's curves for draft length ``k``: acceptances a from 0 to 1, the expected tokens
+    per target pass E(k) = (1 − a^(k+1)) / (1 − a) at each, and the expected net speed-up over plain decoding
+    E(k) / (k · c_draft + c_verify(k + 1)) with the reply's measured costs in one-token passes (``Snapshot.
+    draft_cost``; c_verify(k + 1) = 1 + g · k, ``pass_growth``) — the cost model automatic k chooses by
+    (``engine.autodraft``), not a second formula. No speed-up curve (None) until the costs are measured."""
+    xs = [i / (CURVE_POINTS - 1) for i in range(CURVE_POINTS)]
+    tokens = [expected_tokens_per_pass(a, k) for a in xs]
+    if draft_cost is None or growth is None:
+        return xs, tokens, None
+    return xs, tokens, [expected_rate(a, k, draft_cost, 1.0 + growth * k) for a in xs]
 
 
 def fmt(value: float | int | None, spec: str, suffix: str = "") -> str:
