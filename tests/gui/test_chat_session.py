@@ -36,9 +36,10 @@ class Script:
     """
 
     def __init__(self, pieces: list[tuple[str, bool]], stop: str = "stop", *, hold: bool = False,
-                 crash: bool = False, stats: GenerationStats | None = None) -> None:
+                 crash: bool = False, stats: GenerationStats | None = None, ids: list[int] | None = None) -> None:
         self.pieces, self.stop, self.hold, self.crash = pieces, stop, hold, crash
         self.stats = stats
+        self.ids = ids or [1] * len(pieces)  # each piece's token id
 
 
 class _Reply:
@@ -61,8 +62,8 @@ class _Reply:
         if self.client.cancelled.is_set():
             yield DoneEvent("cancelled", stats, "")
             return
-        for text, drafted in self.script.pieces:
-            yield StepBatch((StepEvent([1], [drafted], [text], 2),), stats)
+        for (text, drafted), token in zip(self.script.pieces, self.script.ids, strict=True):
+            yield StepBatch((StepEvent([token], [drafted], [text], 2),), stats)
         if self.script.crash:
             raise EngineCrashed("SIGKILL", "generating")
         yield DoneEvent(self.script.stop, stats, "".join(t for t, _ in self.script.pieces))
@@ -513,3 +514,62 @@ def test_the_status_bar_text_is_elided_not_cut_in_a_half_screen_window(qtbot: An
     assert win.draft_on_button.isVisible()
     button_right = win.draft_on_button.mapTo(win, win.draft_on_button.rect().topRight()).x()
     assert button_right <= win.width()
+
+
+def _restarted(qtbot: Any, win: MainWindow, client: ScriptedClient, tmp_path: Path) -> MainWindow:
+    """A new window over the same history with a fresh engine client, the last conversation reopened: the app
+    after a restart."""
+    win.settings.flush()
+    again = _open(qtbot, win.store, client, tmp_path)
+    assert again.session.restore_last_conversation()
+    return again
+
+
+def test_continue_after_a_restart_resumes_from_the_stored_token_ids(qtbot: Any, chat: Any, tmp_path: Path) -> None:
+    """A reply cut at the token limit keeps its token ids in the history; after a restart Continue sends them
+    (``TextRequest.continue_tokens``), so the engine resumes the reply as generated, not its text re-read (which
+    can tokenise differently: tests/integration/engine/test_continue_tokens.py). A second Continue sends the ids
+    of both parts. Before: only the text was stored (broken on purpose, the ids not kept, the stored reply had no
+    ``tokens``: KeyError)."""
+    win, client = chat
+    _send(qtbot, win, "Count", Script([("One", False), ("\n", True), ("\n", True)], stop="length",
+                                      ids=[101, 198, 198]), client)
+    _settled(qtbot, win)
+    stored = _stored(win)[-1]
+    assert stored.stats is not None and stored.stats.extra["tokens"] == {"ids": [101, 198, 198], "chars": 5}
+    again = _restarted(qtbot, win, client, tmp_path)
+    client.scripts.append(Script([("Two", False)], stop="length", ids=[202]))
+    with qtbot.waitSignal(again.session.reply_ended, timeout=10_000):
+        qtbot.mouseClick(again.chat.continue_button, Qt.MouseButton.LeftButton)
+    request = client.requests[-1]
+    assert request.continue_reply and request.continue_tokens == (101, 198, 198)
+    _settled(qtbot, again)
+    client.scripts.append(Script([("Three", False)], ids=[303]))
+    with qtbot.waitSignal(again.session.reply_ended, timeout=10_000):
+        qtbot.mouseClick(again.chat.continue_button, Qt.MouseButton.LeftButton)
+    assert client.requests[-1].continue_tokens == (101, 198, 198, 202)
+    _settled(qtbot, again)
+    last = _stored(again)[-1]
+    assert last.text == "One\n\nTwoThree" and last.stats is not None
+    assert "tokens" not in last.stats.extra  # it ended by itself: never continued, its ids take no room
+    again.close()
+
+
+def test_a_reply_stored_without_token_ids_is_continued_from_its_text(qtbot: Any, chat: Any, tmp_path: Path) -> None:
+    """A reply stored by a version that kept no token ids (its statistics without ``tokens``) is continued from
+    its text (continue_tokens None), and the continued reply keeps no ids: part of its ids would not spell it."""
+    from outrider.history import ReplyStats
+
+    win, client = chat
+    store = win.store.store
+    cid, _uid = store.start_conversation("Old", "Tell me", system=None, pair_id=None)
+    reply_id = store.begin_reply(cid)
+    store.finish_reply(reply_id, "Once upon", MessageStatus.COMPLETE, ReplyStats(generated=2, stop_reason="length"))
+    win.session.open_conversation(cid)
+    client.scripts.append(Script([(" a time", False)], stop="length", ids=[7]))
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+        qtbot.mouseClick(win.chat.continue_button, Qt.MouseButton.LeftButton)
+    assert client.requests[-1].continue_reply and client.requests[-1].continue_tokens is None
+    _settled(qtbot, win)
+    last = _stored(win)[-1]
+    assert last.text == "Once upon a time" and last.stats is not None and "tokens" not in last.stats.extra
