@@ -164,6 +164,8 @@ class SpeculativeDecoder:
             chain.set_automatic(params.k_max if params.k is None else None)
         if self.drafter.kind == "none" or params.k == 0:
             policy = FixedDraftLength(0)
+            if self.drafter.kind != "none":  # loaded but told not to draft: the reply's figures say "off"
+                stats.draft_mode = "off"
         elif params.k is None and chain is not None:
             policy = FixedDraftLength(params.k_max)
         elif params.k is None:

@@ -241,4 +241,5 @@ def estimate_speedup(steps: Sequence[PassTiming]) -> SpeedupEstimate | None:
     fitted = math.sqrt(sum((w * g.rel_error) ** 2 for w, g in zip(shares, segments, strict=True)))
     rel = math.hypot(student_t_quantile((1 + CONFIDENCE) / 2, df) * fitted, MODEL_ERROR)
     rel *= plain_tokens_s / plain_equiv_s  # the cold step is measured, not predicted
-    return SpeedupEstimate(speedup, speedup * max(0.0, 1 - rel), speedup * (1 + rel), c1, plain_equiv_s, stall_s)
+    return SpeedupEstimate(speedup, speedup * max(0.0, 1 - rel), speedup * (1 + rel), c1, plain_equiv_s, stall_s,
+                           growth)
