@@ -28,9 +28,8 @@ import numpy as np
 
 from outrider.engine.autodraft import AutoDraftLength
 from outrider.engine.chain_draft import ChainDraft
+from outrider.engine.draft import EMPTY_DRAFT, Draft
 from outrider.engine.drafters import (
-    EMPTY_DRAFT,
-    Draft,
     DraftSource,
     ModelDraft,
     PromptLookupDraft,
