@@ -36,7 +36,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from outrider.engine.autodraft import AutoDraftLength
-from outrider.engine.drafters import EMPTY_DRAFT, Draft, DraftSource
+from outrider.engine.draft import EMPTY_DRAFT, Draft
+from outrider.engine.drafters import DraftSource
 from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from outrider.engine.chain_draft import LONG_MATCH, ChainDraft
-from outrider.engine.drafters import EMPTY_DRAFT, Draft
+from outrider.engine.draft import EMPTY_DRAFT, Draft
 from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist
 

@@ -34,6 +34,13 @@ from outrider.ui.picker.on_disk_tab import OnDiskTab
 from outrider.ui.picker.own_pair_tab import OwnPairTab
 from outrider.ui.picker.self_draft_panel import PromptSource
 
+
+def _failed_row(r: PairRow, message: str) -> PairRow:
+    """``r`` as the catalogue shows it after its download failed: State "download failed", why in its tooltip."""
+    return dataclasses.replace(r, status=PairStatus.FAILED, progress=None,
+                               reason=f"download failed: {message.rstrip('.')}")
+
+
 # Download states during which a catalogue row reads "downloading N%".
 _IN_FLIGHT = frozenset({DownloadState.STARTING, DownloadState.RUNNING, DownloadState.VERIFYING,
                         DownloadState.PAUSING, DownloadState.CANCELLING})
@@ -146,6 +153,8 @@ class PairPickerDialog(QDialog):
             if it is not None and it.state not in (DownloadState.DONE, DownloadState.CANCELLED,
                                                    DownloadState.FAILED, DownloadState.PAUSED):
                 r = dataclasses.replace(r, status=PairStatus.DOWNLOADING, progress=it.fraction)
+            elif it is not None and it.state is DownloadState.FAILED and not r.usable:
+                r = _failed_row(r, it.message)
             rows.append(r)
         self.catalogue_model.set_rows(rows, result.memory)
         self.found_model.set_files(result.found)
@@ -225,7 +234,11 @@ class PairPickerDialog(QDialog):
 
     def _on_downloads_download_failed(self, pair_id: str, exc: object) -> None:
         msg = exc.message if isinstance(exc, DownloadError) else "an internal error (details in the log)"
-        self.catalogue_model.update_row(pair_id, reason=f"download failed: {msg}")
+        r = self.catalogue_model.pair_row(pair_id)
+        if r is not None and not r.usable:
+            self.catalogue_model.update_row(pair_id, status=PairStatus.FAILED, progress=None,
+                                            reason=f"download failed: {msg}")
+        self.catalogue_tab.update_buttons()
         r = self.catalogue_model.pair_row(pair_id)
         self.catalogue_tab.show_notice(f"Could not download {r.pair.name if r else pair_id}: {msg}", error=True)
         self.refresh()
