@@ -294,7 +294,6 @@ def main() -> int:
         return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
     t_start = time.monotonic()
-    # printed as it goes: on a loaded machine a full run takes long, and a table cut short still says something
     print(f"## Self-drafts — CPU {platform.machine()}, {args.threads} thread(s), {time.strftime('%Y-%m-%d')}\n")
     print(f"`python tests/benchmarks/bench_selfdraft.py {' '.join(sys.argv[1:])}`; {args.tokens} tokens per reply, "
           f"{args.rounds} rounds x {args.prompts} prompts, k = {CALIBRATION_K} for the model drafts; "
@@ -312,7 +311,9 @@ def main() -> int:
                 speed += bench.speed_rows(measures, n_layer)
             notes.append(f"- {t.label}: auto searched {len(measures)} subsets in {search_s:.0f} s "
                          f"({len(t.calib_prompts)} calibration prompts x {args.calib_tokens} tokens)")
-            print(f"{t.label} done at {time.monotonic() - t_start:.0f} s", file=sys.stderr, flush=True)
+            # as it goes (stderr): on a loaded machine a full run takes long, and rows cut short still say something
+            print(f"{t.label} done at {time.monotonic() - t_start:.0f} s:\n" + "\n".join(acceptance + shapes + speed),
+                  file=sys.stderr, flush=True)
     print("Acceptance (greedy, k = 4: deterministic counts):\n")
     print(_table(["target", "drafter", "layers kept", "auto's calibration: acceptance / predicted", "acceptance",
                   "tokens/pass"]))
