@@ -1,7 +1,7 @@
 """Self-drafts: what ``--layers auto`` finds, which layers a self-draft should keep, and what it buys against plain
 decoding, prompt lookup and a family draft.
 
-    python tests/benchmarks/bench_selfdraft.py [--quick] [--acceptance-only] [--rounds N] [--tokens N]
+    python tests/benchmarks/bench_selfdraft.py [--quick] [--acceptance-only] [--time-all] [--rounds N] [--tokens N]
                                                [--threads N] [--prompts N] [--layers N] [--width N]
 
 Targets: the real SmolLM2-135M-Instruct and generated families (``support/tiny_gguf.py``: --layers x --width F16,
@@ -22,7 +22,8 @@ For each target the script
    blocks and drops the middle (the literature's finding: Draft & Verify, SWIFT), the one that drops the last
    blocks (an early exit, "prefix"), the one that drops the first blocks ("suffix") and an even spread;
 3. **speed** (skipped with --acceptance-only; run it on a quiet machine): plain decoding, prompt lookup
-   (automatic k), the family draft, auto's choice at k = 4 and with automatic k, interleaved in rotating order
+   (automatic k), the family draft, auto's choice at k = 4 and with automatic k (--time-all: every auto
+   candidate at k = 4 too), interleaved in rotating order
    within each round. Ratios are medians over rounds of the ratio within one round (the machine's speed drifts
    between rounds); tok/s is decode speed, prompt excluded.
 """
@@ -215,9 +216,11 @@ class Bench:
         engines: dict[str, tuple[Engine, int | None]] = {"prompt lookup": (self.engine(lookup=True), None)}
         if self.t.family is not None:
             engines["family draft"] = (self.engine(draft=str(self.t.family)), CALIBRATION_K)
-        own = self.engine(draft=str(self.draft_of(LayerPlan(n_layer, tuple(chosen["keep"]), chosen["shape"]))))
-        engines[f"self {chosen['layers']}"] = (own, CALIBRATION_K)
-        engines[f"self {chosen['layers']} (auto k)"] = (own, None)
+        for i, m in enumerate(measures if self.args.time_all else measures[:1]):
+            own = self.engine(draft=str(self.draft_of(LayerPlan(n_layer, tuple(m["keep"]), m["shape"]))))
+            engines[f"self {m['layers']}" + (" (auto's choice)" if i == 0 else "")] = (own, CALIBRATION_K)
+            if i == 0:
+                engines[f"self {chosen['layers']} (auto's choice, auto k)"] = (own, None)
         plain_engine = engines["prompt lookup"][0]
         names = ["plain", *engines]
         for e, _ in engines.values():
@@ -278,6 +281,8 @@ def main() -> int:
                     help="the first tiny family only, one shape-study size, one round, 32 tokens (a smoke run)")
     ap.add_argument("--acceptance-only", action="store_true",
                     help="the deterministic columns only (no speed rounds)")
+    ap.add_argument("--time-all", action="store_true",
+                    help="time every auto candidate, not only auto's choice (a longer run: about 3 minutes more)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=48, help="tokens per reply")
     ap.add_argument("--calib-tokens", type=int, default=32, help="tokens per calibration prompt in the search")
