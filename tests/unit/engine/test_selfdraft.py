@@ -156,6 +156,16 @@ def test_the_predicted_speedup_is_tokens_per_pass_over_the_cost_of_a_pass() -> N
     assert m.acceptance == pytest.approx(60 / 90)
 
 
+def test_a_stalled_plain_timing_never_predicts_more_than_a_pass_yields() -> None:
+    """A plain pass timed 5x slower than the verification of 5 tokens (a stall): the prediction stays within
+    E(a, k) tokens per pass. (Without the bound, 4 % acceptance predicted 5.0x; bench_selfdraft.py showed 6.75x
+    on SmolLM2 at load 8, and auto chose that subset.)"""
+    m = CandidateMeasure(LayerPlan(10, (0, 9)), k=4, drafted=100, accepted=2, rejections=49,
+                         draft_s_per_token=0.0001, verify_s_per_pass=0.010, plain_s_per_token=0.050)
+    assert m.predicted_speedup <= expected_tokens_per_pass(m.token_acceptance, 4)
+    assert m.predicted_speedup < 1.05
+
+
 def test_the_best_candidate_is_the_fastest_predicted_and_the_smaller_on_a_tie() -> None:
     """A deeper draft accepts more but costs more per token: the choice follows the prediction, not acceptance."""
     cheap = _measure((0, 9), accepted=50, rejections=30, draft_s=0.001)
