@@ -119,8 +119,9 @@ def test_load_started_mid_reply_is_seen_as_an_ab_sees_it() -> None:
     descheduled thread at llama.cpp's barrier): a plain reply would also have run half loaded, each of its
     loaded passes 5 ms slower. The meter sees the passes' cost move and measures plain decoding again; the
     estimate values each half's tokens at its own plain cost. Mutation checks: without the load-moved probes
-    (``_load_moved`` returning False) this read 1.92x [0.00-4.20] against a true 2.70x; with one stretch for
-    the whole reply (``SEGMENT_DEPTH = 0``), 2.17x [0.95-3.38] against 2.60x."""
+    (``_load_moved`` returning False) this read 2.55x against a true 2.70x (1.92x [0.00-4.20] when a stretch
+    still needed plain passes of its own); with one stretch for the whole reply (``SEGMENT_DEPTH = 0``), 2.45x
+    [1.78-3.11] against 2.60x."""
     def cost(i: int, batch: int) -> float:
         return _verify(batch) + (0.005 if i >= 16 else 0.0)
     steps = _metered_reply(cost, 30)
