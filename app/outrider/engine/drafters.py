@@ -8,17 +8,15 @@ mass, for which the same rule stays exact.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from outrider.engine.draft import EMPTY_DRAFT, Draft
+from outrider.engine.grammar import BoolArray, GrammarMask
 from outrider.engine.llama.backend import FloatArray, LoadedModel, ModelContext
-
-if TYPE_CHECKING:
-    from outrider.engine.grammar import BoolArray, GrammarMask
 from outrider.engine.params import LookupSettings, SamplingParams
 from outrider.engine.sampling import (
     SparseDist,
@@ -28,25 +26,6 @@ from outrider.engine.sampling import (
     top_probability,
 )
 
-
-@dataclasses.dataclass(frozen=True)
-class Draft:
-    """Proposed tokens; ``dists[i]`` is the q that ``tokens[i]`` was drawn from (None when greedy).
-
-    ``sync_s`` is the part of the drafting time spent bringing the drafter up to date with the committed tokens
-    (a draft model evaluating what the target emitted since its last draft) and ``synced`` how many tokens that
-    was: after a run of plain steps this catch-up is large and says nothing about the cost of drafting a token.
-    ``sources[i]`` is the kind of the drafter that proposed ``tokens[i]`` (a chain of drafters, chain_draft.py);
-    empty means the decoder's drafter proposed them all.
-    """
-
-    tokens: list[int]
-    dists: list[SparseDist] | None = None
-    sync_s: float = 0.0
-    synced: int = 0
-    sources: tuple[str, ...] = ()
-
-EMPTY_DRAFT = Draft([])
 SHADOW_WINDOW = 16  # a draft model's guesses scored per shadow scoring (the most recent ones)
 
 

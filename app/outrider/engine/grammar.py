@@ -19,18 +19,16 @@ from __future__ import annotations
 import ctypes
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import llama_cpp.llama_cpp as ll
 import numpy as np
 import numpy.typing as npt
 
+from outrider.engine.draft import Draft
 from outrider.engine.errors import GrammarError
 from outrider.engine.params import GrammarSpec, SamplingParams
 from outrider.engine.sampling import distribution, verify_sampled
-
-if TYPE_CHECKING:
-    from outrider.engine.drafters import Draft
 
 FloatArray = npt.NDArray[np.float32]
 BoolArray = npt.NDArray[np.bool_]

@@ -28,9 +28,8 @@ import numpy as np
 
 from outrider.engine.autodraft import AutoDraftLength
 from outrider.engine.chain_draft import ChainDraft
+from outrider.engine.draft import EMPTY_DRAFT, Draft
 from outrider.engine.drafters import (
-    EMPTY_DRAFT,
-    Draft,
     DraftSource,
     ModelDraft,
     PromptLookupDraft,
@@ -164,6 +163,8 @@ class SpeculativeDecoder:
             chain.set_automatic(params.k_max if params.k is None else None)
         if self.drafter.kind == "none" or params.k == 0:
             policy = FixedDraftLength(0)
+            if self.drafter.kind != "none":  # loaded but told not to draft: the reply's figures say "off"
+                stats.draft_mode = "off"
         elif params.k is None and chain is not None:
             policy = FixedDraftLength(params.k_max)
         elif params.k is None:
@@ -207,18 +208,22 @@ class SpeculativeDecoder:
             chosen = 0 if forced_plain else policy.choose()
             remaining = request.max_tokens - stats.generated
             # Every emitted token needs a context position: k drafted + 1 target token must fit.
-            k = max(0, min(chosen, remaining - 1, n_ctx - len(committed) - 1, k_cap))
+            bound = max(0, min(remaining - 1, n_ctx - len(committed) - 1, k_cap))
+            k = min(chosen, bound)
             if k < params.draft_min:
                 k = 0
             draft = EMPTY_DRAFT
             drafting_s = 0.0  # the cost of drafting itself, without a draft model's catch-up (for auto k)
             consulted = k > 0  # the drafter ran in this step: its time is charged to speculation
             if k > 0:
+                # A chain's history lookup may go past k on a long match, up to what one pass can verify.
+                reach = {"reach": bound} if chain is not None else {}
                 draft = self.drafter.propose(committed, k, sampling, rng, params.p_min, params.draft_min,
-                                             **masked_draft)
-                if len(draft.tokens) > k:
+                                             **masked_draft, **reach)
+                limit = bound if chain is not None else k
+                if len(draft.tokens) > limit:
                     draft = dataclasses.replace(
-                        draft, tokens=draft.tokens[:k], dists=draft.dists[:k] if draft.dists else None)
+                        draft, tokens=draft.tokens[:limit], dists=draft.dists[:limit] if draft.dists else None)
                 if grammar is not None:
                     draft = cut_draft(draft, grammar, sampling)
                 if len(draft.tokens) < max(params.draft_min, 1):

@@ -59,8 +59,9 @@ CONFIDENCE = 0.95  # two-sided coverage of low .. high
 WINSOR_SIGMAS = 3.0  # a pass this many robust sigmas above its local level is a stall, bounded there
 MIN_SIGMA_SHARE = 0.005  # robust sigma floor, relative to c1 (identical timings are not perfectly known)
 SEGMENT_SHIFT = 0.25  # relative change of the passes' level that splits a reply into stretches of steady load
-ANCHOR_STALL = 2.0  # a steady one-token pass this many times its stretch's level from the verify passes is a stall
-SEGMENT_MIN = 2  # passes: the shortest such stretch
+ANCHOR_STALL = 2.0  # a steady one-token pass this many times its stretch's level is a stall, left out
+STALL_RATIO = 3.0  # a pass this many times its stretch's model is a stall above it, out of both sides
+SEGMENT_MIN = 3  # passes: the shortest such stretch (two are a stall as often as a load)
 SEGMENT_DEPTH = 3  # levels of splitting: at most 8 stretches
 LOCAL_STEPS = 8  # steps: the reach of the growth's pairs and the window of the local plain cost
 PLAIN_PROBES_MIN = 2  # steady one-token passes (after another one) the decoder forces plain runs until it has
@@ -121,6 +122,7 @@ class SpeedupEstimate:
         plain_s: c1, the mean predicted seconds of a one-token pass over the reply.
         plain_equiv_s: seconds plain decoding would have needed for the same tokens.
         stall_s: target time above the stall bound, out of both sides.
+        growth: g, the relative cost of each further token in a pass (0 when nothing was drafted).
     """
 
     speedup: float
@@ -129,6 +131,7 @@ class SpeedupEstimate:
     plain_s: float
     plain_equiv_s: float
     stall_s: float
+    growth: float = 0.0
 
 
 def student_t_quantile(p: float, df: int) -> float:
