@@ -4,6 +4,7 @@ that follows the replies shown."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -402,13 +403,23 @@ def test_a_new_reply_never_shows_the_previous_replys_chart(qtbot: Any, panel: An
 def test_a_reopened_conversation_brings_its_replies_points_and_old_replies_bring_none(panel: Any) -> None:
     """The stored replies' per-token acceptance and tokens per pass (kept since the "you are here" chart) are the
     conversation's points; a reply stored before has none (it is not drawn at a made-up place)."""
-    _widget, meter, _ = panel
+    widget, meter, _ = panel
     new = ReplyStats(decode_tps=30.0, acceptance_rate=0.6, token_acceptance=0.7, tokens_per_pass=2.2,
                      speedup=1.4, speedup_low=1.3, speedup_high=1.5)
     old = ReplyStats(decode_tps=20.0, acceptance_rate=0.5)  # written by a version that did not keep them
     meter.load_conversation([_message(1, Role.USER), _message(2, Role.ASSISTANT, old), _message(3, Role.USER),
                              _message(4, Role.ASSISTANT, new)])
-    assert meter.conversation_points == [(2, 0.7, 2.2, 1.4)]
+    assert meter.conversation_points == [(2, 0.7, 2.2, 1.4, None)]
+    widget.refresh()  # after a restart: the stored replies on the curve of the last one's k (here none: k unknown)
+    assert widget.why_chart.currentWidget() is widget.why_empty
+    meter.load_conversation([_message(1, Role.USER),
+                             _message(2, Role.ASSISTANT, dataclasses.replace(new, k_mean=3.6))])
+    widget.refresh()
+    why = widget._why
+    assert widget.why_chart.currentWidget() is widget.why_plot and "k = 4" in why["plot"].plotItem.titleLabel.text
+    assert {tuple(round(v, 6) for v in p.pos()) for p in why["earlier"].points()} == {(0.7, 2.2), (0.7, 1.4)}
+    speed_xs = why["speedup"].getData()[0]
+    assert len(why["reply"].points()) == 0 and (speed_xs is None or len(speed_xs) == 0)  # costs: measured live only
     from outrider.history.turns import reply_stats
 
     stored = reply_stats(_why_stats(50), "stop")

@@ -156,8 +156,8 @@ class ReplyMeter:
         conversation_series: (reply number, decode_tps, acceptance_rate) per finished reply that has statistics;
             the reply number counts every reply of the conversation shown (``replies``), so a reply without
             statistics (stopped before its first token, stored by an old version) leaves a gap.
-        conversation_points: (reply number, per-token acceptance a, tokens per pass, speed-up or None) per
-            finished reply that drafted (the "you are here" chart's points).
+        conversation_points: (reply number, per-token acceptance a, tokens per pass, speed-up or None, its mean
+            k rounded or None) per finished reply that drafted (the "you are here" chart's points).
         replies: replies of the conversation shown, with or without statistics.
         started: replies begun since the meter was made (never reset): which reply the statistics are of.
     """
@@ -171,7 +171,7 @@ class ReplyMeter:
         self.streaming = False
         self.reply_series: list[tuple[float, float, float | None]] = []
         self.conversation_series: list[tuple[int, float, float | None]] = []
-        self.conversation_points: list[tuple[int, float, float, float | None]] = []
+        self.conversation_points: list[tuple[int, float, float, float | None, int | None]] = []
         self.replies = 0
         self.started = 0  # replies begun since the meter was made: tells one reply from the next
         self._continuing = False
@@ -216,7 +216,7 @@ class ReplyMeter:
             self.conversation_series.append((self.replies, snap.decode_tps, snap.acceptance_rate))
         if snap.token_acceptance is not None and snap.tokens_per_pass is not None:
             self.conversation_points.append((self.replies, snap.token_acceptance, snap.tokens_per_pass,
-                                             snap.speedup))
+                                             snap.speedup, snap.curve_k))
         self._dirty = True
 
     def reset_conversation(self) -> None:
@@ -248,8 +248,9 @@ class ReplyMeter:
             if st.decode_tps:
                 self.conversation_series.append((self.replies, st.decode_tps, st.acceptance_rate))
             if st.token_acceptance is not None and st.tokens_per_pass is not None:
+                k = round(st.k_mean) if st.k_mean is not None and st.k_mean >= 0.5 else None
                 self.conversation_points.append((self.replies, st.token_acceptance, st.tokens_per_pass,
-                                                 st.speedup))
+                                                 st.speedup, k))
         self._dirty = True
 
     # -- reading ----------------------------------------------------------------------------------------------
