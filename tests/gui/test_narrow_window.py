@@ -76,3 +76,20 @@ def test_a_flow_layout_wraps_instead_of_widening(qtbot: Any) -> None:
     qtbot.waitExposed(host)
     assert all(host.rect().contains(w.geometry()) for w in [*labels, button])
     assert button.geometry().right() >= host.width() - 2  # the last item at the right end of its line
+
+
+def test_every_chart_keeps_its_height_in_a_half_screen_window(qtbot: Any, app_parts: dict[str, Any]) -> None:
+    """At 960 x 700 the reply's chart and the tabs below it (conversation, "You are here") each keep at least
+    ``CHART_MIN_HEIGHT``. Before (seen in the screenshot): the tabs, their size policy Ignored and no minimum of
+    their own, got no height at all (broken on purpose so, this read 0)."""
+    from outrider.ui.widgets.stats_panel import CHART_MIN_HEIGHT
+
+    win = _window(qtbot, app_parts)
+    win.resize(960, 700)
+    qtbot.waitUntil(lambda: win.width() == 960)
+    stats = win.stats
+    stats.build_charts()
+    qtbot.waitUntil(lambda: stats.lower_tabs.height() > 0, timeout=5000)
+    assert stats.reply_chart.height() >= CHART_MIN_HEIGHT
+    assert stats.lower_tabs.currentWidget().height() >= CHART_MIN_HEIGHT
+    assert _inside(stats.lower_tabs, win)

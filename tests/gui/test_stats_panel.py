@@ -328,8 +328,10 @@ def test_the_you_are_here_curves_are_the_cost_models() -> None:
 
 def _why_stats(generated: int, **kw: Any) -> GenerationStats:
     """A reply of per-token acceptance 0.8 (40 accepted, 10 rejections), 2.5 tokens per pass, a drafted token
-    costing 0.05 of a plain pass (1.25 s for 50 tokens, plain 2 tok/s = 0.5 s a pass), pass growth 0.25."""
+    costing 0.05 of a plain pass (1.25 s for 50 tokens, plain 2 tok/s = 0.5 s a pass), pass growth 0.25, a mean
+    k of 3."""
     base: dict[str, Any] = {"generated": generated, "drafted": 50, "accepted": 40, "rejections": 10, "passes": 20,
+                            "k_sum": 60,
                             "pass_tokens": 50, "decode_s": 2.0, "step_s": 2.0, "draft_s": 1.25, "plain_tps": 2.0,
                             "pass_growth": 0.25, "speedup": 1.6, "speedup_low": 1.5, "speedup_high": 1.7,
                             "draft_mode": "model"}
@@ -338,13 +340,14 @@ def _why_stats(generated: int, **kw: Any) -> GenerationStats:
 
 def test_you_are_here_shows_the_curves_for_the_current_k_and_the_measured_points(qtbot: Any, panel: Any) -> None:
     """The seed lesson's picture (issue 23, item 7): for the current k, tokens per pass and net speed-up against
-    acceptance with this reply's costs, this reply's point on it, the conversation's earlier ones hollow.
+    acceptance with this reply's costs, this reply's point on it, the conversation's earlier ones hollow. The
+    current k is the reply's mean (automatic k's last step drafted 16, far from the reply's 3 on average).
     Broken on purpose (``_draw_why`` not called) the tab kept its sentence and no curve."""
     widget, meter, clock = panel
     assert widget.lower_tabs.tabText(1) == "You are here"
     meter.begin_reply()
     clock.now += 0.5
-    meter.add(_why_stats(50), 4)
+    meter.add(_why_stats(50), 16)
     widget.refresh()
     widget.lower_tabs.setCurrentIndex(1)
     assert widget.why_chart.currentWidget() is widget.why_plot
@@ -352,16 +355,16 @@ def test_you_are_here_shows_the_curves_for_the_current_k_and_the_measured_points
     xs, tokens = (list(v) for v in why["tokens"].getData())
     _, speed = (list(v) for v in why["speedup"].getData())
     for a, e, s in zip(xs, tokens, speed, strict=True):
-        ref_e, ref_s = _reference_speedup(a, 4, 1.25 / 50 * 2.0, 0.25)
+        ref_e, ref_s = _reference_speedup(a, 3, 1.25 / 50 * 2.0, 0.25)
         assert e == pytest.approx(ref_e) and s == pytest.approx(ref_s)
     points = {tuple(round(v, 6) for v in p.pos()) for p in why["reply"].points()}
     assert points == {(0.8, 2.5), (0.8, 1.6)}  # this reply: measured a, tokens per pass and speed-up
-    assert "k = 4" in why["plot"].plotItem.titleLabel.text
+    assert "k = 3" in why["plot"].plotItem.titleLabel.text
     meter.finish_reply(_why_stats(50))
     meter.begin_reply()  # a second reply: the first is an earlier point now
     clock.now += 0.5
     meter.add(_why_stats(40, accepted=10, rejections=30, pass_tokens=30, speedup=0.8, speedup_low=0.7,
-                         speedup_high=0.9), 2)
+                         speedup_high=0.9, k_sum=40), 0)
     widget.refresh()
     earlier = {tuple(round(v, 6) for v in p.pos()) for p in why["earlier"].points()}
     assert earlier == {(0.8, 2.5), (0.8, 1.6)}

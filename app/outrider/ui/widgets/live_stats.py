@@ -123,13 +123,12 @@ class Snapshot:
 
     @property
     def curve_k(self) -> int | None:
-        """The draft length the "you are here" curves are drawn for: the last step's k, or after a plain step
-        the reply's mean k; None when the reply drafts nothing."""
-        if self.k:
-            return self.k
+        """The draft length the "you are here" curves are drawn for: the reply's mean k rounded (automatic k
+        changes k every step, and its last step's 16 drew a curve far from the reply's 2.7 on average; a fixed k
+        is its mean, less the plain probes), else the last step's k; None when the reply drafts nothing."""
         if self.k_mean is not None and self.k_mean >= 0.5:
             return round(self.k_mean)
-        return None
+        return self.k or None
 
     @property
     def has_reply(self) -> bool:

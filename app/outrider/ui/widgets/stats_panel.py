@@ -111,7 +111,7 @@ class FittingScrollArea(QScrollArea):
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setMinimumHeight(160)
+        self.setMinimumHeight(130)  # a few figures, then it scrolls: the charts below keep their height
 
     def sizeHint(self) -> QSize:  # Qt override
         inner = self.widget()
@@ -238,6 +238,9 @@ class StatsPanel(QWidget):
         self.lower_tabs.addTab(self.conv_chart, "Conversation")
         self.lower_tabs.addTab(self.why_chart, "You are here")
         self.lower_tabs.setTabToolTip(1, WHY_TIP)
+        # Ignored (the numbers have the first claim on the height) ignores the contents' minimum too: without its
+        # own, the tabs got no height at all in a 700-px window.
+        self.lower_tabs.setMinimumHeight(CHART_MIN_HEIGHT + self.lower_tabs.tabBar().sizeHint().height())
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.numbers = FittingScrollArea(self)
@@ -360,7 +363,7 @@ class StatsPanel(QWidget):
         plot.disableAutoRange()
         plot.hideButtons()
         plot.setTitle("You are here")
-        plot.setLabel("left", "tokens / pass, speed-up ×")
+        plot.setLabel("left", "tokens, ×")  # long labels were cut: the legend names the two curves
         plot.setLabel("bottom", "per-token acceptance a")
         plot.setRange(xRange=(0.0, 1.0), yRange=(0.0, 2.0), padding=0)
         plot.getAxis("bottom").setTicks([[(v, f"{v:g}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)], []])
