@@ -296,7 +296,7 @@ def test_prompt_speed_after_a_cache_reuse_says_how_much_was_cached(panel: Any) -
     meter.begin_reply()
     meter.add(_stats(8, prompt_tokens=421, prompt_tokens_reused=412, prompt_s=9 / 14464), 3)
     widget.refresh()
-    assert widget.values["prompt_tps"].text() == "cached 412 tokens · 9 new"
+    assert widget.values["prompt_tps"].text() == "412 cached"
     assert "tok/s" not in widget.values["prompt_tps"].text()
     meter.finish_reply(None)
     meter.begin_reply()  # a first turn: the whole prompt read, its rate is what the figure is for
@@ -428,3 +428,27 @@ def test_a_reopened_conversation_brings_its_replies_points_and_old_replies_bring
     stored = reply_stats(_why_stats(50), "stop")
     assert (stored.token_acceptance, stored.tokens_per_pass) == (0.8, 2.5)
     assert ReplyStats.from_dict(stored.to_dict()) == stored
+
+
+def test_no_figure_is_cut_off_in_the_narrowest_panel(qtbot: Any, panel: Any) -> None:
+    """At the panel's minimum width, with the longest figures a reply gives (a cached prompt, a long k, a
+    speed-up range), every value ends inside the numbers' viewport. Before (seen in the dark screenshot, every
+    value cut at its right edge): the unwrapped caption under the speed-up (307 px) and a prompt figure "cached
+    12000 tokens · 345 new" held the grid wider than the 286-px viewport; this test read "decode_now ends at 319
+    of 286"."""
+    from PySide6.QtCore import QPoint
+
+    widget, meter, clock = panel
+    widget.resize(widget.minimumWidth(), 800)
+    meter.begin_reply()
+    clock.now += 0.5
+    meter.add(_why_stats(50, prompt_tokens=12_345, prompt_tokens_reused=12_000, prompt_s=0.5, speedup=0.9,
+                         speedup_low=0.5, speedup_high=1.4, k_sum=20 * 16), 16)
+    widget.refresh()
+    viewport = widget.numbers.viewport()
+    qtbot.waitUntil(lambda: all(v.width() >= v.minimumSizeHint().width() for v in widget.values.values()))
+    for key, value in widget.values.items():
+        right = value.mapTo(viewport, QPoint(value.width(), 0)).x()
+        assert right <= viewport.width(), f"{key} {value.text()!r} ends at {right} of {viewport.width()}"
+        if not value.wordWrap():
+            assert value.width() >= value.sizeHint().width(), f"{key} {value.text()!r} squeezed"

@@ -152,6 +152,8 @@ class StatsPanel(QWidget):
         self.speedup_label.setAccessibleName("Measured speed-up")
         caption = QLabel("speed-up vs plain decoding, measured in this reply", self)
         caption.setToolTip(TOOLTIPS["speedup"])
+        caption.setWordWrap(True)  # unwrapped it held the numbers wider than a 300-px panel: values cut at the right
+        self.speedup_label.setWordWrap(True)
         self.explanations: dict[str, QLabel] = {}
         speedup_help = self._explanation("speedup")
 
