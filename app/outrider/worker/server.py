@@ -297,7 +297,7 @@ class _Server:
             stats.pass_tokens += n
             stats.decode_s = time.perf_counter() - t0
             # step_to_wire(StepEvent(tokens, flags, pieces, n - 1)), built directly: this measures the protocol alone
-            self.out.put(("step", rid, [tokens, [j < n - 1 for j in range(n)], text, n - 1, [" tok"] * n],
+            self.out.put(("step", rid, [tokens, [j < n - 1 for j in range(n)], n - 1, [" tok"] * n, []],
                           copy.copy(stats)))
         self.emit({**done_to_wire(DoneEvent("length", stats, "".join(texts))), "id": rid}, wait=True)
 

@@ -28,6 +28,7 @@ from outrider.ui.bridges.tasks import QtTaskRunner
 from outrider.ui.models.catalogue_model import CatalogueFilterProxy, CatalogueModel, FoundFilesModel
 from outrider.ui.picker.catalogue_tab import CatalogueTab
 from outrider.ui.picker.choice import PairChoice
+from outrider.ui.picker.delete_model import ModelDeletion
 from outrider.ui.picker.downloads_tab import DownloadsView
 from outrider.ui.picker.on_disk_tab import OnDiskTab
 from outrider.ui.picker.own_pair_tab import OwnPairTab
@@ -111,6 +112,8 @@ class PairPickerDialog(QDialog):
         self.on_disk_tab.use_as_target.connect(self._on_on_disk_tab_use_as_target)
         self.on_disk_tab.use_as_draft.connect(self._on_on_disk_tab_use_as_draft)
         self.on_disk_tab.folder_added.connect(self.add_folder)
+        self.deletion = ModelDeletion(catalogue_service.store, self._runner, self.on_disk_tab, self)
+        self.deletion.deleted.connect(lambda _paths: self.refresh())
         self.downloads.download_changed.connect(self._on_downloads_download_changed)
         self.downloads.download_finished.connect(self._on_downloads_download_finished)
         self.downloads.download_failed.connect(self._on_downloads_download_failed)
