@@ -84,9 +84,8 @@ def test_every_chart_keeps_its_height_in_a_half_screen_window(qtbot: Any, app_pa
     Ignored and no minimum of their own, got no height at all. This test did not reproduce that (with the tabs'
     minimum taken out it still passed, offscreen and under xcb): it holds the heights the fix guarantees, and the
     screenshot script's picture is the check of the original case."""
-    from outrider.ui.widgets.stats_panel import CHART_MIN_HEIGHT
-
     from outrider.engine.stats import DrafterCounts, GenerationStats
+    from outrider.ui.widgets.stats_panel import CHART_MIN_HEIGHT
 
     win = _window(qtbot, app_parts)
     win.resize(960, 700)
