@@ -28,7 +28,8 @@ import numpy as np
 import pytest
 
 from outrider.engine import drafters, sampling
-from outrider.engine.drafters import EMPTY_DRAFT, Draft, ModelDraft, common_prefix_length
+from outrider.engine.draft import EMPTY_DRAFT, Draft
+from outrider.engine.drafters import ModelDraft, common_prefix_length
 from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist, distribution, draft_token, greedy_token
 from support.tiny_gguf import Family, TinyShape, make_family

@@ -56,6 +56,9 @@ class PairStatus(enum.Enum):
     DOWNLOADABLE = "downloadable"
     INCOMPATIBLE = "incompatible"
     UNAVAILABLE = "unavailable"
+    # The last download of the pair failed (set by the app's download manager over a scan's row; a scan alone
+    # never reports it): "downloadable" there read as if nothing had happened.
+    FAILED = "download failed"
 
 
 USABLE = frozenset({PairStatus.INSTALLED, PairStatus.ON_DISK})

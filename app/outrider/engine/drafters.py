@@ -8,17 +8,15 @@ mass, for which the same rule stays exact.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from outrider.engine.draft import EMPTY_DRAFT, Draft
+from outrider.engine.grammar import BoolArray, GrammarMask
 from outrider.engine.llama.backend import FloatArray, LoadedModel, ModelContext
-
-if TYPE_CHECKING:
-    from outrider.engine.grammar import GrammarMask
 from outrider.engine.params import LookupSettings, SamplingParams
 from outrider.engine.sampling import (
     SparseDist,
@@ -28,25 +26,6 @@ from outrider.engine.sampling import (
     top_probability,
 )
 
-
-@dataclasses.dataclass(frozen=True)
-class Draft:
-    """Proposed tokens; ``dists[i]`` is the q that ``tokens[i]`` was drawn from (None when greedy).
-
-    ``sync_s`` is the part of the drafting time spent bringing the drafter up to date with the committed tokens
-    (a draft model evaluating what the target emitted since its last draft) and ``synced`` how many tokens that
-    was: after a run of plain steps this catch-up is large and says nothing about the cost of drafting a token.
-    ``sources[i]`` is the kind of the drafter that proposed ``tokens[i]`` (a chain of drafters, chain_draft.py);
-    empty means the decoder's drafter proposed them all.
-    """
-
-    tokens: list[int]
-    dists: list[SparseDist] | None = None
-    sync_s: float = 0.0
-    synced: int = 0
-    sources: tuple[str, ...] = ()
-
-EMPTY_DRAFT = Draft([])
 SHADOW_WINDOW = 16  # a draft model's guesses scored per shadow scoring (the most recent ones)
 
 
@@ -259,18 +238,28 @@ class ModelDraft:
             walker.close()
         return Draft(tokens, dists, sync_s, synced)
 
-    def proposal_dists(self, prefix: Sequence[int], tokens: Sequence[int],
-                       sampling: SamplingParams) -> list[SparseDist] | None:
+    def proposal_dists(self, prefix: Sequence[int], tokens: Sequence[int], sampling: SamplingParams,
+                       allowed: Sequence[BoolArray] | None = None) -> list[SparseDist] | None:
         """q at each position of ``tokens`` continuing ``prefix`` (``outrider verify``'s draft-direction test);
-        None when they do not fit one batch."""
+        None when they do not fit one batch. ``allowed``: the grammar's allowed tokens per position (structured
+        output: q is then the masked distribution ``propose(grammar=…)`` draws from)."""
+        def masked_row(logits: FloatArray, i: int) -> FloatArray:  # as grammar.masked_row (no import cycle)
+            if allowed is None:
+                return logits
+            n = min(allowed[i].shape[0], logits.shape[0])
+            out = np.full(logits.shape[0], -np.inf, dtype=np.float32)
+            out[:n] = np.where(allowed[i][:n], logits[:n], -np.inf)
+            return out
+
         if not tokens or len(tokens) > self.context.n_batch or len(prefix) + len(tokens) > self.context.n_ctx:
             return None
         self._sync(prefix)
-        dists = [distribution(self._logits(-1), sampling)]
+        dists = [distribution(masked_row(self._logits(-1), 0), sampling)]
         if len(tokens) > 1:
             self.context.decode(list(tokens[:-1]), logits="all")
             self.cached.extend(tokens[:-1])
-            dists += [distribution(self._logits(i), sampling) for i in range(len(tokens) - 1)]
+            dists += [distribution(masked_row(self._logits(i), i + 1), sampling)
+                      for i in range(len(tokens) - 1)]
         return dists
 
     def close(self) -> None:

@@ -8,10 +8,10 @@ computes them: only the counters matter on the wire, derived figures are recompu
 Wire tolerance: unknown keys (a newer engine) are ignored, missing ones keep their defaults, wrong shapes raise
 ``ProtocolError`` (the engine process is untrusted: it parses model files).
 
-Steps travel in batches: a ``steps`` message holds ``[tokens, drafted, text, k, pieces, origins]`` per step and
-one statistics snapshot (the running totals after the last step); it decodes to one ``StepBatch``. ``origins``
-(which drafter proposed each token, ``PROVENANCE``) came after ``pieces``: a step without it still decodes, its
-drafted tokens then of the unknown origin ``DRAFTED``.
+Steps travel in batches: a ``steps`` message holds ``[tokens, drafted, k, pieces, origins]`` per step (then
+``logprobs`` when asked for) and one statistics snapshot (the running totals after the last step); it decodes to
+one ``StepBatch``. A step's text is its ``pieces`` joined: it travels once (protocol version 2; version 1 also
+sent the joined text, for readers of an earlier version that the hello's version check turns away anyway).
 """
 
 from __future__ import annotations
@@ -309,9 +309,8 @@ def loaded_from_wire(data: Any) -> LoadedPair:
 
 
 def step_to_wire(step: StepEvent) -> list[Any]:
-    """``[tokens, drafted, text, k, pieces, origins]`` (``text`` kept for engines and apps of an earlier version),
-    then ``logprobs`` when the step has them."""
-    wire = [step.tokens, step.drafted, step.text, step.k, step.pieces, step.origins]
+    """``[tokens, drafted, k, pieces, origins]``, then ``logprobs`` when the step has them."""
+    wire = [step.tokens, step.drafted, step.k, step.pieces, step.origins]
     return [*wire, step.logprobs] if step.logprobs else wire
 
 
@@ -321,40 +320,39 @@ def steps_to_wire(steps: list[list[Any]], stats: GenerationStats) -> dict[str, A
 
 
 def batch_from_wire(message: Mapping[str, Any]) -> StepBatch:
-    """A ``steps`` message to a StepBatch. Each step is ``[tokens, drafted, text, k]``, ``[..., pieces]``,
-    ``[..., pieces, origins]`` or ``[..., origins, logprobs]``; elements after those (a newer engine) are ignored."""
+    """A ``steps`` message to a StepBatch. Each step is ``[tokens, drafted, k, pieces, origins]`` or
+    ``[..., origins, logprobs]``; elements after those (a newer engine) are ignored. Anything else, or lists that
+    do not align with the tokens, raises ``ProtocolError``."""
     stats = stats_from_wire(message.get("stats", {}))
     steps = message.get("steps")
     if not isinstance(steps, list):
         raise ProtocolError("'steps' must be a list")
-    out = []
-    for step in steps:
-        if not isinstance(step, list) or len(step) < 4 or not isinstance(step[2], str):
-            raise ProtocolError("a step is [tokens, drafted, text, k, pieces, origins]")
-        pieces = step[4] if len(step) >= 5 else [step[2]]
-        if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
-            raise ProtocolError("step pieces must be a list of strings")
-        tokens, drafted = step[0], step[1]
-        if not isinstance(tokens, list) or not isinstance(drafted, list):
-            raise ProtocolError("step tokens and flags must be lists")
-        if not all(type(t) is int and 0 <= t < _MAX_TOKEN_ID for t in tokens):
-            raise ProtocolError("step tokens must be token ids (integers)")
-        if len(drafted) != len(tokens) or not all(type(d) is bool for d in drafted):
-            raise ProtocolError("step flags must be one true/false per token")
-        if len(step) >= 5 and tokens and len(pieces) != len(tokens):
-            raise ProtocolError("step pieces must be one per token (a step without tokens carries held-back text)")
-        k = step[3]
-        if type(k) is not int or not 0 <= k <= _MAX_K:
-            raise ProtocolError(f"step k must be a whole number from 0 to {_MAX_K}")
-        origins = step[5] if len(step) >= 6 else []
-        if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins) or (
-                origins and len(origins) != len(drafted)):
-            raise ProtocolError("step origins must be a list of strings, one per token")
-        logprobs = step[6] if len(step) >= 7 else []
-        if not isinstance(logprobs, list) or (logprobs and len(logprobs) != len(tokens)):
-            raise ProtocolError("step logprobs must be one entry per token")
-        out.append(StepEvent(tokens, drafted, pieces, k, None, origins, logprobs))
-    return StepBatch(tuple(out), stats)
+    return StepBatch(tuple(_step_from_wire(step) for step in steps), stats)
+
+
+def _step_from_wire(step: Any) -> StepEvent:
+    if not isinstance(step, list) or len(step) < 5:
+        raise ProtocolError("a step is [tokens, drafted, k, pieces, origins]")
+    tokens, drafted, k, pieces, origins = step[:5]
+    if not isinstance(tokens, list) or not isinstance(drafted, list):
+        raise ProtocolError("step tokens and flags must be lists")
+    if not all(type(t) is int and 0 <= t < _MAX_TOKEN_ID for t in tokens):
+        raise ProtocolError("step tokens must be token ids (integers)")
+    if len(drafted) != len(tokens) or not all(type(d) is bool for d in drafted):
+        raise ProtocolError("step flags must be one true/false per token")
+    if type(k) is not int or not 0 <= k <= _MAX_K:
+        raise ProtocolError(f"step k must be a whole number from 0 to {_MAX_K}")
+    if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
+        raise ProtocolError("step pieces must be a list of strings")
+    if tokens and len(pieces) != len(tokens):
+        raise ProtocolError("step pieces must be one per token (a step without tokens carries held-back text)")
+    if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins) or (
+            origins and len(origins) != len(drafted)):
+        raise ProtocolError("step origins must be a list of strings, one per token")
+    logprobs = step[5] if len(step) >= 6 else []
+    if not isinstance(logprobs, list) or (logprobs and len(logprobs) != len(tokens)):
+        raise ProtocolError("step logprobs must be one entry per token")
+    return StepEvent(tokens, drafted, pieces, k, None, origins, logprobs)
 
 
 def done_to_wire(done: DoneEvent) -> dict[str, Any]:

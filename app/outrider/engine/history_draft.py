@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from outrider.engine.drafters import EMPTY_DRAFT, SHADOW_WINDOW, Draft
+from outrider.engine.draft import EMPTY_DRAFT, Draft
+from outrider.engine.drafters import SHADOW_WINDOW
 from outrider.engine.history_index import HistoryIndex, HistoryIndexError, Tokenize
 from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist

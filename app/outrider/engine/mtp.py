@@ -32,7 +32,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from outrider.engine.drafters import EMPTY_DRAFT, SHADOW_WINDOW, Draft, common_prefix_length
+from outrider.engine.draft import EMPTY_DRAFT, Draft
+from outrider.engine.drafters import SHADOW_WINDOW, common_prefix_length
 from outrider.engine.llama.backend import FloatArray, ModelContext
 from outrider.engine.llama.mtp_context import MtpContext, expose_hidden_states, hidden_states
 from outrider.engine.params import SamplingParams

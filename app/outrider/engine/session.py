@@ -258,15 +258,18 @@ class Engine:
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
     def tokenize_chat(self, messages: Sequence[ChatMessage], *, reserve: int = 0,
-                      continue_reply: bool = False, trim: bool = True, tools: str | None = None) -> list[int]:
+                      continue_reply: bool = False, trim: bool = True, tools: str | None = None,
+                      continue_tokens: Sequence[int] | None = None) -> list[int]:
         """A conversation through the chat template, leaving ``reserve`` tokens of the context for the reply.
 
         ``trim``: the oldest turns are dropped until it fits (``fit_conversation``: about log2(turns) renders,
         cancellable with ``cancel``); without it a conversation that does not fit raises ``ContextOverflowError``
         (the server's default: a client must know its conversation was not read whole).
         ``continue_reply``: the last message is an assistant reply to continue: the prompt is the conversation
-        before it with the generation prompt, then that reply's text (no end of turn). Message text is never
-        read as control tokens (``_chat_tokens``).
+        before it with the generation prompt, then that reply's text (no end of turn): its token ids as generated
+        when known — the last reply of this process (``_LastReply``), or ``continue_tokens`` (stored with the
+        reply) when they spell its text in this model — else the text tokenised. Message text is never read as
+        control tokens (``_chat_tokens``).
         """
         if self._formatter is None:
             raise EngineError("no model is loaded")
@@ -300,10 +303,20 @@ class Engine:
         last = self._last_reply
         if last is not None and last.head == tuple(head) and last.text == prefix:
             tokens = [*head, *last.tokens]  # the reply as the model generated it (see ``_LastReply``)
+        elif continue_tokens and self._spell(continue_tokens, prefix):
+            tokens = [*head, *continue_tokens]  # as generated, stored with the reply (after a restart)
         else:
             tokens = tokens_of(fitted)  # another process wrote it, or it was edited: its text is all there is
         self._pending_reply = _LastReply(tuple(head), tuple(tokens[len(head):]), prefix)
         return tokens
+
+    def _spell(self, tokens: Sequence[int], text: str) -> bool:
+        """Whether ``tokens`` are ids of the loaded target (a stored reply may be of another model) whose pieces
+        make exactly ``text``."""
+        target = self.target
+        if any(not 0 <= t < target.n_vocab for t in tokens):
+            return False
+        return b"".join(target.piece(t) for t in tokens).decode("utf-8", errors="replace") == text
 
     def _chat_tokens(self, messages: Sequence[ChatMessage], prefix: str, special: dict[str, bool],
                      tools: list[Any] | None = None) -> list[int]:
@@ -416,7 +429,8 @@ class Engine:
             self._cancel.clear()  # a request starts here: an old cancel must not stop its trimming
             try:
                 tokens = self.tokenize_chat(request.messages, reserve=reserve, continue_reply=request.continue_reply,
-                                            trim=request.trim, tools=request.tools)
+                                            trim=request.trim, tools=request.tools,
+                                            continue_tokens=request.continue_tokens)
             except TrimCancelled:
                 return iter([DoneEvent(STOP_CANCELLED, GenerationStats(), "")])
         elif request.suffix is not None:
@@ -440,7 +454,8 @@ class Engine:
     def score(self, request: TextRequest, tokens: Sequence[int]) -> list[TokenScore]:
         """For each of ``tokens`` continuing ``request``'s prompt (tokenised as ``run`` would): (mass ranked before
         it, its probability, the top probability) in the target's distribution at its position with the request's
-        filters (``SpeculativeDecoder.score``). Not while a generation runs."""
+        filters (``SpeculativeDecoder.score``), masked by ``request.grammar`` when it has one. Not while a generation
+        runs."""
         if request.messages is not None:
             prompt = self.tokenize_chat(request.messages, reserve=min(request.max_tokens, 256),
                                         continue_reply=request.continue_reply)
@@ -450,9 +465,13 @@ class Engine:
             prompt = self.tokenize_prompt(request.prompt)
         if not self._generating.acquire(blocking=False):
             raise EngineError("a generation is already running")
+        mask = None
         try:
-            return self._decoder_or_raise().score(prompt, [int(t) for t in tokens], request.sampling)
+            mask = GrammarMask.of(self.target, request.grammar) if request.grammar is not None else None
+            return self._decoder_or_raise().score(prompt, [int(t) for t in tokens], request.sampling, grammar=mask)
         finally:
+            if mask is not None:
+                mask.close()
             self._generating.release()
 
     def cancel(self) -> None:

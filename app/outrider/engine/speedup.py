@@ -122,6 +122,7 @@ class SpeedupEstimate:
         plain_s: c1, the mean predicted seconds of a one-token pass over the reply.
         plain_equiv_s: seconds plain decoding would have needed for the same tokens.
         stall_s: target time above the stall bound, out of both sides.
+        growth: g, the relative cost of each further token in a pass (0 when nothing was drafted).
     """
 
     speedup: float
@@ -130,6 +131,7 @@ class SpeedupEstimate:
     plain_s: float
     plain_equiv_s: float
     stall_s: float
+    growth: float = 0.0
 
 
 def student_t_quantile(p: float, df: int) -> float:

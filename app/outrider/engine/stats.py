@@ -73,8 +73,12 @@ class GenerationStats:
         plain_tps: plain decoding tokens/s of this reply, 1 / c1 of the cost model (``engine.speedup``).
         plain_equiv_s: seconds plain decoding would have needed for the tokens of every step so far.
         stall_s: target time above the cost model's winsorization bound, taken out of both sides (seconds).
+        pass_growth: g of the fitted pass cost c1 · (1 + g · (n - 1)): a pass of n tokens costs 1 + g · (n - 1)
+            one-token passes (None while the cost model is not identified; 0 when nothing was drafted).
         speedup: plain_equiv_s / (step_s - stall_s); None while the cost model is not identified.
         speedup_low / speedup_high: its 95 % interval (None with ``speedup``); equal when measured exactly.
+        draft_mode: the drafter that drafted (``model``, ``lookup``, ``mtp``, a chain ``history+lookup+model``);
+            ``off`` when one is loaded but the request asked for no drafting (k = 0), ``none`` without one.
         by_drafter: ``drafted`` and ``accepted`` split by the kind of drafter that proposed each token (``lookup``
             = prompt lookup, ``history``, ``model``, ``mtp``); their sums are ``drafted`` and ``accepted``.
     """
@@ -98,6 +102,7 @@ class GenerationStats:
     plain_tps: float | None = None
     plain_equiv_s: float = 0.0
     stall_s: float = 0.0
+    pass_growth: float | None = None
     speedup: float | None = None
     speedup_low: float | None = None
     speedup_high: float | None = None
@@ -181,8 +186,10 @@ class PlainRateMeter:
     by ``finish`` before the last statistics go out.
     """
 
-    def __init__(self, stats: GenerationStats, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, stats: GenerationStats, clock: Callable[[], float] = time.perf_counter, *,
+                 load_probes: bool = True) -> None:
         self.stats = stats
+        self.load_probes = load_probes  # False: plain runs on the fixed schedule only (a reproducible reply)
         self._clock = clock
         self._fitted_at = clock()
         self.steps: list[PassTiming] = []
@@ -215,7 +222,7 @@ class PlainRateMeter:
             return True  # the second step: the first run
         if self.steady_plain < PLAIN_PROBES_MIN:
             return self.steps_since_plain >= PLAIN_PROBE_GAP - 1
-        if self.steps_since_plain >= LOAD_PROBE_GAP and self._load_moved():
+        if self.load_probes and self.steps_since_plain >= LOAD_PROBE_GAP and self._load_moved():
             return True
         return self.steps_since_plain >= probe_every - 1
 
@@ -258,9 +265,9 @@ class PlainRateMeter:
         est = estimate_speedup(self.steps)
         self._fitted_at = self._clock()
         if est is None:
-            s.speedup = s.speedup_low = s.speedup_high = s.plain_tps = None
+            s.speedup = s.speedup_low = s.speedup_high = s.plain_tps = s.pass_growth = None
             s.plain_equiv_s = s.stall_s = 0.0
             return
         s.speedup, s.speedup_low, s.speedup_high = est.speedup, est.low, est.high
         s.plain_tps = 1.0 / est.plain_s if est.plain_s > 0 else None
-        s.plain_equiv_s, s.stall_s = est.plain_equiv_s, est.stall_s
+        s.plain_equiv_s, s.stall_s, s.pass_growth = est.plain_equiv_s, est.stall_s, est.growth

@@ -375,7 +375,7 @@ class ChatSession(QObject):
         self._reply_id = turn.reply_id
         self._checkpointer = ReplyCheckpointer(self.store.store, turn.reply_id)
         if self._continuing:
-            self._reply = ReplyText(turn.continued, turn.continued_runs)
+            self._reply = ReplyText(turn.continued, turn.continued_runs, turn.continued_tokens)
             self.reply_continued.emit(self._reply)
         elif turn.user_message_id:
             self.user_message_stored.emit(turn.user_message_id)
@@ -384,7 +384,8 @@ class ChatSession(QObject):
             return
         s = self.settings.value
         request = TextRequest(messages=history, max_tokens=self.max_tokens_override or s.max_tokens,
-                              sampling=s.sampling(), draft=s.draft_params(), continue_reply=self._continuing)
+                              sampling=s.sampling(), draft=s.draft_params(), continue_reply=self._continuing,
+                              continue_tokens=turn.continued_tokens if self._continuing else None)
         self._request = request
         self._generating = True
         self._timer.start()
@@ -444,6 +445,7 @@ class ChatSession(QObject):
         reply_id = self._reply_id
         # The colours go with the reply (reopened, after a restart, exported, continued): its runs as streamed.
         end = dataclasses.replace(end, stats=with_runs(end.stats, end.text, self._reply.pieces))
+        end = end.with_tokens(self._reply.whole_tokens)  # Continue resumes from them, after a restart too
         if self._checkpointer is not None:
             self.store.finish(self._checkpointer, end.text, end.status, end.stats)
         self._checkpointer = None

@@ -32,6 +32,7 @@ from typing import Any
 
 from outrider import paths
 from outrider.engine.events import ErrorKind, LoadedPair, LoadProgress, ProtocolError, loaded_from_wire
+from outrider.engine.params import PairSpec, TextRequest
 from outrider.worker.errors import (
     EngineCrashed,
     EngineIgnoredCancel,
@@ -387,10 +388,10 @@ class EngineClient:
                 self._busy.release()
 
     # -- requests -------------------------------------------------------------------------------------------
-    def load(self, spec: Any, *, timeout: float | None = DEFAULT_LOAD_TIMEOUT, refuse_unsafe: bool = False,
+    def load(self, spec: PairSpec, *, timeout: float | None = DEFAULT_LOAD_TIMEOUT, refuse_unsafe: bool = False,
              draft_fallback: bool = False,
              on_progress: Callable[[LoadProgress], None] | None = None) -> LoadedPair:
-        """Load a pair (``PairSpec`` of this package or of ``outrider.engine``); starts the process if needed.
+        """Load a pair; starts the process if needed.
 
         ``refuse_unsafe`` (for automatic loads) refuses a model that crashed the engine before. A load that
         takes longer than ``timeout`` seconds kills the process (EngineStuck). ``draft_fallback`` loads the
@@ -442,8 +443,8 @@ class EngineClient:
         finally:
             self._release(rid)
 
-    def generate(self, request: Any) -> Generation:
-        """Start a reply (``TextRequest`` of this package or of ``outrider.engine``); iterate the result."""
+    def generate(self, request: TextRequest) -> Generation:
+        """Start a reply; iterate the result."""
         wire = request_to_wire(request)
         rid = self._begin("generating", None)
         try:
@@ -475,7 +476,7 @@ class EngineClient:
         self._simple("unloading", {"type": "unload"}, timeout)
         self.loaded = None
 
-    def score(self, request: Any, tokens: Sequence[int], *,
+    def score(self, request: TextRequest, tokens: Sequence[int], *,
               timeout: float | None = 120.0) -> list[tuple[float, ...]]:
         """The target's (mass ranked before, probability, top probability) of each of ``tokens`` continuing
         ``request``'s prompt (``Engine.score``): what ``outrider verify`` tests sampled tokens against."""

@@ -30,9 +30,9 @@ from typing import Any
 
 from outrider.engine.events import ProtocolError as ProtocolError
 from outrider.engine.llama.text import clean_text
-from outrider.engine.params import ChatMessage
+from outrider.engine.params import ChatMessage, PairSpec, TextRequest
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: a step's text travels once, as its pieces (engine/events.py)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a longer message from the engine is a protocol violation
 MAX_REQUEST_BYTES = 48 * 1024 * 1024  # requests above this are refused before being sent
 
@@ -53,26 +53,18 @@ def decode(data: bytes) -> dict[str, Any]:
     return value
 
 
-def _as_dict(obj: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    if isinstance(obj, Mapping):
-        return dict(obj)
-    raise TypeError(f"expected a dataclass or a mapping, got {type(obj).__name__}")
-
-
-def spec_to_wire(spec: Any) -> dict[str, Any]:
-    """A ``PairSpec`` (``outrider.engine.params``) to a JSON-able dict."""
-    data = _as_dict(spec)
+def spec_to_wire(spec: PairSpec) -> dict[str, Any]:
+    """A pair to a JSON-able dict (paths as strings)."""
+    data = dataclasses.asdict(spec)
     for key in ("target", "draft", "mtp_head"):
         if data.get(key) is not None:
             data[key] = str(data[key])
     return data
 
 
-def request_to_wire(request: Any) -> dict[str, Any]:
-    """A ``TextRequest`` (``outrider.engine.params``) to a JSON-able dict, with all text cleaned."""
-    data = _as_dict(request)
+def request_to_wire(request: TextRequest) -> dict[str, Any]:
+    """A request to a JSON-able dict, with all text cleaned (``clean_text``: lone surrogates and NULs)."""
+    data = dataclasses.asdict(request)
     if data.get("prompt") is not None:
         data["prompt"] = clean_text(str(data["prompt"]))
     if data.get("messages") is not None:

@@ -297,7 +297,7 @@ class _Server:
             stats.pass_tokens += n
             stats.decode_s = time.perf_counter() - t0
             # step_to_wire(StepEvent(tokens, flags, pieces, n - 1)), built directly: this measures the protocol alone
-            self.out.put(("step", rid, [tokens, [j < n - 1 for j in range(n)], text, n - 1, [" tok"] * n],
+            self.out.put(("step", rid, [tokens, [j < n - 1 for j in range(n)], n - 1, [" tok"] * n, []],
                           copy.copy(stats)))
         self.emit({**done_to_wire(DoneEvent("length", stats, "".join(texts))), "id": rid}, wait=True)
 
@@ -371,6 +371,12 @@ def _build_request(data: Any) -> TextRequest:
         fields["sampling"] = SamplingParams(**fields.get("sampling", {}))
         fields["draft"] = DraftParams(**fields.get("draft", {}))
         fields["stop"] = tuple(str(s) for s in fields.get("stop", ()))
+        if fields.get("continue_tokens") is not None:
+            ids = fields["continue_tokens"]
+            if not isinstance(ids, list | tuple) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                    for t in ids):
+                raise TypeError("continue_tokens must be a list of token ids")
+            fields["continue_tokens"] = tuple(ids)
         if fields.get("grammar") is not None:
             fields["grammar"] = GrammarSpec(**fields["grammar"])
         return TextRequest(**fields)

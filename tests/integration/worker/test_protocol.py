@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,9 +25,11 @@ from outrider.engine.events import (
     stats_from_wire,
 )
 from outrider.engine.stats import DERIVED, GenerationStats, PlainRateMeter
+from outrider.worker import client as client_module
 from outrider.worker.client import EngineClient
-from outrider.worker.errors import EngineCrashed, _key_line
-from outrider.worker.protocol import FramedPipe, ProtocolError, decode, encode
+from outrider.worker.errors import EngineCrashed, WorkerError, _key_line
+from outrider.worker.launch import child_env
+from outrider.worker.protocol import PROTOCOL_VERSION, FramedPipe, ProtocolError, decode, encode
 from outrider.worker.registry import UnsafeModels
 
 
@@ -79,14 +83,43 @@ def test_event_parsers_reject_wrong_shapes() -> None:
     with pytest.raises(ProtocolError):
         batch_from_wire({"type": "steps", "steps": [[1, 2]], "stats": {}})
     with pytest.raises(ProtocolError):
-        batch_from_wire({"type": "steps", "steps": [[[5], [False], "x", 0]], "stats": {"generated": "many"}})
+        batch_from_wire({"type": "steps", "steps": [[[5], [False], 0, ["x"], []]], "stats": {"generated": "many"}})
     with pytest.raises(ProtocolError):
         loaded_from_wire([1, 2])
     # unknown fields from a newer engine are ignored
-    batch = batch_from_wire({"steps": [[[5], [False], "x", 0]], "stats": {"generated": 1, "future": 2}})
+    batch = batch_from_wire({"steps": [[[5], [False], 0, ["x"], []]], "stats": {"generated": 1, "future": 2}})
     assert batch.stats.generated == 1 and batch.text == "x" and batch.steps[0].pieces == ["x"]
-    with_pieces = batch_from_wire({"steps": [[[5, 6], [True, False], "ab", 1, ["a", "b"]]], "stats": {}})
+    with_pieces = batch_from_wire({"steps": [[[5, 6], [True, False], 1, ["a", "b"], []]], "stats": {}})
     assert with_pieces.steps == (StepEvent([5, 6], [True, False], ["a", "b"], 1),) and with_pieces.k == 1
+
+
+_OLD_ENGINE = """
+import os, time
+from outrider.worker.protocol import FramedPipe, encode
+FramedPipe(None, 1).send(encode({"type": "hello", "version": 1, "pid": os.getpid(), "backend": {}}))
+time.sleep(120)
+"""
+
+
+def test_an_engine_of_another_protocol_version_is_turned_away(
+        monkeypatch: pytest.MonkeyPatch, outrider_home: Path) -> None:
+    """The hello's version check is what lets each step's text travel once (version 2): an engine that says 1
+    (it would send the text twice and in another order) is killed before any request, with both versions named."""
+    assert PROTOCOL_VERSION == 2
+    started: list[subprocess.Popen[bytes]] = []
+
+    def spawn_old_engine(log_path: str, heartbeat: float) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([sys.executable, "-c", _OLD_ENGINE], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=child_env(), bufsize=0)
+        started.append(proc)
+        return proc
+
+    monkeypatch.setattr(client_module, "spawn", spawn_old_engine)
+    old = EngineClient(start_timeout=60.0)
+    with pytest.raises(WorkerError, match="protocol 1, expected 2"):
+        old.start()
+    assert started and started[0].wait(timeout=30) is not None  # killed, not left behind
+    assert not old.running
 
 
 def _measured_stats() -> GenerationStats:
@@ -131,14 +164,14 @@ def test_stats_round_trip_with_the_in_reply_speedup() -> None:
         st.speedup, st.speedup_low, st.speedup_high, st.plain_tps)
     assert (done.stats.rejections, done.stats.pass_tokens, done.stats.token_acceptance,
             done.stats.tokens_per_pass) == (6, 41, 21 / 27, 41 / 14)
-    batch = batch_from_wire({"steps": [[[5], [False], "x", 0]], "stats": st.to_dict()})
+    batch = batch_from_wire({"steps": [[[5], [False], 0, ["x"], []]], "stats": st.to_dict()})
     assert batch.stats == done.stats
 
 
 def test_stats_from_an_older_engine_drop_the_calibrated_baseline_and_the_figure_without_interval() -> None:
     old = {"generated": 8, "decode_tps": 40.0, "baseline_tps": 20.0, "speedup": 2.0, "speedup_error": 0.01,
            "acceptance_rate": 0.5}
-    stats = batch_from_wire({"steps": [[[5], [False], "x", 0]], "stats": old}).stats
+    stats = batch_from_wire({"steps": [[[5], [False], 0, ["x"], []]], "stats": old}).stats
     assert stats.generated == 8 and not hasattr(stats, "baseline_tps")
     assert stats.speedup is None and stats.plain_tps is None and stats.token_acceptance is None
 

@@ -32,6 +32,7 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
 from outrider.engine.events import DoneEvent, ErrorKind, LoadedPair, LoadProgress, StepBatch
+from outrider.engine.params import PairSpec, TextRequest
 from outrider.worker.client import EngineClient
 from outrider.worker.errors import EngineCrashed, EngineRequestError, WorkerError
 
@@ -104,7 +105,7 @@ class _EngineWorker(QObject):
                 self._push(_Out.BUSY, False)
 
     @Slot(object, float, bool)
-    def do_load(self, spec: Any, timeout: float, refuse_unsafe: bool) -> None:
+    def do_load(self, spec: PairSpec, timeout: float, refuse_unsafe: bool) -> None:
         if self.closing:
             return
         with self._job(failure=_Out.LOAD_FAILED):
@@ -114,7 +115,7 @@ class _EngineWorker(QObject):
             self._push(_Out.LOADED, info)
 
     @Slot(object)
-    def do_generate(self, request: Any) -> None:
+    def do_generate(self, request: TextRequest) -> None:
         if self.closing:
             return
         with self._lock:
@@ -211,7 +212,7 @@ class QtEngineBridge(QObject):
         self._thread.start()
 
     # -- requests ---------------------------------------------------------------------------------------------
-    def load(self, spec: Any, timeout: float = 600.0, *, refuse_unsafe: bool = False) -> None:
+    def load(self, spec: PairSpec, timeout: float = 600.0, *, refuse_unsafe: bool = False) -> None:
         """Load a ``PairSpec`` (starts the engine process if needed).
 
         ``refuse_unsafe`` (automatic loads, at start-up): a model whose load crashed the engine before is not
@@ -219,7 +220,7 @@ class QtEngineBridge(QObject):
         """
         self._load_requested.emit(spec, float(timeout), bool(refuse_unsafe))
 
-    def generate(self, request: Any) -> None:
+    def generate(self, request: TextRequest) -> None:
         """Start a reply to a ``TextRequest``; steps arrive on ``step_received``."""
         self._generate_requested.emit(request)
 

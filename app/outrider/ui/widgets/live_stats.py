@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from outrider.engine.autodraft import expected_rate, expected_tokens_per_pass
 from outrider.engine.speedup import describe_speedup, speedup_is_settled
 from outrider.engine.stats import GenerationStats
 from outrider.history import Message, Role
@@ -46,7 +47,9 @@ TOOLTIPS: dict[str, str] = {
     "plain_tps": f"plain_tps — tokens/s of {_PLAIN}: 1 / the fitted cost of a one-token pass (the decoder "
                  "forces a few plain steps early in the reply, then one every few dozen steps).",
     "ttft_s": "ttft_s — time from the request to the first emitted token.",
-    "prompt_tps": "prompt_tps — evaluated (not reused) prompt tokens / prompt evaluation time.",
+    "prompt_tps": "prompt_tps — evaluated (not reused) prompt tokens / prompt evaluation time. When the prompt's "
+                  "start was kept in the KV cache from the previous turn (prompt_tokens_reused), those tokens were "
+                  "not read again: the panel says how many, since a rate over the few new ones means nothing.",
     "time_share": "draft_s, verify_s, other_s — decode time spent drafting, in target passes, and in everything "
                   "else.",
     "generated": "generated — tokens emitted in the reply (accepted draft tokens + target tokens).",
@@ -68,7 +71,7 @@ EXPLANATIONS: dict[str, str] = {
     "k": "tokens drafted for the last step (0 = plain step)",
     "plain_tps": "the target alone, timed between drafted steps",
     "ttft_s": "from sending to the first token",
-    "prompt_tps": "prompt tokens read per second",
+    "prompt_tps": "prompt tokens read per second, or how many were kept from the last turn",
     "time_share": "where decoding time went",
     "generated": "tokens in this reply",
     "by_drafter": "accepted / drafted per drafter",
@@ -105,12 +108,28 @@ class Snapshot:
     plain_tps: float | None = None
     ttft_s: float | None = None
     prompt_tps: float | None = None
+    prompt_tokens: int = 0
+    prompt_reused: int = 0  # prompt tokens whose KV cache was kept from the previous turn (not evaluated)
     draft_share: float | None = None
     verify_share: float | None = None
     other_share: float | None = None
     draft_mode: str = "none"
     streaming: bool = False
     by_drafter: tuple[tuple[str, int, int], ...] = ()  # (kind, accepted, drafted) per drafter (stats.by_drafter)
+    # The measured costs, in one-token target passes (the plain cost c1 the speed-up is measured against):
+    # drafting one token (draft_s / drafted), and g of a pass of n tokens costing 1 + g · (n - 1).
+    draft_cost: float | None = None
+    pass_growth: float | None = None
+
+    @property
+    def curve_k(self) -> int | None:
+        """The draft length the "you are here" curves are drawn for: the last step's k, or after a plain step
+        the reply's mean k; None when the reply drafts nothing."""
+        if self.k:
+            return self.k
+        if self.k_mean is not None and self.k_mean >= 0.5:
+            return round(self.k_mean)
+        return None
 
     @property
     def has_reply(self) -> bool:
@@ -137,6 +156,8 @@ class ReplyMeter:
         conversation_series: (reply number, decode_tps, acceptance_rate) per finished reply that has statistics;
             the reply number counts every reply of the conversation shown (``replies``), so a reply without
             statistics (stopped before its first token, stored by an old version) leaves a gap.
+        conversation_points: (reply number, per-token acceptance a, tokens per pass, speed-up or None) per
+            finished reply that drafted (the "you are here" chart's points).
         replies: replies of the conversation shown, with or without statistics.
         started: replies begun since the meter was made (never reset): which reply the statistics are of.
     """
@@ -150,6 +171,7 @@ class ReplyMeter:
         self.streaming = False
         self.reply_series: list[tuple[float, float, float | None]] = []
         self.conversation_series: list[tuple[int, float, float | None]] = []
+        self.conversation_points: list[tuple[int, float, float, float | None]] = []
         self.replies = 0
         self.started = 0  # replies begun since the meter was made: tells one reply from the next
         self._continuing = False
@@ -186,16 +208,21 @@ class ReplyMeter:
         snap = self.snapshot()
         if self._continuing:
             self.conversation_series = [p for p in self.conversation_series if p[0] != self.replies]
+            self.conversation_points = [p for p in self.conversation_points if p[0] != self.replies]
         else:
             self.replies += 1
         self._continuing = False
         if snap.decode_tps:
             self.conversation_series.append((self.replies, snap.decode_tps, snap.acceptance_rate))
+        if snap.token_acceptance is not None and snap.tokens_per_pass is not None:
+            self.conversation_points.append((self.replies, snap.token_acceptance, snap.tokens_per_pass,
+                                             snap.speedup))
         self._dirty = True
 
     def reset_conversation(self) -> None:
         """A new (empty) conversation: no reply, no series, nothing left of the last reply's statistics."""
         self.conversation_series = []
+        self.conversation_points = []
         self.replies = 0
         self._continuing = False
         self.reply_series = []
@@ -209,11 +236,20 @@ class ReplyMeter:
         """The conversation chart of the messages shown (history ``Message``s, in order; see ``reply_points``).
         Replaces the series: opening a conversation, or an edit-and-resend that removed the later replies."""
         self.conversation_series = []
+        self.conversation_points = []
         self.replies = 0
-        for tps, acceptance in reply_points(messages):
+        for m in messages:
+            if not (isinstance(m, Message) and m.role is Role.ASSISTANT):
+                continue
             self.replies += 1
-            if tps:
-                self.conversation_series.append((self.replies, tps, acceptance))
+            st = m.stats
+            if st is None:
+                continue
+            if st.decode_tps:
+                self.conversation_series.append((self.replies, st.decode_tps, st.acceptance_rate))
+            if st.token_acceptance is not None and st.tokens_per_pass is not None:
+                self.conversation_points.append((self.replies, st.token_acceptance, st.tokens_per_pass,
+                                                 st.speedup))
         self._dirty = True
 
     # -- reading ----------------------------------------------------------------------------------------------
@@ -251,9 +287,12 @@ class ReplyMeter:
             tokens_per_pass=s.tokens_per_pass, k=self._k, k_mean=s.k_mean,
             speedup=s.speedup, speedup_low=s.speedup_low, speedup_high=s.speedup_high, plain_tps=s.plain_tps,
             ttft_s=s.ttft_s,
-            prompt_tps=s.prompt_tps, draft_share=share(s.draft_s), verify_share=share(s.verify_s),
+            prompt_tps=s.prompt_tps, prompt_tokens=s.prompt_tokens, prompt_reused=s.prompt_tokens_reused,
+            draft_share=share(s.draft_s), verify_share=share(s.verify_s),
             other_share=share(s.other_s), draft_mode=s.draft_mode, streaming=self.streaming,
             by_drafter=tuple((kind, c.accepted, c.drafted) for kind, c in s.by_drafter.items()),
+            draft_cost=s.draft_s / s.drafted * s.plain_tps if s.drafted and s.plain_tps else None,
+            pass_growth=s.pass_growth,
         )
 
 
@@ -265,6 +304,33 @@ def reply_points(messages: Iterable[Any]) -> list[tuple[float | None, float | No
         if isinstance(m, Message) and m.role is Role.ASSISTANT:
             points.append((m.stats.decode_tps, m.stats.acceptance_rate) if m.stats is not None else (None, None))
     return points
+
+
+def prompt_speed_text(s: Snapshot) -> str:
+    """The "Prompt speed" figure: tokens/s over the prompt evaluated; after a prompt-cache reuse how many tokens
+    were cached instead (``cached 412 tokens · 9 new``): a rate over the few new tokens of a cached prompt read
+    "14464 tok/s", which says nothing about prompt reading."""
+    if s.prompt_reused > 0:
+        new = max(0, s.prompt_tokens - s.prompt_reused)
+        return f"cached {s.prompt_reused} tokens · {new} new"
+    return fmt(s.prompt_tps, ".0f", " tok/s")
+
+
+CURVE_POINTS = 41  # acceptances from 0 to 1 the "you are here" curves are evaluated at
+
+
+def you_are_here_curves(k: int, draft_cost: float | None, growth: float | None
+                        ) -> tuple[list[float], list[float], list[float] | None]:
+    """The "you are here" chart's curves for draft length ``k``: acceptances a from 0 to 1, the expected tokens
+    per target pass E(k) = (1 − a^(k+1)) / (1 − a) at each, and the expected net speed-up over plain decoding
+    E(k) / (k · c_draft + c_verify(k + 1)) with the reply's measured costs in one-token passes (``Snapshot.
+    draft_cost``; c_verify(k + 1) = 1 + g · k, ``pass_growth``) — the cost model automatic k chooses by
+    (``engine.autodraft``), not a second formula. No speed-up curve (None) until the costs are measured."""
+    xs = [i / (CURVE_POINTS - 1) for i in range(CURVE_POINTS)]
+    tokens = [expected_tokens_per_pass(a, k) for a in xs]
+    if draft_cost is None or growth is None:
+        return xs, tokens, None
+    return xs, tokens, [expected_rate(a, k, draft_cost, 1.0 + growth * k) for a in xs]
 
 
 def fmt(value: float | int | None, spec: str, suffix: str = "") -> str:
