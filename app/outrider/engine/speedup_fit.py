@@ -118,10 +118,11 @@ def _segments(x: Floats, steady: npt.NDArray[np.bool_], start: int, stop: int,
               depth: int) -> list[tuple[int, int]]:
     """Split ``x[start:stop]`` (log costs of one-token-pass equivalents) where its level moves by more than
     ``SEGMENT_SHIFT``: the split that best separates two means (each side at least ``SEGMENT_MIN`` passes),
-    kept when the medians of the two sides differ that much too and each side has a steady one-token pass of
-    its own (a change of load is believed where plain decoding was measured under it, and the decoder measures
-    it when the passes' cost moves: ``PlainRateMeter``; without one, a cluster of slow passes is stalls);
-    recursively, ``depth`` levels."""
+    kept when the medians of the two sides differ that much too; recursively, ``depth`` levels. A stretch with
+    steady one-token passes of its own (the decoder measures plain decoding again when the passes' cost moves:
+    ``PlainRateMeter``) is valued at them; one without (a load that came two passes before the end of the reply,
+    or a cluster of stalls) scales the plain cost by its passes' level, which for stalls is the same as taking
+    them out of both sides."""
     n = stop - start
     if depth == 0 or n < 2 * SEGMENT_MIN:
         return [(start, stop)]
@@ -138,8 +139,6 @@ def _segments(x: Floats, steady: npt.NDArray[np.bool_], start: int, stop: int,
     if abs(float(np.median(part[:cut])) - float(np.median(part[cut:]))) <= math.log1p(SEGMENT_SHIFT):
         return [(start, stop)]
     middle = start + cut
-    if not (steady[start:middle].any() and steady[middle:stop].any()):
-        return [(start, stop)]
     return _segments(x, steady, start, middle, depth - 1) + _segments(x, steady, middle, stop, depth - 1)
 
 
