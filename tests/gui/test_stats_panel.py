@@ -435,10 +435,19 @@ def test_no_figure_is_cut_off_in_the_narrowest_panel(qtbot: Any, panel: Any) -> 
     speed-up range), every value ends inside the numbers' viewport. Before (seen in the dark screenshot, every
     value cut at its right edge): the unwrapped caption under the speed-up (307 px) and a prompt figure "cached
     12000 tokens · 345 new" held the grid wider than the 286-px viewport; this test read "decode_now ends at 319
-    of 286"."""
+    of 286"; with the theme's 13-pt figures, the longest name beside the longest value still did (323 px: "ends
+    at 311 of 286" under xcb) until the names wrap."""
     from PySide6.QtCore import QPoint
 
+    from PySide6.QtWidgets import QApplication
+
+    from outrider.ui.theme import apply_theme
+
     widget, meter, clock = panel
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    sheet = app.styleSheet()
+    apply_theme(app, "light")  # the figures' own font (13 pt bold, the theme's QSS): what the window shows
     widget.resize(widget.minimumWidth(), 800)
     meter.begin_reply()
     clock.now += 0.5
@@ -452,3 +461,4 @@ def test_no_figure_is_cut_off_in_the_narrowest_panel(qtbot: Any, panel: Any) -> 
         assert right <= viewport.width(), f"{key} {value.text()!r} ends at {right} of {viewport.width()}"
         if not value.wordWrap():
             assert value.width() >= value.sizeHint().width(), f"{key} {value.text()!r} squeezed"
+    app.setStyleSheet(sheet)

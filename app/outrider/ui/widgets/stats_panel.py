@@ -181,6 +181,9 @@ class StatsPanel(QWidget):
                 form.addWidget(value, line + 1, 0, 1, 2)
                 line += 2
             else:
+                # The name wraps in a narrow panel: the longest name beside the longest value (two columns of
+                # maxima) held the grid at 323 px in a 286-px viewport, every value cut at its right.
+                name.setWordWrap(True)
                 form.addWidget(name, line, 0)
                 form.addWidget(value, line, 1)
                 line += 1
