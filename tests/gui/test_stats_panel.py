@@ -438,7 +438,6 @@ def test_no_figure_is_cut_off_in_the_narrowest_panel(qtbot: Any, panel: Any) -> 
     of 286"; with the theme's 13-pt figures, the longest name beside the longest value still did (323 px: "ends
     at 311 of 286" under xcb) until the names wrap."""
     from PySide6.QtCore import QPoint
-
     from PySide6.QtWidgets import QApplication
 
     from outrider.ui.theme import apply_theme
