@@ -123,13 +123,12 @@ class Snapshot:
 
     @property
     def curve_k(self) -> int | None:
-        """The draft length the "you are here" curves are drawn for: the last step's k, or after a plain step
-        the reply's mean k; None when the reply drafts nothing."""
-        if self.k:
-            return self.k
+        """The draft length the "you are here" curves are drawn for: the reply's mean k rounded (automatic k
+        changes k every step, and its last step's 16 drew a curve far from the reply's 2.7 on average; a fixed k
+        is its mean, less the plain probes), else the last step's k; None when the reply drafts nothing."""
         if self.k_mean is not None and self.k_mean >= 0.5:
             return round(self.k_mean)
-        return None
+        return self.k or None
 
     @property
     def has_reply(self) -> bool:
@@ -156,8 +155,8 @@ class ReplyMeter:
         conversation_series: (reply number, decode_tps, acceptance_rate) per finished reply that has statistics;
             the reply number counts every reply of the conversation shown (``replies``), so a reply without
             statistics (stopped before its first token, stored by an old version) leaves a gap.
-        conversation_points: (reply number, per-token acceptance a, tokens per pass, speed-up or None) per
-            finished reply that drafted (the "you are here" chart's points).
+        conversation_points: (reply number, per-token acceptance a, tokens per pass, speed-up or None, its mean
+            k rounded or None) per finished reply that drafted (the "you are here" chart's points).
         replies: replies of the conversation shown, with or without statistics.
         started: replies begun since the meter was made (never reset): which reply the statistics are of.
     """
@@ -171,7 +170,7 @@ class ReplyMeter:
         self.streaming = False
         self.reply_series: list[tuple[float, float, float | None]] = []
         self.conversation_series: list[tuple[int, float, float | None]] = []
-        self.conversation_points: list[tuple[int, float, float, float | None]] = []
+        self.conversation_points: list[tuple[int, float, float, float | None, int | None]] = []
         self.replies = 0
         self.started = 0  # replies begun since the meter was made: tells one reply from the next
         self._continuing = False
@@ -216,7 +215,7 @@ class ReplyMeter:
             self.conversation_series.append((self.replies, snap.decode_tps, snap.acceptance_rate))
         if snap.token_acceptance is not None and snap.tokens_per_pass is not None:
             self.conversation_points.append((self.replies, snap.token_acceptance, snap.tokens_per_pass,
-                                             snap.speedup))
+                                             snap.speedup, snap.curve_k))
         self._dirty = True
 
     def reset_conversation(self) -> None:
@@ -248,8 +247,9 @@ class ReplyMeter:
             if st.decode_tps:
                 self.conversation_series.append((self.replies, st.decode_tps, st.acceptance_rate))
             if st.token_acceptance is not None and st.tokens_per_pass is not None:
+                k = round(st.k_mean) if st.k_mean is not None and st.k_mean >= 0.5 else None
                 self.conversation_points.append((self.replies, st.token_acceptance, st.tokens_per_pass,
-                                                 st.speedup))
+                                                 st.speedup, k))
         self._dirty = True
 
     # -- reading ----------------------------------------------------------------------------------------------
@@ -308,11 +308,11 @@ def reply_points(messages: Iterable[Any]) -> list[tuple[float | None, float | No
 
 def prompt_speed_text(s: Snapshot) -> str:
     """The "Prompt speed" figure: tokens/s over the prompt evaluated; after a prompt-cache reuse how many tokens
-    were cached instead (``cached 412 tokens · 9 new``): a rate over the few new tokens of a cached prompt read
-    "14464 tok/s", which says nothing about prompt reading."""
+    were cached instead (``412 cached``): a rate over the few new tokens of a cached prompt read "14464 tok/s",
+    which says nothing about prompt reading. As short as a rate: "cached 24 tokens · 12 new" widened the panel
+    and cut every value off at its right."""
     if s.prompt_reused > 0:
-        new = max(0, s.prompt_tokens - s.prompt_reused)
-        return f"cached {s.prompt_reused} tokens · {new} new"
+        return f"{s.prompt_reused} cached"
     return fmt(s.prompt_tps, ".0f", " tok/s")
 
 
