@@ -13,15 +13,17 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QTextCharFormat
 from PySide6.QtWidgets import QPushButton
 
+from outrider.conversation.meter import ReplyMeter, Snapshot
+from outrider.conversation.reply_text import ReplyText
 from outrider.engine.events import StepEvent
 from outrider.engine.stats import GenerationStats
 from outrider.settings import AppSettings
 from outrider.ui.settings import QtSettings
 from outrider.ui.theme import DARK, LIGHT
-from outrider.ui.widgets.chat_items import MessageItem, ReplyText
+from outrider.ui.widgets.chat_items import MessageItem
 from outrider.ui.widgets.chat_view import ChatView
 from outrider.ui.widgets.conversation_list import ConversationListModel, ConversationRow
-from outrider.ui.widgets.live_stats import ReplyMeter, Snapshot, format_speedup
+from outrider.ui.widgets.live_stats import format_speedup
 from outrider.ui.widgets.stats_panel import StatsPanel
 from support.stats import measured_stats
 

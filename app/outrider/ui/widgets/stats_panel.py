@@ -29,13 +29,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from outrider.conversation.meter import ReplyMeter, Snapshot
 from outrider.ui.settings import QtSettings
 from outrider.ui.theme import LIGHT, ThemeColours
 from outrider.ui.widgets.live_stats import (
     EXPLANATIONS,
     TOOLTIPS,
-    ReplyMeter,
-    Snapshot,
     by_drafter_text,
     fmt,
     format_speedup,
