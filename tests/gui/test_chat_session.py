@@ -36,8 +36,10 @@ class Script:
     """
 
     def __init__(self, pieces: list[tuple[str, bool]], stop: str = "stop", *, hold: bool = False,
-                 crash: bool = False) -> None:
+                 crash: bool = False, stats: GenerationStats | None = None, ids: list[int] | None = None) -> None:
         self.pieces, self.stop, self.hold, self.crash = pieces, stop, hold, crash
+        self.stats = stats
+        self.ids = ids or [1] * len(pieces)  # each piece's token id
 
 
 class _Reply:
@@ -54,14 +56,14 @@ class _Reply:
         self.client.cancel()
 
     def __iter__(self) -> Iterator[Any]:
-        stats = GenerationStats(generated=len(self.script.pieces), draft_mode="model")
+        stats = self.script.stats or GenerationStats(generated=len(self.script.pieces), draft_mode="model")
         if self.script.hold:
             self.client.release.wait(30.0)
         if self.client.cancelled.is_set():
             yield DoneEvent("cancelled", stats, "")
             return
-        for text, drafted in self.script.pieces:
-            yield StepBatch((StepEvent([1], [drafted], [text], 2),), stats)
+        for (text, drafted), token in zip(self.script.pieces, self.script.ids, strict=True):
+            yield StepBatch((StepEvent([token], [drafted], [text], 2),), stats)
         if self.script.crash:
             raise EngineCrashed("SIGKILL", "generating")
         yield DoneEvent(self.script.stop, stats, "".join(t for t, _ in self.script.pieces))
@@ -428,3 +430,146 @@ def test_drafting_off_is_shown_after_a_restart_and_undone_in_one_click(qtbot: An
     assert not again.draft_on_button.isHidden()
     qtbot.mouseClick(again.draft_on_button, Qt.MouseButton.LeftButton)
     assert again.settings.value.draft_source == "model" and again.draft_on_button.isHidden()
+
+
+def _slow_stats(plain_tps: float = 50.0) -> GenerationStats:
+    """A reply measured slower than plain decoding (0.7×, its interval under 1), plain decoding measured."""
+    return GenerationStats(generated=64, drafted=60, accepted=6, rejections=20, passes=40, pass_tokens=64,
+                           decode_s=2.0, step_s=2.0, draft_mode="model", speedup=0.7, speedup_low=0.6,
+                           speedup_high=0.8, plain_tps=plain_tps)
+
+
+def _slow_reply(qtbot: Any, win: MainWindow, client: ScriptedClient, **script: Any) -> None:
+    _send(qtbot, win, "Slow", Script([("a", True), ("b", False)], stats=_slow_stats(), **script), client)
+    win.stats.refresh()
+
+
+def test_the_slower_than_plain_warning_goes_with_its_pair_and_its_draft_off_never_acts_on_another(
+        qtbot: Any, chat: Any, tmp_path: Path) -> None:
+    """Before: the warning survived a switch to another pair, and its Draft off then turned off the new pair's
+    drafting. Broken on purpose (``pair_changed`` not connected): the warning was still shown after the load and
+    a click on Draft off set the draft source to none."""
+    win, client = chat
+    _slow_reply(qtbot, win, client)
+    assert win.stats.warning.isVisibleTo(win) and win.stats.draft_off_button.isEnabled()
+    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=lambda info: info is not None):
+        win.load_pair(PairChoice(tmp_path / "other.gguf", tmp_path / "other-draft.gguf", False, "o+d", "O + D"))
+    win.stats.refresh()
+    assert not win.stats.warning.isVisibleTo(win)
+    win.stats.draft_off_button.click()  # even if something still pressed it, another pair's drafting stays on
+    assert win.settings.value.draft_source != "none"
+    _slow_reply(qtbot, win, client)  # a slow reply on the new pair warns again, with working buttons
+    assert win.stats.warning.isVisibleTo(win)
+    qtbot.mouseClick(win.stats.draft_off_button, Qt.MouseButton.LeftButton)
+    assert win.settings.value.draft_source == "none"
+
+
+def test_the_slower_than_plain_warning_goes_when_the_engine_stops(qtbot: Any, chat: Any) -> None:
+    """Before: after a crash the warning of the crashed engine's last reply stayed under the crash banner.
+    Broken on purpose (``pair_changed`` not connected): it was still visible after the crash."""
+    win, client = chat
+    _slow_reply(qtbot, win, client)
+    assert win.stats.warning.isVisibleTo(win)
+    _send(qtbot, win, "More", Script([("x", False)], crash=True, stats=_slow_stats()), client)
+    win.stats.refresh()
+    assert win.crash_banner.isVisibleTo(win) and not win.stats.warning.isVisibleTo(win)
+
+
+def test_the_status_bar_plain_rate_is_this_chats(qtbot: Any, chat: Any) -> None:
+    """Before: the status bar's "plain … tok/s (last reply)" was the last reply of whichever chat ran last, also
+    shown in another chat (at another context length it says nothing there). Broken on purpose (the figure read
+    from the session's last reply): a new chat showed "plain 42.0 tok/s"."""
+    win, client = chat
+    _send(qtbot, win, "One", Script([("a", True)], stats=_slow_stats(plain_tps=42.0)), client)
+    _settled(qtbot, win)
+    first = win.session.conversation_id
+    assert "plain 42.0 tok/s" in win.engine_label.text()
+    win.session.open_conversation(None)
+    assert "plain" not in win.engine_label.text()
+    win.session.open_conversation(first)
+    assert "plain 42.0 tok/s" in win.engine_label.text()
+
+
+def test_the_status_bar_text_is_elided_not_cut_in_a_half_screen_window(qtbot: Any, chat: Any,
+                                                                      tmp_path: Path) -> None:
+    """At 960 x 700 the status bar's engine line (a long target name, drafting off, the plain rate) must end inside
+    the window, shortened with "…", the whole line in its tooltip. Before: a plain ``QLabel`` asked for its whole
+    text's width, the status bar outgrew the window and the text was cut at its right edge; broken on purpose
+    (a ``QLabel`` again) the line was never shortened to fit (the wait for "…" timed out)."""
+    win, client = chat
+    name = "a-rather-long-target-model-name-Instruct-Q4_K_M-with-a-suffix"
+    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=lambda info: info is not None):
+        win.load_pair(PairChoice(tmp_path / f"{name}.gguf", tmp_path / "draft.gguf", False, "l+d", "L + D"))
+    win.settings.set(draft_source="none")
+    _send(qtbot, win, "One", Script([("a", False)], stats=_slow_stats(plain_tps=42.0)), client)
+    win.resize(960, 700)
+    qtbot.waitUntil(lambda: win.width() == 960)
+    label = win.engine_label
+    qtbot.waitUntil(lambda: label.width() > 0 and label.shown_text() != label.text())
+    right = label.mapTo(win, label.rect().topRight()).x()
+    assert right <= win.width()
+    assert label.fontMetrics().horizontalAdvance(label.shown_text()) <= label.contentsRect().width()
+    assert label.shown_text().endswith("…") and label.text() in label.toolTip()
+    assert name in label.text() and "plain 42.0 tok/s" in label.text()
+    assert win.draft_on_button.isVisible()
+    button_right = win.draft_on_button.mapTo(win, win.draft_on_button.rect().topRight()).x()
+    assert button_right <= win.width()
+
+
+def _restarted(qtbot: Any, win: MainWindow, client: ScriptedClient, tmp_path: Path) -> MainWindow:
+    """A new window over the same history with a fresh engine client, the last conversation reopened: the app
+    after a restart."""
+    win.settings.flush()
+    again = _open(qtbot, win.store, client, tmp_path)
+    assert again.session.restore_last_conversation()
+    return again
+
+
+def test_continue_after_a_restart_resumes_from_the_stored_token_ids(qtbot: Any, chat: Any, tmp_path: Path) -> None:
+    """A reply cut at the token limit keeps its token ids in the history; after a restart Continue sends them
+    (``TextRequest.continue_tokens``), so the engine resumes the reply as generated, not its text re-read (which
+    can tokenise differently: tests/integration/engine/test_continue_tokens.py). A second Continue sends the ids
+    of both parts. Before: only the text was stored (broken on purpose, the ids not kept, the stored reply had no
+    ``tokens``: KeyError)."""
+    win, client = chat
+    _send(qtbot, win, "Count", Script([("One", False), ("\n", True), ("\n", True)], stop="length",
+                                      ids=[101, 198, 198]), client)
+    _settled(qtbot, win)
+    stored = _stored(win)[-1]
+    assert stored.stats is not None and stored.stats.extra["tokens"] == {"ids": [101, 198, 198], "chars": 5}
+    again = _restarted(qtbot, win, client, tmp_path)
+    client.scripts.append(Script([("Two", False)], stop="length", ids=[202]))
+    with qtbot.waitSignal(again.session.reply_ended, timeout=10_000):
+        qtbot.mouseClick(again.chat.continue_button, Qt.MouseButton.LeftButton)
+    request = client.requests[-1]
+    assert request.continue_reply and request.continue_tokens == (101, 198, 198)
+    _settled(qtbot, again)
+    client.scripts.append(Script([("Three", False)], ids=[303]))
+    with qtbot.waitSignal(again.session.reply_ended, timeout=10_000):
+        qtbot.mouseClick(again.chat.continue_button, Qt.MouseButton.LeftButton)
+    assert client.requests[-1].continue_tokens == (101, 198, 198, 202)
+    _settled(qtbot, again)
+    last = _stored(again)[-1]
+    assert last.text == "One\n\nTwoThree" and last.stats is not None
+    assert "tokens" not in last.stats.extra  # it ended by itself: never continued, its ids take no room
+    again.close()
+
+
+def test_a_reply_stored_without_token_ids_is_continued_from_its_text(qtbot: Any, chat: Any, tmp_path: Path) -> None:
+    """A reply stored by a version that kept no token ids (its statistics without ``tokens``) is continued from
+    its text (continue_tokens None), and the continued reply keeps no ids: part of its ids would not spell it."""
+    from outrider.history import ReplyStats
+
+    win, client = chat
+    store = win.store.store
+    cid, _uid = store.start_conversation("Old", "Tell me", system=None, pair_id=None)
+    reply_id = store.begin_reply(cid)
+    store.finish_reply(reply_id, "Once upon", MessageStatus.COMPLETE, ReplyStats(generated=2, stop_reason="length"))
+    win.session.open_conversation(cid)
+    client.scripts.append(Script([(" a time", False)], stop="length", ids=[7]))
+    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+        qtbot.mouseClick(win.chat.continue_button, Qt.MouseButton.LeftButton)
+    assert client.requests[-1].continue_reply and client.requests[-1].continue_tokens is None
+    _settled(qtbot, win)
+    last = _stored(win)[-1]
+    assert last.text == "Once upon a time" and last.stats is not None and "tokens" not in last.stats.extra

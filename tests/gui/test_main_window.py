@@ -56,6 +56,7 @@ def test_send_streams_reply_with_statistics_and_provenance(qtbot: Any, window: A
     done = win.session.last_done
     assert done is not None and done.stats.generated == snap.generated > 0 and snap.decode_tps
     assert done.stats.speedup is not None and done.stats.plain_tps  # the first step of a reply is a plain probe
+    assert done.stats.pass_growth is not None and snap.pass_growth == done.stats.pass_growth  # "you are here" costs
     # the panel shows the engine's own in-reply figures, not a recomputation
     assert (snap.speedup, snap.speedup_low, snap.speedup_high, snap.plain_tps) == (
         done.stats.speedup, done.stats.speedup_low, done.stats.speedup_high, done.stats.plain_tps)

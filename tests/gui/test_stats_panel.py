@@ -286,3 +286,132 @@ def test_a_long_per_drafter_line_wraps_instead_of_widening_the_panel(qtbot: Any,
     label.setText(" · ".join(f"drafter{i} {i}/{i * 7}" for i in range(12)))
     box.layout().invalidate()
     assert box.minimumSizeHint().width() <= before + 1  # the line wraps: the panel needs no more width
+
+
+def test_prompt_speed_after_a_cache_reuse_says_how_much_was_cached(panel: Any) -> None:
+    """A second turn reuses the first turn's KV cache: 412 of 421 prompt tokens are not read again, and a rate
+    over the 9 new ones is meaningless. Broken on purpose (the rate shown whatever was reused): the panel read
+    "14464 tok/s", as issue 23 saw."""
+    widget, meter, _ = panel
+    meter.begin_reply()
+    meter.add(_stats(8, prompt_tokens=421, prompt_tokens_reused=412, prompt_s=9 / 14464), 3)
+    widget.refresh()
+    assert widget.values["prompt_tps"].text() == "cached 412 tokens · 9 new"
+    assert "tok/s" not in widget.values["prompt_tps"].text()
+    meter.finish_reply(None)
+    meter.begin_reply()  # a first turn: the whole prompt read, its rate is what the figure is for
+    meter.add(_stats(8, prompt_tokens=400, prompt_s=0.5), 3)
+    widget.refresh()
+    assert widget.values["prompt_tps"].text() == "800 tok/s"
+
+
+def _reference_speedup(a: float, k: int, draft_cost: float, growth: float) -> tuple[float, float]:
+    """Tokens per pass and speed-up by the definition, not the closed form: the expected tokens of a pass are
+    the sum over i = 0..k of P(the first i drafted tokens are all accepted) = a^i; a pass costs k drafted
+    tokens plus a verify pass of k + 1 tokens, 1 + growth · k one-token passes; plain decoding yields one token
+    per one-token pass."""
+    tokens = sum(a**i for i in range(k + 1))
+    return tokens, tokens / (k * draft_cost + 1 + growth * k)
+
+
+def test_the_you_are_here_curves_are_the_cost_models() -> None:
+    from outrider.ui.widgets.live_stats import you_are_here_curves
+
+    xs, tokens, speed = you_are_here_curves(4, 0.1, 0.2)
+    assert xs[0] == 0.0 and xs[-1] == 1.0 and speed is not None
+    for a, e, s in zip(xs, tokens, speed, strict=True):
+        ref_e, ref_s = _reference_speedup(a, 4, 0.1, 0.2)
+        assert e == pytest.approx(ref_e) and s == pytest.approx(ref_s)
+    assert speed[0] < 1.0 < speed[-1]  # below 1x at a = 0 (drafting only costs), 5 / 2.2 at a = 1
+    assert you_are_here_curves(4, None, None)[2] is None  # no speed-up curve before the costs are measured
+
+
+def _why_stats(generated: int, **kw: Any) -> GenerationStats:
+    """A reply of per-token acceptance 0.8 (40 accepted, 10 rejections), 2.5 tokens per pass, a drafted token
+    costing 0.05 of a plain pass (1.25 s for 50 tokens, plain 2 tok/s = 0.5 s a pass), pass growth 0.25."""
+    base: dict[str, Any] = {"generated": generated, "drafted": 50, "accepted": 40, "rejections": 10, "passes": 20,
+                            "pass_tokens": 50, "decode_s": 2.0, "step_s": 2.0, "draft_s": 1.25, "plain_tps": 2.0,
+                            "pass_growth": 0.25, "speedup": 1.6, "speedup_low": 1.5, "speedup_high": 1.7,
+                            "draft_mode": "model"}
+    return GenerationStats(**{**base, **kw})
+
+
+def test_you_are_here_shows_the_curves_for_the_current_k_and_the_measured_points(qtbot: Any, panel: Any) -> None:
+    """The seed lesson's picture (issue 23, item 7): for the current k, tokens per pass and net speed-up against
+    acceptance with this reply's costs, this reply's point on it, the conversation's earlier ones hollow.
+    Broken on purpose (``_draw_why`` not called) the tab kept its sentence and no curve."""
+    widget, meter, clock = panel
+    assert widget.lower_tabs.tabText(1) == "You are here"
+    meter.begin_reply()
+    clock.now += 0.5
+    meter.add(_why_stats(50), 4)
+    widget.refresh()
+    widget.lower_tabs.setCurrentIndex(1)
+    assert widget.why_chart.currentWidget() is widget.why_plot
+    why = widget._why
+    xs, tokens = (list(v) for v in why["tokens"].getData())
+    _, speed = (list(v) for v in why["speedup"].getData())
+    for a, e, s in zip(xs, tokens, speed, strict=True):
+        ref_e, ref_s = _reference_speedup(a, 4, 1.25 / 50 * 2.0, 0.25)
+        assert e == pytest.approx(ref_e) and s == pytest.approx(ref_s)
+    points = {tuple(round(v, 6) for v in p.pos()) for p in why["reply"].points()}
+    assert points == {(0.8, 2.5), (0.8, 1.6)}  # this reply: measured a, tokens per pass and speed-up
+    assert "k = 4" in why["plot"].plotItem.titleLabel.text
+    meter.finish_reply(_why_stats(50))
+    meter.begin_reply()  # a second reply: the first is an earlier point now
+    clock.now += 0.5
+    meter.add(_why_stats(40, accepted=10, rejections=30, pass_tokens=30, speedup=0.8, speedup_low=0.7,
+                         speedup_high=0.9), 2)
+    widget.refresh()
+    earlier = {tuple(round(v, 6) for v in p.pos()) for p in why["earlier"].points()}
+    assert earlier == {(0.8, 2.5), (0.8, 1.6)}
+    assert {tuple(round(v, 6) for v in p.pos()) for p in why["reply"].points()} == {(0.25, 1.5), (0.25, 0.8)}
+    assert "k = 2" in why["plot"].plotItem.titleLabel.text
+
+
+def test_a_new_reply_never_shows_the_previous_replys_chart(qtbot: Any, panel: Any) -> None:
+    """The charts are redrawn once a second while a reply streams; a new reply must not show the previous one's
+    curve and axes until then (issue 23: "the previous reply's axes shown into a new reply"). Broken on purpose
+    (the redraw left to the one-second tick) the new reply showed the old reply's 20-s chart instead of its
+    sentence."""
+    widget, meter, clock = panel
+    meter.begin_reply()
+    for n in range(1, 81):
+        clock.now += 0.25
+        meter.add(_stats(4 * n), 3)
+        widget.refresh()
+    meter.finish_reply(_stats(320))
+    widget.refresh()
+    assert widget._ranges[0][1] == 20.0  # the first reply ran 20 s
+    meter.begin_reply()
+    widget._since_chart.restart()  # as if the chart had just been drawn: the one-second tick is far
+    widget.refresh()
+    assert widget.reply_chart.currentWidget() is widget.reply_empty  # nothing of the new reply yet: the sentence
+    started = clock.now
+    clock.now += 0.25
+    meter.add(_stats(4), 3)
+    clock.now += 0.25
+    meter.add(_stats(8), 3)
+    widget._since_chart.restart()
+    widget.refresh()
+    assert widget.reply_chart.currentWidget() is widget.reply_plot
+    xs, _ys = widget._tps_curves[0].getData()
+    assert len(xs) == 1 and xs[0] == pytest.approx(clock.now - started)
+    assert widget._ranges[0][1] <= 1.0  # the new reply's own axis, not the old 20 s
+
+
+def test_a_reopened_conversation_brings_its_replies_points_and_old_replies_bring_none(panel: Any) -> None:
+    """The stored replies' per-token acceptance and tokens per pass (kept since the "you are here" chart) are the
+    conversation's points; a reply stored before has none (it is not drawn at a made-up place)."""
+    _widget, meter, _ = panel
+    new = ReplyStats(decode_tps=30.0, acceptance_rate=0.6, token_acceptance=0.7, tokens_per_pass=2.2,
+                     speedup=1.4, speedup_low=1.3, speedup_high=1.5)
+    old = ReplyStats(decode_tps=20.0, acceptance_rate=0.5)  # written by a version that did not keep them
+    meter.load_conversation([_message(1, Role.USER), _message(2, Role.ASSISTANT, old), _message(3, Role.USER),
+                             _message(4, Role.ASSISTANT, new)])
+    assert meter.conversation_points == [(2, 0.7, 2.2, 1.4)]
+    from outrider.history.turns import reply_stats
+
+    stored = reply_stats(_why_stats(50), "stop")
+    assert (stored.token_acceptance, stored.tokens_per_pass) == (0.8, 2.5)
+    assert ReplyStats.from_dict(stored.to_dict()) == stored

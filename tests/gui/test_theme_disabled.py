@@ -65,3 +65,51 @@ def test_a_disabled_control_is_drawn_differently(qtbot: Any, themed: QApplicatio
     disabled = _render(widget)
     assert enabled.size() == disabled.size()
     assert enabled != disabled
+
+
+def _near(image: QImage, colour: QColor, tolerance: int = 48) -> int:
+    """Pixels of ``image`` within ``tolerance`` (sum of channel differences) of ``colour``."""
+    n = 0
+    for y in range(image.height()):
+        for x in range(image.width()):
+            c = image.pixelColor(x, y)
+            if abs(c.red() - colour.red()) + abs(c.green() - colour.green()) + abs(c.blue() - colour.blue()) \
+                    <= tolerance:
+                n += 1
+    return n
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_keyboard_focus_frame_is_clearly_visible(qtbot: Any, themed: QApplication, theme: str) -> None:
+    """A button Tab reached is framed in the theme's focus colour, at 3:1 or more against the window (a focus
+    indicator's minimum contrast). Before: Fusion's own frame, its selection colour darkened at 30-80 alpha, was
+    about 1.3:1 on the dark window ("a faint focus frame"); broken on purpose (plain Fusion again) no pixel of the
+    focused button was near the focus colour."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QHBoxLayout
+
+    colours = apply_theme(themed, theme)
+    focus = QColor(colours.focus)
+    window = themed.palette().color(QPalette.ColorRole.Window)
+    assert _contrast(focus, window) >= 3.0
+    assert _contrast(focus, themed.palette().color(QPalette.ColorRole.Button)) >= 3.0
+    from outrider.ui.theme import read_resource
+
+    assert colours.focus in read_resource(f"{theme}.qss")  # the fields' :focus borders are the same colour
+    host = QWidget()
+    qtbot.addWidget(host)
+    row = QHBoxLayout(host)
+    first, second = QPushButton("First", host), QPushButton("Second", host)
+    row.addWidget(first)
+    row.addWidget(second)
+    host.show()
+    host.activateWindow()
+    qtbot.waitUntil(host.isActiveWindow, timeout=10_000)
+    first.setFocus()
+    qtbot.waitUntil(first.hasFocus, timeout=3000)
+    unfocused = second.grab().toImage()
+    qtbot.keyClick(first, Qt.Key.Key_Tab)
+    qtbot.waitUntil(second.hasFocus, timeout=3000)
+    focused = second.grab().toImage()
+    assert _near(unfocused, focus) == 0
+    assert _near(focused, focus) >= second.width()  # a frame at least as long as the button is wide

@@ -21,7 +21,12 @@ from typing import Any
 from outrider.catalogue.discovery import DiscoveryScanner, FoundFile
 from outrider.catalogue.download_manager import DownloadManager, DownloadOptions
 from outrider.catalogue.loading import load_catalogue
-from outrider.catalogue.local import LocalPairReport, check_local_pair, kv_bytes_from_header
+from outrider.catalogue.local import (
+    LocalPairReport,
+    check_local_pair,
+    kv_bytes_from_header,
+    recurrent_bytes_from_headers,
+)
 from outrider.catalogue.memory import (
     FIT_MARK,
     Fit,
@@ -36,6 +41,7 @@ from outrider.catalogue.store import FileState, ModelStore, PairState
 from outrider.engine import mtp_files
 from outrider.engine.compat import CompatibilityReport, check_files, rollback_report
 from outrider.engine.llama.gguf_header import GGUFHeaderError, read_header
+from outrider.engine.memory_layout import layout_from_header
 
 VramProbe = Callable[[], tuple[int | None, int | None]]
 
@@ -50,6 +56,9 @@ class PairStatus(enum.Enum):
     DOWNLOADABLE = "downloadable"
     INCOMPATIBLE = "incompatible"
     UNAVAILABLE = "unavailable"
+    # The last download of the pair failed (set by the app's download manager over a scan's row; a scan alone
+    # never reports it): "downloadable" there read as if nothing had happened.
+    FAILED = "download failed"
 
 
 USABLE = frozenset({PairStatus.INSTALLED, PairStatus.ON_DISK})
@@ -122,6 +131,9 @@ class OwnPairReport:
 
 def _mtp_kv_from_header(header: Any, n_ctx: int) -> int:
     """KV bytes of the MTP context of a file's NextN blocks at ``n_ctx`` (one attention layer's worth each)."""
+    shape = layout_from_header(header)
+    if shape.exact:
+        return shape.nextn_kv_bytes_per_position * n_ctx
     blocks = int(header.arch_value("block_count", 0) or 0)
     per_layer = kv_bytes_from_header(header, n_ctx) // blocks if blocks else 0
     return per_layer * mtp_files.nextn_layers(header)
@@ -204,7 +216,8 @@ class CatalogueService:
             header = read_header(target)
             has_mtp = mtp_files.has_mtp_heads(header)
             mtp_kv = _mtp_kv_from_header(header, n_ctx) if mtp else 0
-            estimate = MemoryEstimate(n_ctx, header.file_size, 0, kv_bytes_from_header(header, n_ctx), mtp_kv)
+            estimate = MemoryEstimate(n_ctx, header.file_size, 0, kv_bytes_from_header(header, n_ctx), mtp_kv,
+                                      recurrent_bytes_from_headers(header))
             problem = mtp_files.target_problem(header) if mtp else None
             return OwnPairReport(Path(target), None, None, estimate, judge_fit(estimate.total, mem), mtp,
                                  problem.reason if problem else "", has_mtp)
@@ -214,7 +227,8 @@ class CatalogueService:
             problem = mtp_files.head_problem(target_header, read_header(draft))
             estimate = MemoryEstimate(n_ctx, target_header.file_size, draft_header.file_size,
                                       kv_bytes_from_header(target_header, n_ctx),
-                                      _mtp_kv_from_header(draft_header, n_ctx))
+                                      _mtp_kv_from_header(draft_header, n_ctx),
+                                      recurrent_bytes_from_headers(target_header))
             return OwnPairReport(Path(target), Path(draft), None, estimate, judge_fit(estimate.total, mem), True,
                                  problem.reason if problem else "", mtp_files.has_mtp_heads(target_header))
         report: LocalPairReport = check_local_pair(target, draft, n_ctx)

@@ -4,7 +4,9 @@ One engine process, one load. Greedy identity first (speculative vs plain at tem
 then ``--samples`` speculative and plain samples of ``--tokens`` tokens at the given sampling settings: every
 speculative token is compared with the target's exact distribution at its position (the engine re-scores the
 sampled prefix), pooled over positions and samples, the samples per position, and — coupled sampler — each
-speculative sample with the plain one of the same seed (``outrider.engine.measure.verify_stats``). Exit 0 exact,
+speculative sample with the plain one of the same seed (``outrider.engine.measure.verify_stats``). With
+``--json-schema FILE`` or ``--grammar FILE`` every reply is decoded under that grammar (structured output) and the
+reference is the target's grammar-masked distribution (``SpeculativeDecoder.score(grammar=…)``). Exit 0 exact,
 1 not exact or inconclusive (nothing drafted), 2 bad input, 3 the engine crashed.
 """
 
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from outrider.commands.base import EXIT_RUNTIME, CliError, positive_int, print_json
@@ -59,6 +63,12 @@ def register(sub: Any) -> None:
     ver.add_argument("--alpha", type=_alpha, default=0.01,
                      help="family-wise significance level (Bonferroni over the positions; default 0.01)")
     ver.add_argument("--json", action="store_true", help="print one JSON object")
+    shape = ver.add_mutually_exclusive_group()
+    shape.add_argument("--json-schema", metavar="FILE",
+                       help="decode under this JSON schema's grammar (structured output): every sample is compared "
+                            "with the target's grammar-masked distribution")
+    shape.add_argument("--grammar", metavar="FILE", help="decode under this GBNF grammar (llama.cpp's format), "
+                                                         "compared as --json-schema is")
     # Sampling is what the distribution check is about: temperature 1 unless asked otherwise; a fixed seed.
     # Temperature 0.7, not 1: a sampler that applies the temperature wrongly (e.g. accepts at temperature 1) is
     # invisible at temperature 1.
@@ -78,7 +88,34 @@ def _check_args(args: argparse.Namespace) -> None:
         args.sampler = "coupled"  # every verify sample is seeded
 
 
-def _job_request(args: argparse.Namespace, job: Any) -> Any:
+def grammar_of(args: argparse.Namespace) -> Any:
+    """The ``GrammarSpec`` of ``--json-schema FILE`` / ``--grammar FILE`` (None without either); a missing file or
+    a schema that is not JSON is ``CliError`` (exit 2) before the pair loads. A schema the converter refuses, or a
+    grammar llama.cpp cannot parse, is refused by the engine on the first reply (exit 2 as well)."""
+    from outrider.engine.params import GrammarSpec
+
+    path = args.json_schema or args.grammar
+    if path is None:
+        return None
+    option = "--json-schema" if args.json_schema else "--grammar"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"{option}: cannot read {path}: {exc}") from None
+    if args.grammar:
+        if not text.strip():
+            raise CliError(f"--grammar: {path} is empty")
+        return GrammarSpec("gbnf", text)
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise CliError(f"--json-schema: {path} is not JSON: {exc}") from None
+    if not isinstance(schema, dict | bool):
+        raise CliError(f"--json-schema: {path} must hold a JSON schema (an object)")
+    return GrammarSpec("json_schema", json.dumps(schema))
+
+
+def _job_request(args: argparse.Namespace, job: Any, grammar: Any = None) -> Any:
     overrides: dict[str, Any] = {"max_tokens": args.tokens, "seed": job.seed}
     if job.greedy:
         overrides["temperature"] = 0.0
@@ -88,7 +125,9 @@ def _job_request(args: argparse.Namespace, job: Any) -> Any:
                            plain=job.plain)
     # Every sample has exactly --tokens positions: cutting a sample at an end token would drop exactly the values
     # that decide where it ends from the pooled test.
-    return dataclasses.replace(request, ignore_eos=not job.greedy)
+    # Under a grammar, an end token is allowed only where the grammar is complete, and then it is the only token
+    # allowed: the sample goes on through point masses, which the tests count as certain (they change nothing).
+    return dataclasses.replace(request, ignore_eos=not job.greedy, grammar=grammar)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -96,8 +135,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     _check_args(args)
     pair_spec(args)  # missing files and bad settings fail before the load
+    grammar = grammar_of(args)
     collector = VerifyCollector(args.samples, args.tokens, args.seed, args.alpha, args.sampler)
-    requests = [_job_request(args, job) for job in collector.jobs]
+    requests = [_job_request(args, job, grammar) for job in collector.jobs]
     progress = not args.json and sys.stderr.isatty()
     try:
         with engine_session(args) as engine:
@@ -152,6 +192,9 @@ def format_report(report: Any, args: argparse.Namespace) -> str:
         f"{args.top_p:g}, min-p {args.min_p:g}, seed {args.seed}): {report.samples} speculative + {report.samples} "
         f"plain samples of {report.tokens} tokens; {report.accepted}/{report.drafted} drafted tokens accepted",
     ]
+    if args.json_schema or args.grammar:
+        what = f"the JSON schema {args.json_schema}" if args.json_schema else f"the grammar {args.grammar}"
+        lines.insert(0, f"under {what}: every distribution below is the target's grammar-masked one")
     pit = report.pit
     if pit is not None:
         lines.append(

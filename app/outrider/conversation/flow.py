@@ -434,7 +434,7 @@ class ConversationFlow:
         self._reply_id = turn.reply_id
         self._checkpointer = begun.checkpointer
         if self._continuing:
-            self.reply = ReplyText(turn.continued, turn.continued_runs)
+            self.reply = ReplyText(turn.continued, turn.continued_runs, turn.continued_tokens)
             self._listener.reply_continued(self.reply)
         elif turn.user_message_id:
             self._listener.user_message_stored(turn.user_message_id)
@@ -443,7 +443,10 @@ class ConversationFlow:
             self._end(reply_interrupted(self.reply.text), None)
             return
         assert self._plan is not None
-        self.request = self._plan.request(turn.history, self._continuing)
+        request = self._plan.request(turn.history, self._continuing)
+        if self._continuing:  # resumed from the ids it was generated as, when they were stored with it
+            request = dataclasses.replace(request, continue_tokens=turn.continued_tokens)
+        self.request = request
         self._generating = True
         self._engine.generate(self.request)
 
@@ -461,6 +464,7 @@ class ConversationFlow:
             self._meter.finish_reply(done.stats if done is not None else None)
         # The colours go with the reply (reopened, after a restart, exported, continued): its runs as streamed.
         end = dataclasses.replace(end, stats=with_runs(end.stats, end.text, self.reply.pieces))
+        end = end.with_tokens(self.reply.whole_tokens)  # Continue resumes from them, after a restart too
         self.last_end = end
         checkpointer, self._checkpointer = self._checkpointer, None
         if checkpointer is not None:

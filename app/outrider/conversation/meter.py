@@ -43,12 +43,28 @@ class Snapshot:
     plain_tps: float | None = None
     ttft_s: float | None = None
     prompt_tps: float | None = None
+    prompt_tokens: int = 0
+    prompt_reused: int = 0  # prompt tokens whose KV cache was kept from the previous turn (not evaluated)
     draft_share: float | None = None
     verify_share: float | None = None
     other_share: float | None = None
     draft_mode: str = "none"
     streaming: bool = False
     by_drafter: tuple[tuple[str, int, int], ...] = ()  # (kind, accepted, drafted) per drafter (stats.by_drafter)
+    # The measured costs, in one-token target passes (the plain cost c1 the speed-up is measured against):
+    # drafting one token (draft_s / drafted), and g of a pass of n tokens costing 1 + g · (n - 1).
+    draft_cost: float | None = None
+    pass_growth: float | None = None
+
+    @property
+    def curve_k(self) -> int | None:
+        """The draft length the "you are here" curves are drawn for: the last step's k, or after a plain step
+        the reply's mean k; None when the reply drafts nothing."""
+        if self.k:
+            return self.k
+        if self.k_mean is not None and self.k_mean >= 0.5:
+            return round(self.k_mean)
+        return None
 
     @property
     def has_reply(self) -> bool:
@@ -75,6 +91,8 @@ class ReplyMeter:
         conversation_series: (reply number, decode_tps, acceptance_rate) per finished reply that has statistics;
             the reply number counts every reply of the conversation shown (``replies``), so a reply without
             statistics (stopped before its first token, stored by an old version) leaves a gap.
+        conversation_points: (reply number, per-token acceptance a, tokens per pass, speed-up or None) per
+            finished reply that drafted (the "you are here" chart's points).
         replies: replies of the conversation shown, with or without statistics.
         started: replies begun since the meter was made (never reset): which reply the statistics are of.
     """
@@ -88,6 +106,7 @@ class ReplyMeter:
         self.streaming = False
         self.reply_series: list[tuple[float, float, float | None]] = []
         self.conversation_series: list[tuple[int, float, float | None]] = []
+        self.conversation_points: list[tuple[int, float, float, float | None]] = []
         self.replies = 0
         self.started = 0  # replies begun since the meter was made: tells one reply from the next
         self._continuing = False
@@ -124,16 +143,21 @@ class ReplyMeter:
         snap = self.snapshot()
         if self._continuing:
             self.conversation_series = [p for p in self.conversation_series if p[0] != self.replies]
+            self.conversation_points = [p for p in self.conversation_points if p[0] != self.replies]
         else:
             self.replies += 1
         self._continuing = False
         if snap.decode_tps:
             self.conversation_series.append((self.replies, snap.decode_tps, snap.acceptance_rate))
+        if snap.token_acceptance is not None and snap.tokens_per_pass is not None:
+            self.conversation_points.append((self.replies, snap.token_acceptance, snap.tokens_per_pass,
+                                             snap.speedup))
         self._dirty = True
 
     def reset_conversation(self) -> None:
         """A new (empty) conversation: no reply, no series, nothing left of the last reply's statistics."""
         self.conversation_series = []
+        self.conversation_points = []
         self.replies = 0
         self._continuing = False
         self.reply_series = []
@@ -147,11 +171,20 @@ class ReplyMeter:
         """The conversation chart of the messages shown (history ``Message``s, in order; see ``reply_points``).
         Replaces the series: opening a conversation, or an edit-and-resend that removed the later replies."""
         self.conversation_series = []
+        self.conversation_points = []
         self.replies = 0
-        for tps, acceptance in reply_points(messages):
+        for m in messages:
+            if not (isinstance(m, Message) and m.role is Role.ASSISTANT):
+                continue
             self.replies += 1
-            if tps:
-                self.conversation_series.append((self.replies, tps, acceptance))
+            st = m.stats
+            if st is None:
+                continue
+            if st.decode_tps:
+                self.conversation_series.append((self.replies, st.decode_tps, st.acceptance_rate))
+            if st.token_acceptance is not None and st.tokens_per_pass is not None:
+                self.conversation_points.append((self.replies, st.token_acceptance, st.tokens_per_pass,
+                                                 st.speedup))
         self._dirty = True
 
     # -- reading ----------------------------------------------------------------------------------------------
@@ -189,9 +222,12 @@ class ReplyMeter:
             tokens_per_pass=s.tokens_per_pass, k=self._k, k_mean=s.k_mean,
             speedup=s.speedup, speedup_low=s.speedup_low, speedup_high=s.speedup_high, plain_tps=s.plain_tps,
             ttft_s=s.ttft_s,
-            prompt_tps=s.prompt_tps, draft_share=share(s.draft_s), verify_share=share(s.verify_s),
+            prompt_tps=s.prompt_tps, prompt_tokens=s.prompt_tokens, prompt_reused=s.prompt_tokens_reused,
+            draft_share=share(s.draft_s), verify_share=share(s.verify_s),
             other_share=share(s.other_s), draft_mode=s.draft_mode, streaming=self.streaming,
             by_drafter=tuple((kind, c.accepted, c.drafted) for kind, c in s.by_drafter.items()),
+            draft_cost=s.draft_s / s.drafted * s.plain_tps if s.drafted and s.plain_tps else None,
+            pass_growth=s.pass_growth,
         )
 
 

@@ -29,10 +29,15 @@ class ReplyText:
 
     Attributes:
         pieces: (text, provenance) in arrival order; empty pieces (a held partial character) are left out.
+        tokens: the reply's token ids, ``start_tokens`` then each step's (stored for Continue).
     """
 
-    def __init__(self, start: str = "", start_runs: Sequence[Run] | None = None) -> None:
-        """``start_runs``: ``start``'s provenance runs when known (a continued reply's stored colours)."""
+    def __init__(self, start: str = "", start_runs: Sequence[Run] | None = None,
+                 start_tokens: Sequence[int] | None = None) -> None:
+        """``start_runs``: ``start``'s provenance runs when known (a continued reply's stored colours);
+        ``start_tokens``: its token ids when known (with none, a continuation's ids are not whole: none kept)."""
+        self.tokens: list[int] = list(start_tokens or ())
+        self._tokens_whole = not start or bool(start_tokens)
         if start_runs is not None and "".join(t for t, _ in start_runs) == start:
             self.pieces: list[Run] = [run for run in start_runs if run[0]]
         else:
@@ -45,6 +50,7 @@ class ReplyText:
         is the target's). Returns the number of pieces added."""
         before = len(self.pieces)
         for step in steps:
+            self.tokens.extend(step.tokens)
             kinds = step.provenance
             self.pieces.extend((piece, kinds[i] if i < len(kinds) else TARGET)
                                for i, piece in enumerate(step.pieces) if piece)
@@ -59,6 +65,12 @@ class ReplyText:
 
     def runs(self) -> list[Run]:
         return merge_runs(self.pieces)
+
+    @property
+    def whole_tokens(self) -> list[int]:
+        """The ids of the whole text, or [] when its start's ids are not known (a continued reply of an older
+        version): part of a reply's ids would not spell it."""
+        return self.tokens if self._tokens_whole else []
 
 
 def merge_runs(runs: Sequence[Run]) -> list[Run]:

@@ -66,6 +66,15 @@ def expected_tokens_per_pass(a: float, k: int) -> float:
     return (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
+def expected_rate(a: float, k: int, draft_cost: float, verify_cost: float) -> float:
+    """E(k) / T(k) with T(k) = k · c_draft + c_verify(k + 1): expected tokens per unit of time with draft length k
+    at per-token acceptance a, ``draft_cost`` = c_draft (per drafted token) and ``verify_cost`` = c_verify(k + 1).
+
+    With both costs in seconds it is tokens per second (``CostModel.rate``); in units of one plain pass
+    c_verify(1) it is the expected speed-up over plain decoding (the panel's "you are here" chart)."""
+    return expected_tokens_per_pass(a, k) / (k * draft_cost + verify_cost)
+
+
 class _Timings:
     """The last WINDOW timings of one cost (seconds); ``value`` is their lower median (None before any)."""
 
@@ -267,7 +276,7 @@ class CostModel:
         c_d = self.draft_per_token.value
         if a is None or c_d is None:
             return None
-        return expected_tokens_per_pass(a, k) / (k * c_d + c_v)
+        return expected_rate(a, k, c_d, c_v)
 
     def best_k(self, acceptance: float | None = None) -> int | None:
         """argmax over k of ``rate(k)`` (ties to the larger k); None until every rate can be estimated.

@@ -15,7 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from outrider.engine.draft import EMPTY_DRAFT, Draft
-from outrider.engine.grammar import GrammarMask
+from outrider.engine.grammar import BoolArray, GrammarMask
 from outrider.engine.llama.backend import FloatArray, LoadedModel, ModelContext
 from outrider.engine.params import LookupSettings, SamplingParams
 from outrider.engine.sampling import (
@@ -238,18 +238,28 @@ class ModelDraft:
             walker.close()
         return Draft(tokens, dists, sync_s, synced)
 
-    def proposal_dists(self, prefix: Sequence[int], tokens: Sequence[int],
-                       sampling: SamplingParams) -> list[SparseDist] | None:
+    def proposal_dists(self, prefix: Sequence[int], tokens: Sequence[int], sampling: SamplingParams,
+                       allowed: Sequence[BoolArray] | None = None) -> list[SparseDist] | None:
         """q at each position of ``tokens`` continuing ``prefix`` (``outrider verify``'s draft-direction test);
-        None when they do not fit one batch."""
+        None when they do not fit one batch. ``allowed``: the grammar's allowed tokens per position (structured
+        output: q is then the masked distribution ``propose(grammar=…)`` draws from)."""
+        def masked_row(logits: FloatArray, i: int) -> FloatArray:  # as grammar.masked_row (no import cycle)
+            if allowed is None:
+                return logits
+            n = min(allowed[i].shape[0], logits.shape[0])
+            out = np.full(logits.shape[0], -np.inf, dtype=np.float32)
+            out[:n] = np.where(allowed[i][:n], logits[:n], -np.inf)
+            return out
+
         if not tokens or len(tokens) > self.context.n_batch or len(prefix) + len(tokens) > self.context.n_ctx:
             return None
         self._sync(prefix)
-        dists = [distribution(self._logits(-1), sampling)]
+        dists = [distribution(masked_row(self._logits(-1), 0), sampling)]
         if len(tokens) > 1:
             self.context.decode(list(tokens[:-1]), logits="all")
             self.cached.extend(tokens[:-1])
-            dists += [distribution(self._logits(i), sampling) for i in range(len(tokens) - 1)]
+            dists += [distribution(masked_row(self._logits(i), i + 1), sampling)
+                      for i in range(len(tokens) - 1)]
         return dists
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from outrider.engine.params import GrammarSpec, SamplingParams
 from outrider.engine.sampling import distribution, verify_sampled
 
 FloatArray = npt.NDArray[np.float32]
+BoolArray = npt.NDArray[np.bool_]
 GREEDY_CANDIDATES = 32  # best-ranked tokens asked about one by one before a whole row is masked
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data, 12 bytes
 assert _TOKEN_DATA.itemsize == ctypes.sizeof(ll.llama_token_data)
@@ -199,3 +200,36 @@ def verify_draft(row: Callable[[int], FloatArray], draft: Draft, sampling: Sampl
                               draft.dists or [], sampling, position)
     finally:
         walker.close()
+
+
+def grammar_allowed(grammar: GrammarMask, tokens: Sequence[int]) -> list[BoolArray]:
+    """The tokens ``grammar`` allows at each position of ``tokens`` (one row over the vocabulary each), the state
+    walked along ``tokens`` on a clone (``grammar`` itself is unchanged): what ``outrider verify`` masks the
+    target's reference distributions with. After a token the grammar forbids, the walk stops: the later positions
+    get the state before it (the sample is already wrong there: that token has probability 0)."""
+    walker = grammar.clone()
+    zeros = np.zeros(grammar.n_vocab, dtype=np.float32)
+    out: list[BoolArray] = []
+    stuck = False
+    try:
+        for token in tokens:
+            allowed = np.isfinite(walker.mask(zeros))
+            out.append(allowed)
+            if not stuck and 0 <= token < allowed.shape[0] and allowed[token]:
+                walker.accept(int(token))
+            else:
+                stuck = True
+        return out
+    finally:
+        walker.close()
+
+
+def masked_row(logits: FloatArray, allowed: Sequence[BoolArray] | None, position: int) -> FloatArray:
+    """``logits`` with the tokens the grammar forbids at ``position`` at -inf (``allowed`` None: unchanged)."""
+    if allowed is None:
+        return logits
+    row = allowed[position]
+    n = min(row.shape[0], logits.shape[0])
+    out = np.full(logits.shape[0], -np.inf, dtype=np.float32)
+    out[:n] = np.where(row[:n], logits[:n], -np.inf)
+    return out

@@ -16,6 +16,13 @@ How the draft of depth k is made, with ``committed`` = c_0 .. c_{L-1} (c_{L-1} n
 Nothing is fed while the decoder decodes plainly (k = 0): the hidden states wait, and are fed in one batch at the
 next draft or shadow scoring, so depth 0 costs only the copies. Invariant: ``self.cells`` lists the tokens of the
 MTP context's positions 0 .. len - 1, each fed with the target's hidden state of the position before.
+
+What a draft costs (automatic depth charges it): step 1's catch-up over the tokens the last verify pass kept is
+part of every draft — the drafted cells are removed, so each accepted token is fed again with the target's own
+hidden state — and is charged in full. Only the catch-up over tokens that plain steps emitted since the last draft
+is reported as ``Draft.sync_s`` / ``synced`` (the decoder leaves most of it out, as for a draft model's catch-up).
+Reporting the whole catch-up there let a depth-3 draft whose tokens were all accepted charge half of its first MTP
+pass (4 cells fed: the decoder's allowance is 2 tokens), so a long depth looked cheaper than it was.
 """
 
 from __future__ import annotations
@@ -47,6 +54,10 @@ class MtpDraft:
         # The target's hidden state per position, for positions the MTP context has not been fed yet.
         self._hidden: dict[int, FloatArray] = {}
         self._zero = np.zeros(self.n_embd, dtype=np.float32)
+        # Target positions decoded by passes other than the verify pass of this drafter's latest draft (plain
+        # steps, replays) since the cells were last brought up to date: the part of a catch-up a draft does not own.
+        self._unowned = 0
+        self._verify_pending = False  # a draft was proposed: the next target pass is its verify pass
         expose_hidden_states(target)
         target.after_decode = self._capture
 
@@ -56,6 +67,11 @@ class MtpDraft:
         rows = hidden_states(self.target, n, self.n_embd)
         for j in range(n):
             self._hidden[pos0 + j] = rows[j]
+        # A verify pass holds the last committed token and at least one draft token; a draft the decoder emptied
+        # (draft-min, a grammar) leaves a one-token plain pass.
+        if not (self._verify_pending and n >= 2):
+            self._unowned += n
+        self._verify_pending = False
 
     def _rows_for(self, first: int, end: int) -> FloatArray:
         """The hidden inputs of cells first .. end - 1: the target's states at first - 1 .. end - 2.
@@ -118,13 +134,17 @@ class MtpDraft:
     def prefill(self, prompt: Sequence[int]) -> int:
         """Feed every prompt position whose hidden input is known (all but the last token's cell, which the
         first draft evaluates with logits)."""
-        return self._feed(prompt, len(prompt) - 1, logits=False)[0]
+        fed = self._feed(prompt, len(prompt) - 1, logits=False)[0]
+        self._unowned = 0
+        self._verify_pending = False
+        return fed
 
     def observe(self, committed: Sequence[int], start: int) -> tuple[int, int]:
         """Shadow scoring on plain steps: would the MTP block have guessed each of ``committed[start:]``?"""
         # Cell p's guess for committed[p + 1] is re-evaluated even when cached (it was fed without logits).
         _, hits, trials = self._feed(committed, len(committed) - 1, logits=False, score_from=max(start, 1),
                                      keep_at_most=max(0, start - 1))
+        self._unowned = 0  # those tokens are fed now: the next draft's catch-up starts after them
         return hits, trials
 
     def propose(
@@ -137,8 +157,13 @@ class MtpDraft:
             return EMPTY_DRAFT
         t0 = time.perf_counter()
         # The last committed token's cell is always evaluated here: its logits give the first draft token.
-        synced = self._feed(committed, end, logits=True, keep_at_most=end - 1)[0]
-        sync_s = time.perf_counter() - t0
+        fed = self._feed(committed, end, logits=True, keep_at_most=end - 1)[0]
+        # Of the cells just fed, those of tokens plain steps emitted are the catch-up a draft does not own (the
+        # module doc); the rest (the last verify pass's tokens) are the price of this draft. One batched pass:
+        # its time is split in proportion to the cells.
+        synced = min(fed, self._unowned)
+        sync_s = (time.perf_counter() - t0) * synced / fed if fed else 0.0
+        self._unowned = 0
         tokens: list[int] = []
         dists: list[SparseDist] | None = None if sampling.greedy else []
         must = min(max(draft_min, 1), k)  # below draft_min, p-min does not stop a draft that has started
@@ -165,6 +190,7 @@ class MtpDraft:
         finally:
             # The drafted cells hold the MTP block's own states, not the target's: never keep them.
             self.mtp.truncate(end)
+        self._verify_pending = bool(tokens)
         return Draft(tokens, dists, sync_s, synced)
 
     def close(self) -> None:

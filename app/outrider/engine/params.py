@@ -235,6 +235,9 @@ class TextRequest:
 
     ``continue_reply``: the last of ``messages`` is an assistant reply cut short (at the token limit); the model
     continues its text instead of starting a new reply (the prompt ends with that text, no end of turn).
+    ``continue_tokens``: with ``continue_reply``, that reply's token ids as the model generated them (stored with
+    the reply): the engine continues from them when they spell the reply's text in the loaded model, so a
+    continuation after a restart equals the uninterrupted reply (re-tokenising the text can split it otherwise).
     ``trim``: a conversation too long for the context loses its oldest turns (the app's chats); False: it is
     refused with a context overflow instead (the server, unless the request asks for trimming).
     """
@@ -247,6 +250,7 @@ class TextRequest:
     stop: tuple[str, ...] = ()
     plain: bool = False
     continue_reply: bool = False
+    continue_tokens: tuple[int, ...] | None = None
     trim: bool = True
     grammar: GrammarSpec | None = None
     tools: str | None = None  # OpenAI's ``tools`` array as JSON text, for the chat template (``ChatFormatter``)
@@ -259,5 +263,7 @@ class TextRequest:
             raise ValueError("give either a prompt or chat messages")
         if self.continue_reply and not (self.messages and self.messages[-1].role == "assistant"):
             raise ValueError("continuing a reply needs the reply as the last chat message")
+        if self.continue_tokens is not None and not self.continue_reply:
+            raise ValueError("a reply's token ids are only for continuing it")
         if self.max_tokens < 1:
             raise ValueError(f"max tokens must be >= 1, got {self.max_tokens}")

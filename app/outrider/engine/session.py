@@ -29,10 +29,11 @@ from outrider.engine.grammar import GrammarMask
 from outrider.engine.history_draft import HistoryLookupDraft
 from outrider.engine.history_index import HistoryIndex, index_dir_for, tokenizer_fingerprint
 from outrider.engine.llama.backend import LoadedModel, ModelContext
-from outrider.engine.llama.gguf_header import GGUFHeaderError
+from outrider.engine.llama.gguf_header import GGUFHeaderError, read_header
 from outrider.engine.llama.mtp_context import MtpContext, n_nextn_layers
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.llama.text import clean_text
+from outrider.engine.memory_layout import MemoryLayout, layout, layout_from_header
 from outrider.engine.mtp import MtpDraft
 from outrider.engine.params import (
     ChatMessage,
@@ -151,6 +152,7 @@ class Engine:
         self._formatter = _chat_formatter(target, notes)
         self.spec = requested  # as asked (threads 0 stays "automatic")
         n_ctx = context.n_ctx
+        target_layout = _layout(target)
         self.info = LoadedPair(
             target=target.facts,
             draft=draft_model.facts if draft_model else None,
@@ -159,11 +161,11 @@ class Engine:
             backend=self.backend.info.name,
             gpu_offload=self.backend.info.gpu_offload,
             chat_template=self._formatter.source,
-            target_kv_bytes=target.kv_bytes_per_token() * n_ctx,
-            draft_kv_bytes=_draft_kv_bytes(drafter, draft_model, target) * n_ctx,
+            target_kv_bytes=_target_kv_bytes(target, target_layout, n_ctx),
+            draft_kv_bytes=_draft_kv_bytes(drafter, draft_model, target, n_ctx),
             notes=tuple(notes),
             threads=context.n_threads,
-            target_recurrent_bytes=context.recurrent_bytes,
+            target_recurrent_bytes=_target_recurrent_bytes(context, target_layout),
             draft_recurrent_bytes=_draft_recurrent_bytes(drafter),
         )
         return self.info
@@ -256,15 +258,18 @@ class Engine:
         return self.target.tokenize(text, add_special=True, parse_special=False)
 
     def tokenize_chat(self, messages: Sequence[ChatMessage], *, reserve: int = 0,
-                      continue_reply: bool = False, trim: bool = True, tools: str | None = None) -> list[int]:
+                      continue_reply: bool = False, trim: bool = True, tools: str | None = None,
+                      continue_tokens: Sequence[int] | None = None) -> list[int]:
         """A conversation through the chat template, leaving ``reserve`` tokens of the context for the reply.
 
         ``trim``: the oldest turns are dropped until it fits (``fit_conversation``: about log2(turns) renders,
         cancellable with ``cancel``); without it a conversation that does not fit raises ``ContextOverflowError``
         (the server's default: a client must know its conversation was not read whole).
         ``continue_reply``: the last message is an assistant reply to continue: the prompt is the conversation
-        before it with the generation prompt, then that reply's text (no end of turn). Message text is never
-        read as control tokens (``_chat_tokens``).
+        before it with the generation prompt, then that reply's text (no end of turn): its token ids as generated
+        when known — the last reply of this process (``_LastReply``), or ``continue_tokens`` (stored with the
+        reply) when they spell its text in this model — else the text tokenised. Message text is never read as
+        control tokens (``_chat_tokens``).
         """
         if self._formatter is None:
             raise EngineError("no model is loaded")
@@ -298,10 +303,20 @@ class Engine:
         last = self._last_reply
         if last is not None and last.head == tuple(head) and last.text == prefix:
             tokens = [*head, *last.tokens]  # the reply as the model generated it (see ``_LastReply``)
+        elif continue_tokens and self._spell(continue_tokens, prefix):
+            tokens = [*head, *continue_tokens]  # as generated, stored with the reply (after a restart)
         else:
             tokens = tokens_of(fitted)  # another process wrote it, or it was edited: its text is all there is
         self._pending_reply = _LastReply(tuple(head), tuple(tokens[len(head):]), prefix)
         return tokens
+
+    def _spell(self, tokens: Sequence[int], text: str) -> bool:
+        """Whether ``tokens`` are ids of the loaded target (a stored reply may be of another model) whose pieces
+        make exactly ``text``."""
+        target = self.target
+        if any(not 0 <= t < target.n_vocab for t in tokens):
+            return False
+        return b"".join(target.piece(t) for t in tokens).decode("utf-8", errors="replace") == text
 
     def _chat_tokens(self, messages: Sequence[ChatMessage], prefix: str, special: dict[str, bool],
                      tools: list[Any] | None = None) -> list[int]:
@@ -414,7 +429,8 @@ class Engine:
             self._cancel.clear()  # a request starts here: an old cancel must not stop its trimming
             try:
                 tokens = self.tokenize_chat(request.messages, reserve=reserve, continue_reply=request.continue_reply,
-                                            trim=request.trim, tools=request.tools)
+                                            trim=request.trim, tools=request.tools,
+                                            continue_tokens=request.continue_tokens)
             except TrimCancelled:
                 return iter([DoneEvent(STOP_CANCELLED, GenerationStats(), "")])
         elif request.suffix is not None:
@@ -438,7 +454,8 @@ class Engine:
     def score(self, request: TextRequest, tokens: Sequence[int]) -> list[TokenScore]:
         """For each of ``tokens`` continuing ``request``'s prompt (tokenised as ``run`` would): (mass ranked before
         it, its probability, the top probability) in the target's distribution at its position with the request's
-        filters (``SpeculativeDecoder.score``). Not while a generation runs."""
+        filters (``SpeculativeDecoder.score``), masked by ``request.grammar`` when it has one. Not while a generation
+        runs."""
         if request.messages is not None:
             prompt = self.tokenize_chat(request.messages, reserve=min(request.max_tokens, 256),
                                         continue_reply=request.continue_reply)
@@ -448,9 +465,13 @@ class Engine:
             prompt = self.tokenize_prompt(request.prompt)
         if not self._generating.acquire(blocking=False):
             raise EngineError("a generation is already running")
+        mask = None
         try:
-            return self._decoder_or_raise().score(prompt, [int(t) for t in tokens], request.sampling)
+            mask = GrammarMask.of(self.target, request.grammar) if request.grammar is not None else None
+            return self._decoder_or_raise().score(prompt, [int(t) for t in tokens], request.sampling, grammar=mask)
         finally:
+            if mask is not None:
+                mask.close()
             self._generating.release()
 
     def cancel(self) -> None:
@@ -482,15 +503,44 @@ def _refuse_mtp_problem(check: Callable[[], mtp_files.MtpFileProblem | None]) ->
         raise IncompatiblePairError(problem.rule, problem.reason)
 
 
-def _draft_kv_bytes(drafter: DraftSource, draft_model: LoadedModel | None, target: LoadedModel) -> int:
-    """KV bytes per position of the drafter's context: a draft model's, or the MTP context's (its NextN blocks
-    only, each as wide as a target layer)."""
+def _layout(model: LoadedModel) -> MemoryLayout:
+    """The exact memory layout of a loaded model (memory_layout.py), from its file's GGUF header: llama.cpp's own
+    metadata strings leave out arrays, and a hybrid's per-layer head counts are one. Its scalars where the file
+    cannot be read again."""
+    arch = model.facts.architecture
+    try:
+        return layout_from_header(read_header(model.path, keep_arrays=False))
+    except (GGUFHeaderError, OSError):
+        return layout(arch, lambda suffix: model.meta(f"{arch}.{suffix}"))
+
+
+def _target_kv_bytes(target: LoadedModel, shape: MemoryLayout, n_ctx: int) -> int:
+    """The target context's KV cache: its attention layers only (a hybrid's recurrent layers and its NextN layers
+    have none), exactly as llama.cpp allocates it; the all-layers estimate where the rules are not known."""
+    return shape.kv_bytes(n_ctx) if shape.exact else target.kv_bytes_per_token() * n_ctx
+
+
+def _target_recurrent_bytes(context: ModelContext, shape: MemoryLayout) -> int:
+    """The target's recurrent state and its ``n_rs_seq`` snapshots, computed exactly where the rules are known,
+    else what llama.cpp logged (to 0.01 MiB)."""
+    return shape.recurrent_bytes(context.n_rs_seq) if shape.exact else context.recurrent_bytes
+
+
+def _draft_kv_bytes(drafter: DraftSource, draft_model: LoadedModel | None, target: LoadedModel, n_ctx: int) -> int:
+    """KV bytes of the drafter's context: a draft model's, or the MTP context's (its NextN blocks only, each a
+    full-attention layer, at the MTP context's own padded length)."""
     drafter = _model_member(drafter)
     if isinstance(drafter, MtpDraft):
         source = drafter.mtp.model
+        shape = _layout(source)
+        if shape.exact:
+            return shape.mtp_kv_bytes(drafter.mtp.n_ctx)
         per_layer = target.kv_bytes_per_token() // max(1, target.facts.n_layer)
-        return per_layer * n_nextn_layers(source)
-    return draft_model.kv_bytes_per_token() if draft_model is not None else 0
+        return per_layer * n_nextn_layers(source) * n_ctx
+    if draft_model is None:
+        return 0
+    shape = _layout(draft_model)
+    return shape.kv_bytes(n_ctx) if shape.exact else draft_model.kv_bytes_per_token() * n_ctx
 
 
 def _model_member(drafter: DraftSource) -> DraftSource:

@@ -37,7 +37,7 @@ from outrider.engine.drafters import (
 )
 from outrider.engine.errors import ContextOverflowError, DecodeError
 from outrider.engine.events import TARGET, DoneEvent, StepEvent
-from outrider.engine.grammar import GrammarMask, cut_draft, verify_draft
+from outrider.engine.grammar import BoolArray, GrammarMask, cut_draft, grammar_allowed, masked_row, verify_draft
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter, token_logprobs
 from outrider.engine.params import DraftParams, SamplingParams
@@ -163,6 +163,8 @@ class SpeculativeDecoder:
             chain.set_automatic(params.k_max if params.k is None else None)
         if self.drafter.kind == "none" or params.k == 0:
             policy = FixedDraftLength(0)
+            if self.drafter.kind != "none":  # loaded but told not to draft: the reply's figures say "off"
+                stats.draft_mode = "off"
         elif params.k is None and chain is not None:
             policy = FixedDraftLength(params.k_max)
         elif params.k is None:
@@ -206,18 +208,22 @@ class SpeculativeDecoder:
             chosen = 0 if forced_plain else policy.choose()
             remaining = request.max_tokens - stats.generated
             # Every emitted token needs a context position: k drafted + 1 target token must fit.
-            k = max(0, min(chosen, remaining - 1, n_ctx - len(committed) - 1, k_cap))
+            bound = max(0, min(remaining - 1, n_ctx - len(committed) - 1, k_cap))
+            k = min(chosen, bound)
             if k < params.draft_min:
                 k = 0
             draft = EMPTY_DRAFT
             drafting_s = 0.0  # the cost of drafting itself, without a draft model's catch-up (for auto k)
             consulted = k > 0  # the drafter ran in this step: its time is charged to speculation
             if k > 0:
+                # A chain's history lookup may go past k on a long match, up to what one pass can verify.
+                reach = {"reach": bound} if chain is not None else {}
                 draft = self.drafter.propose(committed, k, sampling, rng, params.p_min, params.draft_min,
-                                             **masked_draft)
-                if len(draft.tokens) > k:
+                                             **masked_draft, **reach)
+                limit = bound if chain is not None else k
+                if len(draft.tokens) > limit:
                     draft = dataclasses.replace(
-                        draft, tokens=draft.tokens[:k], dists=draft.dists[:k] if draft.dists else None)
+                        draft, tokens=draft.tokens[:limit], dists=draft.dists[:limit] if draft.dists else None)
                 if grammar is not None:
                     draft = cut_draft(draft, grammar, sampling)
                 if len(draft.tokens) < max(params.draft_min, 1):
@@ -328,7 +334,7 @@ class SpeculativeDecoder:
         del self.cached[keep:]
 
     def score(self, prompt: Sequence[int], tokens: Sequence[int],
-              sampling: SamplingParams) -> list[TokenScore]:
+              sampling: SamplingParams, grammar: GrammarMask | None = None) -> list[TokenScore]:
         """The target's own view of ``tokens`` continuing ``prompt``: for each token, (mass of the tokens ranked
         before it, its probability, the likeliest token's probability) in the target's distribution at its
         position, with ``sampling``'s filters and temperature (``sampling.rank_mass``; greedy: temperature 1),
@@ -338,6 +344,11 @@ class SpeculativeDecoder:
         One plain evaluation of the sampled prefix, independent of how the tokens were generated: what
         ``outrider verify`` compares every sampled token with. Leaves the cache holding ``prompt`` minus its last
         token, as a generation would find it.
+
+        ``grammar`` (its state at the start of ``tokens``, left unchanged): each distribution — the target's and
+        the draft model's — is the grammar-masked one, the grammar walked along ``tokens`` (structured output's
+        exactness is against this masked target). A token the grammar forbids has probability 0 there ("outside
+        the support"); the positions after it keep the state before it.
         """
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -345,6 +356,7 @@ class SpeculativeDecoder:
             raise ContextOverflowError(len(prompt) + len(tokens), self.context.n_ctx)
         if sampling.greedy:
             sampling = dataclasses.replace(sampling, temperature=1.0)
+        allowed = grammar_allowed(grammar, tokens) if grammar is not None else None
         self._prefill(prompt)
         sequence = [prompt[-1], *tokens[:-1]]
         dists: list[SparseDist] = []
@@ -354,16 +366,18 @@ class SpeculativeDecoder:
                 chunk = sequence[start : start + step]
                 self.context.decode(chunk, logits="all")
                 self.cached.extend(chunk)
-                dists += [distribution(self.context.logits_row(i), sampling) for i in range(len(chunk))]
+                dists += [distribution(masked_row(self.context.logits_row(i), allowed, start + i), sampling)
+                          for i in range(len(chunk))]
         finally:
             keep = len(prompt) - 1
             self.context.truncate(keep)
             del self.cached[self.context.n_past :]  # a recurrent memory may keep less (ModelContext.truncate)
-        direction = self._draft_direction(prompt, tokens, dists, sampling)
+        direction = self._draft_direction(prompt, tokens, dists, sampling, allowed)
         return [(*rank_mass(p, int(t)), *d) for p, t, d in zip(dists, tokens, direction, strict=True)]
 
     def _draft_direction(self, prompt: Sequence[int], tokens: Sequence[int], dists: Sequence[SparseDist],
-                         sampling: SamplingParams) -> list[tuple[float, float, float]]:
+                         sampling: SamplingParams,
+                         allowed: Sequence[BoolArray] | None = None) -> list[tuple[float, float, float]]:
         """(q(x), E_p[q], Var_p[q]) per position for ``score``; (0, 0, -1) where the drafter proposes nothing."""
         none = (0.0, 0.0, -1.0)
         drafter = self.drafter
@@ -376,7 +390,7 @@ class SpeculativeDecoder:
                     pd = p.prob_of(guess)
                     out.append((float(token == guess), pd, pd * (1.0 - pd)))
             return out
-        qs = drafter.proposal_dists(prompt, tokens, sampling) if isinstance(drafter, ModelDraft) else None
+        qs = drafter.proposal_dists(prompt, tokens, sampling, allowed) if isinstance(drafter, ModelDraft) else None
         if qs is None:
             return [none] * len(tokens)
         out = []

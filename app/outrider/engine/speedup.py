@@ -6,33 +6,43 @@ The target's cost of a pass is modelled as
 
     t(n) = c1 · (1 + g · (n - 1))
 
-fitted robustly to the steps after the first (the first step after the prompt is the coldest of the reply and
-must not decide it):
+and what plain decoding would have cost is c1 per token, c1 being what a one-token pass costs *in a plain
+reply*. Three things measured on the benchmark's pairs shape how c1 is found:
 
-- ``g``, the relative cost of each further token in a pass, is the median over pairs of passes of different
-  sizes at most ``LOCAL_STEPS`` steps apart (Theil–Sen; a load that comes and goes scales both passes of a near
-  pair alike), fitted twice: the second time without the passes the first fit called stalls;
-- each pass then estimates c1 as ``t / (1 + g · (n - 1))``; the local level is the running median of those
-  over ``LOCAL_STEPS`` steps (it follows a load that starts or stops mid-reply, as an A/B run through the same
-  load would see it); a pass more than ``WINSOR_SIGMAS`` robust sigmas above its level is a stall (e.g. a
-  descheduled llama.cpp thread) and counts only up to that bound; the time above it, ``stall_s``, is taken out of
-  both sides, since a stall at random costs the two replies of an A/B in proportion to their time (the
-  drafter's time gets the same bound, about its own running median);
-- each step's tokens are valued at the running mean of the bounded estimates around it.
+- The first one-token pass after a verify pass costs 25-40 % more than a plain reply's passes (llama.cpp
+  rebuilds its compute graph when the batch size changes; a plain reply never does). So the decoder forces
+  plain steps in runs (``PLAIN_RUN_FIRST`` from the second step, ``PLAIN_RUN`` later: ``PlainRateMeter``), and
+  only *steady* one-token passes, those right after another one, are taken as what plain decoding costs. The
+  decoder measured single probes before, and every figure read 12-34 % high.
+- A load that starts mid-reply (another process on a core llama.cpp's threads use) costs every pass about the
+  same extra time whatever its size, a thread waiting at the barrier for one that was descheduled: a verify
+  pass slows by less than a plain pass does, so verify passes cannot tell what plain decoding costs under the
+  new load. The decoder therefore runs plain steps again when the passes' cost moves by ``LOAD_SHIFT``, and the
+  estimate splits the reply into stretches of steady load (``SEGMENT_SHIFT``, each with steady plain passes of
+  its own; at most ``SEGMENT_DEPTH`` levels of splits). Each stretch's tokens are valued at its own c1.
+- The first step after the prompt is the coldest of the reply: it is left out of every fit, and its time above
+  the model, ``cold_s``, counts on both sides (a plain reply pays that cold step too).
 
-Then, with ``cold_s`` the first step's time above the model (the plain reply pays that cold step too):
+Within a stretch: c1 is the median of its steady one-token passes (those more than ``ANCHOR_STALL`` times the
+stretch's level are stalls), and g is refitted to them; without such passes, c1 comes from every pass at the
+reply's growth g (the median growth through pairs of passes of different sizes at most ``LOCAL_STEPS`` apart,
+Theil–Sen, fitted twice: the second time without what the first fit called stalls). A pass more than
+``WINSOR_SIGMAS`` robust sigmas above the stretch's model is a stall (e.g. a descheduled thread): it counts up
+to that bound, and the time above it, ``stall_s``, is taken out of both sides, since a stall at random costs
+the two replies of an A/B in proportion to their time (the drafter's time gets the same bound, about its own
+running median). Then
 
-    plain_equiv_s = Σ_steps pass_tokens_i · c1_i + cold_s
+    plain_equiv_s = Σ_stretches tokens · c1 · (mean bounded ratio of its passes to the model) + cold_s
     speedup       = plain_equiv_s / (Σ_steps step_s_i - stall_s)
 
 The drafter's own time is in ``step_s`` only: it is charged to speculation. ``low``/``high`` is a
-``CONFIDENCE`` interval: the Student t quantile with the fit's degrees of freedom times the standard error of
-the mean c1 (the residual spread about the local level, and the leverage of extrapolating from the batch sizes
-seen to a one-token pass), combined in quadrature with ``MODEL_ERROR`` (what one reply's fit cannot see: the
-curve between the straight line and the truth, how the A/B's own replies vary). With fewer than two batch
-sizes and no plain pass after the first step the plain cost is not identified: no figure, and the decoder forces
-plain probes (``wants_plain_probe``). A reply that drafted nothing measured plain decoding itself: speedup =
-Σ target time / Σ step time, its interval that one value, exactly 1.00 with the drafter off.
+``CONFIDENCE`` interval: the Student t quantile times the standard error of each stretch's c1 (its pooled
+residual spread over the square root of its steady plain passes, or the leverage of extrapolating to a
+one-token pass where it has fewer than two), weighted by the stretches' shares of the plain time, combined in
+quadrature with ``MODEL_ERROR`` (what one reply's fit cannot see). With fewer than two batch sizes and no plain
+pass after the first step the plain cost is not identified: no figure, and the decoder forces plain runs
+(``wants_plain_probe``). A reply that drafted nothing measured plain decoding itself: speedup = Σ target time /
+Σ step time, its interval that one value, exactly 1.00 with the drafter off.
 
 Times are seconds; rates tokens per second.
 """
@@ -48,9 +58,18 @@ MODEL_ERROR = 0.05  # relative error the fit cannot see, in quadrature (its cove
 CONFIDENCE = 0.95  # two-sided coverage of low .. high
 WINSOR_SIGMAS = 3.0  # a pass this many robust sigmas above its local level is a stall, bounded there
 MIN_SIGMA_SHARE = 0.005  # robust sigma floor, relative to c1 (identical timings are not perfectly known)
+SEGMENT_SHIFT = 0.25  # relative change of the passes' level that splits a reply into stretches of steady load
+ANCHOR_STALL = 2.0  # a steady one-token pass this many times its stretch's level is a stall, left out
+STALL_RATIO = 3.0  # a pass this many times its stretch's model is a stall above it, out of both sides
+SEGMENT_MIN = 3  # passes: the shortest such stretch (two are a stall as often as a load)
+SEGMENT_DEPTH = 3  # levels of splitting: at most 8 stretches
 LOCAL_STEPS = 8  # steps: the reach of the growth's pairs and the window of the local plain cost
-PLAIN_PROBES_MIN = 3  # one-token passes after the first step the decoder forces until it has them
-PLAIN_PROBE_GAP = 4  # steps between those early probes (the first one is the reply's second step)
+PLAIN_PROBES_MIN = 2  # steady one-token passes (after another one) the decoder forces plain runs until it has
+PLAIN_PROBE_GAP = 4  # steps between early runs when the first run did not give them (the reply's second step)
+PLAIN_RUN_FIRST = 3  # plain steps in the first forced run: its first pass pays the change of batch size
+PLAIN_RUN = 2  # plain steps in each later forced run
+LOAD_SHIFT = 0.30  # relative change of the passes' cost that makes the decoder measure plain decoding again
+LOAD_PROBE_GAP = 3  # steps: the fewest since the latest plain pass before such a change forces a run
 REFIT_INTERVAL_S = 0.25  # seconds: the longest a reply's figures go without a refit (the GUI ticks at 4 Hz)
 
 
@@ -103,6 +122,7 @@ class SpeedupEstimate:
         plain_s: c1, the mean predicted seconds of a one-token pass over the reply.
         plain_equiv_s: seconds plain decoding would have needed for the same tokens.
         stall_s: target time above the stall bound, out of both sides.
+        growth: g, the relative cost of each further token in a pass (0 when nothing was drafted).
     """
 
     speedup: float
@@ -111,6 +131,7 @@ class SpeedupEstimate:
     plain_s: float
     plain_equiv_s: float
     stall_s: float
+    growth: float = 0.0
 
 
 def student_t_quantile(p: float, df: int) -> float:

@@ -7,6 +7,7 @@ app imports ``speedup`` (figures, formatting) before its first paint, where nump
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
@@ -15,10 +16,15 @@ import numpy as np
 import numpy.typing as npt
 
 from outrider.engine.speedup import (
+    ANCHOR_STALL,
     CONFIDENCE,
     LOCAL_STEPS,
     MIN_SIGMA_SHARE,
     MODEL_ERROR,
+    SEGMENT_DEPTH,
+    SEGMENT_MIN,
+    SEGMENT_SHIFT,
+    STALL_RATIO,
     WINSOR_SIGMAS,
     PassTiming,
     SpeedupEstimate,
@@ -87,16 +93,104 @@ def _fit_once(batch: Floats, target: Floats, calm: npt.NDArray[np.bool_]) -> tup
     return growth, residuals, level, max(1.4826 * mad, MIN_SIGMA_SHARE * float(np.median(residuals)))
 
 
-def _drafting_stalls(steps: Sequence[PassTiming], sigma: float) -> float:
-    """Seconds of drafting above its own stall bound (the running median of the steps' drafting times +
-    ``WINSOR_SIGMAS`` robust sigmas, never below the target's sigma): a drafter descheduled mid-step is a stall
-    like any other, out of both sides; its ordinary time stays charged to speculation. The first step counts
-    here too (a drafter descheduled there is no cost of speculation; a first draft within the bound stays
-    charged)."""
+def _drafting_stalls(steps: Sequence[PassTiming]) -> float:
+    """Seconds of drafting that were stalls: a step whose drafting took more than ``STALL_RATIO`` times the
+    running median of the steps that drafted (a drafter descheduled mid-step) counts its time above that median
+    out of both sides, like a target stall. Slower drafting below that bound stays charged to speculation: a
+    load that slows every draft pass is a real cost of drafting, and the A/B sees it. The first step counts
+    here too."""
     drafting = np.array([p.step_s - p.target_s for p in steps], dtype=np.float64)
-    level = _running(drafting, "median")
-    spread = max(1.4826 * float(np.median(np.abs(drafting - level))), sigma)
-    return float(np.maximum(0.0, drafting - (level + WINSOR_SIGMAS * spread)).sum())
+    drafted = drafting[drafting > 0]
+    if drafted.size == 0:
+        return 0.0
+    level = _running(drafted, "median")
+    return float(np.where(drafted > STALL_RATIO * level, drafted - level, 0.0).sum())
+
+
+def _steady(steps: Sequence[PassTiming]) -> npt.NDArray[np.bool_]:
+    """For each step after the first: a one-token pass right after another one-token pass (what plain decoding
+    costs; the first pass after a verify pass also pays for llama.cpp rebuilding its graph for the new size)."""
+    batch = np.array([p.batch for p in steps], dtype=np.float64)
+    return np.asarray((batch[1:] <= 1) & (batch[:-1] <= 1), dtype=np.bool_)
+
+
+def _segments(x: Floats, steady: npt.NDArray[np.bool_], start: int, stop: int,
+              depth: int) -> list[tuple[int, int]]:
+    """Split ``x[start:stop]`` (log costs of one-token-pass equivalents) where its level moves by more than
+    ``SEGMENT_SHIFT``: the split that best separates two means (each side at least ``SEGMENT_MIN`` passes),
+    kept when the medians of the two sides differ that much too; recursively, ``depth`` levels. A stretch with
+    steady one-token passes of its own (the decoder measures plain decoding again when the passes' cost moves:
+    ``PlainRateMeter``) is valued at them; one without (a load that came two passes before the end of the reply,
+    or a cluster of stalls) scales the plain cost by its passes' level, which for stalls is the same as taking
+    them out of both sides."""
+    n = stop - start
+    if depth == 0 or n < 2 * SEGMENT_MIN:
+        return [(start, stop)]
+    part = x[start:stop]
+    total = np.cumsum(part)
+    k = np.arange(1, n)
+    left_mean = total[:-1] / k
+    right_mean = (total[-1] - total[:-1]) / (n - k)
+    score = np.abs(left_mean - right_mean) * np.sqrt(k * (n - k) / n)
+    allowed = (k >= SEGMENT_MIN) & (n - k >= SEGMENT_MIN)
+    if not allowed.any():
+        return [(start, stop)]
+    cut = int(k[allowed][np.argmax(score[allowed])])
+    if abs(float(np.median(part[:cut])) - float(np.median(part[cut:]))) <= math.log1p(SEGMENT_SHIFT):
+        return [(start, stop)]
+    middle = start + cut
+    return _segments(x, steady, start, middle, depth - 1) + _segments(x, steady, middle, stop, depth - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Segment:
+    """The plain cost over passes ``start:stop`` of the fit and what it rests on."""
+
+    start: int
+    stop: int
+    plain_s: float  # c1 over the segment: a one-token pass, its mean with ordinary noise, stalls bounded
+    stall_s: float  # target time above the segment's stall bound
+    rel_error: float  # standard error of plain_s, relative
+    df: int
+
+
+def _segment(batch: Floats, target: Floats, steady: npt.NDArray[np.bool_], growth: float, start: int,
+             stop: int, leverage: float) -> _Segment:
+    """One stretch of steady load. c1 is the mean of its steady one-token passes when it has any (they are what
+    plain decoding costs under this load, with the ordinary hiccups a plain reply has too: a pass that lost a
+    scheduler tick to another process counts as it is), those above ``ANCHOR_STALL`` times the stretch's level
+    from all its passes left out as stalls; the growth is then refitted to their median, as a load changes the
+    cost of a pass's first token more than that of its further ones. Without such passes c1 comes from every
+    pass at the reply's growth, times their mean ratio to it. A pass above ``STALL_RATIO`` times the stretch's
+    model is a stall (a descheduled thread, another process's burst): its time above the model is out of both
+    sides; slower passes below that are the machine's ordinary noise, in plain replies too, and count."""
+    n, t, anchors = batch[start:stop], target[start:stop], target[start:stop][steady[start:stop]]
+    verify = n > 1
+    base = float(np.median(t / (1 + growth * (n - 1))))
+    anchors = anchors[anchors <= ANCHOR_STALL * base]
+    anchored = anchors.size > 0
+    if anchored:
+        base = float(np.median(anchors))
+        if verify.any():
+            growth = max(0.0, float(np.median((t[verify] / base - 1) / (n[verify] - 1))))
+    predicted = base * (1 + growth * (n - 1))
+    ratio = t / predicted
+    sigma = max(1.4826 * float(np.median(np.abs(ratio - np.median(ratio)))), MIN_SIGMA_SHARE)
+    bounded = np.where(ratio > STALL_RATIO, 1.0, ratio)  # a stalled pass counts as the model says
+    stall_s = float(((ratio - bounded) * predicted).sum())
+    plain_s = float(anchors.mean()) if anchored else base * float(bounded.mean())
+    # The noise of the stretch for its interval: the spread of its passes up to ``WINSOR_SIGMAS`` robust sigmas
+    # (the rarer stalls above are the model error's part).
+    calm = np.minimum(ratio, 1 + WINSOR_SIGMAS * sigma)
+    spread = max(float(np.std(calm, ddof=1)) if len(t) > 1 else 0.0, sigma)
+    # The spread is the stretch's pooled residual spread (its degrees of freedom: every pass less the two fitted
+    # costs), or the steady plain passes' own where they disagree more; c1 rests on those passes when there are
+    # two or more, else it is extrapolated.
+    if anchors.size >= 2:
+        rel = spread / math.sqrt(anchors.size)
+    else:
+        rel = spread * math.sqrt(leverage + 1 / len(t))
+    return _Segment(start, stop, plain_s, stall_s, rel, max(1, len(t) - 2))
 
 
 def estimate_speedup(steps: Sequence[PassTiming]) -> SpeedupEstimate | None:
@@ -114,32 +208,37 @@ def estimate_speedup(steps: Sequence[PassTiming]) -> SpeedupEstimate | None:
     fit = steps[1:]
     batch = np.array([p.batch for p in fit], dtype=np.float64)
     target = np.array([p.target_s for p in fit], dtype=np.float64)
+    steady = _steady(steps)
     n_sizes = len(np.unique(batch))
     if n_sizes < 2 and not (batch == 1).any():
         return None  # passes of one size above 1 only: the cost of a plain pass cannot be told from them
     params = 1 if n_sizes == 1 else 2
-    df = len(fit) - params
-    if df < 1:
+    if len(fit) - params < 1:
         return None
-    # Twice: a stall in one of the few plain passes would tilt the first growth; the second leaves stalls out.
+    # The reply's growth, twice: a stall in one of the few plain passes would tilt the first one.
     growth, residuals, level, sigma = _fit_once(batch, target, np.ones(len(fit), dtype=bool))
     growth, residuals, level, sigma = _fit_once(batch, target, residuals <= level + WINSOR_SIGMAS * sigma)
-    clipped = np.minimum(residuals, level + WINSOR_SIGMAS * sigma)
-    stall_s = float(((residuals - clipped) * (1 + growth * (batch - 1))).sum()) + _drafting_stalls(steps, sigma)
-    local = _running(clipped, "mean")
+    x = np.log(np.minimum(residuals, level + WINSOR_SIGMAS * sigma))
+    sxx = float(((batch - batch.mean()) ** 2).sum())
+    leverage = (1 - float(batch.mean())) ** 2 / sxx if params == 2 and sxx > 0 else 0.0
+    segments = [_segment(batch, target, steady, growth, a, b, leverage)
+                for a, b in _segments(x, steady, 0, len(fit), SEGMENT_DEPTH)]
     yielded = np.array([p.pass_tokens for p in fit], dtype=np.float64)
-    # Each step's tokens at the plain cost around it; the first step's at that of the pass after it.
-    plain_tokens_s = steps[0].pass_tokens * float(local[0]) + float((yielded * local).sum())
+    plain_tokens_s = steps[0].pass_tokens * segments[0].plain_s
+    plain_tokens_s += sum(float(yielded[g.start:g.stop].sum()) * g.plain_s for g in segments)
     c1 = plain_tokens_s / tokens
     if c1 <= 0:
         return None
-    cold_s = max(0.0, steps[0].target_s - float(local[0]) * (1 + growth * (steps[0].batch - 1)))
+    first = segments[0]
+    cold_s = max(0.0, steps[0].target_s - first.plain_s * (1 + growth * (steps[0].batch - 1)))
+    stall_s = sum(g.stall_s for g in segments) + _drafting_stalls(steps)
     plain_equiv_s = plain_tokens_s + cold_s
     speedup = plain_equiv_s / (step_s - stall_s)
-    spread = max(float(np.std(clipped - local, ddof=1)) if len(fit) > 1 else 0.0, sigma)
-    sxx = float(((batch - batch.mean()) ** 2).sum())
-    leverage = 1 / len(fit) + ((1 - float(batch.mean())) ** 2 / sxx if params == 2 and sxx > 0 else 0.0)
-    rel = math.hypot(student_t_quantile((1 + CONFIDENCE) / 2, df) * spread * math.sqrt(leverage) / c1,
-                     MODEL_ERROR)
+    shares = [(float(yielded[g.start:g.stop].sum()) + (steps[0].pass_tokens if g is first else 0)) * g.plain_s
+              / plain_tokens_s for g in segments]
+    df = max(1, min(g.df for g in segments))
+    fitted = math.sqrt(sum((w * g.rel_error) ** 2 for w, g in zip(shares, segments, strict=True)))
+    rel = math.hypot(student_t_quantile((1 + CONFIDENCE) / 2, df) * fitted, MODEL_ERROR)
     rel *= plain_tokens_s / plain_equiv_s  # the cold step is measured, not predicted
-    return SpeedupEstimate(speedup, speedup * max(0.0, 1 - rel), speedup * (1 + rel), c1, plain_equiv_s, stall_s)
+    return SpeedupEstimate(speedup, speedup * max(0.0, 1 - rel), speedup * (1 + rel), c1, plain_equiv_s, stall_s,
+                           growth)

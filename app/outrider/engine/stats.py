@@ -10,13 +10,18 @@ its interval and the plain probes are defined in ``outrider.engine.speedup`` (an
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from outrider.engine.speedup import (
+    LOAD_PROBE_GAP,
+    LOAD_SHIFT,
     PLAIN_PROBE_GAP,
     PLAIN_PROBES_MIN,
+    PLAIN_RUN,
+    PLAIN_RUN_FIRST,
     REFIT_INTERVAL_S,
     PassTiming,
     speedup_is_settled,
@@ -68,8 +73,12 @@ class GenerationStats:
         plain_tps: plain decoding tokens/s of this reply, 1 / c1 of the cost model (``engine.speedup``).
         plain_equiv_s: seconds plain decoding would have needed for the tokens of every step so far.
         stall_s: target time above the cost model's winsorization bound, taken out of both sides (seconds).
+        pass_growth: g of the fitted pass cost c1 · (1 + g · (n - 1)): a pass of n tokens costs 1 + g · (n - 1)
+            one-token passes (None while the cost model is not identified; 0 when nothing was drafted).
         speedup: plain_equiv_s / (step_s - stall_s); None while the cost model is not identified.
         speedup_low / speedup_high: its 95 % interval (None with ``speedup``); equal when measured exactly.
+        draft_mode: the drafter that drafted (``model``, ``lookup``, ``mtp``, a chain ``history+lookup+model``);
+            ``off`` when one is loaded but the request asked for no drafting (k = 0), ``none`` without one.
         by_drafter: ``drafted`` and ``accepted`` split by the kind of drafter that proposed each token (``lookup``
             = prompt lookup, ``history``, ``model``, ``mtp``); their sums are ``drafted`` and ``accepted``.
     """
@@ -93,6 +102,7 @@ class GenerationStats:
     plain_tps: float | None = None
     plain_equiv_s: float = 0.0
     stall_s: float = 0.0
+    pass_growth: float | None = None
     speedup: float | None = None
     speedup_low: float | None = None
     speedup_high: float | None = None
@@ -182,19 +192,52 @@ class PlainRateMeter:
         self._fitted_at = clock()
         self.steps: list[PassTiming] = []
         self.steps_since_plain = 0  # steps since the latest one-token pass
-        self.plain_after_first = 0  # one-token passes after the first step (the fit's plain anchors)
+        self.forced_run = 0  # plain steps in a row up to the latest step that this meter asked for
+        self.steady_plain = 0  # one-token passes after the first step that followed a one-token pass
+        self._asked = False  # whether the latest ``wants_plain_probe`` asked for a plain step
 
     def wants_plain_probe(self, probe_every: int) -> bool:
-        """Whether the next step should be forced plain (k = 0) so that plain decoding is measured: never the
-        first step (the coldest), then every ``PLAIN_PROBE_GAP`` steps until ``PLAIN_PROBES_MIN`` plain passes
-        were seen after the first step, then once in every ``probe_every`` steps (0: never)."""
+        """Whether the next step should be forced plain (k = 0) so that plain decoding is measured.
+
+        A probe is a run of plain steps: the first pass after a verify pass is not what plain decoding costs
+        (llama.cpp rebuilds its compute graph when the batch size changes, measured at +25-40 % of a one-token
+        pass on the benchmark's pairs), only the passes after it are. Never the first step (the coldest); then
+        a run of ``PLAIN_RUN_FIRST`` from the second step, runs of ``PLAIN_RUN`` every ``PLAIN_PROBE_GAP`` steps
+        until ``PLAIN_PROBES_MIN`` steady plain passes were seen, then a run once in every ``probe_every``
+        steps (0: never), and sooner when the passes' cost moved (``_load_moved``): a load that starts or
+        stops mid-reply changes what a plain pass costs in a way verify passes cannot tell (a descheduled
+        thread costs every pass about the same time, whatever its size), so the estimate needs plain passes
+        under the new load."""
+        self._asked = self._wants_plain(probe_every)
+        return self._asked
+
+    def _wants_plain(self, probe_every: int) -> bool:
         if probe_every <= 0 or not self.steps:
             return False
-        if self.plain_after_first == 0:
-            return True
-        if self.plain_after_first < PLAIN_PROBES_MIN and self.steps_since_plain >= PLAIN_PROBE_GAP - 1:
+        if self.forced_run:  # a run under way: the first run is longer, it gives the early anchors at once
+            return self.forced_run < (PLAIN_RUN_FIRST if self.steady_plain + 1 < PLAIN_RUN_FIRST else PLAIN_RUN)
+        if len(self.steps) == 1:
+            return True  # the second step: the first run
+        if self.steady_plain < PLAIN_PROBES_MIN:
+            return self.steps_since_plain >= PLAIN_PROBE_GAP - 1
+        if self.steps_since_plain >= LOAD_PROBE_GAP and self._load_moved():
             return True
         return self.steps_since_plain >= probe_every - 1
+
+    def _load_moved(self) -> bool:
+        """Whether the latest two passes both cost more than ``1 + LOAD_SHIFT`` times (or both less than its
+        inverse) the median of the passes of their own size since the latest plain pass."""
+        recent = self.steps[-self.steps_since_plain:]
+        if len(recent) < 3:
+            return False
+        ratios = []
+        for p in recent[-2:]:
+            earlier = [q.target_s for q in recent[:-2] if q.batch == p.batch]
+            if not earlier:
+                return False
+            ratios.append(p.target_s / statistics.median(earlier))
+        shift = 1 + LOAD_SHIFT
+        return all(r > shift for r in ratios) or all(r < 1 / shift for r in ratios)
 
     def add_step(self, *, batch: int, pass_tokens: int, step_s: float, target_s: float) -> None:
         """One decoding step: ``batch`` tokens evaluated, ``pass_tokens`` yielded, ``step_s`` seconds in all of
@@ -203,10 +246,12 @@ class PlainRateMeter:
         self.stats.step_s += step_s
         if batch <= 1:
             self.stats.plain_steps += 1
-            self.plain_after_first += len(self.steps) > 1
+            self.steady_plain += len(self.steps) > 2 and self.steps[-2].batch <= 1
             self.steps_since_plain = 0
         else:
             self.steps_since_plain += 1
+        self.forced_run = self.forced_run + 1 if batch <= 1 and self._asked else 0
+        self._asked = False
         if self._clock() - self._fitted_at >= REFIT_INTERVAL_S:
             self.finish()
 
@@ -218,9 +263,9 @@ class PlainRateMeter:
         est = estimate_speedup(self.steps)
         self._fitted_at = self._clock()
         if est is None:
-            s.speedup = s.speedup_low = s.speedup_high = s.plain_tps = None
+            s.speedup = s.speedup_low = s.speedup_high = s.plain_tps = s.pass_growth = None
             s.plain_equiv_s = s.stall_s = 0.0
             return
         s.speedup, s.speedup_low, s.speedup_high = est.speedup, est.low, est.high
         s.plain_tps = 1.0 / est.plain_s if est.plain_s > 0 else None
-        s.plain_equiv_s, s.stall_s = est.plain_equiv_s, est.stall_s
+        s.plain_equiv_s, s.stall_s, s.pass_growth = est.plain_equiv_s, est.stall_s, est.growth

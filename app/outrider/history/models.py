@@ -103,8 +103,9 @@ class ReplyStats:
     interval ``speedup_low``/``speedup_high`` are the engine's own figures for the reply
     (``GenerationStats.speedup``: measured from the reply's own passes; docs/metrics.md), stored as reported —
     None when the reply could not measure it. ``decode_tps`` is decode tokens per second
-    (``GenerationStats.decode_tps``). Unknown keys found in stored JSON are kept in ``extra``; older records are
-    read through ``upgrade_stats_dict``.
+    (``GenerationStats.decode_tps``); ``token_acceptance`` (the per-token a) and ``tokens_per_pass`` are the
+    engine's too (absent in replies stored before they were kept). Unknown keys found in stored JSON are kept in
+    ``extra``; older records are read through ``upgrade_stats_dict``.
     """
 
     pair_id: str | None = None
@@ -115,6 +116,8 @@ class ReplyStats:
     drafted: int | None = None
     accepted: int | None = None
     acceptance_rate: float | None = None
+    token_acceptance: float | None = None
+    tokens_per_pass: float | None = None
     decode_tps: float | None = None
     speedup: float | None = None
     speedup_low: float | None = None

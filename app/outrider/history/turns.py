@@ -31,6 +31,7 @@ from outrider.engine.params import ChatMessage
 from outrider.history.checkpoint import ReplyCheckpointer
 from outrider.history.models import Message, MessageStatus, ReplyStats, Role
 from outrider.history.provenance import decode_runs
+from outrider.history.reply_tokens import decode_tokens, with_tokens
 from outrider.history.store import HistoryStore
 
 TITLE_CHARS = 60
@@ -78,7 +79,8 @@ class Turn:
 
     ``continued``: the text the reply already had when it is a continuation (``ChatTurns.continue_reply``; the
     last of ``history`` is then that reply and the engine continues it), else ""; ``continued_runs``: that text's
-    provenance runs as stored with it (``provenance.py``), or None when it has none.
+    provenance runs as stored with it (``provenance.py``), or None when it has none; ``continued_tokens``: its
+    token ids as stored with it (``reply_tokens.py``; ``TextRequest.continue_tokens``), or None.
     """
 
     conversation_id: int
@@ -87,6 +89,7 @@ class Turn:
     history: tuple[ChatMessage, ...]
     continued: str = ""
     continued_runs: tuple[tuple[str, str | None], ...] | None = None
+    continued_tokens: tuple[int, ...] | None = None
 
 
 class ChatTurns:
@@ -148,7 +151,8 @@ class ChatTurns:
         history = (*engine_history([m for m in messages if m.id != reply_id]), ChatMessage("assistant", text))
         runs = decode_runs(text, stored.stats)
         return Turn(conversation_id, users[-1] if users else 0, reply_id, history, continued=text,
-                    continued_runs=tuple(runs) if runs is not None else None)
+                    continued_runs=tuple(runs) if runs is not None else None,
+                    continued_tokens=decode_tokens(text, stored.stats))
 
     def checkpointer(self, reply_id: int) -> ReplyCheckpointer:
         """Rate-limited checkpoints of the streaming reply ``reply_id`` (and its final write)."""
@@ -205,7 +209,8 @@ def reply_stats(stats: Any, stop_reason: str, *, pair_id: str | None = None,
         pair_id=pair_id or None, draft_mode=stats.draft_mode,
         k_mean=round(float(k_mean), 2) if k_mean is not None else None,
         temperature=temperature, generated=stats.generated, drafted=stats.drafted, accepted=stats.accepted,
-        acceptance_rate=stats.acceptance_rate, decode_tps=stats.decode_tps,
+        acceptance_rate=stats.acceptance_rate, token_acceptance=stats.token_acceptance,
+        tokens_per_pass=stats.tokens_per_pass, decode_tps=stats.decode_tps,
         speedup=stats.speedup, speedup_low=stats.speedup_low, speedup_high=stats.speedup_high,
         stop_reason=stop_reason,
     )
@@ -223,6 +228,12 @@ class ReplyEnd:
     @property
     def reason(self) -> EndReason:
         return end_reason(self.status, self.stats)
+
+    def with_tokens(self, tokens: Sequence[int]) -> ReplyEnd:
+        """This end carrying the reply's token ids when it can be continued (it did not end by itself), so that
+        Continue resumes it as generated after a restart too (``reply_tokens.py``)."""
+        continuable = self.reason is not EndReason.COMPLETE
+        return dataclasses.replace(self, stats=with_tokens(self.stats, self.text, tokens, continuable=continuable))
 
     def write(self, checkpointer: ReplyCheckpointer) -> None:
         """Commit it (always written, whatever the checkpoint interval)."""

@@ -22,6 +22,7 @@ import hmac
 import math
 import threading
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -29,12 +30,14 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from outrider.engine.events import DoneEvent, ErrorKind, StepBatch
+from outrider.engine.params import TextRequest
+from outrider.engine.stats import GenerationStats
 from outrider.server import DEFAULT_STREAM_INTERVAL_S, responses
 from outrider.server.connections import ConnectionLimits
 from outrider.server.guard import AccessPolicy, RequestGuard
-from outrider.server.requests import ApiError, Defaults, chat_request, completion_request, parse_json
+from outrider.server.requests import ApiError, Defaults, ParsedRequest, chat_request, completion_request, parse_json
 from outrider.server.scheduler import EngineScheduler, Job, JobEvent, JobFailed, QueueFull, SchedulerClosed
-from outrider.server.tools import ToolChoice, read_calls
+from outrider.server.tools import read_calls
 from outrider.worker.errors import EngineCrashed, EngineNotRunning, EngineRequestError, WorkerError
 
 DRAIN_S = 1.5  # Ctrl-C: open replies get this long to finish before they end with an error event (uvicorn cuts at 2)
@@ -204,6 +207,14 @@ class _Reply:
                     timer.cancel()
 
 
+@dataclasses.dataclass(frozen=True)
+class _Ended:
+    """A streamed choice's end: its last bytes (text and closing chunk, not sent yet) and its ``DoneEvent``."""
+
+    tail: bytes
+    done: DoneEvent
+
+
 class _Api:
     def __init__(self, scheduler: EngineScheduler, config: ServerConfig) -> None:
         self.scheduler = scheduler
@@ -290,46 +301,80 @@ class _Api:
 
     # -- answering --------------------------------------------------------------------------------------------
     async def _answer(self, request: Request, *, chat: bool) -> Response:
-        """A chat (``chat``) or text completion: checked (key, body, fields), queued, answered whole or streamed."""
+        """A chat (``chat``) or text completion: checked (key, body, fields), queued, answered whole or streamed.
+        ``n`` > 1: the choices are generated one after another, each a job of its own (choice i's seed derived
+        from the request's: ``ParsedRequest.choice_requests``)."""
         self._authorise(request)
         parse = chat_request if chat else completion_request
         parsed = parse(parse_json(await self._body(request)), self.config.defaults)
         name = self.config.model_name()
         if name is None:
             raise ApiError(503, "no model is loaded", type_="server_error", code="model_not_loaded")
-        wants_logprobs = parsed.text.top_logprobs is not None
-        reply = _Reply(asyncio.get_running_loop(), keep_steps=parsed.stream or wants_logprobs)
-        try:
-            job = self.scheduler.submit(parsed.text, reply.deliver)
-        except QueueFull as exc:
-            raise ApiError(429, str(exc), type_="server_error", code="queue_full") from None
-        except SchedulerClosed as exc:
-            raise ApiError(503, str(exc), type_="server_error", code="shutting_down") from None
+        keep_steps = parsed.stream or parsed.text.top_logprobs is not None
+        choices = parsed.choice_requests()
         shape = responses.ReplyShape(name, chat=chat)
-        entry = (reply, job)
-        self._open.add(entry)
-        try:
-            first = await self._take_or_disconnect(request, reply, job)
-        except BaseException:
-            job.cancel()
-            self._open.discard(entry)
-            raise
-        if not parsed.stream or first is None or isinstance(first[0], JobFailed):
-            self._open.discard(entry)
+        started = self._submit(choices[0], keep_steps)
+        first = await self._first_events(request, started, keep_open=parsed.stream)
         if first is None:  # the client left while its request waited or ran
             return Response(status_code=499)
         if isinstance(first[0], JobFailed):
             raise engine_error(first[0].error, parsed.input_param)
         if parsed.stream:
-            return EventSourceResponse(self._stream(first, reply, job, shape, include_usage=parsed.include_usage,
-                                                    input_param=parsed.input_param, entry=entry,
-                                                    tools=parsed.tools),
+            return EventSourceResponse(self._stream(first, started, shape, parsed, choices[1:]),
                                        ping=SSE_PING_S, sep="\n")
-        events = first
+        bodies: list[dict[str, Any]] = []
+        stats: list[GenerationStats] = []
+        events: list[JobEvent] | None = first
+        for index in range(len(choices)):
+            if index > 0:
+                started = self._submit(choices[index], keep_steps)
+                events = await self._first_events(request, started, keep_open=False)
+            if events is None:
+                return Response(status_code=499)
+            whole = await self._whole_choice(request, started, events, shape.for_choice(index), parsed)
+            if whole is None:
+                return Response(status_code=499)
+            bodies.append(whole[0])
+            stats.append(whole[1])
+        return JSONResponse(shape.whole(bodies, stats))
+
+    def _submit(self, text: TextRequest, keep_steps: bool) -> tuple[_Reply, Job]:
+        """Queue one reply (429 ``queue_full``, 503 ``shutting_down``); it counts as open (``drain``) from here."""
+        reply = _Reply(asyncio.get_running_loop(), keep_steps=keep_steps)
+        try:
+            job = self.scheduler.submit(text, reply.deliver)
+        except QueueFull as exc:
+            raise ApiError(429, str(exc), type_="server_error", code="queue_full") from None
+        except SchedulerClosed as exc:
+            raise ApiError(503, str(exc), type_="server_error", code="shutting_down") from None
+        self._open.add((reply, job))
+        return reply, job
+
+    async def _first_events(self, request: Request, started: tuple[_Reply, Job], *,
+                            keep_open: bool) -> list[JobEvent] | None:
+        """The job's first events (None: the client left, the job is cancelled). The job stays open (``drain``)
+        only when ``keep_open`` (a stream) and it has not failed."""
+        reply, job = started
+        try:
+            first = await self._take_or_disconnect(request, reply, job)
+        except BaseException:
+            job.cancel()
+            self._open.discard(started)
+            raise
+        if not keep_open or first is None or isinstance(first[0], JobFailed):
+            self._open.discard(started)
+        return first
+
+    async def _whole_choice(self, request: Request, started: tuple[_Reply, Job], events: list[JobEvent],
+                            shape: responses.ReplyShape,
+                            parsed: ParsedRequest) -> tuple[dict[str, Any], GenerationStats] | None:
+        """One choice of a whole answer, from its first events on (None: the client left)."""
+        reply, job = started
+        wants_logprobs = parsed.text.top_logprobs is not None
         while wants_logprobs and isinstance(events[-1], StepBatch):  # steps too: their log-probabilities
             more = await self._take_or_disconnect(request, reply, job)
             if more is None:
-                return Response(status_code=499)
+                return None
             events += more
         done = events[-1]  # a whole answer without logprobs receives its final event only
         if isinstance(done, JobFailed):
@@ -338,10 +383,9 @@ class _Api:
             raise ApiError(500, "the reply ended without a result", type_="server_error", code="internal_error")
         if parsed.tools is not None:
             content, calls = read_calls(done.text, parsed.tools)
-            return JSONResponse(shape.completion(content, done.stop_reason, done.stats, calls))
+            return shape.choice(content, done.stop_reason, calls), done.stats
         entries = [lp for e in events if isinstance(e, StepBatch) for step in e.steps for lp in step.logprobs]
-        return JSONResponse(shape.completion(done.text, done.stop_reason, done.stats,
-                                             logprobs=entries if wants_logprobs else None))
+        return shape.choice(done.text, done.stop_reason, logprobs=entries if wants_logprobs else None), done.stats
 
     async def _take_or_disconnect(self, request: Request, reply: _Reply, job: Job) -> list[JobEvent] | None:
         """The job's next events; None (and the job cancelled) if the client disconnected meanwhile."""
@@ -353,49 +397,80 @@ class _Api:
                     job.cancel()
                     return None
 
-    async def _stream(self, first: list[JobEvent], reply: _Reply, job: Job, shape: responses.ReplyShape, *,
-                      include_usage: bool, input_param: str, entry: tuple[_Reply, Job],
-                      tools: ToolChoice | None = None) -> AsyncIterator[bytes]:
-        """SSE ``data:`` events: chunks, a last chunk with ``finish_reason`` and ``timings``, then ``[DONE]``.
+    async def _stream(self, first: list[JobEvent], started: tuple[_Reply, Job], shape: responses.ReplyShape,
+                      parsed: ParsedRequest, more: list[TextRequest]) -> AsyncIterator[bytes]:
+        """SSE ``data:`` events: per choice its chunks (``index`` i) and a chunk with its ``finish_reason`` and
+        ``timings``; the next choice's job is queued when one ends (``more``); then the usage chunk (asked for) and
+        ``[DONE]``. A client that disconnects cancels this generator (sse-starlette), which cancels the job."""
+        stats: list[GenerationStats] = []
+        events = first
+        try:
+            for index in range(1 + len(more)):
+                if index > 0:
+                    try:
+                        started = self._submit(more[index - 1], True)
+                    except ApiError as exc:  # the queue filled, or the server stops, between two choices
+                        yield responses.sse(exc.body())
+                        return
+                    events = await started[0].take()
+                ended = None
+                async for out in self._stream_choice(events, started, shape.for_choice(index), parsed):
+                    if isinstance(out, _Ended):
+                        ended = out
+                    else:
+                        yield out
+                if ended is None:  # failed: the error event was the last thing sent
+                    return
+                stats.append(ended.done.stats)
+                last = index == len(more)
+                # the last choice's closing chunk, the usage chunk and [DONE] are one write
+                yield ended.tail + (shape.end_events(stats, include_usage=parsed.include_usage) if last else b"")
+        finally:
+            self._open.discard(started)
+            if started[1].result is None:  # left before the end (set before the final event is delivered)
+                started[1].cancel()
+
+    async def _stream_choice(self, first: list[JobEvent], started: tuple[_Reply, Job], shape: responses.ReplyShape,
+                             parsed: ParsedRequest) -> AsyncIterator[bytes | _Ended]:
+        """One choice's chunks, then ``_Ended`` (its last chunks, for the caller to send with what follows them),
+        or an error event and nothing more (a failure: the stream ends there).
 
         Steps that arrived together, or within ``stream_interval_s`` of the previous write, go out as one chunk (the
         first text and the end at once); what one pass has to say is one write (the opening chunk with the first
-        text, the last text with the closing chunks): each write costs a socket send here and a wake-up in the
-        client. A client that disconnects cancels this generator (sse-starlette), which cancels the job."""
-        try:
-            out = shape.opening()
-            events = first
-            loop = asyncio.get_running_loop()
-            sent_at = -math.inf
-            offset = 0  # characters sent so far (the legacy logprobs' text_offset)
-            while True:
-                text = "".join(e.text for e in events if isinstance(e, StepBatch))
-                entries = [lp for e in events if isinstance(e, StepBatch) for step in e.steps for lp in step.logprobs]
-                if (text or entries) and tools is None:  # with tools the reply is held until known text or calls
-                    out += shape.logprob_event(text, entries, offset) if entries else shape.text_event(text)
-                    offset += len(text)
-                    sent_at = loop.time()  # paced from the last text sent (the opening alone does not count)
-                final = next((e for e in events if not isinstance(e, StepBatch)), None)
-                if isinstance(final, DoneEvent):
-                    stop_reason = final.stop_reason
-                    if tools is not None:
-                        content, calls = read_calls(final.text, tools)
-                        out += shape.tool_call_events(calls) if calls else b""
-                        out += shape.text_event(content) if content else b""
-                        stop_reason = "tool_calls" if calls else stop_reason
-                    yield out + shape.closing(stop_reason, final.stats, include_usage=include_usage)
-                    return
-                if isinstance(final, JobFailed):  # mid-reply: the status line is sent, so the error is an event
-                    error = responses.sse(engine_error(final.error, input_param).body())
-                    # a stopping server still ends the stream properly; an engine failure leaves it unfinished
-                    yield out + error + (responses.DONE_EVENT if isinstance(final.error, ServerStopping) else b"")
-                    return
-                if out:
-                    yield out
-                    out = b""
-                # text went out just now: the next steps join the next chunk (the end comes at once)
-                events = await reply.take(not_before=sent_at + self.config.stream_interval_s)
-        finally:
-            self._open.discard(entry)
-            if job.result is None:  # left before the end (set before the final event is delivered)
-                job.cancel()
+        text, the last text with the closing chunk): each write costs a socket send here and a wake-up in the
+        client."""
+        reply = started[0]
+        tools = parsed.tools
+        out = shape.opening()
+        events = first
+        loop = asyncio.get_running_loop()
+        sent_at = -math.inf
+        offset = 0  # characters sent so far (the legacy logprobs' text_offset)
+        while True:
+            text = "".join(e.text for e in events if isinstance(e, StepBatch))
+            entries = [lp for e in events if isinstance(e, StepBatch) for step in e.steps for lp in step.logprobs]
+            if (text or entries) and tools is None:  # with tools the reply is held until known text or calls
+                out += shape.logprob_event(text, entries, offset) if entries else shape.text_event(text)
+                offset += len(text)
+                sent_at = loop.time()  # paced from the last text sent (the opening alone does not count)
+            final = next((e for e in events if not isinstance(e, StepBatch)), None)
+            if isinstance(final, DoneEvent):
+                self._open.discard(started)
+                stop_reason = final.stop_reason
+                if tools is not None:
+                    content, calls = read_calls(final.text, tools)
+                    out += shape.tool_call_events(calls) if calls else b""
+                    out += shape.text_event(content) if content else b""
+                    stop_reason = "tool_calls" if calls else stop_reason
+                yield _Ended(out + shape.finish_event(stop_reason, final.stats), final)
+                return
+            if isinstance(final, JobFailed):  # mid-reply: the status line is sent, so the error is an event
+                error = responses.sse(engine_error(final.error, parsed.input_param).body())
+                # a stopping server still ends the stream properly; an engine failure leaves it unfinished
+                yield out + error + (responses.DONE_EVENT if isinstance(final.error, ServerStopping) else b"")
+                return
+            if out:
+                yield out
+                out = b""
+            # text went out just now: the next steps join the next chunk (the end comes at once)
+            events = await reply.take(not_before=sent_at + self.config.stream_interval_s)

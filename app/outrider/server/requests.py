@@ -2,7 +2,7 @@
 
 Only JSON the OpenAI API defines (plus llama-server's ``top_k`` and ``min_p``, and Outrider's ``trim_history``:
 a chat too long for the context loses its oldest turns instead of being refused) is understood. A field Outrider
-cannot honour (``n`` > 1, ``logprobs``, ``tools``, penalties …) is refused by name rather than silently ignored;
+cannot honour (``logit_bias``, penalties …) is refused by name rather than silently ignored;
 fields that change nothing here (``user``, ``metadata``, ``store``…) are accepted. Ranges follow the OpenAI
 reference: ``temperature`` 0–2, ``top_p`` (0, 1], at most ``MAX_STOP`` stop strings.
 """
@@ -19,6 +19,9 @@ from outrider.engine.params import SAMPLERS, ChatMessage, DraftParams, GrammarSp
 from outrider.server.tools import ToolChoice, ToolError, tool_choice
 
 MAX_STOP = 4  # OpenAI's limit on stop strings
+# Choices are generated one after another on the one engine: n of them take n times as long. 16 covers what
+# clients ask for (best-of-a-few, self-consistency voting) and keeps one request from holding the engine for long.
+MAX_CHOICES = 16
 MAX_STOP_CHARS = 256
 _N = TypeVar("_N", int, float)  # a number read from a request
 _D = TypeVar("_D")  # its default
@@ -66,6 +69,15 @@ class ParsedRequest:
     include_usage: bool  # stream_options.include_usage: a last chunk with ``usage`` and no choices
     model: str | None
     tools: ToolChoice | None = None  # the tools the reply may call (tools.py)
+    n: int = 1  # choices, generated one after another (``choice_requests``)
+
+    def choice_requests(self) -> list[TextRequest]:
+        """One request per choice: choice 0 is ``text`` itself, choice i > 0 the same with the seed
+        ``choice_seed(seed, i)`` (an unseeded request stays unseeded: each choice gets a fresh seed)."""
+        seed = self.text.sampling.seed
+        return [self.text if i == 0 or seed is None else dataclasses.replace(
+            self.text, sampling=dataclasses.replace(self.text.sampling, seed=choice_seed(seed, i)))
+            for i in range(self.n)]
 
     @property
     def input_param(self) -> str:
@@ -94,6 +106,31 @@ _COMPLETION_FIELDS = frozenset({"suffix", "prompt", "max_tokens", "temperature",
 
 # Outrider's own request fields, on both endpoints: ``sampler`` (coupled | rejection, see SamplingParams).
 _EXTENSIONS = frozenset({"sampler"})
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """The seed of choice ``index`` of a request seeded with ``seed`` (0 ≤ result < 2^63): ``seed`` itself for
+    choice 0 (so n = 1 is unchanged), else a SplitMix64 mix of (seed, index) — reproducible, different per choice,
+    and not the seed of a neighbouring request (``seed + index`` would make choice 1 of seed 0 equal choice 0 of
+    seed 1)."""
+    if index == 0:
+        return seed
+    mask = (1 << 64) - 1
+    z = (seed + index * 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return (z ^ (z >> 31)) >> 1
+
+
+def _choices(data: Mapping[str, Any]) -> int:
+    """``n``: 1 … ``MAX_CHOICES`` (null: 1)."""
+    n = data.get("n")
+    if n is None:
+        return 1
+    n = _integer(n, "n")
+    if not 1 <= n <= MAX_CHOICES:
+        raise bad(f"n must be between 1 and {MAX_CHOICES} (choices are generated one after another), got {n}", "n")
+    return n
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
@@ -187,9 +224,6 @@ def _check_fields(data: Mapping[str, Any], known: frozenset[str]) -> None:
             raise bad(_NOT_SUPPORTED[name], name, "unsupported_parameter")
         if name not in known and name not in _HARMLESS and name not in _NOT_SUPPORTED and name not in _EXTENSIONS:
             raise bad(f"unknown field {name!r}", name, "unknown_parameter")
-    n = data.get("n")
-    if n is not None and (n != 1 or isinstance(n, bool)):
-        raise bad("only n = 1 is supported (one choice per request)", "n", "unsupported_value")
     for name in ("presence_penalty", "frequency_penalty"):
         value = data.get(name)
         if value is not None and _number(value, name) != 0:
@@ -368,4 +402,4 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
                        sampling=SamplingParams(temperature, top_k, top_p, min_p, seed, sampler), draft=defaults.draft,
                        stop=_stops(data.get("stop")), trim=bool(trim), grammar=grammar,
                        tools=tools, top_logprobs=top_logprobs)
-    return ParsedRequest(text, stream, include_usage and stream, model)
+    return ParsedRequest(text, stream, include_usage and stream, model, n=_choices(data))

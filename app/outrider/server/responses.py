@@ -53,9 +53,13 @@ def timings(stats: GenerationStats) -> dict[str, Any]:
     }
 
 
-def usage(stats: GenerationStats) -> dict[str, int]:
-    return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated,
-            "total_tokens": stats.prompt_tokens + stats.generated}
+def usage(stats: GenerationStats | list[GenerationStats]) -> dict[str, int]:
+    """``usage`` of one reply, or of a request's choices (``n`` > 1, OpenAI's convention): the prompt counted once
+    (every choice continues the same prompt), the completions summed."""
+    choices = stats if isinstance(stats, list) else [stats]
+    prompt = choices[0].prompt_tokens
+    generated = sum(s.generated for s in choices)
+    return {"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated}
 
 
 def sse(obj: dict[str, Any] | str) -> bytes:
@@ -79,13 +83,19 @@ class ReplyShape:
     ``text`` is encoded per chunk; it equals ``sse(chunk(text))`` byte for byte.
     """
 
-    def __init__(self, model: str, *, chat: bool) -> None:
+    def __init__(self, model: str, *, chat: bool, index: int = 0, id_: str | None = None,
+                 created: int | None = None) -> None:
         self.chat = chat
-        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        self.created = int(time.time())
+        self.index = index  # the choice these bodies are about (``n`` > 1: 0 … n - 1)
+        self.id = id_ or f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time()) if created is None else created
         self.model = model
         head, _, tail = sse(self.chunk(_MARK)).partition(_dumps(_MARK).encode())
         self._text_head, self._text_tail = head, tail
+
+    def for_choice(self, index: int) -> ReplyShape:
+        """The same reply's bodies for choice ``index`` (same id, created and model)."""
+        return ReplyShape(self.model, chat=self.chat, index=index, id_=self.id, created=self.created)
 
     def _object(self, *, chunk: bool) -> dict[str, Any]:
         if self.chat:
@@ -114,6 +124,11 @@ class ReplyShape:
                    logprobs: list[Any] | None = None) -> dict[str, Any]:
         """The whole answer: ``stop_reason`` is the engine's (``stop``, ``length``, ``cancelled``); with
         ``tool_calls`` (a chat), ``message.tool_calls`` and ``finish_reason: "tool_calls"``."""
+        return self.whole([self.choice(text, stop_reason, tool_calls, logprobs)], [stats])
+
+    def choice(self, text: str | None, stop_reason: str, tool_calls: list[dict[str, Any]] | None = None,
+               logprobs: list[Any] | None = None) -> dict[str, Any]:
+        """One entry of a whole answer's ``choices`` (its ``index`` this shape's)."""
         if self.chat:
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if tool_calls:
@@ -122,9 +137,15 @@ class ReplyShape:
             body: dict[str, Any] = {"message": message}
         else:
             body = {"text": text or ""}
-        choice = {"index": 0, **body, "finish_reason": FINISH_REASONS.get(stop_reason, "stop"),
-                  "logprobs": None if logprobs is None else self.logprobs(logprobs)}
-        return {**self._object(chunk=False), "choices": [choice], "usage": usage(stats), "timings": timings(stats)}
+        return {"index": self.index, **body, "finish_reason": FINISH_REASONS.get(stop_reason, "stop"),
+                "logprobs": None if logprobs is None else self.logprobs(logprobs)}
+
+    def whole(self, choices: list[dict[str, Any]], stats: list[GenerationStats]) -> dict[str, Any]:
+        """The whole answer of ``choices`` (``stats[i]`` choice i's): ``usage`` summed (``usage``), ``timings``
+        choice 0's — and, with several choices, each choice's own ``timings`` in it."""
+        if len(choices) > 1:
+            choices = [{**c, "timings": timings(s)} for c, s in zip(choices, stats, strict=True)]
+        return {**self._object(chunk=False), "choices": choices, "usage": usage(stats), "timings": timings(stats[0])}
 
     def logprob_event(self, text: str, entries: list[Any], offset: int) -> bytes:
         """A streamed text chunk with the log-probabilities of its tokens."""
@@ -141,7 +162,7 @@ class ReplyShape:
         else:
             body = {"text": text or ""}
         chunk = {**self._object(chunk=True),
-                 "choices": [{"index": 0, **body, "finish_reason": finish_reason, "logprobs": None}]}
+                 "choices": [{"index": self.index, **body, "finish_reason": finish_reason, "logprobs": None}]}
         if stats is not None:
             chunk["timings"] = timings(stats)
         return chunk
@@ -174,10 +195,19 @@ class ReplyShape:
     def closing(self, stop_reason: str, stats: GenerationStats, *, include_usage: bool) -> bytes:
         """What a stream ends with: the chunk with ``finish_reason`` and ``timings``, with ``include_usage`` the
         chunk with ``usage`` and no choices, then ``[DONE]``."""
-        out = sse(self.chunk(None, FINISH_REASONS.get(stop_reason, "stop"), stats))
+        return self.finish_event(stop_reason, stats) + self.end_events([stats], include_usage=include_usage)
+
+    def finish_event(self, stop_reason: str, stats: GenerationStats) -> bytes:
+        """The last chunk of this choice: ``finish_reason`` and its ``timings``."""
+        return sse(self.chunk(None, FINISH_REASONS.get(stop_reason, "stop"), stats))
+
+    def end_events(self, stats: list[GenerationStats], *, include_usage: bool) -> bytes:
+        """After the last choice: with ``include_usage`` the chunk with ``usage`` (summed over the choices, with
+        choice 0's ``timings``) and no choices, then ``[DONE]``."""
+        out = b""
         if include_usage:
             out += sse({**self._object(chunk=True), "choices": [], "usage": usage(stats),
-                        "timings": timings(stats)})
+                        "timings": timings(stats[0])})
         return out + DONE_EVENT
 
 

@@ -36,6 +36,7 @@ from outrider.ui.settings import DRAFT_KEYS, QtSettings, drafting_text, reload_n
 from outrider.ui.theme import app_icon, apply_theme
 from outrider.ui.widgets.chat_view import ChatView
 from outrider.ui.widgets.conversation_list import ConversationListModel, ConversationListView, ConversationRow
+from outrider.ui.widgets.elided_label import ElidedLabel
 from outrider.ui.widgets.stats_panel import StatsPanel
 
 ACTION_NEW_CHAT = "new_chat"
@@ -124,10 +125,12 @@ class MainWindow(QMainWindow):
         splitter.setSizes([230, 700, 340])
         self.setCentralWidget(splitter)
 
-        self.engine_label = QLabel("Engine: starting…", self)
-        self.engine_label.setToolTip("Backend and device, models loaded, memory for weights + KV cache; plain "
-                                     "tok/s: plain decoding measured in the last reply, at the same context "
-                                     "length and load")
+        # Elided at the right in a narrow window (a QLabel's minimum width is its whole text: at 960 px the status
+        # bar outgrew the window and the text was cut off); the whole text is in its tooltip.
+        self.engine_label = ElidedLabel("Engine: starting…", self, explanation=(
+            "Backend and device, models loaded, memory for weights + KV cache; plain tok/s: plain decoding "
+            "measured in this chat's last reply, at the same context length and load"))
+        self._plain: tuple[int | None, float] | None = None  # (chat, plain tok/s) of the last reply measured
         self.statusBar().addPermanentWidget(self.engine_label, 1)
         # Drafting turned off stays off across restarts (a setting): the status bar says so and undoes it in one
         # click, so a user who pressed "Draft off" once is never left wondering why nothing speeds up.
@@ -297,6 +300,8 @@ class MainWindow(QMainWindow):
         s.busy_changed.connect(c.set_busy)
         s.busy_changed.connect(lambda busy: self._notice_is_stale(NoticeScope.REPLY) if busy else None)
         s.engine_changed.connect(lambda _info: self._notice_is_stale(NoticeScope.PAIR))
+        # The pair the "slower than plain" warning was about is gone (another pair, a failed load, a crash).
+        s.engine_changed.connect(lambda info: self.stats.pair_changed() if info is None else None)
         s.conversation_opened.connect(lambda *_: self._notice_is_stale(NoticeScope.CHAT, NoticeScope.REPLY))
         self.stats.draft_off_requested.connect(lambda: self.settings.set(draft_source="none"))
         self.stats.draft_auto_requested.connect(lambda: self.settings.set(k_policy="auto"))
@@ -360,12 +365,13 @@ class MainWindow(QMainWindow):
         st = self.session.engine_status()
         backend = st["backend"] + (" (GPU offload)" if st.get("gpu_offload") else "")
         if info is None:
+            self._plain = None  # measured with the engine that is gone
             self.engine_label.setText(f"Engine: {backend} · {st['state']}")
             return
         self.chat.set_drafters(str(getattr(info, "draft_mode", "")))
         mem = st.get("memory_bytes", 0)
         layers = st.get("gpu_layers", (0, 0))
-        plain = self.session.last_plain_tps  # measured in the last reply (docs/metrics.md: plain_tps)
+        plain = self._plain_of_this_chat()  # measured in this chat's last reply (docs/metrics.md: plain_tps)
         last = self.session.last_done  # automatic threads are re-chosen per reply: the last reply's count first
         threads = (last.stats.threads if last is not None and last.stats.threads else 0) or getattr(info, "threads", 0)
         self.engine_label.setText(
@@ -376,6 +382,13 @@ class MainWindow(QMainWindow):
             + (f" · {threads} CPU thread{'s' if threads != 1 else ''}" if threads else "")
             + (f" · plain {plain:.1f} tok/s (last reply)" if plain else "")
             + (f" · {info.placement_text()}" if info.uses_rpc else ""))
+
+    def _plain_of_this_chat(self) -> float | None:
+        """Plain tok/s measured in the last reply of the chat shown, with this engine (None in another chat: a
+        figure of another conversation, at another context length, said nothing about this one)."""
+        if self._plain is None or self._plain[0] != self.session.conversation_id:
+            return None
+        return self._plain[1]
 
     @Slot(str)
     def _on_session_crashed(self, reason: str) -> None:
@@ -422,11 +435,16 @@ class MainWindow(QMainWindow):
     def _on_session_conversation_opened(self, conversation_id: int | None, items: list[Any]) -> None:
         self.chat.set_messages(items)
         self.conversations.select(conversation_id)
+        if self.session.loaded is not None:
+            self._on_session_engine_changed(self.session.loaded)  # the plain rate shown is this chat's or none
 
     @Slot(str, str, object)
     def _on_session_reply_ended(self, status: str, text: str, message_id: Any) -> None:
         end = self.session.last_end
         self.chat.end_reply(status, text, message_id, str(end.reason) if end is not None else "")
+        done = self.session.last_done
+        if done is not None and done.stats.plain_tps:
+            self._plain = (self.session.conversation_id, done.stats.plain_tps)
         if self.session.loaded is not None:
             self._on_session_engine_changed(self.session.loaded)  # the plain rate this reply measured
 

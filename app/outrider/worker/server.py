@@ -371,6 +371,12 @@ def _build_request(data: Any) -> TextRequest:
         fields["sampling"] = SamplingParams(**fields.get("sampling", {}))
         fields["draft"] = DraftParams(**fields.get("draft", {}))
         fields["stop"] = tuple(str(s) for s in fields.get("stop", ()))
+        if fields.get("continue_tokens") is not None:
+            ids = fields["continue_tokens"]
+            if not isinstance(ids, list | tuple) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                    for t in ids):
+                raise TypeError("continue_tokens must be a list of token ids")
+            fields["continue_tokens"] = tuple(ids)
         if fields.get("grammar") is not None:
             fields["grammar"] = GrammarSpec(**fields["grammar"])
         return TextRequest(**fields)

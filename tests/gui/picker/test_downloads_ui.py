@@ -122,8 +122,43 @@ def test_corrupted_download_is_reported(qtbot: QtBot, open_picker: PickerFactory
     assert text.startswith("failed: downloaded file is corrupted")
     with qtbot.waitSignal(dlg.scan_finished, timeout=10_000):
         pass
+    # The catalogue says it failed and offers Retry; the Downloads tab offers Retry, never Pause. Before: State
+    # read "downloadable" as if nothing had happened (broken on purpose, without the FAILED overlay, it did again).
     r = dlg.catalogue_model.pair_row(PAIR)
-    assert r is not None and r.status is PairStatus.DOWNLOADABLE
+    assert r is not None and r.status is PairStatus.FAILED and r.status_text == "download failed"
+    assert "corrupted" in r.reason
+    assert dlg.select_pair(PAIR)
+    assert dlg.download_button.isEnabled() and dlg.download_button.text().replace("&", "") == "Retry download"
+    view = dlg.downloads_view
+    dlg.tabs.setCurrentWidget(view)
+    view.select(PAIR)
+    assert not view.pause_button.isVisibleTo(dlg)
+    assert view.resume_button.isEnabled() and view.resume_button.text().replace("&", "") == "Retry"
+    hub.faults.corrupt = False
+    with qtbot.waitSignal(dlg.downloads.download_finished, timeout=20_000):
+        view.resume_button.click()
+    with qtbot.waitSignal(dlg.scan_finished, timeout=10_000):
+        pass
+    r = dlg.catalogue_model.pair_row(PAIR)
+    assert r is not None and r.status is PairStatus.INSTALLED
+    assert view.pause_button.isVisibleTo(dlg)  # a download that is not failed has its Pause back
+
+
+def test_a_child_s_error_report_ends_the_download_at_once(qtbot: QtBot, open_picker: PickerFactory,
+                                                          make_service: ServiceFactory, hub: FakeHub) -> None:
+    """The child reports its error before it exits; until its typed error is read the row kept "downloading"
+    with Pause enabled (issue 23: "Pause offered for a failed download"). Broken on purpose (the error event
+    ignored): the state stayed RUNNING and ``can_pause`` true."""
+    from outrider.catalogue.download_manager import DownloadEvent
+    from outrider.ui.bridges.download_manager import DownloadItem
+
+    dlg = open_picker(make_service(hub.endpoint))
+    r = dlg.catalogue_model.pair_row(PAIR)
+    assert r is not None
+    running = DownloadItem(r.pair, DownloadState.RUNNING, file="t.gguf", bytes_done=10, speed=5.0)
+    failed = dlg.downloads._apply(running, DownloadEvent("error", "t.gguf", message="connection reset"))
+    assert failed.state is DownloadState.FAILED and not failed.can_pause and failed.can_retry
+    assert failed.message == "connection reset" and failed.speed == 0.0
 
 
 def test_closing_the_picker_pauses_its_downloads(qtbot: QtBot, open_picker: PickerFactory,
@@ -202,7 +237,7 @@ def test_no_connection_is_said_in_words_where_the_user_clicked(qtbot: QtBot, ope
         "Could not download Remote target + remote draft: cannot reach 127.0.0.1"), below.text()
     assert not re.search(r"Errno|Error\b|Exception|Traceback|\.\.", below.text()), below.text()
     assert dlg.downloads_view.resume_button.isEnabled()  # a network failure is resumable
-    assert below.text().endswith("Resume continues from the partial file.")
+    assert below.text().endswith("Retry continues from the partial file.")
     with qtbot.waitSignal(dlg.downloads.download_failed, timeout=30_000):  # Resume clicked here fails here
         dlg.downloads_view.resume_button.click()
     qtbot.waitUntil(lambda: below.isVisibleTo(dlg) and "cannot reach 127.0.0.1" in below.text())

@@ -5,6 +5,7 @@ pair usable; a self-draft already in the store is offered again for its target."
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from pytestqt.qtbot import QtBot
 from outrider.catalogue import ModelStore
 from outrider.catalogue.selfdraft import SelfDraftBuild, preview
 from outrider.catalogue.service import CatalogueService
+from outrider.ui.models.catalogue_model import FoundRole
 from outrider.ui.picker.dialog import PairPickerDialog
 from support.tiny_gguf import Family
 
@@ -155,3 +157,96 @@ def test_a_target_that_cannot_be_cut_is_said_in_words(qtbot: QtBot, picker: Pair
         assert finished.args[0].startswith("No draft made:") and "Error" not in finished.args[0]
     assert answers == [], "nothing is asked about a target that cannot be cut"
     assert _drafts(store) == []
+
+
+def _self_draft_of(store: ModelStore, target: Path, name: str) -> Path:
+    """A self-draft record of ``target`` in the store, as a build leaves it (the file's contents do not matter to
+    the delete flow: the target's bytes stand in for a pruned copy)."""
+    built = store.self_drafts_root / f".{name}.building"
+    built.parent.mkdir(parents=True, exist_ok=True)
+    built.write_bytes(target.read_bytes())
+    sha = store.file_sha256(target)
+    assert sha is not None
+    record = store.add_self_draft(built, name, {"target_sha256": sha, "target_name": target.name, "n_layer": 2,
+                                                "keep": [0], "type": "q8_0", "acceptance": 0.5})
+    return record.path
+
+
+@pytest.mark.parametrize(("answer", "target_left", "drafts_left"), [
+    (QMessageBox.StandardButton.Yes, False, 0),
+    (QMessageBox.StandardButton.No, False, 2),
+    (QMessageBox.StandardButton.Cancel, True, 2),
+])
+def test_deleting_a_target_offers_to_delete_its_self_drafts(
+        qtbot: QtBot, make_service: ServiceFactory, store: ModelStore, installed: dict[str, Path],
+        monkeypatch: pytest.MonkeyPatch, answer: QMessageBox.StandardButton, target_left: bool,
+        drafts_left: int) -> None:
+    """On disk → a store file → Delete: the question names the two self-drafts made from it (found through their
+    records' target sha256); Yes deletes the target and both, No the target only, Cancel nothing. Another
+    model's files are untouched. (Before the flow existed the tab had no Delete button at all; with the drafts
+    left out of the deleted paths, the Yes case kept 2.)"""
+    target = installed["target"]
+    drafts = [_self_draft_of(store, target, "tiny-target-self-a.gguf"),
+              _self_draft_of(store, target, "tiny-target-self-b.gguf")]
+    asked: list[str] = []
+
+    def exec_(box: QMessageBox) -> int:
+        asked.append(box.text())
+        return int(answer)
+
+    monkeypatch.setattr(QMessageBox, "exec", exec_)
+    dlg = PairPickerDialog(make_service())
+    qtbot.addWidget(dlg)
+    with qtbot.waitSignal(dlg.scan_finished, timeout=10_000):
+        pass
+    tab = dlg.on_disk_tab
+    dlg.tabs.setCurrentWidget(tab)
+    assert tab.select_path(str(target)) and tab.delete_button.isEnabled()
+    if answer == QMessageBox.StandardButton.Cancel:
+        tab.delete_button.click()
+        qtbot.waitUntil(lambda: tab.status_label.text() == "Nothing deleted.", timeout=10_000)
+    else:
+        with qtbot.waitSignal(dlg.scan_finished, timeout=10_000):  # deleting rescans
+            tab.delete_button.click()
+    assert len(asked) == 1 and all(d.name in asked[0] for d in drafts), asked
+    assert target.exists() == target_left
+    assert sum(d.exists() for d in drafts) == drafts_left == len(store.self_drafts())
+    assert installed["draft"].exists() and installed["incompatible"].exists()
+    if not target_left:
+        assert tab.status_label.text().startswith(f"Deleted {target.name}")
+        assert str(target) not in [dlg.found_model.index(i, 0).data(FoundRole.Path)
+                                   for i in range(dlg.found_model.rowCount())]
+    dlg.close()
+
+
+def test_delete_is_offered_only_for_the_stores_files_and_a_failure_is_said(
+        qtbot: QtBot, make_service: ServiceFactory, store: ModelStore, installed: dict[str, Path],
+        tmp_path: Path, tiny_family: Family, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file of the user's own folder cannot be deleted from the picker (button disabled); a store file that
+    cannot be deleted (permission refused) says why and is kept. (With the button enabled for every
+    source, the user's own file was offered for deletion.)"""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    mine = folder / "my-model.gguf"
+    shutil.copyfile(tiny_family.draft, mine)
+    store.add_folder(folder)
+    monkeypatch.setattr(QMessageBox, "exec", lambda box: int(QMessageBox.StandardButton.Yes))
+    dlg = PairPickerDialog(make_service())
+    qtbot.addWidget(dlg)
+    with qtbot.waitSignal(dlg.scan_finished, timeout=10_000):
+        pass
+    tab = dlg.on_disk_tab
+    assert tab.select_path(str(mine)) and not tab.delete_button.isEnabled()
+    target = installed["target"]
+    assert tab.select_path(str(target)) and tab.delete_button.isEnabled()
+
+    def refused(self: ModelStore, path: Path) -> None:  # as unlink on a read-only folder (tests may run as root)
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(ModelStore, "delete_model", refused)
+    tab.delete_button.click()
+    qtbot.waitUntil(lambda: tab.status_label.text().startswith("Could not delete"), timeout=10_000)
+    assert target.exists() and mine.exists()
+    assert target.name in tab.status_label.text() and "ermission" in tab.status_label.text()
+    assert tab.delete_button.isEnabled()
+    dlg.close()

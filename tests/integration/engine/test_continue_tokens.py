@@ -4,9 +4,12 @@ from the re-read text then differs from the reply the model would have written u
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from outrider.engine.chat import ChatMessage
+from outrider.engine.params import ContextSettings, PairSpec
 from outrider.engine.session import Engine, TextRequest
 from outrider.engine.speculative import DoneEvent, StepEvent
 
@@ -60,3 +63,27 @@ def test_continue_twice_keeps_the_generated_tokens(smol: Engine) -> None:
                                        continue_reply=True))
     whole, _ = reply(smol, TextRequest(messages=QUESTION, max_tokens=CUT + 10))
     assert cut + more + again == whole[: CUT + 10]
+
+
+def test_after_a_restart_the_stored_token_ids_continue_the_reply_as_generated(backend: Any, smollm_path: Any,
+                                                                              smol: Engine) -> None:
+    """A new engine (the app restarted) has no reply in memory: given the reply's token ids as stored with it
+    (``TextRequest.continue_tokens``), the continuation equals the uninterrupted reply. Broken on purpose (the
+    stored ids ignored, the text tokenised) the continuation differed from the 14th token on (the blank line
+    read back as one token)."""
+    cut, cut_done = reply(smol, TextRequest(messages=QUESTION, max_tokens=CUT))
+    whole, _ = reply(smol, TextRequest(messages=QUESTION, max_tokens=CUT + 8))
+    fresh = Engine(backend)
+    fresh.load(PairSpec(target=str(smollm_path), lookup=True, context=ContextSettings(n_ctx=1024, threads=2)))
+    try:
+        history = [*QUESTION, ChatMessage("assistant", cut_done.text)]
+        more, _ = reply(fresh, TextRequest(messages=history, max_tokens=8, continue_reply=True,
+                                           continue_tokens=tuple(cut)))
+        assert cut + more == whole[: len(cut) + len(more)] and len(more) == 8
+        # ids that are not this model's, or that do not spell the text, are ignored: the text is continued
+        for wrong in ((fresh.target.n_vocab + 5,) * 3, tuple(cut[:-1])):
+            prompt = fresh.tokenize_chat(history, continue_reply=True, continue_tokens=wrong)
+            suffix = fresh.target.tokenize(cut_done.text, add_special=False, parse_special=True)
+            assert prompt[-len(suffix):] == suffix
+    finally:
+        fresh.unload()

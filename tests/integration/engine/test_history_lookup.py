@@ -131,6 +131,23 @@ def test_history_drafts_what_was_quoted_before(chain: Engine, tiny_family: Famil
     assert "history" not in other.stats.by_drafter
 
 
+def test_a_long_history_match_drafts_past_k_and_stays_exact(chain: Engine, tiny_family: Family) -> None:
+    """At k = 2 the quoted text's long match is drafted in steps of more than 2 history tokens (the decoder lets
+    a chain's long history match reach past k), the reply never passes max_tokens, and the output is still the
+    independent reference's. (With the decoder cutting every draft to k, no step accepted more than 2.)"""
+    prompt = chain.tokenize_prompt(QUOTED)
+    longest = 0
+    tokens: list[int] = []
+    for event in chain.generate(prompt, max_tokens=N_TOKENS, draft=DraftParams(k=2), ignore_eos=True):
+        if isinstance(event, DoneEvent):
+            break
+        tokens.extend(event.tokens)
+        longest = max(longest, event.provenance.count("history"))
+    with ReferenceModel(tiny_family.target, n_ctx=128) as reference:
+        assert tokens == reference.greedy(prompt, N_TOKENS)
+    assert longest > 2 and len(tokens) == N_TOKENS
+
+
 def test_the_index_survives_an_unload_and_forgets_a_deleted_chat(
         backend: Backend, tiny_family: Family, tmp_path: Path) -> None:
     """The engine writes the index next to the history; a second load finds it as it was (no rewrite: nothing

@@ -19,8 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from outrider.engine.draft import Draft
 from outrider.engine.errors import IncompatiblePairError
 from outrider.engine.llama.runtime import Backend
+from outrider.engine.mtp import MtpDraft
 from outrider.engine.params import ContextSettings, DraftParams, SamplingParams
 from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent
@@ -194,3 +196,43 @@ def _generate_n(engine: Engine, prompt: list[int], n: int) -> tuple[list[int], D
             return tokens, event
         tokens.extend(event.tokens)
     raise AssertionError("no done event")
+
+
+def test_a_draft_is_charged_its_own_catch_up(engine: tuple[str, Engine], references: dict[str, list[int]],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """What automatic depth is charged for an MTP draft: feeding again the tokens the last verify pass kept is
+    part of every draft (the drafted cells are removed), so only the tokens plain steps emitted since the previous
+    draft are reported as catch-up (``Draft.synced``, which the decoder mostly leaves out of the cost).
+
+    Breaking it (reporting every cell fed, as before): after a speculative step whose 3 drafts were accepted the
+    draft reported 4 cells of catch-up and the decoder left half of its first MTP pass uncharged; this test then
+    fails on the first draft after a speculative step."""
+    _, e = engine
+    drafter = e._decoder_or_raise().drafter
+    assert isinstance(drafter, MtpDraft)
+    log: list[tuple[str, int]] = []
+    propose = drafter.propose
+
+    def recorded(*args: object, **kwargs: object) -> Draft:
+        draft = propose(*args, **kwargs)  # type: ignore[arg-type]
+        log.append(("draft", draft.synced))
+        return draft
+
+    monkeypatch.setattr(drafter, "propose", recorded)
+    prompt = references["prompt:the model is fast"]
+    for event in e.generate(prompt, max_tokens=64, draft=DraftParams(k=3), ignore_eos=True):
+        if isinstance(event, DoneEvent):
+            break
+        log.append(("step", event.k))
+    plain_since = 0
+    expected: list[tuple[int, int]] = []
+    for kind, value in log:
+        if kind == "draft":
+            expected.append((value, plain_since))
+            plain_since = 0
+        elif value == 0:  # a plain step (the reply's first, and the decoder's plain-rate probes)
+            plain_since += 1
+    after_plain = sum(plain > 0 for _, plain in expected)
+    assert after_plain >= 1 and len(expected) - after_plain >= 5, log
+    wrong = [(got, plain) for got, plain in expected if got != plain]
+    assert not wrong, f"(reported catch-up, plain steps since the last draft): {wrong}"

@@ -82,7 +82,8 @@ def test_missing_messages_is_400(tiny: Served) -> None:
     ("temperature", 3, "invalid_value"), ("temperature", "hot", "invalid_type"), ("top_p", 0, "invalid_value"),
     ("max_tokens", 0, "invalid_value"), ("max_tokens", 1.5, "invalid_type"), ("seed", -1, "invalid_value"),
     ("stop", ["a", "b", "c", "d", "e"], "invalid_value"), ("stop", 5, "invalid_type"),
-    ("n", 2, "unsupported_value"), ("stream", "yes", "invalid_type"), ("frobnicate", 1, "unknown_parameter"),
+    ("n", 17, "invalid_value"), ("n", 0, "invalid_value"), ("n", "2", "invalid_type"),
+    ("stream", "yes", "invalid_type"), ("frobnicate", 1, "unknown_parameter"),
     ("tools", 5, "invalid_type"), ("tool_choice", "required", "invalid_value"),
     ("logprobs", "yes", "invalid_type"), ("top_logprobs", 21, "invalid_value"),
 ])

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from outrider.engine.chain_draft import ChainDraft
+from outrider.engine.chain_draft import LONG_MATCH, ChainDraft
 from outrider.engine.draft import EMPTY_DRAFT, Draft
 from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist
@@ -137,3 +137,21 @@ def test_mtp_drafts_only_where_no_lookup_proposed() -> None:
     history.script = []
     draft = ChainDraft([history, Scripted("lookup", []), mtp]).propose([1], 5, GREEDY, RNG, 0.0)
     assert draft.tokens == [9, 9, 9] and draft.sources == ("mtp",) * 3 and mtp.asked == [([1], 5)]
+
+
+def test_a_long_history_match_drafts_past_k_up_to_the_reach() -> None:
+    """SuffixDecoding's adaptive length: a history match of LONG_MATCH tokens or more proposes its continuation
+    past k, up to the decoder's ``reach`` (what one pass can verify), leaving the model no room; a shorter match,
+    prompt lookup, and a call without a reach stay within k. (With history's request cut to k, as before, the
+    first assert read 4 tokens: at k = 8 no drafter could pass 9 tokens per pass on a file edited again.)"""
+    script = list(range(100, 120))
+    model = Scripted("model", [9, 9, 9])
+    draft = ChainDraft([Matched(script, LONG_MATCH), Scripted("lookup", [7] * 20), model]).propose(
+        [1], 4, GREEDY, RNG, 0.0, reach=12)
+    assert draft.tokens == script[:12] and draft.sources == ("history",) * 12 and model.asked == []
+    short = ChainDraft([Matched(script, LONG_MATCH - 1), Scripted("lookup", [])]).propose(
+        [1], 4, GREEDY, RNG, 0.0, reach=12)
+    assert short.tokens == script[:4]
+    lookup = ChainDraft([Matched([], 0), Scripted("lookup", [7] * 20)]).propose([1], 4, GREEDY, RNG, 0.0, reach=12)
+    assert lookup.tokens == [7] * 4
+    assert ChainDraft([Matched(script, LONG_MATCH)]).propose([1], 4, GREEDY, RNG, 0.0).tokens == script[:4]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -54,7 +55,8 @@ def _truth(steps: list[PassTiming], stalled: float = 0.0) -> float:
 
 def test_a_cold_first_step_and_a_stall_do_not_decide_the_estimate() -> None:
     """Mutation checks: with the first step kept in the fit (``fit = steps``) this read 2.86x against a true
-    2.05x; with no stall bound (``WINSOR_SIGMAS = 1e9``) it read 3.32x [0.00–9.55]."""
+    2.05x (the estimate before plain runs); with no stall bound (``STALL_RATIO = 1e9``) it read 2.47x
+    [2.34–2.60]; with the growth forced to 0, 2.57x."""
     steps = _recorded_reply()
     stall = _verify(5) * 19
     truth = _truth(steps, stalled=stall)
@@ -69,7 +71,7 @@ def test_a_cold_first_step_and_a_stall_do_not_decide_the_estimate() -> None:
 
 def test_drafting_time_is_charged_to_speculation() -> None:
     """The same reply with a drafter 4x slower reads a speed-up lower by exactly the extra time. Mutation check:
-    with the steps' ``target_s`` summed instead of their ``step_s`` (drafting not charged) this read 2.52x
+    with the steps' ``target_s`` summed instead of their ``step_s`` (drafting not charged) this read 2.51x
     against a true 1.27x."""
     slow = [PassTiming(p.batch, p.target_s, p.step_s + (3 * DRAFT_S if p.batch > 1 else 0.0), p.pass_tokens)
             for p in _recorded_reply()]
@@ -83,7 +85,7 @@ def test_drafting_time_is_charged_to_speculation() -> None:
 
 def test_the_slope_of_the_pass_cost_is_measured_from_every_batch_size() -> None:
     """Passes of 2..6 tokens and a few plain ones: the fit recovers c1 and the speed-up of the whole reply.
-    Mutation check: with the growth forced to 0 (plain cost = the mean cost of all passes) this read 3.41x
+    Mutation check: with the growth forced to 0 (plain cost = the mean cost of all passes) this read 3.37x
     against a true 1.49x (c1 23 ms for 10)."""
     rng = random.Random(7)
     steps = [PassTiming(4, 3 * _verify(4), 3 * _verify(4) + DRAFT_S, 4)]
@@ -97,32 +99,64 @@ def test_the_slope_of_the_pass_cost_is_measured_from_every_batch_size() -> None:
     assert est.low <= _truth(steps) <= est.high
 
 
+def _metered_reply(cost: Callable[[int, int], float], steps: int, switch: float = 0.0) -> list[PassTiming]:
+    """A reply as the decoder runs it: k = 4 except where the meter forces plain runs, every draft accepted.
+    ``cost(i, batch)`` is the target's time of step i; a pass of another size than the one before pays
+    ``switch`` times a plain pass on top (llama.cpp rebuilding its graph)."""
+    meter = PlainRateMeter(GenerationStats())
+    previous = 5
+    for i in range(steps):
+        batch = 1 if meter.wants_plain_probe(32) else 5
+        target = cost(i, batch) * (1 + (switch * PLAIN_S / _verify(batch) if batch != previous else 0.0))
+        previous = batch
+        meter.add_step(batch=batch, pass_tokens=batch, step_s=target + (DRAFT_S if batch > 1 else 0.0),
+                       target_s=target)
+    return meter.steps
+
+
 def test_load_started_mid_reply_is_seen_as_an_ab_sees_it() -> None:
-    """A background process doubles every cost from the middle of the reply on: a plain reply would also have
-    run half loaded, so the plain cost is the mean over the reply, not the quiet or the loaded one alone.
-    Mutation check: with one level for the whole reply (``LOCAL_STEPS = 100000``) this read 2.07x [1.97–2.17]
-    against a true 2.27x."""
-    steps: list[PassTiming] = [PassTiming(5, 2 * _verify(5), 2 * _verify(5) + DRAFT_S, 5)]
-    for i in range(1, 41):
-        load = 1.0 if i <= 24 else 2.0
-        if i % 4 == 1:
-            steps.append(PassTiming(1, PLAIN_S * load, PLAIN_S * load, 1))
-        else:
-            steps.append(PassTiming(5, _verify(5) * load, (_verify(5) + DRAFT_S) * load, 5))
-    plain_time = sum((1 if p.batch == 1 else 5) * PLAIN_S * (p.target_s / _verify(p.batch)) for p in steps[1:])
-    truth = (plain_time + steps[0].target_s - _verify(5) + 5 * PLAIN_S) / sum(p.step_s for p in steps)
+    """A background process from the middle of the reply on adds 5 ms to every pass, whatever its size (a
+    descheduled thread at llama.cpp's barrier): a plain reply would also have run half loaded, each of its
+    loaded passes 5 ms slower. The meter sees the passes' cost move and measures plain decoding again; the
+    estimate values each half's tokens at its own plain cost. Mutation checks: without the load-moved probes
+    (``_load_moved`` returning False) this read 2.55x against a true 2.70x (1.92x [0.00-4.20] when a stretch
+    still needed plain passes of its own); with one stretch for the whole reply (``SEGMENT_DEPTH = 0``), 2.45x
+    [1.78-3.11] against 2.60x."""
+    def cost(i: int, batch: int) -> float:
+        return _verify(batch) + (0.005 if i >= 16 else 0.0)
+    steps = _metered_reply(cost, 30)
+    plain_s = sum(p.pass_tokens * (PLAIN_S + (0.005 if i >= 16 else 0.0)) for i, p in enumerate(steps))
+    truth = (plain_s + steps[0].target_s - _verify(5)) / sum(p.step_s for p in steps)
+    assert [i for i, p in enumerate(steps) if p.batch == 1] == [1, 2, 3, 18, 19]  # probed after the move
     est = estimate_speedup(steps)
     assert est is not None
-    assert est.speedup == pytest.approx(truth, rel=0.08)
+    assert est.speedup == pytest.approx(truth, rel=0.05)
     assert est.low <= truth <= est.high
+
+
+def test_the_first_plain_pass_after_a_verify_pass_is_not_what_plain_decoding_costs() -> None:
+    """Each change of batch size costs 40 % of a plain pass more (llama.cpp rebuilds its compute graph; measured
+    +25-40 % on the benchmark's pairs), which a plain reply never pays: the plain cost is the steady passes',
+    the switches are charged to speculation. Mutation check: with single-pass probes (``PLAIN_RUN_FIRST =
+    PLAIN_RUN = 1``, the decoder before runs) this read 3.03x against a true 2.05x. (With every one-token pass
+    an anchor the median of a run's passes still holds: 2.44x against 2.40x.)"""
+    steps = _metered_reply(lambda i, batch: _verify(batch), 60, switch=0.4)
+    truth = (sum(p.pass_tokens for p in steps) * PLAIN_S + steps[0].target_s - _verify(5)) / sum(
+        p.step_s for p in steps)
+    est = estimate_speedup(steps)
+    assert est is not None
+    assert est.plain_s == pytest.approx(PLAIN_S, rel=0.03)
+    assert est.speedup == pytest.approx(truth, rel=0.03)
 
 
 def test_the_interval_covers_the_truth_in_simulated_replies() -> None:
     """Empirical coverage of the 95 % interval over 300 simulated replies of 24 to 192 tokens (noise 2-15 %,
     stalls at random, a cold first step, acceptance 0.5-0.9): at least 90 % cover an A/B's expectation, and no
-    estimate is off by more than 1.5x (measured: 278/300, worst 1.46x). Mutation checks: without ``MODEL_ERROR``
-    coverage fell to 268/300 (89 %); with the growth forced to 0, to 88/300 with a reply 2.08x off; with the
-    normal quantile for Student's t it stayed at 275/300 (not caught: the model error dominates)."""
+    estimate is off by more than 1.5x (measured: 296/300, worst 1.20x; 278 of them shown as a figure). The
+    stalls are 5-21x a pass, above ``STALL_RATIO``: out of both sides of the A/B. Mutation checks: with the
+    growth forced to 0 a reply read 1.85x off; without the bound on stalled plain passes (``ANCHOR_STALL =
+    1e9``) 6.49x off; without ``MODEL_ERROR`` coverage stayed at 292/300 (not caught here: the recorded
+    benchmark replies are what needs it, docs/benchmarks.md)."""
     rng = random.Random(2026)
     covered = measured = 0
     for _ in range(300):
@@ -154,7 +188,9 @@ def _simulated_reply(rng: random.Random) -> tuple[list[PassTiming], float]:
         clean = plain * (1 + per_token * (batch - 1)) * math.exp(rng.gauss(0, noise))
         if not meter.steps:
             clean *= 5  # cold
-        stall = plain * rng.uniform(3, 20) if rng.random() < 0.03 else 0.0
+        # A descheduled thread: 5-21x the pass, at random (the first step is cold already: its time is measured,
+        # as a plain reply's first step would be).
+        stall = clean * rng.uniform(4, 20) if meter.steps and rng.random() < 0.03 else 0.0
         drafting = plain * draft * k / 4
         step_tokens = min(n_ok + 1, tokens_wanted - emitted)
         meter.add_step(batch=batch, pass_tokens=step_tokens, step_s=clean + stall + drafting, target_s=clean + stall)
@@ -178,7 +214,7 @@ def test_no_figure_while_the_plain_cost_is_not_identified() -> None:
     assert stats.plain_tps is None and not stats.speedup_settled
 
 
-def test_plain_probes_never_on_the_first_step_then_until_three_then_every_32() -> None:
+def test_plain_probes_are_runs_never_on_the_first_step_a_run_of_three_then_of_two_every_32() -> None:
     meter = PlainRateMeter(GenerationStats())
     forced: list[int] = []
     for i in range(80):
@@ -187,8 +223,30 @@ def test_plain_probes_never_on_the_first_step_then_until_three_then_every_32() -
             forced.append(i)
         batch = 1 if plain else 5
         meter.add_step(batch=batch, pass_tokens=batch, step_s=0.01, target_s=0.01)
-    assert forced == [1, 5, 9, 41, 73]
+    assert forced == [1, 2, 3, 35, 36, 68, 69]
+    assert meter.steady_plain == 2 + 1 + 1
     assert not PlainRateMeter(GenerationStats()).wants_plain_probe(0)
+
+
+def test_a_drafter_that_proposes_nothing_is_not_made_to_wait_for_a_run() -> None:
+    """A one-token pass the decoder did not ask for (nothing drafted) starts no forced run."""
+    meter = PlainRateMeter(GenerationStats())
+    for batch in (5, 1, 1, 1, 5, 5, 5, 1):  # the first run, then the drafter proposes nothing once
+        meter.wants_plain_probe(32)
+        meter.add_step(batch=batch, pass_tokens=batch, step_s=0.01, target_s=0.01)
+    assert not meter.wants_plain_probe(32)
+
+
+def test_a_move_of_the_passes_cost_asks_for_plain_decoding_again() -> None:
+    meter = PlainRateMeter(GenerationStats())
+    for batch, t in [(5, 0.03), (1, 0.01), (1, 0.01), (1, 0.01), (5, 0.014), (5, 0.014), (5, 0.0141)]:
+        meter.wants_plain_probe(32)
+        meter.add_step(batch=batch, pass_tokens=batch, step_s=t, target_s=t)
+    assert not meter.wants_plain_probe(32)
+    meter.add_step(batch=5, pass_tokens=5, step_s=0.02, target_s=0.02)
+    assert not meter.wants_plain_probe(32)  # one slow pass is a stall, not a load
+    meter.add_step(batch=5, pass_tokens=5, step_s=0.02, target_s=0.02)
+    assert meter.wants_plain_probe(32)
 
 
 def test_a_reply_that_drafted_nothing_reads_exactly_one() -> None:

@@ -72,6 +72,12 @@ class GGUFHeader:
         return self.metadata.get(f"{self.architecture}.{suffix}", default)
 
 
+# Numeric arrays this long or shorter are kept even by a quick look (``keep_arrays=False``): per-layer values
+# (``attention.head_count_kv`` of a hybrid, ``attention.recurrent_layers``) have a few hundred items at most, and
+# their bytes are read either way; a vocabulary's scores and token types are far longer.
+SMALL_ARRAY = 4096
+
+
 class _Reader:
     def __init__(self, stream: BinaryIO, size: int) -> None:
         self.stream = stream
@@ -106,7 +112,7 @@ class _Reader:
                 fmt = _SCALAR_FORMATS[item_type]
                 width = struct.calcsize(fmt)
                 raw = self.read(width * count)
-                if not keep_arrays:
+                if not keep_arrays and count > SMALL_ARRAY:
                     return _ArrayStub(count)
                 return list(struct.unpack(f"<{count}{fmt[1]}", raw))
             items = [self.value(item_type, keep_arrays=keep_arrays) for _ in range(count)]

@@ -91,6 +91,11 @@ class DownloadItem:
             self.state is DownloadState.FAILED and self.resumable)
 
     @property
+    def can_retry(self) -> bool:
+        """A failed download can be started again (from its partial file when it is resumable)."""
+        return self.state is DownloadState.FAILED
+
+    @property
     def can_cancel(self) -> bool:
         return self.state in ACTIVE or self.state in (DownloadState.PAUSED, DownloadState.FAILED)
 
@@ -162,8 +167,10 @@ class DownloadsModel(HeaderedTableModel):
         col = DownloadColumn(index.column())
         if role == Qt.ItemDataRole.DisplayRole:
             return self._display(it, col)
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return it.message or f"{it.pair.name}: {it.state.value}"
+        if role == Qt.ItemDataRole.ToolTipRole:  # the whole cell, which a narrow column elides, then the detail
+            shown = self._display(it, col)
+            detail = it.message or f"{it.pair.name}: {it.state.value}"
+            return detail if shown in detail else f"{shown}\n{detail}"
         if role == DownloadRole.PairId:
             return it.pair.id
         if role == DownloadRole.Item:
@@ -245,8 +252,9 @@ class QtDownloadManager(QObject):
         return put
 
     def resume(self, pair_id: str) -> None:
+        """Resume a paused download, or retry a failed one (``DownloadItem.can_retry``)."""
         item = self.model.item(pair_id)
-        if item is not None and item.can_resume:
+        if item is not None and (item.can_resume or item.can_retry):
             self.start(item.pair)
 
     def pause(self, pair_id: str) -> None:
@@ -360,7 +368,10 @@ class QtDownloadManager(QObject):
     def _apply(self, item: DownloadItem, ev: DownloadEvent) -> DownloadItem:
         files = self._file_bytes.setdefault(item.pair.id, {})
         if ev.type == "error":
-            return item  # the PairDownload reports the typed error; handled in _on_timer_timeout
+            # Failed now, not "downloading" with Pause on offer until the child has exited and its typed error
+            # is read (``_on_timer_timeout`` then fills in the reason and whether it can resume).
+            return dataclasses.replace(item, state=DownloadState.FAILED, speed=0.0, eta=None,
+                                       message=ev.message or item.message)
         files[ev.file] = ev.total if ev.type == "done" else ev.bytes_done
         done = sum(files.values())
         state = {"verifying": DownloadState.VERIFYING, "done": DownloadState.RUNNING}.get(ev.type,

@@ -75,7 +75,8 @@ class CatalogueColumn(enum.IntEnum):
 
 _CATALOGUE_HEADERS = {
     CatalogueColumn.Pair: ("Pair", "Target + draft (or prompt lookup); the draft proposes, the target verifies"),
-    CatalogueColumn.Status: ("State", "installed, downloadable, downloading, paused or incompatible"),
+    CatalogueColumn.Status: ("State", "installed, downloadable, downloading, paused, download failed (why in "
+                                      "the tooltip; Retry download) or incompatible"),
     CatalogueColumn.Size: ("Download", "Both files together"),
     CatalogueColumn.Memory: ("Memory", "Weights of both models + their KV caches at the pair's default context, "
                                        "compared with what is free (VRAM when known, else RAM)"),
@@ -174,7 +175,7 @@ class CatalogueModel(HeaderedTableModel):
     def _tooltip(self, r: PairRow, col: CatalogueColumn) -> str:
         p = r.pair
         if col is CatalogueColumn.Pair:
-            return (f"{p.id}\ntarget: {p.target.file}\ndrafter: {p.drafter_text}\nuse: {', '.join(p.tags)}"
+            return (f"{p.name}\n{p.id}\ntarget: {p.target.file}\ndrafter: {p.drafter_text}\nuse: {', '.join(p.tags)}"
                     + "".join(f"\n{note}" for note in p.architecture_notes)
                     + (f"\n{p.status_text}" if p.status_text else ""))
         if col is CatalogueColumn.Status:

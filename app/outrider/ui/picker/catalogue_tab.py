@@ -29,7 +29,8 @@ from outrider.ui.picker.tables import row_table
 STATUS_FILTERS: tuple[tuple[str, frozenset[PairStatus] | None], ...] = (
     ("All pairs", None),
     ("Installed", frozenset({PairStatus.INSTALLED, PairStatus.ON_DISK})),
-    ("Downloadable", frozenset({PairStatus.DOWNLOADABLE, PairStatus.PAUSED, PairStatus.DOWNLOADING})),
+    ("Downloadable", frozenset({PairStatus.DOWNLOADABLE, PairStatus.PAUSED, PairStatus.DOWNLOADING,
+                                PairStatus.FAILED})),
     ("Incompatible or unavailable", frozenset({PairStatus.INCOMPATIBLE, PairStatus.UNAVAILABLE})),
 )
 
@@ -170,10 +171,12 @@ class CatalogueTab(QWidget):
     def update_buttons(self) -> None:
         r = self.selected_row()
         self.use_button.setEnabled(r is not None and r.usable)
-        can_download = r is not None and r.status in (PairStatus.DOWNLOADABLE, PairStatus.PAUSED)
+        can_download = r is not None and r.status in (PairStatus.DOWNLOADABLE, PairStatus.PAUSED, PairStatus.FAILED)
         self.download_button.setEnabled(can_download)
         if r is not None and r.status is PairStatus.PAUSED:
             self.download_button.setText("Res&ume download")
+        elif r is not None and r.status is PairStatus.FAILED:
+            self.download_button.setText("Re&try download")
         else:
             self.download_button.setText("Do&wnload")
 

@@ -28,10 +28,18 @@ from outrider.ui.bridges.tasks import QtTaskRunner
 from outrider.ui.models.catalogue_model import CatalogueFilterProxy, CatalogueModel, FoundFilesModel
 from outrider.ui.picker.catalogue_tab import CatalogueTab
 from outrider.ui.picker.choice import PairChoice
+from outrider.ui.picker.delete_model import ModelDeletion
 from outrider.ui.picker.downloads_tab import DownloadsView
 from outrider.ui.picker.on_disk_tab import OnDiskTab
 from outrider.ui.picker.own_pair_tab import OwnPairTab
 from outrider.ui.picker.self_draft_panel import PromptSource
+
+
+def _failed_row(r: PairRow, message: str) -> PairRow:
+    """``r`` as the catalogue shows it after its download failed: State "download failed", why in its tooltip."""
+    return dataclasses.replace(r, status=PairStatus.FAILED, progress=None,
+                               reason=f"download failed: {message.rstrip('.')}")
+
 
 # Download states during which a catalogue row reads "downloading N%".
 _IN_FLIGHT = frozenset({DownloadState.STARTING, DownloadState.RUNNING, DownloadState.VERIFYING,
@@ -104,6 +112,8 @@ class PairPickerDialog(QDialog):
         self.on_disk_tab.use_as_target.connect(self._on_on_disk_tab_use_as_target)
         self.on_disk_tab.use_as_draft.connect(self._on_on_disk_tab_use_as_draft)
         self.on_disk_tab.folder_added.connect(self.add_folder)
+        self.deletion = ModelDeletion(catalogue_service.store, self._runner, self.on_disk_tab, self)
+        self.deletion.deleted.connect(lambda _paths: self.refresh())
         self.downloads.download_changed.connect(self._on_downloads_download_changed)
         self.downloads.download_finished.connect(self._on_downloads_download_finished)
         self.downloads.download_failed.connect(self._on_downloads_download_failed)
@@ -143,6 +153,8 @@ class PairPickerDialog(QDialog):
             if it is not None and it.state not in (DownloadState.DONE, DownloadState.CANCELLED,
                                                    DownloadState.FAILED, DownloadState.PAUSED):
                 r = dataclasses.replace(r, status=PairStatus.DOWNLOADING, progress=it.fraction)
+            elif it is not None and it.state is DownloadState.FAILED and not r.usable:
+                r = _failed_row(r, it.message)
             rows.append(r)
         self.catalogue_model.set_rows(rows, result.memory)
         self.found_model.set_files(result.found)
@@ -222,7 +234,11 @@ class PairPickerDialog(QDialog):
 
     def _on_downloads_download_failed(self, pair_id: str, exc: object) -> None:
         msg = exc.message if isinstance(exc, DownloadError) else "an internal error (details in the log)"
-        self.catalogue_model.update_row(pair_id, reason=f"download failed: {msg}")
+        r = self.catalogue_model.pair_row(pair_id)
+        if r is not None and not r.usable:
+            self.catalogue_model.update_row(pair_id, status=PairStatus.FAILED, progress=None,
+                                            reason=f"download failed: {msg}")
+        self.catalogue_tab.update_buttons()
         r = self.catalogue_model.pair_row(pair_id)
         self.catalogue_tab.show_notice(f"Could not download {r.pair.name if r else pair_id}: {msg}", error=True)
         self.refresh()

@@ -34,6 +34,7 @@ from outrider.ui.bridges.download_manager import (
 from outrider.ui.picker.tables import row_table
 
 Index = QModelIndex | QPersistentModelIndex
+STATE_COLUMN_WIDTH = 160  # px: "downloading", "cancelling…", "failed: …" (elided; the reason is under the table)
 
 
 class ProgressBarDelegate(QStyledItemDelegate):
@@ -65,7 +66,14 @@ class DownloadsView(QWidget):
         self.manager = manager
         self.table = row_table(manager.model, "downloadsTable", self)
         self.table.setItemDelegateForColumn(DownloadColumn.Progress, ProgressBarDelegate(self.table))
-        self.table.horizontalHeader().setSectionResizeMode(DownloadColumn.Progress, QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        # Sized to their contents (the pair's name was cut at the default 100 px); the progress bar takes the
+        # rest; the State of a failure (its whole reason) is elided, whole in the tooltip and under the table.
+        for col in (DownloadColumn.Pair, DownloadColumn.Speed, DownloadColumn.Eta):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(DownloadColumn.Progress, QHeaderView.ResizeMode.Stretch)
+        header.resizeSection(DownloadColumn.State, STATE_COLUMN_WIDTH)
+        self.table.setWordWrap(False)
         self.table.setToolTip("Downloads run in their own processes; a paused download resumes where it stopped")
         self.pause_button = QPushButton("&Pause", self)
         self.pause_button.setToolTip("Stop the download and keep the partial file, to resume later")
@@ -130,8 +138,14 @@ class DownloadsView(QWidget):
 
     def _update_buttons(self, *_args: object) -> None:
         item = self.selected_item()
+        failed = item is not None and item.can_retry
+        # A failed download offers Retry, never Pause (there is nothing running to pause).
+        self.pause_button.setVisible(not failed)
         self.pause_button.setEnabled(item is not None and item.can_pause)
-        self.resume_button.setEnabled(item is not None and item.can_resume)
+        self.resume_button.setText("Re&try" if failed else "Res&ume")
+        self.resume_button.setToolTip("Download again, from the partial file when it is intact" if failed
+                                      else "Continue from the partial file (HTTP Range)")
+        self.resume_button.setEnabled(item is not None and (item.can_resume or item.can_retry))
         self.cancel_button.setEnabled(item is not None and item.can_cancel)
         self._update_notice(item)
 
@@ -140,7 +154,7 @@ class DownloadsView(QWidget):
         if item is None or item.state is not DownloadState.FAILED:
             self.notice.hide()
             return
-        after = (" Resume continues from the partial file." if item.can_resume
-                 else " Download it again from the Catalogue tab.")
+        after = (" Retry continues from the partial file." if item.can_resume
+                 else " Retry downloads it again.")
         self.notice.setText(f"Could not download {item.pair.name}: {item.message.rstrip('.')}.{after}")
         self.notice.show()

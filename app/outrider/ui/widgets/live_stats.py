@@ -1,12 +1,14 @@
-"""The live statistics' words (plain Python, no Qt: testable alone): tooltips, one-line explanations, numbers and
-the speed-up as the panels write them. The figures themselves come from the conversation flow's ``ReplyMeter``
-(``outrider.conversation.meter``).
+"""The live statistics' words (plain Python, no Qt: testable alone): tooltips, one-line explanations, numbers,
+the speed-up as the panels write them and the "you are here" curves. The figures themselves come from the
+conversation flow's ``ReplyMeter`` (``outrider.conversation.meter``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from outrider.conversation.meter import Snapshot
+from outrider.engine.autodraft import expected_rate, expected_tokens_per_pass
 from outrider.engine.speedup import describe_speedup, speedup_is_settled
 
 _PLAIN = "plain decoding measured in this reply, at the same context length and load"
@@ -34,7 +36,9 @@ TOOLTIPS: dict[str, str] = {
     "plain_tps": f"plain_tps — tokens/s of {_PLAIN}: 1 / the fitted cost of a one-token pass (the decoder "
                  "forces a few plain steps early in the reply, then one every few dozen steps).",
     "ttft_s": "ttft_s — time from the request to the first emitted token.",
-    "prompt_tps": "prompt_tps — evaluated (not reused) prompt tokens / prompt evaluation time.",
+    "prompt_tps": "prompt_tps — evaluated (not reused) prompt tokens / prompt evaluation time. When the prompt's "
+                  "start was kept in the KV cache from the previous turn (prompt_tokens_reused), those tokens were "
+                  "not read again: the panel says how many, since a rate over the few new ones means nothing.",
     "time_share": "draft_s, verify_s, other_s — decode time spent drafting, in target passes, and in everything "
                   "else.",
     "generated": "generated — tokens emitted in the reply (accepted draft tokens + target tokens).",
@@ -56,7 +60,7 @@ EXPLANATIONS: dict[str, str] = {
     "k": "tokens drafted for the last step (0 = plain step)",
     "plain_tps": "the target alone, timed between drafted steps",
     "ttft_s": "from sending to the first token",
-    "prompt_tps": "prompt tokens read per second",
+    "prompt_tps": "prompt tokens read per second, or how many were kept from the last turn",
     "time_share": "where decoding time went",
     "generated": "tokens in this reply",
     "by_drafter": "accepted / drafted per drafter",
@@ -70,6 +74,33 @@ def by_drafter_text(counts: Sequence[tuple[str, int, int]]) -> str:
     if not counts:
         return "–"
     return " · ".join(f"{DRAFTER_LABELS.get(kind, kind)} {accepted}/{drafted}" for kind, accepted, drafted in counts)
+
+
+def prompt_speed_text(s: Snapshot) -> str:
+    """The "Prompt speed" figure: tokens/s over the prompt evaluated; after a prompt-cache reuse how many tokens
+    were cached instead (``cached 412 tokens · 9 new``): a rate over the few new tokens of a cached prompt read
+    "14464 tok/s", which says nothing about prompt reading."""
+    if s.prompt_reused > 0:
+        new = max(0, s.prompt_tokens - s.prompt_reused)
+        return f"cached {s.prompt_reused} tokens · {new} new"
+    return fmt(s.prompt_tps, ".0f", " tok/s")
+
+
+CURVE_POINTS = 41  # acceptances from 0 to 1 the "you are here" curves are evaluated at
+
+
+def you_are_here_curves(k: int, draft_cost: float | None, growth: float | None
+                        ) -> tuple[list[float], list[float], list[float] | None]:
+    """The "you are here" chart's curves for draft length ``k``: acceptances a from 0 to 1, the expected tokens
+    per target pass E(k) = (1 − a^(k+1)) / (1 − a) at each, and the expected net speed-up over plain decoding
+    E(k) / (k · c_draft + c_verify(k + 1)) with the reply's measured costs in one-token passes (``Snapshot.
+    draft_cost``; c_verify(k + 1) = 1 + g · k, ``pass_growth``) — the cost model automatic k chooses by
+    (``engine.autodraft``), not a second formula. No speed-up curve (None) until the costs are measured."""
+    xs = [i / (CURVE_POINTS - 1) for i in range(CURVE_POINTS)]
+    tokens = [expected_tokens_per_pass(a, k) for a in xs]
+    if draft_cost is None or growth is None:
+        return xs, tokens, None
+    return xs, tokens, [expected_rate(a, k, draft_cost, 1.0 + growth * k) for a in xs]
 
 
 def fmt(value: float | int | None, spec: str, suffix: str = "") -> str:

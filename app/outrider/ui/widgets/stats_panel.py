@@ -1,4 +1,4 @@
-"""The live statistics panel beside the chat: numbers, two charts, the "slower than plain" warning.
+"""The live statistics panel beside the chat: numbers, three charts, the "slower than plain" warning.
 
 It redraws on its own timer (``REFRESH_MS``, about 4 Hz) from a ``ReplyMeter`` and only when something
 changed — never per token (a repaint costs more than a token); the charts at most once per ``CHART_MS``
@@ -7,6 +7,12 @@ replays their cached drawing).
 Every label carries the definition from docs/metrics.md as tooltip and a one-line explanation under its name
 (``EXPLANATIONS``). The charts have labelled axes with units (seconds since the request; reply number), a legend
 for the two curves, and a plain sentence instead of empty axes until there is something to draw.
+
+The third chart ("You are here", a tab beside the conversation's) is the lesson of speculative decoding: for the
+current k, the tokens each target pass is expected to yield and the net speed-up expected over plain decoding,
+against the per-token acceptance a, with the costs this reply measured (``you_are_here_curves``: the cost model of
+automatic k), and on it this reply's and this conversation's measured points — why a text speeds up or not.
+A new reply redraws the charts at once: the previous reply's axes never show into it.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QStackedWidget,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -38,7 +45,9 @@ from outrider.ui.widgets.live_stats import (
     by_drafter_text,
     fmt,
     format_speedup,
+    prompt_speed_text,
     speedup_shown_as_figure,
+    you_are_here_curves,
 )
 
 if TYPE_CHECKING:  # pyqtgraph (and numpy) load with the charts, after the window's first paint: ``build_charts``
@@ -50,6 +59,14 @@ WRAPPED_VALUES = frozenset({"by_drafter"})  # values of any length: on a line of
 CHART_MIN_HEIGHT = 170  # px: axes, title and legend row leave a readable plot (at 120 it was ~80 px of lines)
 REPLY_EMPTY = "This reply: decode tokens/s and acceptance appear here, second by second, while a reply streams."
 CONVERSATION_EMPTY = "Conversation: each reply's tokens/s and acceptance appear here once it has finished."
+WHY_EMPTY = ("You are here: once a reply drafts, the tokens per pass and the speed-up expected at each acceptance "
+             "for its k, with this reply's and this conversation's measured points.")
+WHY_TIP = ("For the current draft length k, against the per-token acceptance a: the tokens each target pass is "
+           "expected to yield, E(k) = (1 − a^(k+1)) / (1 − a) (line), and the net speed-up expected over plain "
+           "decoding, E(k) / (k · c_draft + c_verify(k + 1)) with the draft and verify costs this reply measured "
+           "(dashed; 1× = plain decoding). The filled marks are this reply's measured tokens per pass and "
+           "speed-up at its measured a, the hollow ones the conversation's earlier replies. Left of where the "
+           "dashed line crosses 1×, drafting costs more than it saves.")
 
 
 def nice_ceil(value: float) -> float:
@@ -182,6 +199,7 @@ class StatsPanel(QWidget):
         self.draft_auto_button.clicked.connect(self._on_draft_auto_button_clicked)
         self._acted = ""  # what the user did about the warning shown, and for which reply (ReplyMeter.started)
         self._acted_on = -1
+        self._dismissed_on = -1  # the reply (ReplyMeter.started) whose warning went with its pair (pair_changed)
         buttons = QHBoxLayout()
         buttons.addWidget(self.draft_off_button)
         buttons.addWidget(self.draft_auto_button)
@@ -192,6 +210,8 @@ class StatsPanel(QWidget):
         self._plots: tuple[pg.PlotWidget, pg.PlotWidget] | None = None  # built by ``build_charts``
         self._tps_curves: list[Any] = []
         self._acc_curves: list[Any] = []
+        self._why: dict[str, Any] = {}  # the "you are here" chart's items, by name
+        self._drawn_reply = -1  # ReplyMeter.started of the reply the charts show
         self.legends: list[Any] = []
         self._ranges: dict[int, tuple[float, float, float, float]] = {}
         self._since_chart = QElapsedTimer()
@@ -208,13 +228,22 @@ class StatsPanel(QWidget):
         bl.addLayout(form)
         self.reply_chart, self.reply_empty = self._chart_stack(REPLY_EMPTY)
         self.conv_chart, self.conv_empty = self._chart_stack(CONVERSATION_EMPTY)
+        self.why_chart, self.why_empty = self._chart_stack(WHY_EMPTY)
+        # The conversation and "you are here" share the lower place (three charts at once leave too little height
+        # for each in a 700-px window).
+        self.lower_tabs = QTabWidget(self)
+        self.lower_tabs.setDocumentMode(True)
+        self.lower_tabs.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Ignored)
+        self.lower_tabs.addTab(self.conv_chart, "Conversation")
+        self.lower_tabs.addTab(self.why_chart, "You are here")
+        self.lower_tabs.setTabToolTip(1, WHY_TIP)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.numbers = FittingScrollArea(self)
         self.numbers.setWidget(box)
         layout.addWidget(self.numbers)
         layout.addWidget(self.reply_chart, 1)
-        layout.addWidget(self.conv_chart, 1)
+        layout.addWidget(self.lower_tabs, 1)
 
         self.timer = QTimer(self)
         self.timer.setInterval(REFRESH_MS)
@@ -254,6 +283,13 @@ class StatsPanel(QWidget):
     def conv_plot(self) -> pg.PlotWidget:
         """The chart of the conversation (built on first use)."""
         return self.build_charts()[1]
+
+    @property
+    def why_plot(self) -> pg.PlotWidget:
+        """The "you are here" chart (built with the others)."""
+        self.build_charts()
+        plot: pg.PlotWidget = self._why["plot"]
+        return plot
 
     def build_charts(self) -> tuple[pg.PlotWidget, pg.PlotWidget]:
         """The two pyqtgraph charts, made the first time they are needed: with the first data to draw, or when
@@ -309,8 +345,38 @@ class StatsPanel(QWidget):
         self._plots = (reply_plot, conv_plot)
         self.reply_chart.addWidget(reply_plot)
         self.conv_chart.addWidget(conv_plot)
+        self._build_why_chart(pg)
         self._colour_charts(self.colours)
         return self._plots
+
+    def _build_why_chart(self, pg: Any) -> None:
+        """The "you are here" chart: the curves of ``you_are_here_curves`` for the current k, a 1× line, and the
+        measured points of this reply (filled) and of the conversation's earlier replies (hollow)."""
+        plot = pg.PlotWidget(self)
+        plot.setToolTip(WHY_TIP)
+        plot.setMinimumHeight(CHART_MIN_HEIGHT)
+        plot.setMouseEnabled(x=False, y=False)
+        plot.disableAutoRange()
+        plot.hideButtons()
+        plot.setTitle("You are here")
+        plot.setLabel("left", "tokens / pass, speed-up ×")
+        plot.setLabel("bottom", "per-token acceptance a")
+        plot.setRange(xRange=(0.0, 1.0), yRange=(0.0, 2.0), padding=0)
+        plot.getAxis("bottom").setTicks([[(v, f"{v:g}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)], []])
+        legend = pg.LegendItem(labelTextSize="8pt", colCount=2)
+        plot.getPlotItem().layout.addItem(legend, 4, 1)
+        items = {"plot": plot, "legend": legend, "tokens": plot.plot([], []), "speedup": plot.plot([], []),
+                 "plain": pg.InfiniteLine(pos=1.0, angle=0, movable=False),
+                 "reply": pg.ScatterPlotItem(size=10), "earlier": pg.ScatterPlotItem(size=7)}
+        plot.addItem(items["plain"])
+        plot.addItem(items["earlier"])
+        plot.addItem(items["reply"])
+        legend.addItem(items["tokens"], "tokens / pass")
+        legend.addItem(items["speedup"], "speed-up")
+        legend.addItem(items["reply"], "this reply")
+        legend.addItem(items["earlier"], "earlier replies")
+        self._why = items
+        self.why_chart.addWidget(plot)
 
     def set_colours(self, colours: ThemeColours) -> None:
         self.colours = colours
@@ -337,15 +403,47 @@ class StatsPanel(QWidget):
             curve.setPen(pg.mkPen(colours.chart_accept, width=2, style=pg.QtCore.Qt.PenStyle.DashLine))
         for legend in self.legends:
             legend.setLabelTextColor(colours.text)
+        why = self._why
+        if why:
+            plot = why["plot"]
+            plot.setBackground(colours.background)
+            for axis in ("left", "bottom"):
+                plot.getAxis(axis).setTextPen(colours.text)
+                plot.getAxis(axis).setPen(colours.muted)
+            plot.setTitle(plot.plotItem.titleLabel.text, color=colours.text)
+            why["legend"].setLabelTextColor(colours.text)
+            why["tokens"].setPen(pg.mkPen(colours.chart_tps, width=2))
+            why["speedup"].setPen(pg.mkPen(colours.chart_accept, width=2, style=pg.QtCore.Qt.PenStyle.DashLine))
+            why["plain"].setPen(pg.mkPen(colours.muted, width=1, style=pg.QtCore.Qt.PenStyle.DotLine))
+            why["reply"].setPen(pg.mkPen(colours.text, width=1))
+            why["earlier"].setPen(pg.mkPen(colours.muted, width=1.5))
+            why["earlier"].setBrush(pg.mkBrush(None))
+
+    def pair_changed(self) -> None:
+        """The pair the shown reply ran on is gone (another pair loading, a failed load, the engine stopped): the
+        "slower than plain" verdict was about that pair, and its buttons would act on the next one. Dismissed
+        until the next reply (it survived a pair switch and a crash, and Draft off then turned off the new
+        pair's drafting)."""
+        self._dismissed_on = self.meter.started
+        self.refresh()
+
+    @property
+    def warning_applies(self) -> bool:
+        """The warning (and its buttons) belong to the reply shown, on the pair loaded."""
+        return self.snapshot.slower_than_plain and self._dismissed_on != self.meter.started
 
     @Slot()
     def _on_draft_off_button_clicked(self) -> None:
+        if not self.warning_applies:
+            return
         self._acted, self._acted_on = "Drafting is off", self.meter.started
         self.draft_off_requested.emit()
         self.refresh()
 
     @Slot()
     def _on_draft_auto_button_clicked(self) -> None:
+        if not self.warning_applies:
+            return
         self._acted, self._acted_on = "Automatic k applies", self.meter.started
         self.draft_auto_requested.emit()
         self.refresh()
@@ -370,7 +468,7 @@ class StatsPanel(QWidget):
                                           " %"))
         v["plain_tps"].setText(fmt(s.plain_tps, ".1f", " tok/s"))
         v["ttft_s"].setText(fmt(None if s.ttft_s is None else s.ttft_s * 1000, ".0f", " ms"))
-        v["prompt_tps"].setText(fmt(s.prompt_tps, ".0f", " tok/s"))
+        v["prompt_tps"].setText(prompt_speed_text(s))
         if s.draft_share is None:
             v["time_share"].setText("–")
         else:
@@ -388,7 +486,8 @@ class StatsPanel(QWidget):
         # chat clears it), never a verdict left over from an earlier reply.
         if self._acted_on != self.meter.started or not s.has_reply:
             self._acted = ""  # a new reply or chat: the next warning offers its fixes again
-        if s.slower_than_plain:
+        slower = self.warning_applies
+        if slower:
             self.warning_label.setText(
                 f"Speculation is slower than plain decoding for this pair and prompt "
                 f"({format_speedup(s.speedup, s.speedup_low, s.speedup_high, streaming=False)} measured in this "
@@ -399,10 +498,14 @@ class StatsPanel(QWidget):
         self.draft_auto_button.setEnabled(not self._acted)
         # Automatic k is a fix only for a fixed k: under automatic k already, drafting off is what is left.
         self.draft_auto_button.setVisible(self.settings is None or self.settings.value.k_policy == "fixed")
-        if self.warning.isVisibleTo(self) != s.slower_than_plain:
-            self.warning.setVisible(s.slower_than_plain)
+        if self.warning.isVisibleTo(self) != slower:
+            self.warning.setVisible(slower)
             self.numbers.updateGeometry()  # a scroll area does not pass its contents' new height on by itself
-        if not s.streaming or self._since_chart.elapsed() >= CHART_MS:
+        # A new reply is drawn at once (its first second must not show the previous reply's curve and axes), and
+        # so is its first point (not a second of the empty chart's sentence).
+        first_point = self.reply_chart.currentWidget() is self.reply_empty and bool(self.meter.reply_series)
+        if (not s.streaming or self._drawn_reply != self.meter.started or first_point
+                or self._since_chart.elapsed() >= CHART_MS):
             self._draw()
 
     def _set_ranges(self, which: int, x0: float, x1: float, y1: float) -> None:
@@ -415,9 +518,11 @@ class StatsPanel(QWidget):
 
     def _draw(self) -> None:
         self._since_chart.restart()
+        self._drawn_reply = self.meter.started
         if self._plots is None and not self.meter.reply_series and not self.meter.conversation_series:
             self.reply_chart.setCurrentWidget(self.reply_empty)  # nothing to draw: no need for the charts yet
             self.conv_chart.setCurrentWidget(self.conv_empty)
+            self.why_chart.setCurrentWidget(self.why_empty)
             return
         self.build_charts()
         series = self.meter.reply_series
@@ -438,3 +543,37 @@ class StatsPanel(QWidget):
         self._tps_curves[1].setData([p[0] for p in conv], cys, symbol="o", symbolSize=6)
         cacc = [(p[0], p[2]) for p in conv if p[2] is not None]
         self._acc_curves[1][1].setData([a[0] for a in cacc], [a[1] for a in cacc], symbol="t", symbolSize=6)
+        self._draw_why()
+
+    def _draw_why(self) -> None:
+        """The "you are here" chart for the snapshot shown (its sentence while the reply shown drafts nothing)."""
+        import pyqtgraph as pg
+
+        s, why = self.snapshot, self._why
+        k = s.curve_k
+        earlier = [p for p in self.meter.conversation_points if not (s.has_reply and p[0] == self.meter.replies
+                                                                       and not s.streaming)]
+        if k is None or s.token_acceptance is None or s.tokens_per_pass is None:
+            self.why_chart.setCurrentWidget(self.why_empty)
+            return
+        self.why_chart.setCurrentWidget(why["plot"])
+        xs, tokens, speed = you_are_here_curves(k, s.draft_cost, s.pass_growth)
+        why["tokens"].setData(xs, tokens)
+        why["speedup"].setData(xs, speed or [])
+        why["plot"].setTitle(f"You are here (k = {k})", color=self.colours.text)
+        colours = self.colours
+        mine = [{"pos": (s.token_acceptance, s.tokens_per_pass), "symbol": "o",
+                 "brush": pg.mkBrush(colours.chart_tps)}]
+        if s.speedup is not None:
+            mine.append({"pos": (s.token_acceptance, s.speedup), "symbol": "s",
+                         "brush": pg.mkBrush(colours.chart_accept)})
+        why["reply"].setData(mine)
+        spots = [{"pos": (a, tpp), "symbol": "o"} for _, a, tpp, _ in earlier]
+        spots += [{"pos": (a, sp), "symbol": "s"} for _, a, _, sp in earlier if sp is not None]
+        why["earlier"].setData(spots)
+        top = max([k + 1.0, *(p["pos"][1] for p in mine), *(p["pos"][1] for p in spots)])
+        y1 = nice_ceil(top * 1.05)
+        if self._ranges.get(2) != (0.0, 1.0, 0.0, y1):
+            self._ranges[2] = (0.0, 1.0, 0.0, y1)
+            why["plot"].setRange(xRange=(0.0, 1.0), yRange=(0.0, y1), padding=0)
+            why["plot"].getAxis("left").setTicks([axis_ticks(y1), []])
