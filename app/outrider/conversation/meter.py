@@ -2,7 +2,7 @@
 
 The engine sends its running totals (``GenerationStats``, docs/metrics.md) with every batch of steps; ``ReplyMeter``
 keeps the newest, a short window of them for the *current* decode speed, and the series the charts draw.
-``Snapshot`` is what a display reads of it, derived from ``GenerationStats`` once per tick (about 4 Hz in the GUI),
+``LiveStats`` is what a display reads of it, derived from ``GenerationStats`` once per tick (about 4 Hz in the GUI),
 never per token.
 """
 
@@ -23,9 +23,12 @@ SLOWER_MIN_TOKENS = 32
 
 
 @dataclasses.dataclass(frozen=True)
-class Snapshot:
-    """What the panel shows, computed once per tick. Every figure is the engine's own (``GenerationStats``, see
-    docs/metrics.md) except ``decode_now``, a rate over the last second of the engine's decode time."""
+class LiveStats:
+    """What a display shows of a reply at one tick: a view of its ``GenerationStats`` (docs/metrics.md). A field
+    named as a ``GenerationStats`` field or property holds exactly that figure (``test_stats_names.py``); the
+    others are made here: ``decode_now`` (tokens/s over the last second of the engine's decode time), ``k`` (the
+    last step's), the ``*_share``s (each time over ``decode_s``), ``draft_cost`` (seconds per drafted token in
+    one-token passes), ``streaming``, and ``by_drafter`` as (kind, accepted, drafted) rows."""
 
     generated: int = 0
     drafted: int = 0
@@ -44,7 +47,7 @@ class Snapshot:
     ttft_s: float | None = None
     prompt_tps: float | None = None
     prompt_tokens: int = 0
-    prompt_reused: int = 0  # prompt tokens whose KV cache was kept from the previous turn (not evaluated)
+    prompt_tokens_reused: int = 0  # prompt tokens whose KV cache was kept from the previous turn (not evaluated)
     draft_share: float | None = None
     verify_share: float | None = None
     other_share: float | None = None
@@ -84,7 +87,7 @@ class Snapshot:
 
 
 class ReplyMeter:
-    """Accumulates the engine's snapshots for one reply at a time, and per-reply results for the conversation.
+    """Accumulates the engine's running totals for one reply at a time, and per-reply results for the conversation.
 
     Attributes:
         reply_series: (seconds since the reply started, tok/s now, acceptance so far) per tick.
@@ -140,7 +143,7 @@ class ReplyMeter:
         if stats is not None:
             self._stats = stats
         self.streaming = False
-        snap = self.snapshot()
+        snap = self.live_stats()
         if self._continuing:
             self.conversation_series = [p for p in self.conversation_series if p[0] != self.replies]
             self.conversation_points = [p for p in self.conversation_points if p[0] != self.replies]
@@ -192,17 +195,17 @@ class ReplyMeter:
         dirty, self._dirty = self._dirty, False
         return dirty
 
-    def tick(self) -> Snapshot:
-        """The snapshot for this tick; while streaming also appends a point to ``reply_series``."""
-        snap = self.snapshot()
+    def tick(self) -> LiveStats:
+        """The ``LiveStats`` for this tick; while streaming also appends a point to ``reply_series``."""
+        snap = self.live_stats()
         if self.streaming and snap.decode_now is not None:
             self.reply_series.append((self._clock() - self._started, snap.decode_now, snap.acceptance_rate))
         return snap
 
-    def snapshot(self) -> Snapshot:
+    def live_stats(self) -> LiveStats:
         s = self._stats
         if s is None:
-            return Snapshot(streaming=self.streaming)
+            return LiveStats(streaming=self.streaming)
         now: float | None = None
         if len(self._window) >= 2:
             (d0, g0), (d1, g1) = self._window[0], self._window[-1]
@@ -216,13 +219,13 @@ class ReplyMeter:
         def share(seconds: float) -> float | None:
             return seconds / decode_s if decode_s > 0 else None
 
-        return Snapshot(
+        return LiveStats(
             generated=s.generated, drafted=s.drafted, accepted=s.accepted, decode_now=now, decode_tps=decode_tps,
             acceptance_rate=s.acceptance_rate, token_acceptance=s.token_acceptance,
             tokens_per_pass=s.tokens_per_pass, k=self._k, k_mean=s.k_mean,
             speedup=s.speedup, speedup_low=s.speedup_low, speedup_high=s.speedup_high, plain_tps=s.plain_tps,
             ttft_s=s.ttft_s,
-            prompt_tps=s.prompt_tps, prompt_tokens=s.prompt_tokens, prompt_reused=s.prompt_tokens_reused,
+            prompt_tps=s.prompt_tps, prompt_tokens=s.prompt_tokens, prompt_tokens_reused=s.prompt_tokens_reused,
             draft_share=share(s.draft_s), verify_share=share(s.verify_s),
             other_share=share(s.other_s), draft_mode=s.draft_mode, streaming=self.streaming,
             by_drafter=tuple((kind, c.accepted, c.drafted) for kind, c in s.by_drafter.items()),

@@ -311,6 +311,7 @@ def test_continue_appends_to_the_same_reply_and_keeps_its_colours(chat: Chat) ->
     assert request.continue_reply and request.messages and request.messages[-1] == ChatMessage("assistant",
                                                                                               "The quick")
     assert ("continued", "The quick") in chat.listener.events
+    assert request.continue_tokens == (7,)  # resumed from the ids it was generated as, stored with the reply
     chat.flow.on_steps(_steps(" fox"))
     chat.flow.on_done(_done(" fox"))  # a continuation's DoneEvent holds only the new part
     (_user, reply) = chat.stored()

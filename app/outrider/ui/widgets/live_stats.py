@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from outrider.conversation.meter import Snapshot
+from outrider.conversation.meter import LiveStats
 from outrider.engine.autodraft import expected_rate, expected_tokens_per_pass
 from outrider.engine.speedup import describe_speedup, speedup_is_settled
 
@@ -76,13 +76,13 @@ def by_drafter_text(counts: Sequence[tuple[str, int, int]]) -> str:
     return " · ".join(f"{DRAFTER_LABELS.get(kind, kind)} {accepted}/{drafted}" for kind, accepted, drafted in counts)
 
 
-def prompt_speed_text(s: Snapshot) -> str:
+def prompt_speed_text(s: LiveStats) -> str:
     """The "Prompt speed" figure: tokens/s over the prompt evaluated; after a prompt-cache reuse how many tokens
     were cached instead (``cached 412 tokens · 9 new``): a rate over the few new tokens of a cached prompt read
     "14464 tok/s", which says nothing about prompt reading."""
-    if s.prompt_reused > 0:
-        new = max(0, s.prompt_tokens - s.prompt_reused)
-        return f"cached {s.prompt_reused} tokens · {new} new"
+    if s.prompt_tokens_reused > 0:
+        new = max(0, s.prompt_tokens - s.prompt_tokens_reused)
+        return f"cached {s.prompt_tokens_reused} tokens · {new} new"
     return fmt(s.prompt_tps, ".0f", " tok/s")
 
 
@@ -93,7 +93,7 @@ def you_are_here_curves(k: int, draft_cost: float | None, growth: float | None
                         ) -> tuple[list[float], list[float], list[float] | None]:
     """The "you are here" chart's curves for draft length ``k``: acceptances a from 0 to 1, the expected tokens
     per target pass E(k) = (1 − a^(k+1)) / (1 − a) at each, and the expected net speed-up over plain decoding
-    E(k) / (k · c_draft + c_verify(k + 1)) with the reply's measured costs in one-token passes (``Snapshot.
+    E(k) / (k · c_draft + c_verify(k + 1)) with the reply's measured costs in one-token passes (``LiveStats.
     draft_cost``; c_verify(k + 1) = 1 + g · k, ``pass_growth``) — the cost model automatic k chooses by
     (``engine.autodraft``), not a second formula. No speed-up curve (None) until the costs are measured."""
     xs = [i / (CURVE_POINTS - 1) for i in range(CURVE_POINTS)]

@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from outrider.conversation.meter import ReplyMeter, Snapshot
+from outrider.conversation.meter import LiveStats, ReplyMeter
 from outrider.ui.settings import QtSettings
 from outrider.ui.theme import LIGHT, ThemeColours
 from outrider.ui.widgets.live_stats import (
@@ -130,7 +130,7 @@ class StatsPanel(QWidget):
     Attributes:
         meter: the ``ReplyMeter`` it reads.
         settings: the settings (optional): the warning offers "Auto k" only while k is fixed.
-        snapshot: the last snapshot shown.
+        snapshot: the last ``LiveStats`` shown.
     """
 
     draft_off_requested = Signal()
@@ -141,7 +141,7 @@ class StatsPanel(QWidget):
         super().__init__(parent)
         self.meter = meter
         self.settings = settings
-        self.snapshot = Snapshot()
+        self.snapshot = LiveStats()
         self.colours: ThemeColours = LIGHT
         self.setMinimumWidth(300)
 
