@@ -142,16 +142,19 @@ class CostModel:
         self._estimates_cache: list[float | None] | None = None
         self._costs_cache: list[float] | None = None
 
-    def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
+    def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float,
+                timed: bool = True) -> None:
+        """One step; with ``timed`` False its acceptance counts but not its timings (a reply's first step)."""
         self._line_cache = None
         self._estimates_cache = None
         self._costs_cache = None
         self._observations += 1
-        if 1 <= batch < len(self.verify):
+        if timed and 1 <= batch < len(self.verify):
             self.verify[batch].add(verify_s)
             self._stamp[batch] = self._observations
         if drafted > 0:
-            self.draft_per_token.add(draft_s / drafted)
+            if timed:
+                self.draft_per_token.add(draft_s / drafted)
             self._accepted = DECAY * self._accepted + accepted
             self._rejections = DECAY * self._rejections + (1 if accepted < drafted else 0)
             self._prior *= DECAY
@@ -328,6 +331,7 @@ class AutoDraftLength:
         self.last_choice = self.k_start
         # Scoring a draft model costs a batched draft pass: while its guesses would not pay, score less often.
         self.shadow_interval = SHADOW_START
+        self._untimed = False  # the next observation is a reply's first step (``start_reply``)
 
     def choose(self) -> int:
         m = self.model
@@ -358,10 +362,19 @@ class AutoDraftLength:
         a = self.model.acceptance
         return a is None or (self.model.best_k(min(1.0, a + PROBE_MARGIN)) or 0) > 0
 
+    def start_reply(self) -> None:
+        """A reply begins: its first step is the coldest of the reply (the first pass after the prompt, and a
+        draft model's catch-up on it), so its timings must not stand for what a pass costs. Seen in
+        bench_autok_cold.py: a family pair whose drafts pay 1.13x was sent to plain decoding for most of a
+        96-token reply by that one step's timing."""
+        self._untimed = True
+
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
         if drafted > 0:
             self._speculative_steps += 1
-        self.model.observe(batch=batch, verify_s=verify_s, drafted=drafted, accepted=accepted, draft_s=draft_s)
+        timed, self._untimed = not self._untimed, False
+        self.model.observe(batch=batch, verify_s=verify_s, drafted=drafted, accepted=accepted, draft_s=draft_s,
+                           timed=timed)
         if self._probing:
             # Judged by the model with the probe's timing and acceptance averaged in, not by that one timing (a
             # stalled probe pass would double the interval; a lucky one reset it).

@@ -84,6 +84,8 @@ class ChainDraft:
         for m in self.members:
             if k_max is not None and (m.policy is None or m.policy.k_max != k_max):
                 m.policy = AutoDraftLength(k_max=k_max)
+            if m.policy is not None:
+                m.policy.start_reply()  # a member's first timing of a reply is its coldest
 
     def policy_of(self, kind: str) -> AutoDraftLength | None:
         """The automatic-k policy of the member of this kind (None without automatic k)."""

@@ -171,6 +171,7 @@ class SpeculativeDecoder:
             if self.auto_policy is None or self.auto_policy.k_max != params.k_max:
                 self.auto_policy = AutoDraftLength(k_max=params.k_max)
             policy = self.auto_policy
+            policy.start_reply()
             auto = True
         else:
             policy = FixedDraftLength(params.k)
@@ -185,7 +186,11 @@ class SpeculativeDecoder:
         rng = np.random.default_rng(sampling.seed)
         detok = IncrementalDetokenizer()
         stops = StopStringFilter(request.stop)
-        meter = PlainRateMeter(stats)
+        # A seeded rejection-sampled reply repeats only with the same draft lengths at the same steps: no plain run
+        # timed by the machine's load then (the coupled sampler and greedy decoding do not depend on k).
+        schedule_only = request.sampling.seed is not None and sampling.sampler == "rejection" and (
+            sampling.temperature > 0)
+        meter = PlainRateMeter(stats, load_probes=not schedule_only)
         committed = prompt
         grammar = request.grammar
         # a draft model samples from its grammar-masked distribution (others are cut: grammar.cut_draft)

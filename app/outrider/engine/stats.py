@@ -186,8 +186,10 @@ class PlainRateMeter:
     by ``finish`` before the last statistics go out.
     """
 
-    def __init__(self, stats: GenerationStats, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, stats: GenerationStats, clock: Callable[[], float] = time.perf_counter, *,
+                 load_probes: bool = True) -> None:
         self.stats = stats
+        self.load_probes = load_probes  # False: plain runs on the fixed schedule only (a reproducible reply)
         self._clock = clock
         self._fitted_at = clock()
         self.steps: list[PassTiming] = []
@@ -220,7 +222,7 @@ class PlainRateMeter:
             return True  # the second step: the first run
         if self.steady_plain < PLAIN_PROBES_MIN:
             return self.steps_since_plain >= PLAIN_PROBE_GAP - 1
-        if self.steps_since_plain >= LOAD_PROBE_GAP and self._load_moved():
+        if self.load_probes and self.steps_since_plain >= LOAD_PROBE_GAP and self._load_moved():
             return True
         return self.steps_since_plain >= probe_every - 1
 

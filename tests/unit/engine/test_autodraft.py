@@ -296,3 +296,25 @@ def test_a_cold_start_grows_k_step_by_step_and_doubts_one_lucky_draft() -> None:
         policy.observe(batch=k + 1, verify_s=0.011, drafted=k, accepted=k, draft_s=0.0001 * k)
     assert policy.model.acceptance > 0.99
     assert policy.choose() == 16
+
+
+def test_a_replys_cold_first_step_does_not_decide_the_costs() -> None:
+    """As the decoder runs a reply: the first step drafts k_start (timed 5x, the first pass after the prompt and
+    the draft's catch-up), the speed-up meter then forces three plain steps, then the policy chooses. Per-token
+    acceptance 0.5 and a batch of 5 costing 1.4x one token: k = 1 or 2 pays 1.25x. Mutation check: with the
+    first step's timings kept (``start_reply`` not called) k stayed 0 for all 16 steps after the plain run;
+    seen in bench_autok_cold.py as a family pair sent to plain decoding for most of a 96-token reply."""
+    policy = AutoDraftLength(k_max=8)
+    rng = random.Random(3)
+    chosen = []
+    policy.start_reply()
+    for step in range(20):
+        k = policy.k_start if step == 0 else 0 if step <= 3 else policy.choose()
+        chosen.append(k)
+        accepted = 0
+        while accepted < k and rng.random() < 0.5:
+            accepted += 1
+        cold = 5.0 if step == 0 else 1.0
+        policy.observe(batch=k + 1, verify_s=0.010 * (1 + 0.1 * k) * cold, drafted=k, accepted=accepted,
+                       draft_s=0.001 * k * cold)
+    assert sum(1 for k in chosen[4:] if k > 0) >= 12

@@ -237,8 +237,11 @@ def test_a_drafter_that_proposes_nothing_is_not_made_to_wait_for_a_run() -> None
     assert not meter.wants_plain_probe(32)
 
 
-def test_a_move_of_the_passes_cost_asks_for_plain_decoding_again() -> None:
-    meter = PlainRateMeter(GenerationStats())
+@pytest.mark.parametrize("load_probes", [True, False])
+def test_a_move_of_the_passes_cost_asks_for_plain_decoding_again(load_probes: bool) -> None:
+    """Unless the reply must repeat step for step (a seeded rejection-sampled reply: its text depends on the
+    draft lengths, so the plain runs keep to the fixed schedule)."""
+    meter = PlainRateMeter(GenerationStats(), load_probes=load_probes)
     for batch, t in [(5, 0.03), (1, 0.01), (1, 0.01), (1, 0.01), (5, 0.014), (5, 0.014), (5, 0.0141)]:
         meter.wants_plain_probe(32)
         meter.add_step(batch=batch, pass_tokens=batch, step_s=t, target_s=t)
@@ -246,7 +249,7 @@ def test_a_move_of_the_passes_cost_asks_for_plain_decoding_again() -> None:
     meter.add_step(batch=5, pass_tokens=5, step_s=0.02, target_s=0.02)
     assert not meter.wants_plain_probe(32)  # one slow pass is a stall, not a load
     meter.add_step(batch=5, pass_tokens=5, step_s=0.02, target_s=0.02)
-    assert meter.wants_plain_probe(32)
+    assert meter.wants_plain_probe(32) is load_probes
 
 
 def test_a_reply_that_drafted_nothing_reads_exactly_one() -> None:
