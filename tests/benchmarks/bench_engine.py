@@ -18,16 +18,17 @@ import importlib.metadata
 import os
 import platform
 import re
-import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+
+from native_llama import build_native  # noqa: E402  (niced, cached: shared with bench_hybrid / bench_mtp)
 
 from outrider.engine.params import ContextSettings, ModelSettings  # noqa: E402
 from outrider.engine.session import Engine, PairSpec  # noqa: E402
@@ -36,42 +37,6 @@ from support.tiny_gguf import TinyShape, make_family  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench"
 PROMPT = "the model is fast and the draft is"
-
-
-def build_native(cuda: bool) -> Path:
-    """Build llama-speculative-simple from the same llama.cpp that the installed llama-cpp-python vendors."""
-    version = importlib.metadata.version("llama-cpp-python")
-    flavour = "cuda" if cuda else "cpu"
-    binary = CACHE / f"llama.cpp-{version}-{flavour}" / "bin" / "llama-speculative-simple"
-    if binary.exists():
-        return binary
-    CACHE.mkdir(parents=True, exist_ok=True)
-    sdist_dir = CACHE / "sdist"
-    sdist = next(sdist_dir.glob(f"llama_cpp_python-{version}.tar.gz"), None) if sdist_dir.exists() else None
-    if sdist is None:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(sdist_dir),
-             f"llama-cpp-python=={version}"],
-            check=True,
-        )
-        sdist = next(sdist_dir.glob(f"llama_cpp_python-{version}.tar.gz"))
-    src = CACHE / f"llama_cpp_python-{version}"
-    if not src.exists():
-        with tarfile.open(sdist) as tar:
-            tar.extractall(CACHE, filter="data")
-    llama_src = src / "vendor" / "llama.cpp"
-    build = CACHE / f"build-{flavour}"
-    args = ["cmake", "-S", str(llama_src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-            "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
-            f"-DGGML_CUDA={'ON' if cuda else 'OFF'}"]
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", str(build), "--target", "llama-speculative-simple", "-j",
-                    str(os.cpu_count() or 2)], check=True, stdout=subprocess.DEVNULL)
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(build / "bin" / "llama-speculative-simple", binary)
-    for lib in (build / "bin").glob("*.so*"):
-        shutil.copy2(lib, binary.parent / lib.name)
-    return binary
 
 
 @dataclasses.dataclass

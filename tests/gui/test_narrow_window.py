@@ -76,3 +76,30 @@ def test_a_flow_layout_wraps_instead_of_widening(qtbot: Any) -> None:
     qtbot.waitExposed(host)
     assert all(host.rect().contains(w.geometry()) for w in [*labels, button])
     assert button.geometry().right() >= host.width() - 2  # the last item at the right end of its line
+
+
+def test_every_chart_keeps_its_height_in_a_half_screen_window(qtbot: Any, app_parts: dict[str, Any]) -> None:
+    """At 960 x 700 the reply's chart and the tabs below it (conversation, "You are here") each keep at least
+    ``CHART_MIN_HEIGHT``. Before (seen in the 960 x 700 screenshot under Xvfb): the tabs, their size policy
+    Ignored and no minimum of their own, got no height at all. This test did not reproduce that (with the tabs'
+    minimum taken out it still passed, offscreen and under xcb): it holds the heights the fix guarantees, and the
+    screenshot script's picture is the check of the original case."""
+    from outrider.engine.stats import DrafterCounts, GenerationStats
+    from outrider.ui.widgets.stats_panel import CHART_MIN_HEIGHT
+
+    win = _window(qtbot, app_parts)
+    win.resize(960, 700)
+    qtbot.waitUntil(lambda: win.width() == 960)
+    stats = win.stats
+    # A reply's figures, the slower-than-plain warning and a chain's per-drafter line: the numbers at their tallest
+    win.meter.begin_reply()
+    win.meter.finish_reply(GenerationStats(
+        generated=64, drafted=60, accepted=6, rejections=20, passes=40, pass_tokens=64, k_sum=200, decode_s=2.0,
+        step_s=2.0, draft_mode="history+lookup", speedup=0.7, speedup_low=0.6, speedup_high=0.8, plain_tps=40.0,
+        by_drafter={"history": DrafterCounts(30, 3, 10), "lookup": DrafterCounts(30, 3, 10)}))
+    stats.refresh()
+    assert stats.warning.isVisibleTo(win)
+    qtbot.waitUntil(lambda: stats.lower_tabs.height() > 0, timeout=5000)
+    assert stats.reply_chart.height() >= CHART_MIN_HEIGHT
+    assert stats.lower_tabs.currentWidget().height() >= CHART_MIN_HEIGHT
+    assert _inside(stats.lower_tabs, win)

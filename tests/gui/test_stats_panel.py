@@ -4,6 +4,7 @@ that follows the replies shown."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -296,7 +297,7 @@ def test_prompt_speed_after_a_cache_reuse_says_how_much_was_cached(panel: Any) -
     meter.begin_reply()
     meter.add(_stats(8, prompt_tokens=421, prompt_tokens_reused=412, prompt_s=9 / 14464), 3)
     widget.refresh()
-    assert widget.values["prompt_tps"].text() == "cached 412 tokens · 9 new"
+    assert widget.values["prompt_tps"].text() == "412 cached"
     assert "tok/s" not in widget.values["prompt_tps"].text()
     meter.finish_reply(None)
     meter.begin_reply()  # a first turn: the whole prompt read, its rate is what the figure is for
@@ -328,8 +329,10 @@ def test_the_you_are_here_curves_are_the_cost_models() -> None:
 
 def _why_stats(generated: int, **kw: Any) -> GenerationStats:
     """A reply of per-token acceptance 0.8 (40 accepted, 10 rejections), 2.5 tokens per pass, a drafted token
-    costing 0.05 of a plain pass (1.25 s for 50 tokens, plain 2 tok/s = 0.5 s a pass), pass growth 0.25."""
+    costing 0.05 of a plain pass (1.25 s for 50 tokens, plain 2 tok/s = 0.5 s a pass), pass growth 0.25, a mean
+    k of 3."""
     base: dict[str, Any] = {"generated": generated, "drafted": 50, "accepted": 40, "rejections": 10, "passes": 20,
+                            "k_sum": 60,
                             "pass_tokens": 50, "decode_s": 2.0, "step_s": 2.0, "draft_s": 1.25, "plain_tps": 2.0,
                             "pass_growth": 0.25, "speedup": 1.6, "speedup_low": 1.5, "speedup_high": 1.7,
                             "draft_mode": "model"}
@@ -338,13 +341,14 @@ def _why_stats(generated: int, **kw: Any) -> GenerationStats:
 
 def test_you_are_here_shows_the_curves_for_the_current_k_and_the_measured_points(qtbot: Any, panel: Any) -> None:
     """The seed lesson's picture (issue 23, item 7): for the current k, tokens per pass and net speed-up against
-    acceptance with this reply's costs, this reply's point on it, the conversation's earlier ones hollow.
+    acceptance with this reply's costs, this reply's point on it, the conversation's earlier ones hollow. The
+    current k is the reply's mean (automatic k's last step drafted 16, far from the reply's 3 on average).
     Broken on purpose (``_draw_why`` not called) the tab kept its sentence and no curve."""
     widget, meter, clock = panel
     assert widget.lower_tabs.tabText(1) == "You are here"
     meter.begin_reply()
     clock.now += 0.5
-    meter.add(_why_stats(50), 4)
+    meter.add(_why_stats(50), 16)
     widget.refresh()
     widget.lower_tabs.setCurrentIndex(1)
     assert widget.why_chart.currentWidget() is widget.why_plot
@@ -352,16 +356,16 @@ def test_you_are_here_shows_the_curves_for_the_current_k_and_the_measured_points
     xs, tokens = (list(v) for v in why["tokens"].getData())
     _, speed = (list(v) for v in why["speedup"].getData())
     for a, e, s in zip(xs, tokens, speed, strict=True):
-        ref_e, ref_s = _reference_speedup(a, 4, 1.25 / 50 * 2.0, 0.25)
+        ref_e, ref_s = _reference_speedup(a, 3, 1.25 / 50 * 2.0, 0.25)
         assert e == pytest.approx(ref_e) and s == pytest.approx(ref_s)
     points = {tuple(round(v, 6) for v in p.pos()) for p in why["reply"].points()}
     assert points == {(0.8, 2.5), (0.8, 1.6)}  # this reply: measured a, tokens per pass and speed-up
-    assert "k = 4" in why["plot"].plotItem.titleLabel.text
+    assert "k = 3" in why["plot"].plotItem.titleLabel.text
     meter.finish_reply(_why_stats(50))
     meter.begin_reply()  # a second reply: the first is an earlier point now
     clock.now += 0.5
     meter.add(_why_stats(40, accepted=10, rejections=30, pass_tokens=30, speedup=0.8, speedup_low=0.7,
-                         speedup_high=0.9), 2)
+                         speedup_high=0.9, k_sum=40), 0)
     widget.refresh()
     earlier = {tuple(round(v, 6) for v in p.pos()) for p in why["earlier"].points()}
     assert earlier == {(0.8, 2.5), (0.8, 1.6)}
@@ -403,15 +407,58 @@ def test_a_new_reply_never_shows_the_previous_replys_chart(qtbot: Any, panel: An
 def test_a_reopened_conversation_brings_its_replies_points_and_old_replies_bring_none(panel: Any) -> None:
     """The stored replies' per-token acceptance and tokens per pass (kept since the "you are here" chart) are the
     conversation's points; a reply stored before has none (it is not drawn at a made-up place)."""
-    _widget, meter, _ = panel
+    widget, meter, _ = panel
     new = ReplyStats(decode_tps=30.0, acceptance_rate=0.6, token_acceptance=0.7, tokens_per_pass=2.2,
                      speedup=1.4, speedup_low=1.3, speedup_high=1.5)
     old = ReplyStats(decode_tps=20.0, acceptance_rate=0.5)  # written by a version that did not keep them
     meter.load_conversation([_message(1, Role.USER), _message(2, Role.ASSISTANT, old), _message(3, Role.USER),
                              _message(4, Role.ASSISTANT, new)])
-    assert meter.conversation_points == [(2, 0.7, 2.2, 1.4)]
+    assert meter.conversation_points == [(2, 0.7, 2.2, 1.4, None)]
+    widget.refresh()  # after a restart: the stored replies on the curve of the last one's k (here none: k unknown)
+    assert widget.why_chart.currentWidget() is widget.why_empty
+    meter.load_conversation([_message(1, Role.USER),
+                             _message(2, Role.ASSISTANT, dataclasses.replace(new, k_mean=3.6))])
+    widget.refresh()
+    why = widget._why
+    assert widget.why_chart.currentWidget() is widget.why_plot and "k = 4" in why["plot"].plotItem.titleLabel.text
+    assert {tuple(round(v, 6) for v in p.pos()) for p in why["earlier"].points()} == {(0.7, 2.2), (0.7, 1.4)}
+    speed_xs = why["speedup"].getData()[0]
+    assert len(why["reply"].points()) == 0 and (speed_xs is None or len(speed_xs) == 0)  # costs: measured live only
     from outrider.history.turns import reply_stats
 
     stored = reply_stats(_why_stats(50), "stop")
     assert (stored.token_acceptance, stored.tokens_per_pass) == (0.8, 2.5)
     assert ReplyStats.from_dict(stored.to_dict()) == stored
+
+
+def test_no_figure_is_cut_off_in_the_narrowest_panel(qtbot: Any, panel: Any) -> None:
+    """At the panel's minimum width, with the longest figures a reply gives (a cached prompt, a long k, a
+    speed-up range), every value ends inside the numbers' viewport. Before (seen in the dark screenshot, every
+    value cut at its right edge): the unwrapped caption under the speed-up (307 px) and a prompt figure "cached
+    12000 tokens · 345 new" held the grid wider than the 286-px viewport; this test read "decode_now ends at 319
+    of 286"; with the theme's 13-pt figures, the longest name beside the longest value still did (323 px: "ends
+    at 311 of 286" under xcb) until the names wrap."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QApplication
+
+    from outrider.ui.theme import apply_theme
+
+    widget, meter, clock = panel
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    sheet = app.styleSheet()
+    apply_theme(app, "light")  # the figures' own font (13 pt bold, the theme's QSS): what the window shows
+    widget.resize(widget.minimumWidth(), 800)
+    meter.begin_reply()
+    clock.now += 0.5
+    meter.add(_why_stats(50, prompt_tokens=12_345, prompt_tokens_reused=12_000, prompt_s=0.5, speedup=0.9,
+                         speedup_low=0.5, speedup_high=1.4, k_sum=20 * 16), 16)
+    widget.refresh()
+    viewport = widget.numbers.viewport()
+    qtbot.waitUntil(lambda: all(v.width() >= v.minimumSizeHint().width() for v in widget.values.values()))
+    for key, value in widget.values.items():
+        right = value.mapTo(viewport, QPoint(value.width(), 0)).x()
+        assert right <= viewport.width(), f"{key} {value.text()!r} ends at {right} of {viewport.width()}"
+        if not value.wordWrap():
+            assert value.width() >= value.sizeHint().width(), f"{key} {value.text()!r} squeezed"
+    app.setStyleSheet(sheet)

@@ -61,13 +61,12 @@ class LiveStats:
 
     @property
     def curve_k(self) -> int | None:
-        """The draft length the "you are here" curves are drawn for: the last step's k, or after a plain step
-        the reply's mean k; None when the reply drafts nothing."""
-        if self.k:
-            return self.k
+        """The draft length the "you are here" curves are drawn for: the reply's mean k rounded (automatic k
+        changes k every step, and its last step's 16 drew a curve far from the reply's 2.7 on average; a fixed k
+        is its mean, less the plain probes), else the last step's k; None when the reply drafts nothing."""
         if self.k_mean is not None and self.k_mean >= 0.5:
             return round(self.k_mean)
-        return None
+        return self.k or None
 
     @property
     def has_reply(self) -> bool:
@@ -94,8 +93,8 @@ class ReplyMeter:
         conversation_series: (reply number, decode_tps, acceptance_rate) per finished reply that has statistics;
             the reply number counts every reply of the conversation shown (``replies``), so a reply without
             statistics (stopped before its first token, stored by an old version) leaves a gap.
-        conversation_points: (reply number, per-token acceptance a, tokens per pass, speed-up or None) per
-            finished reply that drafted (the "you are here" chart's points).
+        conversation_points: (reply number, per-token acceptance a, tokens per pass, speed-up or None, its mean
+            k rounded or None) per finished reply that drafted (the "you are here" chart's points).
         replies: replies of the conversation shown, with or without statistics.
         started: replies begun since the meter was made (never reset): which reply the statistics are of.
     """
@@ -109,7 +108,7 @@ class ReplyMeter:
         self.streaming = False
         self.reply_series: list[tuple[float, float, float | None]] = []
         self.conversation_series: list[tuple[int, float, float | None]] = []
-        self.conversation_points: list[tuple[int, float, float, float | None]] = []
+        self.conversation_points: list[tuple[int, float, float, float | None, int | None]] = []
         self.replies = 0
         self.started = 0  # replies begun since the meter was made: tells one reply from the next
         self._continuing = False
@@ -154,7 +153,7 @@ class ReplyMeter:
             self.conversation_series.append((self.replies, snap.decode_tps, snap.acceptance_rate))
         if snap.token_acceptance is not None and snap.tokens_per_pass is not None:
             self.conversation_points.append((self.replies, snap.token_acceptance, snap.tokens_per_pass,
-                                             snap.speedup))
+                                             snap.speedup, snap.curve_k))
         self._dirty = True
 
     def reset_conversation(self) -> None:
@@ -186,8 +185,9 @@ class ReplyMeter:
             if st.decode_tps:
                 self.conversation_series.append((self.replies, st.decode_tps, st.acceptance_rate))
             if st.token_acceptance is not None and st.tokens_per_pass is not None:
+                k = round(st.k_mean) if st.k_mean is not None and st.k_mean >= 0.5 else None
                 self.conversation_points.append((self.replies, st.token_acceptance, st.tokens_per_pass,
-                                                 st.speedup))
+                                                 st.speedup, k))
         self._dirty = True
 
     # -- reading ----------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ forces, the model almost always ranks the allowed token among them.
 from __future__ import annotations
 
 import ctypes
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -45,9 +46,41 @@ def gbnf_of(spec: GrammarSpec) -> str:
     if spec.kind == "json":
         return str(llama_grammar.JSON_GBNF)
     try:
-        return str(llama_grammar.json_schema_to_gbnf(spec.text))
+        schema_gbnf = str(llama_grammar.json_schema_to_gbnf(spec.text))
     except Exception as exc:  # the converter raises what it meets (AssertionError for a bad $ref, KeyError…)
         raise GrammarError(f"the JSON schema cannot be turned into a grammar: {exc}") from exc
+    if spec.kind == "text_or_tool_calls":
+        return text_or_tool_calls_gbnf(schema_gbnf)
+    return schema_gbnf
+
+
+TOOL_CALL_TAG = "<tool_call>"
+
+
+def text_or_tool_calls_gbnf(call_gbnf: str) -> str:
+    """A reply that is free text followed by any number of ``<tool_call>`` … ``</tool_call>`` blocks, or one bare
+    call object, each call following ``call_gbnf`` (a JSON-schema grammar, its ``root`` renamed ``tool-call``):
+    ``tool_choice: "auto"`` with strict functions, where the model chooses between answering and calling but a call
+    it makes is always schema-valid (what llama.cpp's lazy grammars give, here as one grammar).
+
+    The text may not contain the opening tag (else an unconstrained call could hide in it) nor start, after
+    white space, with ``{`` (a bare object is a call): the ``otc-s0`` … ``otc-s10`` rules are the automaton of "does not
+    contain ``<tool_call>``", one rule per characters of the tag matched so far (``<`` occurs in it only first,
+    so a mismatch falls back to state 0, or to state 1 on ``<``)."""
+    renamed = re.sub(r"^root(\s*::=)", r"tool-call\1", call_gbnf, flags=re.MULTILINE)
+    tag = TOOL_CALL_TAG
+    rules = [  # "otc-" names: a schema's own rules are named after its properties (a property "text"…)
+        "root ::= otc-lead otc-text otc-calls | otc-lead tool-call otc-lead",
+        "otc-lead ::= [ \\t\\n\\r]*",
+        'otc-text ::= "" | [^{< \\t\\n\\r] otc-s0 | "<" otc-s1',
+        f'otc-calls ::= ("{tag}" otc-lead tool-call otc-lead "</tool_call>" otc-lead)*',
+        'otc-s0 ::= "" | [^<] otc-s0 | "<" otc-s1',
+    ]
+    for i in range(1, len(tag)):
+        char = tag[i]
+        nxt = f' | "{char}" otc-s{i + 1}' if i + 1 < len(tag) else ""  # the whole tag: no way on
+        rules.append(f'otc-s{i} ::= "" | "<" otc-s1 | [^<{char}] otc-s0{nxt}')
+    return renamed.rstrip("\n") + "\n" + "\n".join(rules) + "\n"
 
 
 class GrammarMask:

@@ -5,6 +5,8 @@ Outrider's own history (``history_index.HistoryIndex``): a user's next reply oft
 holds — a file edited again, a tool call of an agent loop, text quoted before. The draft is the most frequent
 continuation of the longest matching suffix, as long as its frequency-based probability stays above
 ``MIN_CONFIDENCE`` and at most ``LENGTH_PER_MATCHED`` tokens per matched token (a long match predicts further).
+In a chain a match of ``chain_draft.LONG_MATCH`` tokens or more is asked for more than k (up to what one pass can
+verify), so that this rule, not k, bounds the draft.
 
 Exactness: the draft is a function of the committed tokens alone, so it is a point-mass proposal q; the
 verifier's rule (accept with min(1, p/q), else sample the residual) is exact for it at any temperature, and the

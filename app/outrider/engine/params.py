@@ -218,15 +218,17 @@ class PairSpec:
 
 @dataclasses.dataclass(frozen=True)
 class GrammarSpec:
-    """A constraint on the reply's text: ``json`` (any JSON object), ``json_schema`` (``text``: the schema as JSON)
-    or ``gbnf`` (``text``: a llama.cpp grammar). Decoded exactly under speculation (engine/grammar.py)."""
+    """A constraint on the reply's text: ``json`` (any JSON object), ``json_schema`` (``text``: the schema as JSON),
+    ``gbnf`` (``text``: a llama.cpp grammar) or ``text_or_tool_calls`` (``text``: the JSON schema of one tool call:
+    free text, then ``<tool_call>`` blocks each holding such a call, or one bare call — ``tool_choice: "auto"`` with
+    strict functions). Decoded exactly under speculation (engine/grammar.py)."""
 
-    kind: Literal["json", "json_schema", "gbnf"]
+    kind: Literal["json", "json_schema", "gbnf", "text_or_tool_calls"]
     text: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in ("json", "json_schema", "gbnf"):
-            raise ValueError(f"a grammar is json, json_schema or gbnf, got {self.kind!r}")
+        if self.kind not in ("json", "json_schema", "gbnf", "text_or_tool_calls"):
+            raise ValueError(f"a grammar is json, json_schema, gbnf or text_or_tool_calls, got {self.kind!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,7 +37,7 @@ from outrider.server.connections import ConnectionLimits
 from outrider.server.guard import AccessPolicy, RequestGuard
 from outrider.server.requests import ApiError, Defaults, ParsedRequest, chat_request, completion_request, parse_json
 from outrider.server.scheduler import EngineScheduler, Job, JobEvent, JobFailed, QueueFull, SchedulerClosed
-from outrider.server.tools import read_calls
+from outrider.server.tools import ToolCallStream, read_calls
 from outrider.worker.errors import EngineCrashed, EngineNotRunning, EngineRequestError, WorkerError
 
 DRAIN_S = 1.5  # Ctrl-C: open replies get this long to finish before they end with an error event (uvicorn cuts at 2)
@@ -440,7 +440,7 @@ class _Api:
         text, the last text with the closing chunk): each write costs a socket send here and a wake-up in the
         client."""
         reply = started[0]
-        tools = parsed.tools
+        calls = ToolCallStream(parsed.tools) if parsed.tools is not None else None
         out = shape.opening()
         events = first
         loop = asyncio.get_running_loop()
@@ -449,7 +449,12 @@ class _Api:
         while True:
             text = "".join(e.text for e in events if isinstance(e, StepBatch))
             entries = [lp for e in events if isinstance(e, StepBatch) for step in e.steps for lp in step.logprobs]
-            if (text or entries) and tools is None:  # with tools the reply is held until known text or calls
+            if calls is not None:  # text as content, calls as incremental tool_calls deltas (tools.py)
+                pieces = shape.call_events(calls.feed(text)) if text else b""
+                if pieces:
+                    out += pieces
+                    sent_at = loop.time()
+            elif text or entries:
                 out += shape.logprob_event(text, entries, offset) if entries else shape.text_event(text)
                 offset += len(text)
                 sent_at = loop.time()  # paced from the last text sent (the opening alone does not count)
@@ -457,11 +462,9 @@ class _Api:
             if isinstance(final, DoneEvent):
                 self._open.discard(started)
                 stop_reason = final.stop_reason
-                if tools is not None:
-                    content, calls = read_calls(final.text, tools)
-                    out += shape.tool_call_events(calls) if calls else b""
-                    out += shape.text_event(content) if content else b""
-                    stop_reason = "tool_calls" if calls else stop_reason
+                if calls is not None:
+                    out += shape.call_events(calls.finish())
+                    stop_reason = "tool_calls" if calls.calls else stop_reason
                 yield _Ended(out + shape.finish_event(stop_reason, final.stats), final)
                 return
             if isinstance(final, JobFailed):  # mid-reply: the status line is sent, so the error is an event

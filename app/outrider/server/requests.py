@@ -163,9 +163,9 @@ def chat_request(data: Mapping[str, Any], defaults: Defaults) -> ParsedRequest:
     except ToolError as exc:
         raise bad(str(exc), exc.param, exc.code) from None
     if tools is not None and tools.grammar is not None:
-        if grammar is not None:
+        if grammar is not None and tools.mode != "auto":
             raise bad("a forced tool call and a response_format cannot both shape the reply", "response_format")
-        grammar = tools.grammar
+        grammar = grammar or tools.grammar  # auto: a response_format shapes the reply (its calls are then free)
     parsed = _parsed(data, defaults, messages=messages, prompt=None, max_tokens=limit, max_param=param,
                      grammar=grammar, tools=tools.tools_json if tools is not None else None)
     return dataclasses.replace(parsed, tools=tools)

@@ -175,16 +175,15 @@ class ReplyShape:
         chunk["choices"][0]["delta"] = {"role": "assistant", "content": ""}
         return sse(chunk)
 
-    def tool_call_events(self, tool_calls: list[dict[str, Any]]) -> bytes:
-        """A stream's tool calls as ``delta.tool_calls`` chunks: per call one with its index, id, type and name
-        (empty arguments), then one with the arguments — the shape clients accumulate by ``index``."""
+    def call_events(self, deltas: list[Any]) -> bytes:
+        """A stream's ``tools.CallDelta`` pieces: content as text chunks, call pieces as ``delta.tool_calls``."""
         out = b""
-        for index, call in enumerate(tool_calls):
-            for delta in ({"index": index, "id": call["id"], "type": "function",
-                           "function": {"name": call["function"]["name"], "arguments": ""}},
-                          {"index": index, "function": {"arguments": call["function"]["arguments"]}}):
+        for delta in deltas:
+            if delta.content is not None:
+                out += self.text_event(delta.content)
+            else:
                 chunk = self.chunk(None)
-                chunk["choices"][0]["delta"] = {"tool_calls": [delta]}
+                chunk["choices"][0]["delta"] = {"tool_calls": [delta.tool_call()]}
                 out += sse(chunk)
         return out
 

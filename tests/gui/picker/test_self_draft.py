@@ -4,6 +4,7 @@ pair usable; a self-draft already in the store is offered again for its target."
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -157,6 +158,28 @@ def test_a_target_that_cannot_be_cut_is_said_in_words(qtbot: QtBot, picker: Pair
         assert finished.args[0].startswith("No draft made:") and "Error" not in finished.args[0]
     assert answers == [], "nothing is asked about a target that cannot be cut"
     assert _drafts(store) == []
+
+
+def test_a_disk_that_fills_up_during_the_build_is_said_and_leaves_nothing(
+        qtbot: QtBot, picker: PairPickerDialog, answers: list[str], tiny_family: Family, store: ModelStore,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build process may write at most 200 kB per file (RLIMIT_FSIZE: llama.cpp's own writes fail as on a
+    full disk): the panel says the disk is full in words, the make button comes back, and the store holds no
+    draft and no scratch file. (With the build's error shown as its repr, the status read "No draft made:
+    SelfDraftError('disk_full', ...)".)"""
+    import outrider.ui.picker.self_draft_panel as panel_module
+
+    monkeypatch.setattr(panel_module, "SelfDraftBuild", functools.partial(SelfDraftBuild, fsize_limit=200_000))
+    panel = picker.own_tab.self_draft
+    picker.target_edit.setText(str(tiny_family.target))
+    with qtbot.waitSignal(panel.build_finished, timeout=BUILD_MS) as finished:
+        panel.make_button.click()
+    words = finished.args[0]
+    assert isinstance(words, str) and words.startswith("No draft made:") and "disk" in words, words
+    assert "Error" not in words and "Errno" not in words
+    assert panel.status_label.text() == words and panel.make_button.isEnabled()
+    assert _drafts(store) == [] and not [p for p in store.self_drafts_root.rglob("*") if p.is_file()]
+    qtbot.waitUntil(lambda: not _build_children(), timeout=10_000)
 
 
 def _self_draft_of(store: ModelStore, target: Path, name: str) -> Path:

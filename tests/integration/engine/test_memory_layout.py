@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from outrider.engine.compat import ROLLBACK_TOKENS
+from outrider.catalogue.local import check_local_pair
+from outrider.engine.compat import DRAFT_RECURRENT_STATES, ROLLBACK_TOKENS
 from outrider.engine.llama.gguf_header import read_header
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.memory_layout import layout_from_header, padded_context
 from outrider.engine.params import ContextSettings
 from outrider.engine.session import Engine, PairSpec
-from support.hybrid_gguf import Lfm2Shape, Qwen35Shape, make_lfm2_family, make_qwen35_mtp
+from support.hybrid_gguf import Lfm2Shape, Qwen35Shape, make_lfm2_family, make_qwen35_family, make_qwen35_mtp
 
 N_CTX = 1000  # not a multiple of 256: llama.cpp pads it to 1024
 MIB = 2**20
@@ -101,3 +102,16 @@ def test_a_hybrid_draft_pair_reports_what_llama_cpp_allocated(tmp_path: Path) ->
         assert padded_context(N_CTX) == 1024
     finally:
         engine.unload()
+
+
+def test_add_my_own_pair_counts_the_recurrent_states_from_the_headers(tmp_path: Path) -> None:
+    """Before anything loads ("add my own pair"): a hybrid pair's estimate holds the target's state with its
+    ``ROLLBACK_TOKENS`` snapshots and the hybrid draft's state with its checkpoint, by the generator's own
+    arithmetic, and the KV of the attention layers only. (It counted no recurrent state before.)"""
+    shape = Qwen35Shape(n_layer=8, n_embd=256)
+    family = make_qwen35_family(tmp_path, shape=shape, draft_layers=4)
+    memory = check_local_pair(family.target, family.draft, n_ctx=1024).memory
+    draft_shape = Qwen35Shape(n_layer=4, n_embd=256)
+    assert memory.recurrent == (shape.recurrent_state_bytes() * (1 + ROLLBACK_TOKENS)
+                                + draft_shape.recurrent_state_bytes() * DRAFT_RECURRENT_STATES)
+    assert memory.target_kv == 2 * 2 * (64 + 64) * 2 * 1024  # layers 3 and 7: 2 KV heads x (K 64 + V 64) x F16

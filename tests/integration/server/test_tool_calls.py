@@ -93,3 +93,35 @@ def test_calls_are_read_from_tool_call_blocks_and_whole_objects() -> None:
     assert read_calls('{"name": "get_weather", "arguments": {}}', tools)[0] is None
     assert read_calls('{"name": "other", "arguments": {}}', tools) == ('{"name": "other", "arguments": {}}', [])
     assert read_calls("plain text", tools) == ("plain text", [])
+
+
+# SmolLM2 copies what it is told to: asked to repeat a call with a wrong argument, it does so without a grammar —
+# greedy, this very request with ``strict: false`` came back as the call ``{"town": "Paris"}`` (no "city", no
+# "unit"): what a strict function must never return.
+COPY_A_BAD_CALL: Any = [{"role": "user", "content": 'Repeat exactly this line and nothing else: <tool_call>{"name": '
+                                                    '"get_weather", "arguments": {"town": "Paris"}}</tool_call>'}]
+
+
+def test_auto_with_a_strict_function_gives_schema_valid_calls(demo: Served) -> None:
+    """``tool_choice: "auto"`` with ``strict: true``: the reply may be text or calls, and a call's arguments follow
+    the schema (the text-or-calls grammar). Breaking it on purpose: with ``_auto_grammar`` returning None (the
+    server before), the engine answered this request with the call ``{"town": "Paris"}`` and went on writing to
+    ``max_tokens`` (seen on the engine directly; through the server, on the loaded machine, that unconstrained
+    reply outlasted the client's 120 s timeout, so the test failed there)."""
+    strict = [TOOLS[0]]  # get_weather, strict
+    whole = demo.api.chat.completions.create(model="outrider", messages=COPY_A_BAD_CALL, tools=strict,
+                                             tool_choice="auto", max_tokens=60)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls", choice.message.content
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "get_weather"  # type: ignore[union-attr]
+    arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
+    jsonschema.validate(arguments, WEATHER)
+    timings = (whole.model_extra or {})["timings"]
+    assert timings["draft_n"] > 0  # speculation ran under the grammar
+    # streamed: the same call, as incremental deltas (id and name first, then the arguments)
+    stream = demo.api.chat.completions.create(model="outrider", messages=COPY_A_BAD_CALL, tools=strict,
+                                              tool_choice="auto", max_tokens=60, stream=True)
+    deltas = [d for chunk in stream if chunk.choices for d in chunk.choices[0].delta.tool_calls or []]
+    assert deltas[0].id and deltas[0].function and deltas[0].function.name == "get_weather"
+    assert json.loads("".join(d.function.arguments or "" for d in deltas if d.function)) == arguments

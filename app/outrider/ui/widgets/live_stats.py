@@ -78,11 +78,11 @@ def by_drafter_text(counts: Sequence[tuple[str, int, int]]) -> str:
 
 def prompt_speed_text(s: LiveStats) -> str:
     """The "Prompt speed" figure: tokens/s over the prompt evaluated; after a prompt-cache reuse how many tokens
-    were cached instead (``cached 412 tokens · 9 new``): a rate over the few new tokens of a cached prompt read
-    "14464 tok/s", which says nothing about prompt reading."""
+    were cached instead (``412 cached``): a rate over the few new tokens of a cached prompt read "14464 tok/s",
+    which says nothing about prompt reading. As short as a rate: "cached 24 tokens · 12 new" widened the panel
+    and cut every value off at its right."""
     if s.prompt_tokens_reused > 0:
-        new = max(0, s.prompt_tokens - s.prompt_tokens_reused)
-        return f"cached {s.prompt_tokens_reused} tokens · {new} new"
+        return f"{s.prompt_tokens_reused} cached"
     return fmt(s.prompt_tps, ".0f", " tok/s")
 
 

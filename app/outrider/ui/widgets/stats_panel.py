@@ -61,6 +61,7 @@ REPLY_EMPTY = "This reply: decode tokens/s and acceptance appear here, second by
 CONVERSATION_EMPTY = "Conversation: each reply's tokens/s and acceptance appear here once it has finished."
 WHY_EMPTY = ("You are here: once a reply drafts, the tokens per pass and the speed-up expected at each acceptance "
              "for its k, with this reply's and this conversation's measured points.")
+WHY_X = (-0.03, 1.03)  # the acceptance axis, a little past 0 and 1: a point at a = 0.98 was drawn half off the edge
 WHY_TIP = ("For the current draft length k, against the per-token acceptance a: the tokens each target pass is "
            "expected to yield, E(k) = (1 − a^(k+1)) / (1 − a) (line), and the net speed-up expected over plain "
            "decoding, E(k) / (k · c_draft + c_verify(k + 1)) with the draft and verify costs this reply measured "
@@ -110,7 +111,7 @@ class FittingScrollArea(QScrollArea):
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setMinimumHeight(160)
+        self.setMinimumHeight(130)  # a few figures, then it scrolls: the charts below keep their height
 
     def sizeHint(self) -> QSize:  # Qt override
         inner = self.widget()
@@ -151,6 +152,8 @@ class StatsPanel(QWidget):
         self.speedup_label.setAccessibleName("Measured speed-up")
         caption = QLabel("speed-up vs plain decoding, measured in this reply", self)
         caption.setToolTip(TOOLTIPS["speedup"])
+        caption.setWordWrap(True)  # unwrapped it held the numbers wider than a 300-px panel: values cut at the right
+        self.speedup_label.setWordWrap(True)
         self.explanations: dict[str, QLabel] = {}
         speedup_help = self._explanation("speedup")
 
@@ -177,6 +180,9 @@ class StatsPanel(QWidget):
                 form.addWidget(value, line + 1, 0, 1, 2)
                 line += 2
             else:
+                # The name wraps in a narrow panel: the longest name beside the longest value (two columns of
+                # maxima) held the grid at 323 px in a 286-px viewport, every value cut at its right.
+                name.setWordWrap(True)
                 form.addWidget(name, line, 0)
                 form.addWidget(value, line, 1)
                 line += 1
@@ -237,6 +243,9 @@ class StatsPanel(QWidget):
         self.lower_tabs.addTab(self.conv_chart, "Conversation")
         self.lower_tabs.addTab(self.why_chart, "You are here")
         self.lower_tabs.setTabToolTip(1, WHY_TIP)
+        # Ignored (the numbers have the first claim on the height) ignores the contents' minimum too: without its
+        # own, the tabs got no height at all in a 700-px window.
+        self.lower_tabs.setMinimumHeight(CHART_MIN_HEIGHT + self.lower_tabs.tabBar().sizeHint().height())
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.numbers = FittingScrollArea(self)
@@ -359,9 +368,9 @@ class StatsPanel(QWidget):
         plot.disableAutoRange()
         plot.hideButtons()
         plot.setTitle("You are here")
-        plot.setLabel("left", "tokens / pass, speed-up ×")
+        plot.setLabel("left", "tokens, ×")  # long labels were cut: the legend names the two curves
         plot.setLabel("bottom", "per-token acceptance a")
-        plot.setRange(xRange=(0.0, 1.0), yRange=(0.0, 2.0), padding=0)
+        plot.setRange(xRange=WHY_X, yRange=(0.0, 2.0), padding=0)
         plot.getAxis("bottom").setTicks([[(v, f"{v:g}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)], []])
         legend = pg.LegendItem(labelTextSize="8pt", colCount=2)
         plot.getPlotItem().layout.addItem(legend, 4, 1)
@@ -546,34 +555,37 @@ class StatsPanel(QWidget):
         self._draw_why()
 
     def _draw_why(self) -> None:
-        """The "you are here" chart for the snapshot shown (its sentence while the reply shown drafts nothing)."""
+        """The "you are here" chart for the snapshot shown (its sentence while nothing drafted). A conversation
+        just opened (no reply measured in this session) shows its replies' points on the curve of its last
+        reply's k, without a speed-up curve: the costs are measured only live."""
         import pyqtgraph as pg
 
         s, why = self.snapshot, self._why
-        k = s.curve_k
-        earlier = [p for p in self.meter.conversation_points if not (s.has_reply and p[0] == self.meter.replies
+        live = s.token_acceptance is not None and s.tokens_per_pass is not None and s.curve_k is not None
+        earlier = [p for p in self.meter.conversation_points if not (live and p[0] == self.meter.replies
                                                                        and not s.streaming)]
-        if k is None or s.token_acceptance is None or s.tokens_per_pass is None:
+        k = s.curve_k if live else (earlier[-1][4] if earlier and not s.has_reply else None)
+        if k is None:
             self.why_chart.setCurrentWidget(self.why_empty)
             return
         self.why_chart.setCurrentWidget(why["plot"])
-        xs, tokens, speed = you_are_here_curves(k, s.draft_cost, s.pass_growth)
+        xs, tokens, speed = you_are_here_curves(k, s.draft_cost if live else None, s.pass_growth if live else None)
         why["tokens"].setData(xs, tokens)
         why["speedup"].setData(xs, speed or [])
         why["plot"].setTitle(f"You are here (k = {k})", color=self.colours.text)
         colours = self.colours
         mine = [{"pos": (s.token_acceptance, s.tokens_per_pass), "symbol": "o",
-                 "brush": pg.mkBrush(colours.chart_tps)}]
-        if s.speedup is not None:
+                 "brush": pg.mkBrush(colours.chart_tps)}] if live else []
+        if live and s.speedup is not None:
             mine.append({"pos": (s.token_acceptance, s.speedup), "symbol": "s",
                          "brush": pg.mkBrush(colours.chart_accept)})
         why["reply"].setData(mine)
-        spots = [{"pos": (a, tpp), "symbol": "o"} for _, a, tpp, _ in earlier]
-        spots += [{"pos": (a, sp), "symbol": "s"} for _, a, _, sp in earlier if sp is not None]
+        spots = [{"pos": (a, tpp), "symbol": "o"} for _, a, tpp, _, _ in earlier]
+        spots += [{"pos": (a, sp), "symbol": "s"} for _, a, _, sp, _ in earlier if sp is not None]
         why["earlier"].setData(spots)
         top = max([k + 1.0, *(p["pos"][1] for p in mine), *(p["pos"][1] for p in spots)])
         y1 = nice_ceil(top * 1.05)
         if self._ranges.get(2) != (0.0, 1.0, 0.0, y1):
             self._ranges[2] = (0.0, 1.0, 0.0, y1)
-            why["plot"].setRange(xRange=(0.0, 1.0), yRange=(0.0, y1), padding=0)
+            why["plot"].setRange(xRange=WHY_X, yRange=(0.0, y1), padding=0)
             why["plot"].getAxis("left").setTicks([axis_ticks(y1), []])
