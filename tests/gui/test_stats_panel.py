@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from outrider.conversation.meter import ReplyMeter, reply_points
 from outrider.engine.stats import GenerationStats
 from outrider.history import Message, MessageStatus, ReplyStats, Role
-from outrider.ui.widgets.live_stats import EXPLANATIONS, ReplyMeter, reply_points
+from outrider.ui.widgets.live_stats import EXPLANATIONS
 from outrider.ui.widgets.stats_panel import CONVERSATION_EMPTY, REPLY_EMPTY, ROWS, StatsPanel
 
 

@@ -36,13 +36,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from outrider.conversation.meter import LiveStats, ReplyMeter
 from outrider.ui.settings import QtSettings
 from outrider.ui.theme import LIGHT, ThemeColours
 from outrider.ui.widgets.live_stats import (
     EXPLANATIONS,
     TOOLTIPS,
-    ReplyMeter,
-    Snapshot,
     by_drafter_text,
     fmt,
     format_speedup,
@@ -132,7 +131,7 @@ class StatsPanel(QWidget):
     Attributes:
         meter: the ``ReplyMeter`` it reads.
         settings: the settings (optional): the warning offers "Auto k" only while k is fixed.
-        snapshot: the last snapshot shown.
+        snapshot: the last ``LiveStats`` shown.
     """
 
     draft_off_requested = Signal()
@@ -143,7 +142,7 @@ class StatsPanel(QWidget):
         super().__init__(parent)
         self.meter = meter
         self.settings = settings
-        self.snapshot = Snapshot()
+        self.snapshot = LiveStats()
         self.colours: ThemeColours = LIGHT
         self.setMinimumWidth(300)
 
