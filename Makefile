@@ -51,7 +51,7 @@ lint: $(RPC_STAMP)
 # tests (window, widgets, keyboard, About, no-display) and the smoke test. Needs xvfb and the xcb libraries (README).
 XCB_TESTS := tests/gui/test_main_window.py tests/gui/test_widgets.py tests/gui/test_desktop.py tests/gui/test_startup.py \
              tests/gui/test_conversation_list.py tests/gui/test_conversation_export.py tests/gui/picker/test_picker.py \
-             tests/gui/test_narrow_window.py tests/gui/test_theme_disabled.py tests/gui/test_chat_session.py \
+             tests/gui/test_narrow_window.py tests/gui/test_theme_disabled.py \
              tests/gui/test_stats_panel.py tests/gui/picker/test_columns.py
 XVFB      := xvfb-run -a -s "-screen 0 1600x1000x24"
 

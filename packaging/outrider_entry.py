@@ -4,9 +4,9 @@ A frozen app has no ``python -m``: ``sys.executable`` is this bundle's binary, y
 processes with it. So the arguments are dispatched before anything else is imported:
 
 * ``--outrider-engine-process ...`` → the engine process (``outrider.worker.launch.worker_command()`` uses it);
-* ``[-X opt] [-u] -m <module> args...`` → run an allow-listed module as ``__main__`` (``outrider.worker.server``,
-  ``outrider.catalogue.download``, ...), the form the source tree uses, so ``DownloadManager.child_command``
-  (``[sys.executable, "-m", "outrider.catalogue.download"]``) needs no override;
+* ``[-X opt] [-u] -m <module> args...`` → run an allow-listed module as ``__main__``
+  (``outrider.worker.engine_process``, ``outrider.catalogue.download``, ...), the form the source tree uses, so
+  ``DownloadManager.child_command`` (``[sys.executable, "-m", "outrider.catalogue.download"]``) needs no override;
 * anything else → ``outrider.cli.main`` (the app with no arguments, ``--smoke-test``, ``generate``, ...).
 
 Windowed builds (``console=False``; Windows' pythonw-like mode) have ``sys.stdout``/``sys.stderr`` set to None:
@@ -25,7 +25,7 @@ RUNNABLE_MODULES = frozenset({
     "outrider",
     "outrider.cli",
     "outrider.worker",
-    "outrider.worker.server",
+    "outrider.worker.engine_process",
     "outrider.catalogue.download",
 })
 # Interpreter options a helper command line may carry before ``-m``; they are accepted and ignored

@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from outrider.demo import demo_model_path  # noqa: E402
 from outrider.engine.chain_draft import ChainDraft  # noqa: E402
-from outrider.engine.drafters import DraftSource, PromptLookupDraft, common_prefix_length  # noqa: E402
+from outrider.engine.drafters import Drafter, PromptLookupDraft, common_prefix_length  # noqa: E402
 from outrider.engine.history_draft import HistoryLookupDraft  # noqa: E402
 from outrider.engine.history_index import HistoryIndex  # noqa: E402
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams, SamplingParams  # noqa: E402
@@ -162,7 +162,7 @@ def reply(engine: Engine, messages: tuple[ChatMessage, ...], tokens: int, *, pla
     raise AssertionError("no done event")
 
 
-def replay(drafter: DraftSource, prompt: Sequence[int], reference: Sequence[int], k: int) -> Replay:
+def replay(drafter: Drafter, prompt: Sequence[int], reference: Sequence[int], k: int) -> Replay:
     """Greedy speculative decoding of ``reference`` with ``drafter`` at k (see the module docstring): each step
     the drafter proposes (a chain up to the step's reach, as the decoder lets it), the agreeing prefix is kept and
     the reference's next token is the target's."""

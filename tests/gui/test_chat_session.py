@@ -553,6 +553,7 @@ def test_continue_after_a_restart_resumes_from_the_stored_token_ids(qtbot: Any, 
     assert last.text == "One\n\nTwoThree" and last.stats is not None
     assert "tokens" not in last.stats.extra  # it ended by itself: never continued, its ids take no room
     again.close()
+    again.bridge.shutdown()  # its engine thread (the fixture shuts down the first window's only)
 
 
 def test_a_reply_stored_without_token_ids_is_continued_from_its_text(qtbot: Any, chat: Any, tmp_path: Path) -> None:

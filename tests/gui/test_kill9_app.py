@@ -1,11 +1,12 @@
 """kill -9 of the real app (``outrider --smoke-test``, offscreen) in the middle of a reply, ten times.
 
-The app checkpoints a streaming reply every second (``ui/chat_session.py``'s timer, ``CHECKPOINT_MS``). Watched
+The app checkpoints a streaming reply every second (``CHECKPOINT_INTERVAL_S``: the conversation flow's cadence, asked
+on every batch of steps and on the GUI's ``TICK_S`` timer). Watched
 from outside through a read-only connection, the stored reply must grow at that cadence while it streams, and a
 kill loses at most the last second: the user's message is always there, the reply is kept up to its last
 checkpoint (no older than about a second at the kill, however busy the machine), and the file is sound. Breaking
-it: with the checkpoint timer never started, the stored reply stayed empty while it streamed ("no checkpoint while
-streaming: stored only at its end").
+it: with no checkpoint taken while streaming (the timer, then the only trigger, never started), the stored reply
+stayed empty while it streamed ("no checkpoint while streaming: stored only at its end").
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from outrider.conversation.cadence import CHECKPOINT_INTERVAL_S, TICK_S
 from outrider.history import HistoryStore, Message, MessageStatus
 from outrider.ui.app import SMOKE_MAX_TOKENS_ENV, SMOKE_MESSAGE_ENV
-from outrider.ui.chat_session import CHECKPOINT_MS
 
 pytestmark = [pytest.mark.slow, pytest.mark.smollm]
 
@@ -33,6 +34,7 @@ KILLS = 10
 # How stale the last checkpoint may be at the kill: the 1 s cadence plus what a loaded 2-core machine adds
 # (the store thread's fsync, a descheduled GUI thread). Measured here: at most ~1.3 s under load.
 SLACK_S = 1.5
+STALE_LIMIT_S = CHECKPOINT_INTERVAL_S + TICK_S + SLACK_S  # the cadence's own bound, plus the machine's
 
 
 def _streaming_reply(db: Path) -> tuple[str | None, int] | None:
@@ -109,8 +111,8 @@ def test_kill9_of_the_app_mid_reply_loses_at_most_the_last_second(tmp_path: Path
         home = tmp_path / f"run-{run}"
         stored, stale_s, gaps = _run_and_kill(home, rng)
         assert stored > 0, f"run {run}: no checkpoint before the kill"
-        assert stale_s <= CHECKPOINT_MS / 1000 + SLACK_S, f"run {run}: last checkpoint {stale_s:.2f} s before the kill"
-        assert all(gap <= CHECKPOINT_MS / 1000 + SLACK_S for gap in gaps), f"run {run}: gaps {gaps}"
+        assert stale_s <= STALE_LIMIT_S, f"run {run}: last checkpoint {stale_s:.2f} s before the kill"
+        assert all(gap <= STALE_LIMIT_S for gap in gaps), f"run {run}: gaps {gaps}"
         with HistoryStore.open(home) as store:
             (summary,) = store.list_conversations()
             messages = [m for m in store.get_conversation(summary.id).messages if isinstance(m, Message)]

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from outrider.conversation.meter import ReplyMeter, reply_points
 from outrider.engine.stats import GenerationStats
 from outrider.history import Message, MessageStatus, ReplyStats, Role
-from outrider.ui.widgets.live_stats import EXPLANATIONS, ReplyMeter, reply_points
+from outrider.ui.widgets.live_stats import EXPLANATIONS
 from outrider.ui.widgets.stats_panel import CONVERSATION_EMPTY, REPLY_EMPTY, ROWS, StatsPanel
 
 
@@ -435,10 +436,18 @@ def test_no_figure_is_cut_off_in_the_narrowest_panel(qtbot: Any, panel: Any) -> 
     speed-up range), every value ends inside the numbers' viewport. Before (seen in the dark screenshot, every
     value cut at its right edge): the unwrapped caption under the speed-up (307 px) and a prompt figure "cached
     12000 tokens · 345 new" held the grid wider than the 286-px viewport; this test read "decode_now ends at 319
-    of 286"."""
+    of 286"; with the theme's 13-pt figures, the longest name beside the longest value still did (323 px: "ends
+    at 311 of 286" under xcb) until the names wrap."""
     from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QApplication
+
+    from outrider.ui.theme import apply_theme
 
     widget, meter, clock = panel
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    sheet = app.styleSheet()
+    apply_theme(app, "light")  # the figures' own font (13 pt bold, the theme's QSS): what the window shows
     widget.resize(widget.minimumWidth(), 800)
     meter.begin_reply()
     clock.now += 0.5
@@ -452,3 +461,4 @@ def test_no_figure_is_cut_off_in_the_narrowest_panel(qtbot: Any, panel: Any) -> 
         assert right <= viewport.width(), f"{key} {value.text()!r} ends at {right} of {viewport.width()}"
         if not value.wordWrap():
             assert value.width() >= value.sizeHint().width(), f"{key} {value.text()!r} squeezed"
+    app.setStyleSheet(sheet)

@@ -13,15 +13,17 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QTextCharFormat
 from PySide6.QtWidgets import QPushButton
 
+from outrider.conversation.meter import LiveStats, ReplyMeter
+from outrider.conversation.reply_text import ReplyText
 from outrider.engine.events import StepEvent
 from outrider.engine.stats import GenerationStats
 from outrider.settings import AppSettings
 from outrider.ui.settings import QtSettings
 from outrider.ui.theme import DARK, LIGHT
-from outrider.ui.widgets.chat_items import MessageItem, ReplyText
+from outrider.ui.widgets.chat_items import MessageItem
 from outrider.ui.widgets.chat_view import ChatView
 from outrider.ui.widgets.conversation_list import ConversationListModel, ConversationRow
-from outrider.ui.widgets.live_stats import ReplyMeter, Snapshot, format_speedup
+from outrider.ui.widgets.live_stats import format_speedup
 from outrider.ui.widgets.stats_panel import StatsPanel
 from support.stats import measured_stats
 
@@ -185,7 +187,7 @@ def test_meter_takes_the_engines_figures_as_they_are() -> None:
     assert (snap.speedup, snap.speedup_low, snap.speedup_high, snap.plain_tps) == pytest.approx(
         (1.234, 1.178, 1.29, 17.5))
     assert not snap.slower_than_plain and meter.reply_series
-    assert not hasattr(meter, "set_baseline") and "baseline_tps" not in Snapshot.__dataclass_fields__
+    assert not hasattr(meter, "set_baseline") and "baseline_tps" not in LiveStats.__dataclass_fields__
 
 
 @pytest.mark.parametrize(("speedup", "high", "slower"), [

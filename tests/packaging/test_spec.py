@@ -57,7 +57,7 @@ def test_spec_runs_and_collects_what_the_app_needs(monkeypatch: pytest.MonkeyPat
         assert any(name.startswith("libggml-rpc.so") and dest == "llama_cpp/lib" for name, dest in libs)
     assert "outrider.commands.rpc_worker" in set(analysis["hiddenimports"])
     hidden = set(analysis["hiddenimports"])
-    assert {"outrider.ui.app", "outrider.worker.server", "outrider.catalogue.download",
+    assert {"outrider.ui.app", "outrider.worker.engine_process", "outrider.catalogue.download",
             "outrider.commands.generate"} <= hidden
     assert {"outrider.server.app", "outrider.commands.serve", "uvicorn.protocols.http.h11_impl",
             "uvicorn.loops.asyncio", "uvicorn.lifespan.off"} <= hidden  # outrider serve in the bundle
@@ -78,8 +78,8 @@ def test_spec_reads_the_version_from_pyproject() -> None:
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
-    (["-m", "outrider.worker.server", "--log", "x"], ("outrider.worker.server", ["--log", "x"])),
-    (["-X", "utf8", "-m", "outrider.worker.server"], ("outrider.worker.server", [])),
+    (["-m", "outrider.worker.engine_process", "--log", "x"], ("outrider.worker.engine_process", ["--log", "x"])),
+    (["-X", "utf8", "-m", "outrider.worker.engine_process"], ("outrider.worker.engine_process", [])),
     (["-Xutf8", "-u", "-moutrider.catalogue.download"], ("outrider.catalogue.download", [])),
     (["-I", "-m", "outrider", "generate", "-m", "x"], ("outrider", ["generate", "-m", "x"])),
     (["generate", "-m", "outrider.cli"], None),

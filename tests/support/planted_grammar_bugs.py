@@ -23,7 +23,8 @@ import pytest
 
 from outrider.engine import grammar as grammar_module
 from outrider.engine import speculative
-from outrider.engine.drafters import EMPTY_DRAFT, Draft, ModelDraft
+from outrider.engine.draft import EMPTY_DRAFT, Draft
+from outrider.engine.drafters import ModelDraft
 from outrider.engine.grammar import GrammarMask
 from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist, distribution, draft_token, greedy_token

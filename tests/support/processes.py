@@ -13,7 +13,7 @@ WAIT_LIMIT_S = 180.0
 
 
 def engine_of(parent_pid: int, within: float = WAIT_LIMIT_S) -> int:
-    """The pid of the engine process (``outrider.worker.server``) whose parent is ``parent_pid``.
+    """The pid of the engine process (``outrider.worker.engine_process``) whose parent is ``parent_pid``.
 
     Raises ``AssertionError`` when none appears ``within`` seconds.
     """
@@ -27,7 +27,7 @@ def engine_of(parent_pid: int, within: float = WAIT_LIMIT_S) -> int:
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == parent_pid and b"outrider.worker.server" in cmdline:
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent_pid and b"outrider.worker.engine_process" in cmdline:
                 return int(entry)
         time.sleep(0.05)
     raise AssertionError(f"no engine process under pid {parent_pid}")

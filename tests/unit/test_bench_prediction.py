@@ -44,7 +44,7 @@ def test_prediction_uses_the_per_token_acceptance() -> None:
 
 def test_bench_row_names_the_measured_ab_and_the_prediction() -> None:
     row = bench_row("p", "prompt", {"plain": [_plain()], "spec": [_spec()]})
-    assert row["speedup"] == pytest.approx(row["spec_tps"] / row["plain_tps"])  # the A/B of whole runs
+    assert row["ab_speedup"] == pytest.approx(row["spec_decode_tps"] / row["plain_decode_tps"])  # the A/B of whole runs
     assert row["predicted_speedup"] == pytest.approx(predicted_speedup(_spec(), _plain()))
     assert row["token_acceptance"] == pytest.approx(0.75)
     assert row["in_reply_speedup"] == pytest.approx(_spec()["speedup"])

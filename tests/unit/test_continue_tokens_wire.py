@@ -8,8 +8,8 @@ import pytest
 from outrider.engine.params import ChatMessage, TextRequest
 from outrider.history import ReplyStats
 from outrider.history.reply_tokens import decode_tokens, with_tokens
+from outrider.worker.engine_process import _BadRequest, _build_request
 from outrider.worker.protocol import request_to_wire
-from outrider.worker.server import _BadRequest, _build_request
 
 HISTORY = (ChatMessage("user", "Count"), ChatMessage("assistant", "One\n\n"))
 

@@ -12,8 +12,8 @@ from outrider.commands.engine_options import text_request
 from outrider.engine.params import DEFAULT_SAMPLER, SamplingParams, TextRequest
 from outrider.engine.sampling import resolve_seed
 from outrider.server.requests import ApiError, Defaults, chat_request, completion_request
+from outrider.worker.engine_process import _build_request
 from outrider.worker.protocol import request_to_wire
-from outrider.worker.server import _build_request
 
 
 def _args(*extra: str) -> list[str]:

@@ -1,8 +1,10 @@
 """``outrider ask "message"``: one turn through the engine, stored in the same history as the app.
 
-Order of writes (docs/history.md): the user's message is committed before generation starts; the streamed
-reply is checkpointed at least once a second and finished with its statistics; a crash or an interrupt leaves
-it ``interrupted`` with the text streamed so far.
+The turn is the app's: ``ConversationFlow`` (``outrider.conversation``) over the history directly
+(``DirectStore``), with the engine's loop run here. Order of writes (docs/history.md): the user's message is
+committed before generation starts; the streamed reply is checkpointed at the flow's cadence (at least once a
+second while text arrives) and finished with its statistics; a crash or an interrupt leaves it ``interrupted``
+with the text streamed so far.
 
 Nothing is stored until everything that can be checked was: the text is UTF-8, the options (``--max-tokens`` …)
 are valid, the model files exist and the pair has loaded. A new conversation, its system prompt and the question
@@ -19,9 +21,13 @@ from typing import TYPE_CHECKING, Any
 from outrider.commands.base import EXIT_ENGINE_CRASHED, EXIT_RUNTIME, CliError, print_json
 from outrider.commands.engine_options import CommandEngine, add_model_options, is_done, open_engine, text_request
 from outrider.commands.generate import format_summary
+from outrider.conversation.flow import FlowListener, TurnError
+from outrider.engine.events import DoneEvent, StepBatch
 
 if TYPE_CHECKING:
-    from outrider.history.turns import EndReason
+    from outrider.conversation.flow import ConversationFlow
+    from outrider.engine.params import TextRequest
+    from outrider.history.turns import EndReason, ReplyEnd
 
 
 def register(sub: Any) -> None:
@@ -35,31 +41,12 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_ask, stop=[])
 
 
-def _stored_question(turns: Any, args: argparse.Namespace) -> int:
-    """Commit the question (and, for a new conversation, the conversation and system prompt) in one transaction.
-
-    Returns the conversation id. A full disk stores nothing: no empty conversation is left behind.
-    """
-    from outrider.history import DiskFullError
-
-    try:
-        return int(turns.ask(args.message, conversation_id=args.conversation, system=args.system).conversation_id)
-    except DiskFullError as exc:
-        raise CliError(
-            f"disk full: your message was not stored in {exc.path}; free some space and ask again", EXIT_RUNTIME
-        ) from None
-
-
 def cmd_ask(args: argparse.Namespace) -> int:
     from outrider.commands.chats import check_text, open_history, store_error
     from outrider.commands.engine_options import pair_spec
-    from outrider.history import (
-        ConversationNotFoundError,
-        DiskFullError,
-        RecordUnreadableError,
-        StoreError,
-    )
-    from outrider.history.turns import ChatTurns, reply_finished, reply_interrupted, reply_stats
+    from outrider.conversation.direct_store import DirectStore
+    from outrider.conversation.flow import ConversationFlow, TurnPlan
+    from outrider.history import ConversationNotFoundError, RecordUnreadableError, StoreError
 
     # Everything that can be checked is checked before the history is touched: a bad option never leaves an
     # empty conversation behind.
@@ -81,60 +68,120 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 except RecordUnreadableError as exc:
                     raise CliError(str(exc), EXIT_RUNTIME) from None
             engine = open_engine(args)  # a model that does not load leaves nothing behind either
-            turns = ChatTurns(store)
-            conversation_id = _stored_question(turns, args)  # committed before generation starts
-            try:
-                begun = turns.begin_reply(conversation_id)
-            except DiskFullError:
-                raise CliError(
-                    f"disk full: the reply cannot be stored; your message is kept in conversation {conversation_id}",
-                    EXIT_RUNTIME,
-                ) from None
-            request = text_request(args, history=begun.history)
-            reply_id = begun.reply_id
-            checkpointer = turns.checkpointer(reply_id)
-            text = ""
-            try:
-                for event in engine.run(request):
-                    if is_done(event):
-                        s = event.stats
-                        stats = reply_stats(s, event.stop_reason, temperature=args.temperature)
-                        reply_finished(text, event.stop_reason, stats).write(checkpointer)
-                        if args.json:
-                            print_json({"event": "done", "conversation": conversation_id, "message": reply_id,
-                                        "stop_reason": event.stop_reason, "stats": s.to_dict()})
-                        else:
-                            sys.stdout.write("\n")
-                            sys.stderr.write(format_summary(s.to_dict(), event.stop_reason) + "\n")
-                            sys.stderr.write(f"-- stored in conversation {conversation_id}\n")
-                        continue
-                    text += event.text
-                    checkpointer.update(text)
-                    if args.json:
-                        print_json({"event": "step", "tokens": event.tokens, "text": event.text,
-                                    "drafted": event.drafted})
-                    else:
-                        sys.stdout.write(event.text)
-                        sys.stdout.flush()
-            except (KeyboardInterrupt, CliError) as exc:  # the partial reply is kept, with how it ended
-                reply_interrupted(text, _end_reason_of(exc)).write(checkpointer)
-                raise
-            except StoreError as exc:  # the disk filled up while the reply was being stored
-                with contextlib.suppress(StoreError):
-                    reply_interrupted(text).write(checkpointer)
-                if isinstance(exc, DiskFullError):
-                    raise CliError(
-                        f"disk full: the reply could not be stored completely; your message is kept in "
-                        f"conversation {conversation_id}",
-                        EXIT_RUNTIME,
-                    ) from None
-                raise store_error(exc) from None
+            printer = _Printer(args.json, args.conversation)
+            loop = _EngineLoop(engine)
+            flow = ConversationFlow(DirectStore(store), loop, printer)
+            if args.conversation is not None:
+                flow.open(args.conversation)
+            plan = TurnPlan(lambda history, _continuing: text_request(args, history=history), system=args.system)
+            flow.send(args.message, plan)  # the question is committed before generation starts
+            if printer.failure is not None:
+                raise _turn_error(printer.failure) from None
+            _stream(flow, loop)
         except StoreError as exc:
             raise store_error(exc) from None
         finally:
             if engine is not None:
                 engine.close()
     return 0
+
+
+class _EngineLoop:
+    """The flow's engine in a command: ``generate`` keeps the request; ``_stream`` then runs the engine's loop in
+    this thread (Ctrl-C, not ``cancel``, stops it)."""
+
+    def __init__(self, engine: CommandEngine) -> None:
+        self.engine = engine
+        self.request: TextRequest | None = None
+
+    def generate(self, request: TextRequest) -> None:
+        self.request = request
+
+    def cancel(self) -> None:
+        """Nothing to do: a command's reply is stopped by Ctrl-C, which ends its loop."""
+
+
+def _stream(flow: ConversationFlow, loop: _EngineLoop) -> None:
+    """Run the engine's reply through the flow; a reply cut short is kept with how it ended."""
+    from outrider.engine.stats import GenerationStats
+    from outrider.history import DiskFullError, StoreError
+    from outrider.history.turns import EndReason
+
+    assert loop.request is not None
+    conversation_id = flow.conversation_id
+    try:
+        for event in loop.engine.run(loop.request):
+            if is_done(event):
+                flow.on_done(event)
+            else:  # one step (the engine's own statistics with it in process, none through the engine process)
+                flow.on_steps(StepBatch((event,), event.stats if event.stats is not None else GenerationStats()))
+    except (KeyboardInterrupt, CliError) as exc:  # the partial reply is kept, with how it ended
+        flow.on_cut_short(_end_reason_of(exc))
+        raise
+    except StoreError as exc:  # the disk filled up while the reply was being stored
+        with contextlib.suppress(StoreError):
+            flow.on_cut_short(EndReason.FAILED)
+        if isinstance(exc, DiskFullError):
+            raise CliError(
+                f"disk full: the reply could not be stored completely; your message is kept in "
+                f"conversation {conversation_id}",
+                EXIT_RUNTIME,
+            ) from None
+        raise
+
+
+class _Printer(FlowListener):
+    """What ``ask`` prints of the flow: each step's text (or a JSON line), then the summary; a turn that could not
+    be written is kept for ``cmd_ask`` to raise."""
+
+    def __init__(self, as_json: bool, conversation_id: int | None) -> None:
+        self.as_json = as_json
+        self.conversation_id = conversation_id  # the one asked for, or the one the turn creates
+        self.failure: TurnError | None = None
+
+    def conversation_committed(self, conversation_id: int) -> None:
+        self.conversation_id = conversation_id
+
+    def steps_received(self, batch: StepBatch) -> None:
+        for step in batch.steps:
+            if self.as_json:
+                print_json({"event": "step", "tokens": step.tokens, "text": step.text, "drafted": step.drafted})
+            else:
+                sys.stdout.write(step.text)
+                sys.stdout.flush()
+
+    def reply_ended(self, end: ReplyEnd, reply_id: int | None, done: DoneEvent | None) -> None:
+        if done is None:
+            return  # cut short: the command's error says why
+        s = done.stats
+        if self.as_json:
+            print_json({"event": "done", "conversation": self.conversation_id, "message": reply_id,
+                        "stop_reason": done.stop_reason, "stats": s.to_dict()})
+        else:
+            sys.stdout.write("\n")
+            sys.stderr.write(format_summary(s.to_dict(), done.stop_reason) + "\n")
+            sys.stderr.write(f"-- stored in conversation {self.conversation_id}\n")
+
+    def turn_failed(self, error: TurnError, text: str) -> None:
+        self.failure = error
+
+
+def _turn_error(error: TurnError) -> CliError:
+    """A turn that could not be written, in words: a full disk names what was kept (exit 1)."""
+    from outrider.commands.chats import store_error
+    from outrider.conversation.flow import TurnStage
+    from outrider.history import DiskFullError, StoreError
+
+    cause = error.cause
+    if isinstance(cause, DiskFullError):
+        if error.stage is TurnStage.QUESTION:  # nothing was stored: no empty conversation is left behind
+            return CliError(f"disk full: your message was not stored in {cause.path}; free some space and ask again",
+                            EXIT_RUNTIME)
+        return CliError(f"disk full: the reply cannot be stored; your message is kept in conversation "
+                        f"{error.conversation_id}", EXIT_RUNTIME)
+    if isinstance(cause, StoreError):
+        return store_error(cause)
+    return CliError(str(cause), EXIT_RUNTIME)
 
 
 def _end_reason_of(exc: BaseException) -> EndReason:

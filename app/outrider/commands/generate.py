@@ -152,7 +152,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                             runs[mode].append(event.stats.to_dict())
             rows.append(bench_row(label, prompt, runs))
             if not args.json:
-                sys.stderr.write(f"  {label}: A/B speed-up {rows[-1]['speedup']:.2f}×\n")
+                sys.stderr.write(f"  {label}: A/B speed-up {rows[-1]['ab_speedup']:.2f}×\n")
     if args.json:
         for row in rows:
             print_json({"event": "prompt", **row})
@@ -174,12 +174,13 @@ def format_bench_table(rows: list[dict[str, Any]]) -> str:
         a = r.get("token_acceptance")
         out.append(
             f"{r['label']:<12} {r['acceptance_rate']:>7.1%} {'—' if a is None else format(a, '.1%'):>6} "
-            f"{r['tokens_per_pass']:>8.2f} {r['plain_tps']:>10.1f} {r['spec_tps']:>9.1f} {r['speedup']:>11.2f}× "
+            f"{r['tokens_per_pass']:>8.2f} {r['plain_decode_tps']:>10.1f} {r['spec_decode_tps']:>9.1f} "
+            f"{r['ab_speedup']:>11.2f}× "
             f"{'—' if not predicted else format(predicted, '.2f') + '×':>9} "
             f"{'—' if ratio is None else format(ratio, '.2f'):>6}"
         )
     s = bench_summary(rows)
-    out.append(f"median A/B speed-up {s['median_speedup']:.2f}× · median acceptance {s['median_acceptance']:.1%}")
+    out.append(f"median A/B speed-up {s['median_ab_speedup']:.2f}× · median acceptance {s['median_acceptance']:.1%}")
     out.append("A/B speed-up = speculative ÷ plain decode tok/s of interleaved runs (measured); predicted = "
                "E(a, k) · c_plain / (k · c_draft + c_verify) with a = accepted / (accepted + rejections)")
     return "\n".join(out)

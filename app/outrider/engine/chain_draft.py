@@ -19,7 +19,7 @@ draft length it may propose is chosen each step from *its* measured acceptance a
 free, so it pays from a low acceptance on; a draft model costs its passes). After each verification ``settle``
 tells each member how many of its tokens the target examined and accepted: tokens after a rejection in an earlier
 member's part were never examined and say nothing about it. A member whose k is 0 is scored on the target's own
-tokens every ``shadow_interval`` tokens (``DraftSource.observe``), so it comes back when it would pay again — on
+tokens every ``shadow_interval`` tokens (``Drafter.observe``), so it comes back when it would pay again — on
 free prose a history lookup that keeps missing is switched off this way and costs only its scoring.
 
 Exactness: which member drafts position i, and how far, depends on the committed tokens and on the draft tokens
@@ -37,7 +37,7 @@ import numpy as np
 
 from outrider.engine.autodraft import AutoDraftLength
 from outrider.engine.draft import EMPTY_DRAFT, Draft
-from outrider.engine.drafters import DraftSource
+from outrider.engine.drafters import Drafter
 from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist
 
@@ -56,7 +56,7 @@ HISTORY_REACH = 64  # tokens a long history match may draft in one step, past k 
 
 @dataclasses.dataclass
 class _Member:
-    drafter: DraftSource
+    drafter: Drafter
     policy: AutoDraftLength | None = None
     draft_s: float = 0.0  # this step's drafting time (a draft model's catch-up on plain-step tokens left out)
     shadow_from: int = 0  # the first committed position this member has not been scored on
@@ -64,9 +64,9 @@ class _Member:
 
 
 class ChainDraft:
-    """Several drafters as one ``DraftSource`` (see the module docstring). ``kind`` names them in order."""
+    """Several drafters as one ``Drafter`` (see the module docstring). ``kind`` names them in order."""
 
-    def __init__(self, members: Sequence[DraftSource]) -> None:
+    def __init__(self, members: Sequence[Drafter]) -> None:
         if not members:
             raise ValueError("a chain needs at least one drafter")
         self.members = [_Member(m) for m in members]
@@ -100,7 +100,7 @@ class ChainDraft:
         self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,
         draft_min: int = 0, reach: int = 0,
     ) -> Draft:
-        """As ``DraftSource.propose``; ``reach`` is the most tokens the decoder can verify this step (context,
+        """As ``Drafter.propose``; ``reach`` is the most tokens the decoder can verify this step (context,
         reply length, batch): a history match of ``LONG_MATCH`` tokens or more drafts its confident continuation
         up to it, past ``k`` (see the module docstring)."""
         automatic = self.k_max is not None

@@ -29,7 +29,7 @@ from outrider.engine.sampling import (
 SHADOW_WINDOW = 16  # a draft model's guesses scored per shadow scoring (the most recent ones)
 
 
-class DraftSource(Protocol):
+class Drafter(Protocol):
     """What the speculative loop needs from a drafter."""
 
     kind: str
@@ -188,7 +188,7 @@ class ModelDraft:
         self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,
         draft_min: int = 0, grammar: GrammarMask | None = None,
     ) -> Draft:
-        """As ``DraftSource.propose``; with ``grammar`` (structured output) each draft token is chosen from the
+        """As ``Drafter.propose``; with ``grammar`` (structured output) each draft token is chosen from the
         grammar-masked distribution (its state walked on a clone), so the draft never proposes a forbidden token."""
         room = self.context.n_ctx - len(committed) - 1
         k = min(k, room)
@@ -204,7 +204,7 @@ class ModelDraft:
         sync_s = time.perf_counter() - t0
         tokens: list[int] = []
         dists: list[SparseDist] | None = None if sampling.greedy else []
-        # Below draft_min, p-min does not stop a draft that has started (see DraftSource.propose).
+        # Below draft_min, p-min does not stop a draft that has started (see Drafter.propose).
         must = min(max(draft_min, 1), k)
         walker = grammar.clone() if grammar is not None else None
         while True:

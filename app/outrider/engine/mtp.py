@@ -130,7 +130,7 @@ class MtpDraft:
     def _logits(self, i: int = -1) -> FloatArray:
         return self.mtp.logits(i)[: self.n_vocab]
 
-    # -- DraftSource ----------------------------------------------------------------------------------------
+    # -- Drafter ----------------------------------------------------------------------------------------
     def prefill(self, prompt: Sequence[int]) -> int:
         """Feed every prompt position whose hidden input is known (all but the last token's cell, which the
         first draft evaluates with logits)."""

@@ -16,7 +16,7 @@ from outrider.engine import mtp_files
 from outrider.engine.chain_draft import ChainDraft
 from outrider.engine.chat import ChatFormatter, Segment, TrimCancelled, fit_conversation
 from outrider.engine.compat import check_facts, rollback_report
-from outrider.engine.drafters import DraftSource, ModelDraft, NoDraft, PromptLookupDraft
+from outrider.engine.drafters import Drafter, ModelDraft, NoDraft, PromptLookupDraft
 from outrider.engine.errors import (
     ContextOverflowError,
     EngineError,
@@ -116,7 +116,7 @@ class Engine:
         except BaseException:
             target.close()
             raise
-        drafter: DraftSource = NoDraft()
+        drafter: Drafter = NoDraft()
         draft_model: LoadedModel | None = None
         try:
             if spec.draft:
@@ -526,7 +526,7 @@ def _target_recurrent_bytes(context: ModelContext, shape: MemoryLayout) -> int:
     return shape.recurrent_bytes(context.n_rs_seq) if shape.exact else context.recurrent_bytes
 
 
-def _draft_kv_bytes(drafter: DraftSource, draft_model: LoadedModel | None, target: LoadedModel, n_ctx: int) -> int:
+def _draft_kv_bytes(drafter: Drafter, draft_model: LoadedModel | None, target: LoadedModel, n_ctx: int) -> int:
     """KV bytes of the drafter's context: a draft model's, or the MTP context's (its NextN blocks only, each a
     full-attention layer, at the MTP context's own padded length)."""
     drafter = _model_member(drafter)
@@ -543,7 +543,7 @@ def _draft_kv_bytes(drafter: DraftSource, draft_model: LoadedModel | None, targe
     return shape.kv_bytes(n_ctx) if shape.exact else draft_model.kv_bytes_per_token() * n_ctx
 
 
-def _model_member(drafter: DraftSource) -> DraftSource:
+def _model_member(drafter: Drafter) -> Drafter:
     """The drafter with a context of its own: a chain's draft model or MTP member (the drafter itself if it is no
     chain; a chain of lookups only gives its last member, which has none)."""
     if isinstance(drafter, ChainDraft):
@@ -551,7 +551,7 @@ def _model_member(drafter: DraftSource) -> DraftSource:
     return drafter
 
 
-def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings, drafter: DraftSource,
+def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings, drafter: Drafter,
                    notes: list[str]) -> ChainDraft:
     """History lookup, prompt lookup, then ``drafter`` if it is a model (chain_draft.py). The index is the one
     kept with ``history_db`` for this target's tokenizer (history_index.py); a missing or unreadable one is
@@ -564,7 +564,7 @@ def _history_chain(target: LoadedModel, history_db: Path, lookup: LookupSettings
     history.prefill([])
     if history.last_error is not None:
         notes.append(f"history lookup: {history.last_error}")
-    members: list[DraftSource] = [history, PromptLookupDraft(lookup)]
+    members: list[Drafter] = [history, PromptLookupDraft(lookup)]
     if drafter.kind not in ("none", "lookup"):
         members.append(drafter)
     return ChainDraft(members)
@@ -576,7 +576,7 @@ _SAMPLE_SYSTEM = "Answer briefly."
 _SAMPLE_USER = "What is the capital of France?"
 
 
-def _draft_recurrent_bytes(drafter: DraftSource) -> int:
+def _draft_recurrent_bytes(drafter: Drafter) -> int:
     """A draft model's recurrent states: its own, and the checkpoint it keeps while drafting (hybrid drafts)."""
     context = getattr(drafter, "context", None)
     if not isinstance(context, ModelContext):

@@ -30,7 +30,7 @@ from outrider.engine.autodraft import AutoDraftLength
 from outrider.engine.chain_draft import ChainDraft
 from outrider.engine.draft import EMPTY_DRAFT, Draft
 from outrider.engine.drafters import (
-    DraftSource,
+    Drafter,
     ModelDraft,
     PromptLookupDraft,
     common_prefix_length,
@@ -99,7 +99,7 @@ class FixedDraftLength:
 class SpeculativeDecoder:
     """Runs generations for one target context and one drafter, reusing both caches across turns."""
 
-    def __init__(self, model: LoadedModel, context: ModelContext, drafter: DraftSource) -> None:
+    def __init__(self, model: LoadedModel, context: ModelContext, drafter: Drafter) -> None:
         self.model = model
         self.context = context
         self.drafter = drafter

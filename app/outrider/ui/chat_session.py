@@ -1,55 +1,47 @@
-"""The chat controller: one conversation, one engine, one store; no widgets.
+"""The chat's Qt side: one conversation's flow (``outrider.conversation.flow``) behind signals, and the pair.
 
-It turns user intents (send, edit-and-resend, regenerate, stop, load a pair) into engine requests and store
-writes, in the order docs/history.md requires: the user's message is committed before generation starts, the
-streamed reply is checkpointed at least once a second by a timer, and the reply is finished with its
-statistics — or marked ``interrupted`` with the text so far when the engine crashes or the user stops it, with
-how it ended (``EndReason``: stopped, cut at the token limit, the engine stopped) so the chat can say so.
+The flow itself — send, edit and resend, regenerate, continue, stop, every way a reply ends, the checkpoint
+cadence — is ``ConversationFlow``, the same as ``outrider ask`` runs (no Qt, tested alone). This adapter gives it
+the Qt bridges (the store thread, the engine thread), forwards the engine bridge's signals to it, ticks it with a
+timer while a reply streams (``TICK_MS``: the checkpoint of text that stopped arriving), re-emits what it hears as
+signals and turns its refusals and failures into words. It also loads pairs (``load_pair``) and remembers the
+conversation open last in the settings (reopened at start: ``restore_last_conversation``).
 
-The reply's text has one owner: the ``ReplyText`` made for it here, appended to from each ``StepBatch``; the chat
-view shows the same object (``reply_started``), the checkpoints and the crash path read it. The conversation
-open last is remembered in the settings and reopened at start (``restore_last_conversation``).
+The reply's text has one owner: the flow's ``ReplyText``; the chat view shows the same object (``reply_started``).
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
+from outrider.conversation.cadence import TICK_S
+from outrider.conversation.flow import (
+    ConversationFlow,
+    FlowListener,
+    Refusal,
+    StoredMessage,
+    TurnError,
+    TurnPlan,
+    TurnStage,
+)
+from outrider.conversation.meter import ReplyMeter
+from outrider.conversation.reply_text import ReplyText
 from outrider.engine.events import DoneEvent, LoadedPair, StepBatch
-from outrider.engine.params import TextRequest
-from outrider.history import (
-    ConversationNotFoundError,
-    HistoryStore,
-    Message,
-    ReplyCheckpointer,
-    Role,
-    decode_runs,
-    with_runs,
-)
-from outrider.history.turns import (
-    ChatTurns,
-    ReplyEnd,
-    Turn,
-    end_reason,
-    reply_crashed,
-    reply_failed,
-    reply_finished,
-    reply_interrupted,
-    reply_stats,
-)
+from outrider.engine.params import ChatMessage, TextRequest
+from outrider.history import ConversationNotFoundError, Message, Role, decode_runs
+from outrider.history.turns import ReplyEnd, end_reason
 from outrider.ui.bridges.engine_bridge import QtEngineBridge, describe_error
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
-from outrider.ui.widgets.chat_items import MessageItem, ReplyText
-from outrider.ui.widgets.live_stats import ReplyMeter
+from outrider.ui.widgets.chat_items import MessageItem
 
-CHECKPOINT_MS = 1000
+TICK_MS = round(TICK_S * 1000)
 
 
 class NoticeScope(StrEnum):
@@ -61,7 +53,7 @@ class NoticeScope(StrEnum):
     REPLY = "reply"  # the next reply: gone when a reply starts
 
 
-def items_of(messages: list[Any]) -> list[MessageItem]:
+def items_of(messages: Sequence[StoredMessage]) -> list[MessageItem]:
     items = []
     for m in messages:
         if isinstance(m, Message):
@@ -92,6 +84,7 @@ class ChatSession(QObject):
         busy_changed(bool): a reply is being produced.
 
     Attributes:
+        flow: the ``ConversationFlow`` this adapts (its state is read through the properties below).
         conversation_id: the open conversation (None until the first message of a new one is committed).
         loaded: the ``LoadedPair`` of the loaded pair (None when none).
         choice: the ``PairChoice`` loaded or being loaded.
@@ -123,26 +116,15 @@ class ChatSession(QObject):
         self.store = store
         self.settings = settings
         self.meter = meter
-        self.conversation_id: int | None = None
         self.loaded: LoadedPair | None = None
         self.choice: PairChoice | None = None
         self.loading = False
         self.engine_stopped: str | None = None  # why the engine process died, until the next load
-        self.last_done: DoneEvent | None = None
-        self.last_end: ReplyEnd | None = None
-        self.last_plain_tps: float | None = None
         self.max_tokens_override: int | None = None
-        self._streaming = False
-        self._generating = False
-        self._stop_requested = False
-        self._reply = ReplyText()  # the streaming reply's text: its one owner
-        self._continuing = False  # the reply streaming is a continuation (its start is in _reply)
-        self._reply_id: int | None = None
-        self._checkpointer: ReplyCheckpointer | None = None
-        self._request: TextRequest | None = None
+        self.flow = ConversationFlow(store, bridge, _Signals(self), meter=meter, ready=lambda: self.ready)
         self._timer = QTimer(self)
-        self._timer.setInterval(CHECKPOINT_MS)
-        self._timer.timeout.connect(self._on_checkpoint_timer_timeout)
+        self._timer.setInterval(TICK_MS)
+        self._timer.timeout.connect(self._on_tick_timer_timeout)
 
         bridge.loaded.connect(self._on_bridge_loaded)
         bridge.load_failed.connect(self._on_bridge_load_failed)
@@ -154,8 +136,26 @@ class ChatSession(QObject):
 
     # -- state --------------------------------------------------------------------------------------------------
     @property
+    def conversation_id(self) -> int | None:
+        return self.flow.conversation_id
+
+    @property
     def streaming(self) -> bool:
-        return self._streaming
+        return self.flow.streaming
+
+    @property
+    def last_done(self) -> DoneEvent | None:
+        return self.flow.last_done
+
+    @property
+    def last_end(self) -> ReplyEnd | None:
+        return self.flow.last_end
+
+    @property
+    def last_plain_tps(self) -> float | None:
+        """Plain decoding's tokens/s the engine measured in the last finished reply of the loaded pair (None
+        until one measured it; cleared when a pair is loaded)."""
+        return self.flow.last_plain_tps
 
     @property
     def ready(self) -> bool:
@@ -181,13 +181,12 @@ class ChatSession(QObject):
     # -- engine -------------------------------------------------------------------------------------------------
     def load_pair(self, choice: PairChoice, *, automatic: bool = False) -> None:
         """Load a pair with the current settings. ``automatic`` (start-up): refuse a model that crashed before."""
-        if self._streaming:
-            self.bridge.cancel()
+        self.flow.stop()
         self.choice = choice
         self.loading = True
         self.engine_stopped = None
         self.loaded = None
-        self.last_plain_tps = None
+        self.flow.last_plain_tps = None
         s = self.settings.value
         spec = s.pair_spec(str(choice.target), str(choice.draft) if choice.draft else None, choice.lookup,
                            choice.mtp, history=str(self.store.store.db_path))
@@ -213,31 +212,47 @@ class ChatSession(QObject):
         self.engine_changed.emit(None)
         self.load_failed.emit(describe_error(exc))
 
+    # The bridge's and the timer's signals reach the flow through the session's own slots: a connection to a
+    # plain method would outlive the session and call into a deleted object.
+    @Slot(object)
+    def _on_bridge_step_received(self, batch: StepBatch) -> None:
+        self.flow.on_steps(batch)
+
+    @Slot(object)
+    def _on_bridge_generation_finished(self, done: DoneEvent) -> None:
+        self.flow.on_done(done)
+
+    @Slot()
+    def _on_tick_timer_timeout(self) -> None:
+        self.flow.tick()
+
+    @Slot(object)
+    def _on_bridge_crashed(self, exc: Exception) -> None:
+        self.engine_stopped = describe_error(exc)
+        self.loaded = None
+        self.engine_changed.emit(None)
+        self.flow.on_crashed()
+        self.crashed.emit(describe_error(exc))
+
+    @Slot(object)
+    def _on_bridge_error(self, exc: Exception) -> None:
+        self.flow.on_failed()
+        self.notice.emit(describe_error(exc), NoticeScope.REPLY)
+
     # -- conversation -------------------------------------------------------------------------------------------
     def open_conversation(self, conversation_id: int | None) -> None:
-        if self._streaming:
-            self.notice.emit("Stop the reply before switching conversations.", NoticeScope.REPLY)
-            return
-        self.meter.reset_conversation()
-        if conversation_id is None:
-            self.conversation_id = None
-            self._remember(None)
-            self.conversation_opened.emit(None, [])
-            return
         try:
-            conv = self.store.conversation(conversation_id)
+            refusal = self.flow.open(conversation_id)
         except ConversationNotFoundError:
             self.notice.emit("That conversation no longer exists.", NoticeScope.CHAT)
             return
-        self.conversation_id = conversation_id
-        self._remember(conversation_id)
-        self.meter.load_conversation(conv.messages)
-        self.conversation_opened.emit(conversation_id, items_of(conv.messages))
+        if refusal is Refusal.BUSY:
+            self.notice.emit("Stop the reply before switching conversations.", NoticeScope.REPLY)
 
     def restore_last_conversation(self) -> bool:
         """Reopen the conversation that was open when the app was last used (quietly nothing when it is gone)."""
         cid = self.settings.value.last_conversation_id
-        if cid <= 0 or self._streaming:
+        if cid <= 0 or self.streaming:
             return False
         try:
             self.store.conversation(cid)
@@ -252,73 +267,41 @@ class ChatSession(QObject):
             self.settings.set(last_conversation_id=conversation_id or 0)
 
     def send(self, text: str) -> bool:
-        text = text.strip()
-        if not self._can_start(text):
-            return False
-        self.user_message_added.emit(text)
-        self._start(text, None)
-        return True
+        return self._said(self.flow.send(text, self._plan()))
 
     def edit_resend(self, message_id: int, text: str) -> bool:
-        text = text.strip()
-        if not self._can_start(text) or self.conversation_id is None:
-            return False
-        conv = self.store.conversation(self.conversation_id)
-        kept: list[Any] = []
-        for m in conv.messages:
-            if m.id == message_id and isinstance(m, Message):
-                kept.append(dataclasses.replace(m, text=text))
-                break
-            kept.append(m)
-        self.meter.load_conversation(kept)  # the conversation chart loses the replies the resend removes
-        self.conversation_opened.emit(self.conversation_id, items_of(kept))
-        self._start(text, message_id)
-        return True
+        return self._said(self.flow.edit_resend(message_id, text, self._plan()))
 
     def regenerate(self) -> bool:
-        if self.conversation_id is None:
-            return False
-        conv = self.store.conversation(self.conversation_id)
-        users = [m for m in conv.messages if isinstance(m, Message) and m.role is Role.USER]
-        if not users:
-            return False
-        return self.edit_resend(users[-1].id, users[-1].text)
+        return self._said(self.flow.regenerate(self._plan()))
 
     def continue_reply(self, message_id: int) -> bool:
-        """Continue the reply ``message_id`` (the last one, cut at the token limit) where it stopped: the engine
-        gets the conversation with that reply's text as the start of its answer; the new text is appended to the
-        same message."""
-        cid = self.conversation_id
-        if cid is None or not self._can_start("continue"):
-            return False
-        self._begin(continuing=True)
-
-        def work(store: HistoryStore) -> Turn:
-            return ChatTurns(store).continue_reply(cid, message_id)
-
-        self.store.submit(work, self._on_store_reply_begun, notify=True,
-                          on_error=lambda exc: self._on_store_turn_failed("Cannot continue that reply", exc))
-        return True
+        """Continue the reply ``message_id`` (the last one, cut at the token limit) where it stopped; the new text
+        is appended to the same message."""
+        return self._said(self.flow.continue_reply(message_id, self._plan()))
 
     def stop(self) -> None:
         """Stop the reply: the engine cuts it within one step; before the engine started (the question still
         being stored) it ends at once as stopped, with no text."""
-        if not self._streaming:
-            return
-        self._stop_requested = True
-        if self._generating:
-            self.bridge.cancel()
+        self.flow.stop()
 
-    def _can_start(self, text: str) -> bool:
-        if not text:
-            return False
-        if self._streaming:
+    def _plan(self) -> TurnPlan:
+        """The turn as the settings say now; the request is built when the turn's writes are done."""
+        def request(history: tuple[ChatMessage, ...], continuing: bool) -> TextRequest:
+            s = self.settings.value
+            return TextRequest(messages=history, max_tokens=self.max_tokens_override or s.max_tokens,
+                               sampling=s.sampling(), draft=s.draft_params(), continue_reply=continuing)
+
+        system = self.settings.value.system_prompt.strip() or None
+        return TurnPlan(request, system=system, pair_id=self.choice.pair_id if self.choice else None)
+
+    def _said(self, refusal: Refusal | None) -> bool:
+        """Whether the intent runs; the reason it does not, in words (nothing for empty text)."""
+        if refusal is Refusal.BUSY:
             self.notice.emit("A reply is still being written (Esc stops it).", NoticeScope.REPLY)
-            return False
-        if not self.ready:
+        elif refusal is Refusal.NOT_READY:
             self.notice.emit(self._not_ready_text(), NoticeScope.PAIR)
-            return False
-        return True
+        return refusal is None
 
     def _not_ready_text(self) -> str:
         """Why nothing can be sent now, and what to do about it."""
@@ -330,126 +313,50 @@ class ChatSession(QObject):
             return "The pair could not be loaded: choose another (Models > Choose pair…)."
         return "No model is loaded yet: choose a pair (Models > Choose pair…)."
 
-    def _begin(self, *, continuing: bool) -> None:
-        self._streaming = True
-        self._generating = False
-        self._stop_requested = False
-        self._continuing = continuing
-        self._reply = ReplyText()
-        self._reply_id = None
-        self._checkpointer = None
-        self.last_done = None
-        self.last_end = None
-        self.meter.begin_reply(continuing=continuing)
-        self.busy_changed.emit(True)
 
-    def _start(self, text: str, edit_id: int | None) -> None:
-        self._begin(continuing=False)
-        self.reply_started.emit(self._reply)
-        s = self.settings.value
-        cid = self.conversation_id
+class _Signals(FlowListener):
+    """What the flow says, as the session's signals (and the timer that ticks it while a reply streams)."""
 
-        pair_id = self.choice.pair_id if self.choice else None
+    def __init__(self, session: ChatSession) -> None:
+        self.s = session
 
-        def work(store: HistoryStore) -> Turn:  # the store thread: the question is committed before generating
-            return ChatTurns(store).start(text, conversation_id=cid, system=s.system_prompt.strip() or None,
-                                          pair_id=pair_id, edit_id=edit_id)
+    def conversation_shown(self, conversation_id: int | None, messages: Sequence[StoredMessage]) -> None:
+        self.s._remember(conversation_id)
+        self.s.conversation_opened.emit(conversation_id, items_of(messages))
 
-        def not_stored(exc: Exception) -> None:
-            self._on_store_turn_failed("Your message could not be stored", exc)
-            self.message_not_stored.emit(text)
+    def conversation_committed(self, conversation_id: int) -> None:
+        self.s._remember(conversation_id)
 
-        self.store.submit(work, self._on_store_reply_begun, notify=True, on_error=not_stored)
+    def user_message_added(self, text: str) -> None:
+        self.s.user_message_added.emit(text)
 
-    def _on_store_turn_failed(self, what: str, exc: Exception) -> None:
-        """The turn could not be written (disk full, conversation gone): no reply; the chat is free again."""
-        if self._streaming and self._checkpointer is None:
-            self._end(reply_failed(""), None)
-        self.notice.emit(f"{what}: {exc}", NoticeScope.CHAT)
+    def user_message_stored(self, message_id: int) -> None:
+        self.s.user_message_stored.emit(message_id)
 
-    def _on_store_reply_begun(self, turn: Turn) -> None:
-        history = turn.history
-        if self.conversation_id != turn.conversation_id:
-            self._remember(turn.conversation_id)
-        self.conversation_id = turn.conversation_id
-        self._reply_id = turn.reply_id
-        self._checkpointer = ReplyCheckpointer(self.store.store, turn.reply_id)
-        if self._continuing:
-            self._reply = ReplyText(turn.continued, turn.continued_runs, turn.continued_tokens)
-            self.reply_continued.emit(self._reply)
-        elif turn.user_message_id:
-            self.user_message_stored.emit(turn.user_message_id)
-        if self._stop_requested:
-            self._end(reply_interrupted(self._reply.text), None)
-            return
-        s = self.settings.value
-        request = TextRequest(messages=history, max_tokens=self.max_tokens_override or s.max_tokens,
-                              sampling=s.sampling(), draft=s.draft_params(), continue_reply=self._continuing,
-                              continue_tokens=turn.continued_tokens if self._continuing else None)
-        self._request = request
-        self._generating = True
-        self._timer.start()
-        self.bridge.generate(request)
+    def reply_started(self, reply: ReplyText) -> None:
+        self.s.reply_started.emit(reply)
 
-    @Slot(object)
-    def _on_bridge_step_received(self, batch: StepBatch) -> None:
-        if not self._streaming:
-            return
-        self._reply.add_steps(batch.steps)
-        self.meter.add(batch.stats, batch.k)
-        self.steps_received.emit(batch)
-        self.reply_grew.emit()
+    def reply_continued(self, reply: ReplyText) -> None:
+        self.s.reply_continued.emit(reply)
 
-    @Slot()
-    def _on_checkpoint_timer_timeout(self) -> None:
-        if self._checkpointer is not None and self._streaming:
-            self.store.checkpoint(self._checkpointer, self._reply.text)
+    def steps_received(self, batch: StepBatch) -> None:
+        self.s.steps_received.emit(batch)
+        self.s.reply_grew.emit()
 
-    @Slot(object)
-    def _on_bridge_generation_finished(self, done: DoneEvent) -> None:
-        if not self._streaming:
-            return
-        self.last_done = done
-        s = self.settings.value
-        stats = reply_stats(done.stats, done.stop_reason, pair_id=self.choice.pair_id if self.choice else None,
-                            temperature=s.temperature)
-        text = self._reply.text if self._continuing else done.text  # a continuation's DoneEvent has the new part
-        self._end(reply_finished(text, done.stop_reason, stats), done)
+    def reply_ended(self, end: ReplyEnd, reply_id: int | None, done: DoneEvent | None) -> None:
+        self.s.reply_ended.emit(str(end.status), end.text, reply_id)
 
-    @Slot(object)
-    def _on_bridge_crashed(self, exc: Exception) -> None:
-        self.engine_stopped = describe_error(exc)
-        self.loaded = None
-        self.engine_changed.emit(None)
-        if self._streaming:
-            self._end(reply_crashed(self._reply.text), None)
-        self.crashed.emit(describe_error(exc))
+    def turn_failed(self, error: TurnError, text: str) -> None:
+        what = {TurnStage.QUESTION: "Your message could not be stored",
+                TurnStage.REPLY: "Your message is stored, but its reply could not be",
+                TurnStage.CONTINUE: "Cannot continue that reply"}[error.stage]
+        self.s.notice.emit(f"{what}: {error.cause}", NoticeScope.CHAT)
+        if error.stage is TurnStage.QUESTION:
+            self.s.message_not_stored.emit(text)  # nothing typed is lost
 
-    @Slot(object)
-    def _on_bridge_error(self, exc: Exception) -> None:
-        if self._streaming:
-            self._end(reply_failed(self._reply.text), None)
-        self.notice.emit(describe_error(exc), NoticeScope.REPLY)
-
-    def _end(self, end: ReplyEnd, done: DoneEvent | None) -> None:
-        """Finish the reply in the history as ``end`` says (statistics from ``done``, the engine's last event)."""
-        self._timer.stop()
-        self._streaming = False
-        self._generating = False
-        if done is not None:
-            if done.stats.plain_tps is not None:
-                self.last_plain_tps = done.stats.plain_tps
-            self.meter.finish_reply(done.stats)
+    def busy_changed(self, busy: bool) -> None:
+        if busy:
+            self.s._timer.start()
         else:
-            self.meter.finish_reply(None)
-        reply_id = self._reply_id
-        # The colours go with the reply (reopened, after a restart, exported, continued): its runs as streamed.
-        end = dataclasses.replace(end, stats=with_runs(end.stats, end.text, self._reply.pieces))
-        end = end.with_tokens(self._reply.whole_tokens)  # Continue resumes from them, after a restart too
-        if self._checkpointer is not None:
-            self.store.finish(self._checkpointer, end.text, end.status, end.stats)
-        self._checkpointer = None
-        self.last_end = end
-        self.reply_ended.emit(str(end.status), end.text, reply_id)
-        self.busy_changed.emit(False)
-
+            self.s._timer.stop()
+        self.s.busy_changed.emit(busy)

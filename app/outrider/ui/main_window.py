@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from outrider.catalogue.memory import format_bytes
+from outrider.conversation.meter import ReplyMeter
 from outrider.settings import PAIR_RECOMMENDED, AppSettings
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
@@ -36,7 +37,6 @@ from outrider.ui.theme import app_icon, apply_theme
 from outrider.ui.widgets.chat_view import ChatView
 from outrider.ui.widgets.conversation_list import ConversationListModel, ConversationListView, ConversationRow
 from outrider.ui.widgets.elided_label import ElidedLabel
-from outrider.ui.widgets.live_stats import ReplyMeter
 from outrider.ui.widgets.stats_panel import StatsPanel
 
 ACTION_NEW_CHAT = "new_chat"

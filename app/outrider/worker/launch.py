@@ -34,14 +34,14 @@ def worker_command() -> list[str]:
     """The command line that starts an engine process (``OUTRIDER_WORKER_CMD`` is not consulted: no injection)."""
     if getattr(sys, "frozen", False):  # a packaged app: its entry point must call run_worker_if_requested()
         return [sys.executable, WORKER_FLAG]
-    return [sys.executable, "-X", "utf8", "-m", "outrider.worker.server"]
+    return [sys.executable, "-X", "utf8", "-m", "outrider.worker.engine_process"]
 
 
 def run_worker_if_requested(argv: list[str] | None = None) -> None:
     """For frozen builds: call first thing in the app's entry point; runs the engine and exits if asked to."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == [WORKER_FLAG]:
-        from outrider.worker.server import child_main
+        from outrider.worker.engine_process import child_main
 
         child_main(args[1:])
 

@@ -114,7 +114,7 @@ def test_runs_interleaved_and_shows_table_chart_markdown(qtbot: QtBot, dialog: B
     assert bridge.requests[0].messages is not None
     assert bridge.requests[0].messages[-1].content == "Summarise this: the cat sat on the mat."
     assert [r["label"] for r in rows] == ["you #1", "structured"]
-    assert rows[0]["speedup"] == pytest.approx(80 / 50)
+    assert rows[0]["ab_speedup"] == pytest.approx(80 / 50)
     assert rows[0]["acceptance_rate"] == pytest.approx(0.75)
     spec, plain = fake_stats(False, 64).to_dict(), fake_stats(True, 64).to_dict()
     assert rows[0]["predicted_speedup"] == pytest.approx(predicted_speedup(spec, plain))
@@ -203,8 +203,8 @@ def test_no_prompt_ticked(dialog: BenchmarkDialog, bridge: FakeBridge) -> None:
 
 
 def test_markdown_flags_slower_prompts() -> None:
-    rows = [{"label": "prose", "prompt": "x", "plain_tps": 50.0, "spec_tps": 40.0, "acceptance_rate": 0.2,
-             "tokens_per_pass": 1.2, "k_mean": 2.0, "speedup": 0.8, "predicted_speedup": 0.9,
+    rows = [{"label": "prose", "prompt": "x", "plain_decode_tps": 50.0, "spec_decode_tps": 40.0, "acceptance_rate": 0.2,
+             "tokens_per_pass": 1.2, "k_mean": 2.0, "ab_speedup": 0.8, "predicted_speedup": 0.9,
              "measured_over_predicted": 0.8 / 0.9}]
     text = results_markdown(rows, [("prose", "x | y")], runs=1, max_tokens=8)
     assert "Slower than plain decoding on: prose." in text
@@ -213,9 +213,9 @@ def test_markdown_flags_slower_prompts() -> None:
 
 def _five_rows(dialog: BenchmarkDialog) -> None:
     for i, label in enumerate(["you #1", "code", "structured", "quoting", "prose"]):
-        dialog.results.append({"label": label, "prompt": "p", "plain_tps": 50.0 + i, "spec_tps": 180.25,
+        dialog.results.append({"label": label, "prompt": "p", "plain_decode_tps": 50.0 + i, "spec_decode_tps": 180.25,
                                "acceptance_rate": 0.755, "token_acceptance": 0.8, "tokens_per_pass": 4.0,
-                               "k_mean": 4.0, "speedup": 3.6 - 0.7 * i, "predicted_speedup": 3.71,
+                               "k_mean": 4.0, "ab_speedup": 3.6 - 0.7 * i, "predicted_speedup": 3.71,
                                "measured_over_predicted": 0.94})
         dialog._update_chart()
 

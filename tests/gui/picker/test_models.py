@@ -107,9 +107,9 @@ def test_download_events_are_coalesced_on_the_gui_thread(qtbot: Any, make_servic
 def test_benchmark_results_model(qtmodeltester: ModelTester) -> None:
     model = BenchmarkResultsModel()
     qtmodeltester.check(model)
-    model.append({"label": "code", "prompt": "p", "plain_tps": 10.0, "spec_tps": 8.0, "acceptance_rate": None,
-                  "tokens_per_pass": 1.0, "k_mean": 0.0, "speedup": 0.8, "predicted_speedup": 1.0,
-                  "measured_over_predicted": 0.8})
+    model.append({"label": "code", "prompt": "p", "plain_decode_tps": 10.0, "spec_decode_tps": 8.0,
+                  "acceptance_rate": None, "tokens_per_pass": 1.0, "k_mean": 0.0, "ab_speedup": 0.8,
+                  "predicted_speedup": 1.0, "measured_over_predicted": 0.8})
     qtmodeltester.check(model, force_py=True)
     assert model.index(0, 1).data() == "—"
     assert "Slower than plain" in model.index(0, 5).data(Qt.ItemDataRole.ToolTipRole)

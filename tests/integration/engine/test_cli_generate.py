@@ -160,8 +160,8 @@ def test_bench_reports_measured_and_predicted_speedup(tiny_family: Family, tmp_p
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert [row["event"] for row in rows] == ["prompt", "prompt", "summary"]
     for row in rows[:2]:
-        assert row["plain_tps"] > 0 and row["spec_tps"] > 0
-        assert row["speedup"] == pytest.approx(row["spec_tps"] / row["plain_tps"])
+        assert row["plain_decode_tps"] > 0 and row["spec_decode_tps"] > 0
+        assert row["ab_speedup"] == pytest.approx(row["spec_decode_tps"] / row["plain_decode_tps"])
         assert row["predicted_speedup"] > 0 and row["measured_over_predicted"] > 0
         assert row["token_acceptance"] is None or 0.0 <= row["token_acceptance"] <= 1.0
         assert row["in_reply_speedup"] is not None and row["in_reply_speedup"] > 0

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from outrider.engine.drafters import Draft
+from outrider.engine.draft import Draft
 from outrider.engine.errors import IncompatiblePairError
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.mtp import MtpDraft

@@ -82,10 +82,12 @@ def _expected_fractional(fn: Callable[[float, int], float], a: float, k: float) 
 def bench_row(label: str, prompt: str, runs: Runs) -> dict[str, Any]:
     """One prompt's results from its interleaved plain and speculative runs (``stats.to_dict()`` of each).
 
-    ``speedup`` is the measured A/B: median speculative decode tok/s over median plain decode tok/s, from whole
-    runs of each. ``predicted_speedup`` is the cost model's, from the per-token acceptance ``token_acceptance``
-    and the measured draft/verify costs. ``in_reply_speedup`` (median, with the medians of its intervals'
-    ends ``in_reply_speedup_low``/``_high``) is the engine's own figure for the speculative runs.
+    ``ab_speedup`` is the measured A/B: ``spec_decode_tps`` (median speculative decode tok/s) over
+    ``plain_decode_tps`` (median plain decode tok/s), from whole runs of each — named apart from the engine's
+    in-reply ``speedup`` and ``plain_tps`` (``GenerationStats``), which are other figures. ``predicted_speedup``
+    is the cost model's, from the per-token acceptance ``token_acceptance`` and the measured draft/verify costs.
+    ``in_reply_speedup`` (median, with the medians of its intervals' ends ``in_reply_speedup_low``/``_high``) is
+    the engine's own figure for the speculative runs.
     """
     plain_runs, spec_runs = runs["plain"], runs["spec"]
     plain_tps = median([r["decode_tps"] for r in plain_runs])
@@ -96,13 +98,13 @@ def bench_row(label: str, prompt: str, runs: Runs) -> dict[str, Any]:
     return {
         "label": label,
         "prompt": prompt[:60],
-        "plain_tps": plain_tps,
-        "spec_tps": spec_tps,
+        "plain_decode_tps": plain_tps,
+        "spec_decode_tps": spec_tps,
         "acceptance_rate": median([r["acceptance_rate"] for r in spec_runs]),
         "token_acceptance": median_or_none([r.get("token_acceptance") for r in spec_runs]),
         "tokens_per_pass": median([r["tokens_per_pass"] for r in spec_runs]),
         "k_mean": last["k_mean"],
-        "speedup": measured,
+        "ab_speedup": measured,
         "predicted_speedup": predicted,
         "measured_over_predicted": measured / predicted if predicted else None,
         "in_reply_speedup": median_or_none([r.get("speedup") for r in spec_runs]),
@@ -115,7 +117,7 @@ def bench_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The medians over every prompt's row."""
     return {
         "prompts": len(rows),
-        "median_speedup": median([r["speedup"] for r in rows]),
+        "median_ab_speedup": median([r["ab_speedup"] for r in rows]),
         "median_predicted_speedup": median_or_none([r.get("predicted_speedup") for r in rows]),
         "median_acceptance": median([r["acceptance_rate"] for r in rows]),
         "median_token_acceptance": median_or_none([r.get("token_acceptance") for r in rows]),
@@ -124,4 +126,4 @@ def bench_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def slower_labels(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The prompts on which speculative decoding was slower than plain (measured speed-up below 1)."""
-    return [str(r["label"]) for r in rows if r.get("speedup") is not None and r["speedup"] < 1.0]
+    return [str(r["label"]) for r in rows if r.get("ab_speedup") is not None and r["ab_speedup"] < 1.0]

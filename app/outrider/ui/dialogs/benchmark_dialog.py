@@ -299,9 +299,9 @@ class BenchmarkDialog(QDialog):
     def _on_runner_finished(self, rows: list[dict[str, Any]]) -> None:
         self._set_running(False)
         s = bench_summary(rows)
-        slower = sum(1 for r in rows if r["speedup"] < 1.0)
+        slower = sum(1 for r in rows if r["ab_speedup"] < 1.0)
         warn = f" ⚠ Slower than plain on {slower} prompt(s)." if slower else ""
-        self.status.setText(f"Median speed-up {s['median_speedup']:.2f}× · median acceptance "
+        self.status.setText(f"Median speed-up {s['median_ab_speedup']:.2f}× · median acceptance "
                             f"{s['median_acceptance']:.1%} over {s['prompts']} prompt(s).{warn}")
         self.benchmark_finished.emit(rows)
 
@@ -317,13 +317,13 @@ class BenchmarkDialog(QDialog):
         rows = self.results.rows
         self.chart_stack.setCurrentWidget(self.chart if rows else self.chart_empty)
         xs = list(range(len(rows)))
-        self.speedup_bars.setOpts(x=xs, height=[float(r["speedup"] or 0.0) for r in rows], width=0.6)
+        self.speedup_bars.setOpts(x=xs, height=[float(r["ab_speedup"] or 0.0) for r in rows], width=0.6)
         self.accept_bars.setOpts(x=xs, height=[float(r["acceptance_rate"] or 0.0) for r in rows], width=0.6)
         ticks = [[(i, str(r["label"])) for i, r in enumerate(rows)]]
         for plot in (self.speedup_plot, self.accept_plot):
             plot.getAxis("bottom").setTicks(ticks)
             plot.setXRange(-0.5, max(len(rows), 1) - 0.5, padding=0.05)
-        top = speedup_axis_top([float(r["speedup"] or 0.0) for r in rows])
+        top = speedup_axis_top([float(r["ab_speedup"] or 0.0) for r in rows])
         self.speedup_plot.setYRange(0, top, padding=0)
         self.speedup_plot.getAxis("left").setTicks([[(v, f"{v:g}") for v in (0.0, top / 2, top)], []])
 

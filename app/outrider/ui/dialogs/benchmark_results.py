@@ -38,9 +38,10 @@ _RESULT_COLUMNS: dict[ResultColumn, tuple[str, str, str, str]] = {
     ResultColumn.TokensPerPass: ("Tok/pass", "tokens_per_pass", ".2f",
                                  "Tokens per target pass: pass_tokens / passes, the tokens each read of the "
                                  "target's weights bought (never below 1; median)"),
-    ResultColumn.PlainTps: ("Plain tok/s", "plain_tps", ".1f", "Decode tokens/s without a draft (median)"),
-    ResultColumn.SpecTps: ("Spec. tok/s", "spec_tps", ".1f", "Speculative decode tokens/s, with the draft (median)"),
-    ResultColumn.Speedup: ("Speed-up", "speedup", ".2f",
+    ResultColumn.PlainTps: ("Plain tok/s", "plain_decode_tps", ".1f", "Decode tokens/s without a draft (median)"),
+    ResultColumn.SpecTps: ("Spec. tok/s", "spec_decode_tps", ".1f",
+                           "Speculative decode tokens/s, with the draft (median)"),
+    ResultColumn.Speedup: ("Speed-up", "ab_speedup", ".2f",
                            "Measured speed-up: speculative tok/s ÷ plain tok/s; below 1 the draft makes this "
                            "prompt slower"),
     ResultColumn.Predicted: ("Predicted", "predicted_speedup", ".2f",
@@ -138,7 +139,7 @@ def results_markdown(rows: Sequence[dict[str, Any]], prompts: Sequence[tuple[str
         out.append("| " + " | ".join(cells) + " |")
     if rows:
         s = bench_summary(list(rows))
-        out += ["", f"**Median speed-up {s['median_speedup']:.2f}×** · median acceptance "
+        out += ["", f"**Median speed-up {s['median_ab_speedup']:.2f}×** · median acceptance "
                     f"{s['median_acceptance']:.1%} over {s['prompts']} prompt(s)."]
         slower = slower_labels(rows)
         if slower:

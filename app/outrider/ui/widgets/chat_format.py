@@ -16,9 +16,10 @@ import itertools
 
 from PySide6.QtGui import QColor, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat
 
+from outrider.conversation.reply_text import Provenance, merge_runs
 from outrider.history.models import END_REASON_WORDS
 from outrider.ui.theme import ThemeColours
-from outrider.ui.widgets.chat_items import MessageItem, Provenance, merge_runs
+from outrider.ui.widgets.chat_items import MessageItem
 from outrider.ui.widgets.markdown import render_markdown
 
 RunFormats = dict[Provenance, QTextCharFormat]  # None: plain text; else a PROVENANCE_KINDS kind

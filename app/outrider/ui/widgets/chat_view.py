@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from outrider.conversation.reply_text import ReplyText
 from outrider.ui.theme import LIGHT, ThemeColours
 from outrider.ui.widgets.chat_format import (
     HEADER_PROPERTY,
@@ -39,7 +40,7 @@ from outrider.ui.widgets.chat_format import (
     run_formats,
     welcome_html,
 )
-from outrider.ui.widgets.chat_items import MessageItem, ReplyText
+from outrider.ui.widgets.chat_items import MessageItem
 from outrider.ui.widgets.composer import Composer
 from outrider.ui.widgets.markdown import code_blocks
 from outrider.ui.widgets.reply_controls import ReplyControls

@@ -73,7 +73,10 @@ _ROLE_NAMES = {Qt.ItemDataRole.DisplayRole: b"display", ConversationRole.ID: b"c
 
 
 class ConversationListModel(QAbstractListModel):
-    """Rows are ``ConversationRow``s; ``set_rows`` replaces them (the store is the source of truth)."""
+    """Rows are ``ConversationRow``s; ``set_rows`` brings them to the store's list (the source of truth) by row
+    changes, never a reset: rows gone are removed, new ones inserted, a conversation that moved (a reply made it
+    the newest) is moved and a changed one updated — so the view keeps its selection, scroll position and current
+    row, and redraws only what changed."""
 
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
@@ -92,13 +95,43 @@ class ConversationListModel(QAbstractListModel):
         return {int(k): QByteArray(v) for k, v in _ROLE_NAMES.items()}
 
     def set_rows(self, rows: list[ConversationRow]) -> None:
-        self.beginResetModel()
-        self._rows = list(rows)
-        self.endResetModel()
+        """Make the rows ``rows`` (a conversation listed twice keeps its first row) with few row signals:
+        removals, then, top down, a move or an insertion where the row at a position is not the one wanted,
+        ``dataChanged`` where it is but changed."""
+        wanted: list[ConversationRow] = []
+        wanted_ids: set[int] = set()
+        for row in rows:
+            if row.id not in wanted_ids:
+                wanted_ids.add(row.id)
+                wanted.append(row)
+        for i in range(len(self._rows) - 1, -1, -1):  # bottom up: the indices above stay valid
+            if self._rows[i].id not in wanted_ids:
+                self.beginRemoveRows(QModelIndex(), i, i)
+                del self._rows[i]
+                self.endRemoveRows()
+        for i, row in enumerate(wanted):
+            if i < len(self._rows) and self._rows[i].id == row.id:
+                if self._rows[i] != row:
+                    self._rows[i] = row
+                    self.dataChanged.emit(self.index(i, 0), self.index(i, 0))
+                continue
+            j = self.row_of(row.id, start=i + 1)
+            if j >= 0:
+                self.beginMoveRows(QModelIndex(), j, j, QModelIndex(), i)
+                self._rows.insert(i, self._rows.pop(j))
+                self.endMoveRows()
+                if self._rows[i] != row:
+                    self._rows[i] = row
+                    self.dataChanged.emit(self.index(i, 0), self.index(i, 0))
+            else:
+                self.beginInsertRows(QModelIndex(), i, i)
+                self._rows.insert(i, row)
+                self.endInsertRows()
 
-    def row_of(self, conversation_id: int) -> int:
-        for i, row in enumerate(self._rows):
-            if row.id == conversation_id:
+    def row_of(self, conversation_id: int, start: int = 0) -> int:
+        """The row of ``conversation_id`` (from row ``start`` on), or -1."""
+        for i in range(start, len(self._rows)):
+            if self._rows[i].id == conversation_id:
                 return i
         return -1
 
@@ -211,6 +244,9 @@ class ConversationListView(QWidget):
         model.modelReset.connect(self._update_empty_label)
         model.rowsInserted.connect(self._update_empty_label)
         model.rowsRemoved.connect(self._update_empty_label)
+        # An empty list stays empty (no row signal) while the search changes: the line names the new words. This
+        # runs after ``search_changed`` (connected first), once the list has the new search's rows.
+        self.search.textChanged.connect(self._update_empty_label)
         self._update_empty_label()
 
     def selected_id(self) -> int | None:

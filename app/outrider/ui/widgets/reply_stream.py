@@ -19,6 +19,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QElapsedTimer, QObject, QTimer, Slot
 from PySide6.QtGui import QTextCharFormat, QTextCursor, QTextDocument
 
+from outrider.conversation.reply_text import merge_runs
 from outrider.ui.theme import LIGHT, ThemeColours
 from outrider.ui.widgets.chat_format import (
     PLACEHOLDER,
@@ -27,7 +28,7 @@ from outrider.ui.widgets.chat_format import (
     format_of,
     muted_format,
 )
-from outrider.ui.widgets.chat_items import MessageItem, merge_runs
+from outrider.ui.widgets.chat_items import MessageItem
 from outrider.ui.widgets.markdown import code_blocks, render_markdown, stable_prefix
 
 MARKDOWN_INTERVAL_MS = 350  # re-render the streaming message's Markdown tail at most ~3 times a second

@@ -36,13 +36,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from outrider.conversation.meter import LiveStats, ReplyMeter
 from outrider.ui.settings import QtSettings
 from outrider.ui.theme import LIGHT, ThemeColours
 from outrider.ui.widgets.live_stats import (
     EXPLANATIONS,
     TOOLTIPS,
-    ReplyMeter,
-    Snapshot,
     by_drafter_text,
     fmt,
     format_speedup,
@@ -62,6 +61,7 @@ REPLY_EMPTY = "This reply: decode tokens/s and acceptance appear here, second by
 CONVERSATION_EMPTY = "Conversation: each reply's tokens/s and acceptance appear here once it has finished."
 WHY_EMPTY = ("You are here: once a reply drafts, the tokens per pass and the speed-up expected at each acceptance "
              "for its k, with this reply's and this conversation's measured points.")
+WHY_X = (-0.03, 1.03)  # the acceptance axis, a little past 0 and 1: a point at a = 0.98 was drawn half off the edge
 WHY_TIP = ("For the current draft length k, against the per-token acceptance a: the tokens each target pass is "
            "expected to yield, E(k) = (1 − a^(k+1)) / (1 − a) (line), and the net speed-up expected over plain "
            "decoding, E(k) / (k · c_draft + c_verify(k + 1)) with the draft and verify costs this reply measured "
@@ -131,7 +131,7 @@ class StatsPanel(QWidget):
     Attributes:
         meter: the ``ReplyMeter`` it reads.
         settings: the settings (optional): the warning offers "Auto k" only while k is fixed.
-        snapshot: the last snapshot shown.
+        snapshot: the last ``LiveStats`` shown.
     """
 
     draft_off_requested = Signal()
@@ -142,7 +142,7 @@ class StatsPanel(QWidget):
         super().__init__(parent)
         self.meter = meter
         self.settings = settings
-        self.snapshot = Snapshot()
+        self.snapshot = LiveStats()
         self.colours: ThemeColours = LIGHT
         self.setMinimumWidth(300)
 
@@ -180,6 +180,9 @@ class StatsPanel(QWidget):
                 form.addWidget(value, line + 1, 0, 1, 2)
                 line += 2
             else:
+                # The name wraps in a narrow panel: the longest name beside the longest value (two columns of
+                # maxima) held the grid at 323 px in a 286-px viewport, every value cut at its right.
+                name.setWordWrap(True)
                 form.addWidget(name, line, 0)
                 form.addWidget(value, line, 1)
                 line += 1
@@ -367,7 +370,7 @@ class StatsPanel(QWidget):
         plot.setTitle("You are here")
         plot.setLabel("left", "tokens, ×")  # long labels were cut: the legend names the two curves
         plot.setLabel("bottom", "per-token acceptance a")
-        plot.setRange(xRange=(0.0, 1.0), yRange=(0.0, 2.0), padding=0)
+        plot.setRange(xRange=WHY_X, yRange=(0.0, 2.0), padding=0)
         plot.getAxis("bottom").setTicks([[(v, f"{v:g}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)], []])
         legend = pg.LegendItem(labelTextSize="8pt", colCount=2)
         plot.getPlotItem().layout.addItem(legend, 4, 1)
@@ -584,5 +587,5 @@ class StatsPanel(QWidget):
         y1 = nice_ceil(top * 1.05)
         if self._ranges.get(2) != (0.0, 1.0, 0.0, y1):
             self._ranges[2] = (0.0, 1.0, 0.0, y1)
-            why["plot"].setRange(xRange=(0.0, 1.0), yRange=(0.0, y1), padding=0)
+            why["plot"].setRange(xRange=WHY_X, yRange=(0.0, y1), padding=0)
             why["plot"].getAxis("left").setTicks([axis_ticks(y1), []])

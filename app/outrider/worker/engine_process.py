@@ -63,7 +63,7 @@ class _InputTooLong(Exception):
 
 
 def child_main(argv: list[str] | None = None) -> None:
-    """Entry point of the engine process: ``python -m outrider.worker.server [--log PATH]``.
+    """Entry point of the engine process: ``python -m outrider.worker.engine_process [--log PATH]``.
 
     The protocol runs on the stdin/stdout pipes the app created; both are moved to private descriptors first,
     then stdin reads /dev/null and stdout/stderr go to the log, so nothing llama.cpp prints can corrupt it.
