@@ -23,16 +23,17 @@ reply*. Three things measured on the benchmark's pairs shape how c1 is found:
 - The first step after the prompt is the coldest of the reply: it is left out of every fit, and its time above
   the model, ``cold_s``, counts on both sides (a plain reply pays that cold step too).
 
-Within a stretch: c1 is the median of its steady one-token passes (those more than ``ANCHOR_STALL`` times the
-stretch's level are stalls), and g is refitted to them; without such passes, c1 comes from every pass at the
-reply's growth g (the median growth through pairs of passes of different sizes at most ``LOCAL_STEPS`` apart,
-Theil–Sen, fitted twice: the second time without what the first fit called stalls). A pass more than
-``WINSOR_SIGMAS`` robust sigmas above the stretch's model is a stall (e.g. a descheduled thread): it counts up
-to that bound, and the time above it, ``stall_s``, is taken out of both sides, since a stall at random costs
-the two replies of an A/B in proportion to their time (the drafter's time gets the same bound, about its own
-running median). Then
+Within a stretch: c1 is the mean of its steady one-token passes (those more than ``ANCHOR_STALL`` times the
+stretch's level are stalls, left out), and g is refitted to their median; without such passes, c1 comes from
+every pass at the reply's growth g (the median growth through pairs of passes of different sizes at most
+``LOCAL_STEPS`` apart, Theil–Sen, fitted twice: the second time without what the first fit called stalls, more
+than ``WINSOR_SIGMAS`` robust sigmas above the level), times their mean ratio to it. A pass more than
+``STALL_RATIO`` times the stretch's model is a stall (e.g. a descheduled thread): its time above the model,
+``stall_s``, is taken out of both sides, since a stall at random costs the two replies of an A/B in proportion
+to their time; slower passes below that bound are ordinary noise, which plain replies have too, and count. The
+drafter's time in a step is a stall above ``STALL_RATIO`` times its running median. Then
 
-    plain_equiv_s = Σ_stretches tokens · c1 · (mean bounded ratio of its passes to the model) + cold_s
+    plain_equiv_s = Σ_stretches tokens · c1 + cold_s
     speedup       = plain_equiv_s / (Σ_steps step_s_i - stall_s)
 
 The drafter's own time is in ``step_s`` only: it is charged to speculation. ``low``/``high`` is a
@@ -56,7 +57,7 @@ import statistics
 SETTLED_WIDTH = 0.20  # relative half-width of the interval above which the figure is shown as a range
 MODEL_ERROR = 0.05  # relative error the fit cannot see, in quadrature (its coverage: tests/unit/engine/test_stats)
 CONFIDENCE = 0.95  # two-sided coverage of low .. high
-WINSOR_SIGMAS = 3.0  # a pass this many robust sigmas above its local level is a stall, bounded there
+WINSOR_SIGMAS = 3.0  # robust sigmas: what the growth fit leaves out, and the noise the interval counts
 MIN_SIGMA_SHARE = 0.005  # robust sigma floor, relative to c1 (identical timings are not perfectly known)
 SEGMENT_SHIFT = 0.25  # relative change of the passes' level that splits a reply into stretches of steady load
 ANCHOR_STALL = 2.0  # a steady one-token pass this many times its stretch's level is a stall, left out
