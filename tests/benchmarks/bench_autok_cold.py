@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from outrider.demo import demo_model_path  # noqa: E402
+from outrider.engine.engine import Engine, PairSpec  # noqa: E402
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams  # noqa: E402
-from outrider.engine.session import Engine, PairSpec  # noqa: E402
 from outrider.engine.speculative import DoneEvent  # noqa: E402
 from outrider.engine.threads import OtherLoadMeter, choose_threads, usable_cpus  # noqa: E402
 from support.tiny_gguf import TinyShape, make_family  # noqa: E402

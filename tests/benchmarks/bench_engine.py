@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
 
 from native_llama import build_native  # noqa: E402  (niced, cached: shared with bench_hybrid / bench_mtp)
 
+from outrider.engine.engine import Engine, PairSpec  # noqa: E402
 from outrider.engine.params import ContextSettings, ModelSettings  # noqa: E402
-from outrider.engine.session import Engine, PairSpec  # noqa: E402
 from outrider.engine.speculative import DoneEvent, DraftParams  # noqa: E402
 from support.tiny_gguf import TinyShape, make_family  # noqa: E402
 

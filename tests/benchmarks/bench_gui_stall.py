@@ -106,7 +106,7 @@ def main() -> int:
     results: dict[str, Any] = {}
     for provenance in (True, False):
         win.chat.set_provenance(provenance)
-        win.session.open_conversation(None)
+        win.controller.open_conversation(None)
         gaps: list[float] = []
         clock = QElapsedTimer()
         probe = QTimer()
@@ -130,17 +130,17 @@ def main() -> int:
 
         writes.timeout.connect(write_and_read)
         loop_done = {"v": False}
-        win.session.reply_ended.connect(lambda *a: loop_done.__setitem__("v", True))
-        if not win.session.ready:
+        win.controller.reply_ended.connect(lambda *a: loop_done.__setitem__("v", True))
+        if not win.controller.ready:
             win.load_pair(PairChoice(Path("synthetic.gguf"), None, False, "", "synthetic"))
-            while not win.session.ready:
+            while not win.controller.ready:
                 app.processEvents()  # benchmark harness only
         t0 = time.perf_counter()
         clock.start()
         probe.start()
         if not args.no_writes:
             writes.start()
-        win.session.send("stream as fast as you can")
+        win.controller.send("stream as fast as you can")
         while not loop_done["v"]:
             app.processEvents()
         probe.stop()

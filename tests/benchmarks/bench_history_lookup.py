@@ -60,10 +60,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from outrider.demo import demo_model_path  # noqa: E402
 from outrider.engine.chain_draft import ChainDraft  # noqa: E402
 from outrider.engine.drafters import Drafter, PromptLookupDraft, common_prefix_length  # noqa: E402
+from outrider.engine.engine import Engine, PairSpec  # noqa: E402
 from outrider.engine.history_draft import HistoryLookupDraft  # noqa: E402
 from outrider.engine.history_index import HistoryIndex  # noqa: E402
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams, SamplingParams  # noqa: E402
-from outrider.engine.session import Engine, PairSpec  # noqa: E402
 from outrider.engine.speculative import DoneEvent  # noqa: E402
 from outrider.history import HistoryStore  # noqa: E402
 
@@ -215,7 +215,7 @@ def run(model: Path, ks: list[int], prose_rounds: int, tokens: int, threads: int
         engines["history"].load(PairSpec(target=str(model), lookup=True, lookup_history=str(store.db_path),
                                          context=context))
     target = engines["prompt"].target
-    # The engine's own tokenisation of history messages (session._history_chain).
+    # The engine's own tokenisation of history messages (engine._history_chain).
     def tokenize(text: str) -> list[int]:
         return target.tokenize(text, add_special=False, parse_special=False)
 

@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
 from native_llama import build_native, run_native  # noqa: E402
 
 from outrider.engine.autodraft import AutoDraftLength  # noqa: E402
+from outrider.engine.engine import Engine, PairSpec  # noqa: E402
 from outrider.engine.params import ContextSettings, DraftParams, ModelSettings  # noqa: E402
-from outrider.engine.session import Engine, PairSpec  # noqa: E402
 from outrider.engine.speculative import DoneEvent  # noqa: E402
 from support.hybrid_gguf import Qwen35Shape, make_qwen35_mtp  # noqa: E402
 from support.mtp_gguf import MtpShape, make_mtp_models  # noqa: E402

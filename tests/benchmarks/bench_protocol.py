@@ -40,16 +40,16 @@ def bench_synthetic(client: EngineClient, n_tokens: int, per_step: int) -> tuple
 
 def bench_real(client: EngineClient, spec: PairSpec, request: TextRequest) -> tuple[float, float]:
     """(in-process decode tokens/s, through-the-worker wall tokens/s) of the same generation."""
-    from outrider.engine import session
+    from outrider.engine import engine as engine_module
     from outrider.engine.llama import backend
 
-    engine = session.Engine()
-    engine.load(session.PairSpec(spec.target, draft=spec.draft,
+    engine = engine_module.Engine()
+    engine.load(engine_module.PairSpec(spec.target, draft=spec.draft,
                                  context=backend.ContextSettings(**vars(spec.context))))
     t0 = time.perf_counter()
-    local_request = session.TextRequest(prompt=request.prompt, max_tokens=request.max_tokens,
-                                        draft=session.DraftParams(k=request.draft.k))
-    done = next(e for e in engine.run(local_request) if isinstance(e, session.DoneEvent))
+    local_request = engine_module.TextRequest(prompt=request.prompt, max_tokens=request.max_tokens,
+                                        draft=engine_module.DraftParams(k=request.draft.k))
+    done = next(e for e in engine.run(local_request) if isinstance(e, engine_module.DoneEvent))
     local = done.stats.generated / (time.perf_counter() - t0)
     engine.unload()
     client.load(spec)

@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT / "tests" / "integration" / "rpc"))
 
 from rpc_helpers import two_workers  # noqa: E402
 
+from outrider.engine.engine import Engine, PairSpec  # noqa: E402
 from outrider.engine.llama.runtime import Backend  # noqa: E402
 from outrider.engine.params import ContextSettings, ModelSettings  # noqa: E402
-from outrider.engine.session import Engine, PairSpec  # noqa: E402
 from outrider.engine.speculative import DoneEvent, DraftParams  # noqa: E402
 from support.tiny_gguf import TinyShape, make_family  # noqa: E402
 

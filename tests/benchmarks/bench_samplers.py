@@ -17,8 +17,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from outrider.engine.engine import Engine
 from outrider.engine.params import ContextSettings, DraftParams, PairSpec, SamplingParams
-from outrider.engine.session import Engine
 from outrider.engine.speculative import DoneEvent
 from support.tiny_gguf import TinyShape, make_family
 

@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from outrider.catalogue.selfdraft import SelfDraftBuild, neutral_prompts, preview  # noqa: E402
 from outrider.catalogue.store import ModelStore  # noqa: E402
+from outrider.engine.engine import Engine, PairSpec  # noqa: E402
 from outrider.engine.llama.runtime import Backend  # noqa: E402
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams  # noqa: E402
 from outrider.engine.selfdraft import (  # noqa: E402
@@ -59,7 +60,6 @@ from outrider.engine.selfdraft import (  # noqa: E402
     spread_plan,
 )
 from outrider.engine.selfdraft_calibrate import build_plan  # noqa: E402
-from outrider.engine.session import Engine, PairSpec  # noqa: E402
 from outrider.engine.speculative import DoneEvent  # noqa: E402
 from support.tiny_gguf import TinyShape, make_family  # noqa: E402
 

@@ -39,9 +39,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from outrider.demo import demo_model_path  # noqa: E402
+from outrider.engine.engine import Engine, PairSpec  # noqa: E402
 from outrider.engine.events import DoneEvent  # noqa: E402
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams, GrammarSpec, SamplingParams  # noqa: E402
-from outrider.engine.session import Engine, PairSpec  # noqa: E402
 from outrider.server.tools import tool_choice  # noqa: E402
 from support.tiny_gguf import TinyShape, make_family  # noqa: E402
 

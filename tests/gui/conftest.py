@@ -81,7 +81,8 @@ def window(qtbot, app_parts: dict[str, object], smollm_path: Path):  # type: ign
     # On a real display (xcb) window shortcuts (Esc, Ctrl+N) reach only the active window; offscreen activates itself.
     win.activateWindow()
     qtbot.waitUntil(win.isActiveWindow, timeout=60_000)  # generous: a loaded CI machine can take seconds
-    with qtbot.waitSignal(win.session.engine_changed, timeout=120_000, check_params_cb=lambda info: info is not None):
+    loaded = win.controller.engine_changed
+    with qtbot.waitSignal(loaded, timeout=120_000, check_params_cb=lambda info: info is not None):
         win.load_pair(PairChoice(smollm_path, None, True, "smollm2-135m-lookup", "demo", demo=True))
     yield win
     win.close()

@@ -16,19 +16,19 @@ pytestmark = pytest.mark.smollm
 
 def test_continue_grows_the_same_reply_through_the_real_engine(qtbot: Any, window: Any) -> None:
     win = window
-    win.session.max_tokens_override = 8
-    with qtbot.waitSignal(win.session.reply_ended, timeout=60_000) as blocker:
+    win.controller.max_tokens_override = 8
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=60_000) as blocker:
         win.chat.composer.setPlainText("Count from one to twenty in words, separated by commas.")
         qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
     status, first, reply_id = blocker.args
-    assert status == "complete" and first and win.session.last_done.stop_reason == "length"
+    assert status == "complete" and first and win.controller.last_done.stop_reason == "length"
     assert "cut at the token limit" in win.chat.browser.toPlainText()
-    with qtbot.waitSignal(win.session.reply_ended, timeout=60_000) as blocker:
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=60_000) as blocker:
         win.chat._on_browser_anchor_clicked(QUrl("continue:1"))  # the header's link
     status, text, again_id = blocker.args
     assert again_id == reply_id and text.startswith(first) and len(text) > len(first)
-    assert win.session.last_done.stats.generated > 0
-    cid = win.session.conversation_id
+    assert win.controller.last_done.stats.generated > 0
+    cid = win.controller.conversation_id
     qtbot.waitUntil(lambda: win.store.store.get_conversation(cid).messages[-1].status is not MessageStatus.STREAMING,
                     timeout=5000)
     messages = win.store.store.get_conversation(cid).messages

@@ -201,9 +201,9 @@ def test_continue_reopens_the_last_reply_only(tmp_path: Path) -> None:
 
 @pytest.mark.smollm
 def test_the_engine_continues_a_reply_instead_of_starting_a_new_turn(smollm_path: Path) -> None:
+    from outrider.engine.engine import Engine, PairSpec, TextRequest
     from outrider.engine.llama.runtime import Backend
     from outrider.engine.params import ContextSettings
-    from outrider.engine.session import Engine, PairSpec, TextRequest
 
     engine = Engine(Backend())
     engine.load(PairSpec(target=str(smollm_path), lookup=True, context=ContextSettings(n_ctx=512, threads=2)))

@@ -162,7 +162,7 @@ def test_list_rows_are_readable_and_export_needs_a_conversation(qtbot: Any, part
     notices: list[str] = []
     monkeypatch.setattr(win, "show_notice", lambda text, scope="app": notices.append(text))
     win.conversations.list.setCurrentIndex(win.list_model.index(-1, 0))
-    assert win.conversations.selected_id() is None and win.session.conversation_id is None
+    assert win.conversations.selected_id() is None and win.controller.conversation_id is None
     win.actions_by_id[ACTION_EXPORT].trigger()
     assert asked == [] and notices == ["Nothing to export yet: open or start a conversation first."]
     assert all(win.list_model.index(i, 0).data(ConversationRole.READABLE) for i in range(win.list_model.rowCount()))

@@ -57,12 +57,12 @@ def select(win: MainWindow, title: str) -> int:
 def test_open_then_new_starts_an_empty_conversation(qtbot: Any, win: MainWindow) -> None:
     assert sorted(titles(win)) == ["Packing list", "Quarterly report", "Regex help"]
     cid = select(win, "Regex help")
-    with qtbot.waitSignal(win.session.conversation_opened):
+    with qtbot.waitSignal(win.controller.conversation_opened):
         win.conversations.list.activated.emit(win.conversations.list.currentIndex())
-    assert win.session.conversation_id == cid and [m.role for m in win.chat.messages] == ["user", "assistant"]
-    with qtbot.waitSignal(win.session.conversation_opened, check_params_cb=lambda cid, items: cid is None):
+    assert win.controller.conversation_id == cid and [m.role for m in win.chat.messages] == ["user", "assistant"]
+    with qtbot.waitSignal(win.controller.conversation_opened, check_params_cb=lambda cid, items: cid is None):
         qtbot.mouseClick(win.conversations.new_button, Qt.MouseButton.LeftButton)
-    assert win.session.conversation_id is None and win.chat.messages == []
+    assert win.controller.conversation_id is None and win.chat.messages == []
     assert win.chat.composer.hasFocus() or not win.isActiveWindow()
 
 
@@ -118,11 +118,11 @@ def test_delete_then_undo(qtbot: Any, win: MainWindow) -> None:
 
 def test_delete_the_open_conversation_opens_a_new_one_and_undo_expires(qtbot: Any, win: MainWindow) -> None:
     cid = select(win, "Regex help")
-    win.session.open_conversation(cid)
+    win.controller.open_conversation(cid)
     win.conversations._undo_timer.setInterval(50)  # the 8 s undo window, shortened
-    with qtbot.waitSignal(win.session.conversation_opened, check_params_cb=lambda c, items: c is None):
+    with qtbot.waitSignal(win.controller.conversation_opened, check_params_cb=lambda c, items: c is None):
         qtbot.mouseClick(win.conversations.delete_button, Qt.MouseButton.LeftButton)
-    assert win.session.conversation_id is None
+    assert win.controller.conversation_id is None
     qtbot.waitUntil(lambda: "Regex help" not in titles(win))
     qtbot.waitUntil(lambda: not win.conversations.undo_bar.isVisible())
     assert sorted(titles(win)) == ["Packing list", "Quarterly report"]
@@ -145,7 +145,7 @@ def test_search_filters_by_message_text_and_clearing_shows_all(qtbot: Any, win: 
     assert titles(win) == []
     win.conversations.search.clear()
     cid = select(win, "Regex help")
-    with qtbot.waitSignal(win.session.conversation_opened, check_params_cb=lambda c, items: c == cid):
+    with qtbot.waitSignal(win.controller.conversation_opened, check_params_cb=lambda c, items: c == cid):
         win.conversations.list.clicked.emit(win.conversations.list.currentIndex())
 
 
@@ -328,7 +328,7 @@ def test_row_heights_need_no_text_layout(qtbot: Any, win: MainWindow, monkeypatc
 def test_the_open_chat_stays_listed_while_a_search_filters(qtbot: Any, win: MainWindow) -> None:
     """Before: a chat started (or opened) while the list was filtered vanished from it: it matched nothing."""
     cid = select(win, "Regex help")
-    with qtbot.waitSignal(win.session.conversation_opened, check_params_cb=lambda c, items: c == cid):
+    with qtbot.waitSignal(win.controller.conversation_opened, check_params_cb=lambda c, items: c == cid):
         win.conversations.list.clicked.emit(win.conversations.list.currentIndex())
     qtbot.keyClicks(win.conversations.search, "raincoat")
     rows = win.list_model.rows()

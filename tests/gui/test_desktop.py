@@ -190,16 +190,16 @@ def test_help_about_shows_version_llama_build_backend_licences_and_metrics_doc(
 @pytest.mark.smollm
 def test_keyboard_sends_copies_regenerates_and_about_names_the_engines_backend(qtbot: Any, window: Any) -> None:
     ctrl, shift = Qt.KeyboardModifier.ControlModifier, Qt.KeyboardModifier.ShiftModifier
-    window.session.max_tokens_override = 12
+    window.controller.max_tokens_override = 12
     window.chat.composer.setPlainText("Say hello.")
-    with qtbot.waitSignal(window.session.reply_ended, timeout=60_000) as first:
+    with qtbot.waitSignal(window.controller.reply_ended, timeout=60_000) as first:
         qtbot.keyClick(window.chat.composer, Qt.Key.Key_Return, ctrl)
     assert first.args[0] == "complete" and first.args[1]
     qtbot.waitUntil(lambda: window._last_reply_text() is not None, timeout=5000)
     QApplication.clipboard().clear()
     qtbot.keyClick(window.chat.composer, Qt.Key.Key_C, ctrl | shift)
     assert QApplication.clipboard().text() == window._last_reply_text()
-    with qtbot.waitSignal(window.session.reply_ended, timeout=60_000) as again:
+    with qtbot.waitSignal(window.controller.reply_ended, timeout=60_000) as again:
         qtbot.keyClick(window.chat.composer, Qt.Key.Key_R, ctrl)
     assert again.args[0] == "complete"
     assert [m.role for m in window.chat.messages] == ["user", "assistant"]  # regenerated, not appended

@@ -41,10 +41,10 @@ def _send(qtbot: Any, win: Any, text: str) -> None:
 
 def test_send_streams_reply_with_statistics_and_provenance(qtbot: Any, window: Any) -> None:
     win = window
-    win.session.max_tokens_override = 24
+    win.controller.max_tokens_override = 24
     steps: list[Any] = []
-    win.session.steps_received.connect(steps.append)
-    with qtbot.waitSignal(win.session.reply_ended, timeout=60_000) as blocker:
+    win.controller.steps_received.connect(steps.append)
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=60_000) as blocker:
         _send(qtbot, win, "Name three colours.")
     status, text, message_id = blocker.args
     assert status == "complete" and text.strip() and steps
@@ -53,7 +53,7 @@ def test_send_streams_reply_with_statistics_and_provenance(qtbot: Any, window: A
     assert "target" in _formats(win)  # provenance view is on by default: each token tagged
     win.stats.refresh()
     snap = win.stats.snapshot
-    done = win.session.last_done
+    done = win.controller.last_done
     assert done is not None and done.stats.generated == snap.generated > 0 and snap.decode_tps
     assert done.stats.speedup is not None and done.stats.plain_tps  # the first step of a reply is a plain probe
     assert done.stats.pass_growth is not None and snap.pass_growth == done.stats.pass_growth  # "you are here" costs
@@ -65,9 +65,9 @@ def test_send_streams_reply_with_statistics_and_provenance(qtbot: Any, window: A
                                                             streaming=False)
     assert win.stats.values["decode_tps"].text().endswith("tok/s")
     assert win.meter.conversation_series
-    qtbot.waitUntil(lambda: win.session.store.store.get_conversation(win.session.conversation_id).messages[-1]
+    qtbot.waitUntil(lambda: win.controller.store.store.get_conversation(win.controller.conversation_id).messages[-1]
                     .status is MessageStatus.COMPLETE, timeout=5000)
-    messages = win.session.store.store.get_conversation(win.session.conversation_id).messages
+    messages = win.controller.store.store.get_conversation(win.controller.conversation_id).messages
     assert [m.role for m in messages] == [Role.USER, Role.ASSISTANT]
     assert messages[-1].id == message_id and messages[-1].stats is not None
     assert messages[-1].stats.decode_tps
@@ -81,41 +81,41 @@ def test_send_streams_reply_with_statistics_and_provenance(qtbot: Any, window: A
 
 def test_escape_stops_the_reply_and_keeps_it(qtbot: Any, window: Any) -> None:
     win = window
-    win.session.max_tokens_override = 2000
-    with qtbot.waitSignal(win.session.steps_received, timeout=60_000):
+    win.controller.max_tokens_override = 2000
+    with qtbot.waitSignal(win.controller.steps_received, timeout=60_000):
         _send(qtbot, win, "Write a long story about a lighthouse keeper.")
-    with qtbot.waitSignal(win.session.reply_ended, timeout=30_000) as blocker:
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=30_000) as blocker:
         qtbot.keyClick(win, Qt.Key.Key_Escape)
     assert blocker.args[0] == "interrupted"
-    qtbot.waitUntil(lambda: win.session.store.store.get_conversation(win.session.conversation_id).messages[-1]
+    qtbot.waitUntil(lambda: win.controller.store.store.get_conversation(win.controller.conversation_id).messages[-1]
                     .status is MessageStatus.INTERRUPTED, timeout=5000)
     assert win.chat.send_button.isEnabled() and not win.chat.stop_button.isEnabled()
 
 
 def test_engine_kill_9_shows_banner_keeps_conversation_and_reloads(qtbot: Any, window: Any) -> None:
     win = window
-    win.session.max_tokens_override = 2000
-    with qtbot.waitSignal(win.session.steps_received, timeout=60_000):
+    win.controller.max_tokens_override = 2000
+    with qtbot.waitSignal(win.controller.steps_received, timeout=60_000):
         _send(qtbot, win, "Count from one to five hundred in words.")
     pid = win.bridge.pid
     assert pid
-    with qtbot.waitSignal(win.session.crashed, timeout=30_000):
+    with qtbot.waitSignal(win.controller.crashed, timeout=30_000):
         os.kill(pid, signal.SIGKILL)
     assert win.crash_banner.isVisibleTo(win) and "SIGKILL" in win.crash_label.text()
-    cid = win.session.conversation_id
-    qtbot.waitUntil(lambda: win.session.store.store.get_conversation(cid).messages[-1].status
+    cid = win.controller.conversation_id
+    qtbot.waitUntil(lambda: win.controller.store.store.get_conversation(cid).messages[-1].status
                     is MessageStatus.INTERRUPTED, timeout=5000)
-    messages = win.session.store.store.get_conversation(cid).messages
+    messages = win.controller.store.store.get_conversation(cid).messages
     assert messages[0].role is Role.USER and messages[-1].text  # the partial reply is kept
     assert "interrupted" in win.chat.browser.toPlainText()
-    with qtbot.waitSignal(win.session.engine_changed, timeout=120_000, check_params_cb=lambda i: i is not None):
+    with qtbot.waitSignal(win.controller.engine_changed, timeout=120_000, check_params_cb=lambda i: i is not None):
         qtbot.mouseClick(win.reload_button, Qt.MouseButton.LeftButton)
     assert not win.crash_banner.isVisibleTo(win)
-    win.session.max_tokens_override = 8
-    with qtbot.waitSignal(win.session.reply_ended, timeout=60_000) as blocker:
+    win.controller.max_tokens_override = 8
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=60_000) as blocker:
         _send(qtbot, win, "Say hi.")
     assert blocker.args[0] == "complete"
-    assert len(win.session.store.store.get_conversation(cid).messages) == 4
+    assert len(win.controller.store.store.get_conversation(cid).messages) == 4
 
 
 def test_incompatible_pair_shows_the_reason(qtbot: Any, app_parts: dict[str, Any], tiny_family: Any) -> None:
@@ -125,11 +125,11 @@ def test_incompatible_pair_shows_the_reason(qtbot: Any, app_parts: dict[str, Any
     win = MainWindow(app_parts["bridge"], app_parts["store"], app_parts["settings"])
     qtbot.addWidget(win)
     win.show()
-    with qtbot.waitSignal(win.session.load_failed, timeout=120_000) as blocker:
+    with qtbot.waitSignal(win.controller.load_failed, timeout=120_000) as blocker:
         win.load_pair(PairChoice(Path(tiny_family.target), Path(tiny_family.incompatible), False, "", "bad"))
     assert "cannot be paired" in blocker.args[0]
     assert win.crash_banner.isVisibleTo(win) and "cannot be paired" in win.crash_label.text()
-    assert not win.session.ready
+    assert not win.controller.ready
     win.close()
 
 

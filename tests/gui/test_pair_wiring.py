@@ -76,14 +76,14 @@ def _picked(target: Path, draft: Path, k: int | str = 6, n_ctx: int = 8192) -> P
 
 def test_chosen_pair_loads_with_recommended_settings_and_is_remembered(qtbot: Any, parts: dict[str, Any]) -> None:
     win, client, settings = parts["win"], parts["client"], parts["settings"]
-    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=_loaded):
+    with qtbot.waitSignal(win.controller.engine_changed, check_params_cb=_loaded):
         win.choose_pair(_picked(parts["target"], parts["draft"]))
     assert len(client.loads) == 1  # one load, with the new settings (no reload of a previous pair)
     spec, refuse = client.loads[0]
     assert spec.target == str(parts["target"]) and spec.draft == str(parts["draft"]) and not refuse
     assert spec.context.n_ctx == 8192
     # History lookup is on by default and drafts from the app's own history (engine/history_draft.py).
-    assert spec.lookup_history == str(win.session.store.store.db_path)
+    assert spec.lookup_history == str(win.controller.store.store.db_path)
     v = settings.value
     assert (v.draft_source, v.k_policy, v.k, v.draft_min, v.p_min, v.context_size) == ("model", "fixed", 6, 2, 0.6,
                                                                                          8192)
@@ -98,7 +98,7 @@ def test_user_overrides_are_kept(qtbot: Any, parts: dict[str, Any]) -> None:
     win, settings = parts["win"], parts["settings"]
     win.apply_user_settings(__import__("dataclasses").replace(settings.value, p_min=0.9, context_size=2048))
     assert settings.value.overridden() == {"context_size", "p_min"}
-    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=_loaded):
+    with qtbot.waitSignal(win.controller.engine_changed, check_params_cb=_loaded):
         win.choose_pair(_picked(parts["target"], parts["draft"], k="auto"))
     v = settings.value
     assert (v.k_policy, v.draft_min, v.p_min, v.context_size) == ("auto", 2, 0.9, 2048)
@@ -108,11 +108,12 @@ def test_user_overrides_are_kept(qtbot: Any, parts: dict[str, Any]) -> None:
 def test_automatic_load_refuses_an_unsafe_model_and_says_why(qtbot: Any, parts: dict[str, Any]) -> None:
     win, client = parts["win"], parts["client"]
     choice = PairChoice(parts["target"], parts["draft"], False, "t+d", "Target + draft")
-    with qtbot.waitSignal(win.session.load_failed) as blocker:
+    with qtbot.waitSignal(win.controller.load_failed) as blocker:
         win.load_pair(choice, automatic=True)
     assert client.loads[-1][1] is True
     assert "not loaded automatically" in blocker.args[0] and "SIGSEGV" in blocker.args[0]
     assert win.crash_banner.isVisibleTo(win) and "choose the pair again" in win.crash_label.text()
-    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=_loaded):  # choosing it by hand loads it anyway
+    # choosing it by hand loads it anyway
+    with qtbot.waitSignal(win.controller.engine_changed, check_params_cb=_loaded):
         win.choose_pair(_picked(parts["target"], parts["draft"]))
-    assert client.loads[-1][1] is False and win.session.ready
+    assert client.loads[-1][1] is False and win.controller.ready

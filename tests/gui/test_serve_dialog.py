@@ -90,17 +90,17 @@ def test_a_server_request_waits_for_the_chat_reply_and_both_are_intact(qtbot: An
     api = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
     messages: Any = [{"role": "user", "content": "Name three fruits."}]
     alone = api.chat.completions.create(model="m", max_tokens=24, temperature=0, messages=messages)
-    window.session.max_tokens_override = 48
+    window.controller.max_tokens_override = 48
     results: dict[str, Any] = {}
 
     def ask() -> None:
         results["reply"] = api.chat.completions.create(model="m", max_tokens=24, temperature=0, messages=messages)
 
-    with qtbot.waitSignal(window.session.steps_received, timeout=60_000):
+    with qtbot.waitSignal(window.controller.steps_received, timeout=60_000):
         window.chat.composer.setPlainText("Write a short poem about rain.")
         qtbot.keyClick(window.chat.composer, Qt.Key.Key_Return)
     asker = threading.Thread(target=ask)
-    with qtbot.waitSignal(window.session.reply_ended, timeout=120_000) as ended:
+    with qtbot.waitSignal(window.controller.reply_ended, timeout=120_000) as ended:
         asker.start()
     assert ended.args[0] == "complete" and ended.args[1].strip()
     asker.join(120)
@@ -143,11 +143,11 @@ def test_stopping_the_chat_reply_never_cancels_a_reply_of_the_server(qtbot: Any,
         finished.set()
 
     threading.Thread(target=drain, daemon=True).start()
-    window.session.max_tokens_override = 200
+    window.controller.max_tokens_override = 200
     window.chat.composer.setPlainText("Write a long story.")
     qtbot.keyClick(window.chat.composer, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: window.bridge.busy, timeout=10_000)  # the chat's reply waits for the engine
-    with qtbot.waitSignal(window.session.reply_ended, timeout=120_000) as ended:
+    with qtbot.waitSignal(window.controller.reply_ended, timeout=120_000) as ended:
         window.chat.stop_button.click()
     assert ended.args[0] == "interrupted"
     assert finished.wait(120)

@@ -91,7 +91,7 @@ def scripted(qtbot: Any, tmp_path: Path) -> Iterator[tuple[MainWindow, ScriptedC
     win = MainWindow(bridge, store, QtSettings())
     qtbot.addWidget(win)
     win.show()
-    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=lambda info: info is not None):
+    with qtbot.waitSignal(win.controller.engine_changed, check_params_cb=lambda info: info is not None):
         win.load_pair(PairChoice(tmp_path / "target.gguf", tmp_path / "draft.gguf", False, "t+d", "T + D"))
     yield win, client
     win.close()
@@ -100,7 +100,7 @@ def scripted(qtbot: Any, tmp_path: Path) -> Iterator[tuple[MainWindow, ScriptedC
 
 
 def _send(qtbot: Any, win: MainWindow, text: str) -> tuple[str, str, Any]:
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000) as blocker:
         win.chat.composer.setPlainText(text)
         win.chat.send_button.click()
     status, reply, message_id = blocker.args
@@ -108,9 +108,9 @@ def _send(qtbot: Any, win: MainWindow, text: str) -> tuple[str, str, Any]:
 
 
 def _stored(qtbot: Any, win: MainWindow) -> Any:
-    cid = win.session.conversation_id
+    cid = win.controller.conversation_id
     assert cid is not None
-    store = win.session.store.store
+    store = win.controller.store.store
     qtbot.waitUntil(lambda: store.get_conversation(cid).messages[-1].status is MessageStatus.COMPLETE, timeout=5000)
     return store.get_conversation(cid).messages[-1]
 
@@ -124,7 +124,7 @@ def test_speedup_with_error_shown_and_stored_as_the_engine_reported(qtbot: Any, 
     assert win.stats.speedup_label.text() == "1.85× (1.79–1.91)"
     assert win.stats.values["plain_tps"].text() == "20.0 tok/s"
     assert "plain 20.0 tok/s" in win.engine_label.text() and "baseline" not in win.engine_label.text()
-    done = win.session.last_done
+    done = win.controller.last_done
     assert done is not None
     reply = _stored(qtbot, win)
     assert reply.id == message_id and reply.stats is not None
@@ -139,12 +139,12 @@ def test_a_wide_interval_shows_the_range_not_a_bold_figure_and_is_stored_as_is(q
     win, client = scripted
     client.finals = [reply_stats(speedup=1.9, speedup_low=1.3, speedup_high=2.6)]
     client.hold = threading.Event()
-    with qtbot.waitSignal(win.session.steps_received, timeout=10_000):
+    with qtbot.waitSignal(win.controller.steps_received, timeout=10_000):
         win.chat.composer.setPlainText("hi")
         win.chat.send_button.click()
     win.stats.refresh()
     assert win.stats.speedup_label.text() == "measuring…"  # the first batch: nothing measured yet
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000):
         client.hold.set()
     win.stats.refresh()
     assert win.stats.speedup_label.text() == "1.30–2.60×, uncertain"
@@ -157,12 +157,12 @@ def test_measuring_until_a_plain_step_then_not_measured(qtbot: Any, scripted: An
     win, client = scripted
     client.finals = [reply_stats(generated=5, speedup=None, plain_steps=0, plain_tps=None)]
     client.hold = threading.Event()
-    with qtbot.waitSignal(win.session.steps_received, timeout=10_000):
+    with qtbot.waitSignal(win.controller.steps_received, timeout=10_000):
         win.chat.composer.setPlainText("hi")
         win.chat.send_button.click()
     win.stats.refresh()
     assert win.stats.speedup_label.text() == "measuring…"
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000):
         client.hold.set()
     win.stats.refresh()
     assert win.stats.speedup_label.text() == "not measured"
@@ -178,12 +178,12 @@ def test_slower_warning_cleared_by_a_new_reply_and_a_new_chat(qtbot: Any, script
     assert win.stats.warning.isVisibleTo(win) and "0.62× (0.59–0.65)" in win.stats.warning_label.text()
 
     client.hold = threading.Event()  # the next reply begins: the last reply's verdict goes at once
-    with qtbot.waitSignal(win.session.steps_received, timeout=10_000):
+    with qtbot.waitSignal(win.controller.steps_received, timeout=10_000):
         win.chat.composer.setPlainText("second")
         win.chat.send_button.click()
     win.stats.refresh()
     assert not win.stats.warning.isVisibleTo(win) and win.stats.speedup_label.text() == "measuring…"
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000):
         client.hold.set()
     client.hold = None
     win.stats.refresh()
@@ -222,12 +222,12 @@ def test_edit_and_resend_leaves_only_the_remaining_replies_in_the_conversation_c
     for text in ("one", "two", "three"):
         _send(qtbot, win, text)
     assert [p[0] for p in win.meter.conversation_series] == [1, 2, 3]
-    cid = win.session.conversation_id
-    store = win.session.store.store
+    cid = win.controller.conversation_id
+    store = win.controller.store.store
     qtbot.waitUntil(lambda: len(store.get_conversation(cid).messages) == 6, timeout=5000)
     second = next(m for m in store.get_conversation(cid).messages if m.text == "two")
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
-        assert win.session.edit_resend(second.id, "two, again")
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000):
+        assert win.controller.edit_resend(second.id, "two, again")
         assert [p[0] for p in win.meter.conversation_series] == [1]  # at once: replies 2 and 3 are gone
     assert [p[0] for p in win.meter.conversation_series] == [1, 2]
     assert win.meter.conversation_series[1][1] == pytest.approx(40.0)
@@ -256,15 +256,15 @@ def test_draft_off_on_the_real_demo_pair_decodes_plainly_without_a_reload(qtbot:
     """The demo pair (SmolLM2 + prompt lookup) through the real engine: Draft off keeps the pair loaded and the
     next reply drafts nothing, its speed-up 1.00× (docs/metrics.md)."""
     win = window
-    loaded = win.session.loaded
-    win.session.max_tokens_override = 24
-    with qtbot.assertNotEmitted(win.session.engine_changed):
+    loaded = win.controller.loaded
+    win.controller.max_tokens_override = 24
+    with qtbot.assertNotEmitted(win.controller.engine_changed):
         win.stats.draft_off_requested.emit()
-    assert win.session.loaded is loaded and "draft off (plain decoding)" in win.engine_label.text()
-    with qtbot.waitSignal(win.session.reply_ended, timeout=120_000):
+    assert win.controller.loaded is loaded and "draft off (plain decoding)" in win.engine_label.text()
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=120_000):
         win.chat.composer.setPlainText("Repeat after me: the cat sat on the mat, the cat sat on the mat.")
         win.chat.send_button.click()
-    done = win.session.last_done
+    done = win.controller.last_done
     assert done is not None and done.stats.generated > 0
     # 1.00× as shown: the loaded drafter's bookkeeping (it still indexes the text) is the only difference
     assert done.stats.drafted == 0 and done.stats.speedup == pytest.approx(1.0, abs=0.005)
@@ -294,14 +294,14 @@ def test_the_status_bar_says_where_an_rpc_target_lives(qtbot: Any, scripted: Any
     import dataclasses
 
     win, _client = scripted
-    loaded = win.session.loaded
+    loaded = win.controller.loaded
     assert loaded is not None and not loaded.uses_rpc
     assert "RPC" not in win.engine_label.text() and "workers' memory" not in win.engine_label.text()
     target = dataclasses.replace(
         loaded.target, buffers=(("RPC0[10.0.0.2:50052]", 2 * 2**30), ("CPU_Mapped", 200 * 2**20)),
         remote_devices=(("RPC0", "10.0.0.2:50052", 11 * 2**30, 16 * 2**30),))
     remote = dataclasses.replace(loaded, target=target)
-    win._on_session_engine_changed(remote)
+    win._on_controller_engine_changed(remote)
     text = win.engine_label.text()
     assert "target: RPC0[10.0.0.2:50052] 2.0 GiB, CPU_Mapped 200.0 MiB; draft on this machine" in text
     assert "workers' memory: 10.0.0.2:50052 11.0 GiB free of 16.0 GiB" in text

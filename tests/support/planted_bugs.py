@@ -150,8 +150,8 @@ def verify_once(pair: list[str], setting: str, sampler: str, seed: int, samples:
 def echo_prompt(target: Path, prompt: str, n: int = 12) -> str:
     """``prompt`` + the target's greedy continuation of it + ``prompt`` again: prompt lookup then proposes what the
     target itself continued with (as in test_sampling_exact's lookup case), so it drafts at most positions."""
+    from outrider.engine.engine import Engine
     from outrider.engine.params import ContextSettings, PairSpec, SamplingParams
-    from outrider.engine.session import Engine
 
     engine = Engine()
     try:

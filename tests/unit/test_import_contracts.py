@@ -1,6 +1,6 @@
 """The import contracts of pyproject.toml mean what they say: an indirect import of llama_cpp from the GUI breaks
 "The GUI never imports llama_cpp". Before (``allow_indirect_imports = true``), an import of the llama backend inside
-``ChatSession._start`` passed every contract and 31 tests; this test ran lint-imports on a copy of the package with
+``ChatController._start`` passed every contract and 31 tests; this test ran lint-imports on a copy of the package with
 such an import and saw exit 0."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def test_an_indirect_import_of_llama_cpp_from_the_gui_breaks_the_contract(tmp_pa
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     sneaky = tmp_path / "app" / "outrider" / "ui" / "sneaky.py"
     sneaky.write_text('"""Reaches llama_cpp through the engine, never naming it."""\n\n\n'
-                      "def start() -> None:\n    from outrider.engine.session import Engine  # noqa: F401\n",
+                      "def start() -> None:\n    from outrider.engine.engine import Engine  # noqa: F401\n",
                       encoding="utf-8")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "app")}
     broken = subprocess.run([str(LINT_IMPORTS)], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)

@@ -257,7 +257,7 @@ class _Transfer:
         headers = build_hf_headers()
         headers["Accept-Encoding"] = "identity"
         timeout = httpx2.Timeout(self.opts.read_timeout, connect=self.opts.connect_timeout)
-        session = get_session()
+        http_client = get_session()  # huggingface_hub's shared httpx client (its proxies, headers, offline mode)
         budget = _RetryBudget(self.opts, offset)
         out = open(part, "ab")  # noqa: SIM115 - closed in finally
         try:
@@ -267,7 +267,7 @@ class _Transfer:
                     h["Range"] = f"bytes={offset}-"
                 budget.attempt_started()
                 try:
-                    with session.stream("GET", url, headers=h, timeout=timeout, follow_redirects=True) as r:
+                    with http_client.stream("GET", url, headers=h, timeout=timeout, follow_redirects=True) as r:
                         if r.status_code == 416:
                             if offset == size:
                                 break

@@ -2,7 +2,7 @@
 
 Shared by ``generate``, ``bench``, ``verify``, ``ask`` and ``serve``. ``add_model_options`` adds the options;
 ``pair_spec`` and ``text_request`` turn them into the engine's ``PairSpec`` and ``TextRequest`` (bad values are a
-``CliError``: one line, exit 2); ``open_engine`` / ``engine_session`` load the pair in the engine process
+``CliError``: one line, exit 2); ``open_engine`` / ``running_engine`` load the pair in the engine process
 (``WorkerEngine``: a crash is exit 3) or, with ``--in-process``, in this one. What the engine notes about a load
 goes to stderr as ``note: …`` lines, each once.
 """
@@ -290,8 +290,8 @@ class InProcessEngine:
     """The engine in this process (``--in-process``, for debugging): engine errors become exit status 2."""
 
     def __init__(self, spec: Any) -> None:
+        from outrider.engine.engine import Engine
         from outrider.engine.errors import EngineError
-        from outrider.engine.session import Engine
 
         self._engine = Engine()
         self._noted: set[str] = set()
@@ -346,7 +346,7 @@ def open_engine(args: argparse.Namespace) -> CommandEngine:
 
 
 @contextlib.contextmanager
-def engine_session(args: argparse.Namespace) -> Iterator[CommandEngine]:
+def running_engine(args: argparse.Namespace) -> Iterator[CommandEngine]:
     """``open_engine`` as a context manager: closed at the end; after Ctrl-C closed at once (a stopped or stuck
     engine is killed, not waited for), so the command exits 130 promptly."""
     engine = open_engine(args)

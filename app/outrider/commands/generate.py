@@ -14,9 +14,9 @@ from outrider.commands.engine_options import (
     CommandEngine,
     add_model_options,
     add_prompt_options,
-    engine_session,
     has_drafter,
     is_done,
+    running_engine,
     text_request,
 )
 from outrider.engine.measure.bench import DEFAULT_BENCH_PROMPTS, bench_row, bench_summary
@@ -46,7 +46,7 @@ def register(sub: Any) -> None:
 # -- generate ---------------------------------------------------------------------------------------------------
 def cmd_generate(args: argparse.Namespace) -> int:
     request = text_request(args, prompt=args.prompt, chat=args.chat)
-    with engine_session(args) as engine:
+    with running_engine(args) as engine:
         return _stream(engine, request, as_json=args.json)
 
 
@@ -141,7 +141,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise CliError(f"bench needs a drafter: {DRAFTER_CHOICES}")
     prompts = load_prompts(args.prompts)
     rows: list[dict[str, Any]] = []
-    with engine_session(args) as engine:
+    with running_engine(args) as engine:
         for label, prompt in prompts:
             runs: dict[str, list[dict[str, Any]]] = {"plain": [], "spec": []}
             for _ in range(args.runs):  # interleaved: machine drift hits both alike

@@ -24,10 +24,10 @@ from outrider.commands.engine_options import (
     DRAFTER_CHOICES,
     add_model_options,
     add_prompt_options,
-    engine_session,
     has_drafter,
     is_done,
     pair_spec,
+    running_engine,
     text_request,
 )
 
@@ -140,7 +140,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     requests = [_job_request(args, job, grammar) for job in collector.jobs]
     progress = not args.json and sys.stderr.isatty()
     try:
-        with engine_session(args) as engine:
+        with running_engine(args) as engine:
             for n, (job, request) in enumerate(zip(collector.jobs, requests, strict=True), 1):
                 tokens: list[int] = []
                 done: Any = None

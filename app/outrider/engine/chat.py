@@ -17,7 +17,7 @@ strings, lists and integers, ``range`` (at most ``MAX_RANGE`` items), string met
 repeat (``center``, ``ljust``, ``zfill``, ``expandtabs``, ``replace``, ``indent``, ``format`` widths…) — against a
 per-render output budget, and the output itself is capped. Deep recursion (a macro calling itself) is caught.
 A template that breaks a limit on the sample conversation at load is replaced by the built-in one (the engine
-notes it: ``session._chat_formatter``); one that breaks it later, on a real conversation, is replaced from then
+notes it: ``engine._chat_formatter``); one that breaks it later, on a real conversation, is replaced from then
 on, and the note waits in ``ChatFormatter.take_notes()``.
 """
 

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from outrider.engine.engine import Engine
 from outrider.engine.errors import EngineError
 from outrider.engine.events import DoneEvent
 from outrider.engine.llama.prune import write_pruned
@@ -25,7 +26,6 @@ from outrider.engine.selfdraft import (
     SelfDraftError,
     rank,
 )
-from outrider.engine.session import Engine
 
 Progress = Callable[[str, int, int, str], None]
 """``progress(stage, done, total, message)``: stage is ``build`` or ``calibrate``; ``done`` of ``total`` steps."""

@@ -1,6 +1,6 @@
 """A reply's provenance runs kept with it: which stretches of its text were accepted draft tokens, and of which
 drafter, so that the colours come back when the conversation is reopened, after a restart, in an export, and on
-the first part of a continued reply (they were lost everywhere but in the reply streamed this session).
+the first part of a continued reply (they were lost everywhere but in the reply streamed since the app started).
 
 Stored in the reply's statistics (``ReplyStats.extra["provenance"]``, kept by every reader and in JSON exports) as
 ``[[characters, kind], ...]``: consecutive runs of one kind merged; ``kind`` is "target", a drafter's kind ("lookup",

@@ -310,14 +310,14 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
                 sys.stdout.flush()
                 QTimer.singleShot(0, app.quit)
 
-        window.session.engine_changed.connect(on_ready)
+        window.controller.engine_changed.connect(on_ready)
         # the conversation open last, reopened after the first paint (none in an empty history)
-        window.session.conversation_opened.connect(
+        window.controller.conversation_opened.connect(
             lambda cid, _items: probe.mark("conversation") if cid is not None else None)
-        window.session.load_failed.connect(lambda r: fail(f"loading the pair: {r}"))
+        window.controller.load_failed.connect(lambda r: fail(f"loading the pair: {r}"))
     if smoke_test:
-        session = window.session
-        session.max_tokens_override = int(os.environ.get(SMOKE_MAX_TOKENS_ENV) or SMOKE_MAX_TOKENS)
+        controller = window.controller
+        controller.max_tokens_override = int(os.environ.get(SMOKE_MAX_TOKENS_ENV) or SMOKE_MAX_TOKENS)
         message = os.environ.get(SMOKE_MESSAGE_ENV) or SMOKE_MESSAGE
         sent = {"done": False}
 
@@ -328,7 +328,7 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
                 window.chat.send_button.click()
 
         def on_reply_ended(state: str, text: str, _mid: object) -> None:
-            done = session.last_done
+            done = controller.last_done
             if done is None or state != "complete":
                 fail(f"the reply ended as {state!r}")
                 return
@@ -336,15 +336,15 @@ def _run(smoke_test: bool, probe: StartupProbe | None = None) -> int:
             out = {"ok": True, "stop_reason": done.stop_reason, "chars": len(text), "stats": st.to_dict(),
                    "speedup": st.speedup, "speedup_low": st.speedup_low, "speedup_high": st.speedup_high,
                    "plain_tps": st.plain_tps,
-                   "backend": session.engine_status().get("backend")}
+                   "backend": controller.engine_status().get("backend")}
             sys.stdout.write(json.dumps(out) + "\n")
             sys.stdout.flush()
             QTimer.singleShot(0, app.quit)
 
-        session.engine_changed.connect(on_engine_changed)
-        session.reply_ended.connect(on_reply_ended)
-        session.load_failed.connect(lambda r: fail(f"loading the demo pair: {r}"))
-        session.crashed.connect(lambda r: fail(f"engine crashed: {r}"))
+        controller.engine_changed.connect(on_engine_changed)
+        controller.reply_ended.connect(on_reply_ended)
+        controller.load_failed.connect(lambda r: fail(f"loading the demo pair: {r}"))
+        controller.crashed.connect(lambda r: fail(f"engine crashed: {r}"))
         QTimer.singleShot(int(SMOKE_TIMEOUT_S * 1000),
                           lambda: fail(f"no reply within {SMOKE_TIMEOUT_S:.0f} s (engine log: "
                                        f"{bridge.client.log_path})"))

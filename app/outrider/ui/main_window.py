@@ -1,6 +1,6 @@
 """The main window: conversations | chat | live statistics, engine status always visible in the status bar.
 
-It composes the views and wires them to the ``ChatSession`` controller; it holds no chat logic itself.
+It composes the views and wires them to the ``ChatController`` controller; it holds no chat logic itself.
 The pair picker and the benchmark dialog come from their own modules.
 """
 
@@ -29,7 +29,7 @@ from outrider.conversation.meter import ReplyMeter
 from outrider.settings import PAIR_RECOMMENDED, AppSettings
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
-from outrider.ui.chat_session import ChatSession, NoticeScope
+from outrider.ui.chat_controller import ChatController, NoticeScope
 from outrider.ui.first_paint import FirstPaintWatcher
 from outrider.ui.picker.choice import PairChoice, pair_choice_of
 from outrider.ui.settings import DRAFT_KEYS, QtSettings, drafting_text, reload_needed
@@ -72,7 +72,7 @@ def _banner(name: str, parent: QWidget) -> tuple[QFrame, QLabel, QHBoxLayout]:
 
 class MainWindow(QMainWindow):
     """Attributes:
-        session: the ``ChatSession`` controller.
+        controller: the ``ChatController`` controller.
         chat, stats, conversations: the three panes.
         actions: the window's actions by id (``ACTION_*``).
     """
@@ -89,7 +89,7 @@ class MainWindow(QMainWindow):
         self.catalogue_service = catalogue_service
         self._applying_pair = False
         self.meter = ReplyMeter()
-        self.session = ChatSession(bridge, store, settings, self.meter, self)
+        self.controller = ChatController(bridge, store, settings, self.meter, self)
 
         self.list_model = ConversationListModel(self)
         self.conversations = ConversationListView(self.list_model, self)
@@ -146,7 +146,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._set_tab_order()
         esc = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
-        esc.activated.connect(self.session.stop)
+        esc.activated.connect(self.controller.stop)
 
         self._wire()
         self.apply_settings_theme()
@@ -156,7 +156,7 @@ class MainWindow(QMainWindow):
         # window is on the screen, after what else waits for the first paint (app.py starts the pair's load).
         self.first_paint = FirstPaintWatcher(self)
         self.first_paint.painted.connect(
-            lambda: QTimer.singleShot(0, self.session, self.session.restore_last_conversation))
+            lambda: QTimer.singleShot(0, self.controller, self.controller.restore_last_conversation))
         self.chat.composer.setFocus()
 
     # -- construction -----------------------------------------------------------------------------------------
@@ -278,13 +278,13 @@ class MainWindow(QMainWindow):
             self.setTabOrder(before, after)
 
     def _wire(self) -> None:
-        s, c = self.session, self.chat
+        s, c = self.controller, self.chat
         c.send_requested.connect(self._on_chat_send_requested)
         c.edit_resend_requested.connect(s.edit_resend)
         c.stop_requested.connect(s.stop)
         c.regenerate_requested.connect(s.regenerate)
         c.provenance_toggled.connect(lambda on: self.settings.set(show_provenance=on))
-        s.conversation_opened.connect(self._on_session_conversation_opened)
+        s.conversation_opened.connect(self._on_controller_conversation_opened)
         s.user_message_added.connect(c.add_user_message)
         s.user_message_stored.connect(c.set_last_user_id)
         s.message_not_stored.connect(c.composer.setPlainText)  # nothing typed is lost
@@ -292,11 +292,11 @@ class MainWindow(QMainWindow):
         s.reply_continued.connect(c.continue_reply)
         s.reply_grew.connect(c.reply_grew)
         c.continue_requested.connect(s.continue_reply)
-        s.reply_ended.connect(self._on_session_reply_ended)
-        s.engine_changed.connect(self._on_session_engine_changed)
+        s.reply_ended.connect(self._on_controller_reply_ended)
+        s.engine_changed.connect(self._on_controller_engine_changed)
         s.notice.connect(self.show_notice)
-        s.crashed.connect(self._on_session_crashed)
-        s.load_failed.connect(self._on_session_load_failed)
+        s.crashed.connect(self._on_controller_crashed)
+        s.load_failed.connect(self._on_controller_load_failed)
         s.busy_changed.connect(c.set_busy)
         s.busy_changed.connect(lambda busy: self._notice_is_stale(NoticeScope.REPLY) if busy else None)
         s.engine_changed.connect(lambda _info: self._notice_is_stale(NoticeScope.PAIR))
@@ -331,7 +331,7 @@ class MainWindow(QMainWindow):
             "You are chatting with the offline demo pair (SmolLM2-135M + prompt lookup). For real speed-ups, "
             "choose a verified target + draft pair from the catalogue.")
         self.invite_banner.setVisible(demo)
-        self.session.load_pair(choice, automatic=automatic)
+        self.controller.load_pair(choice, automatic=automatic)
 
     def choose_pair(self, picked: Any) -> None:
         """A pair confirmed in the pair picker: apply its recommended settings, remember it, load it.
@@ -361,8 +361,8 @@ class MainWindow(QMainWindow):
         self.load_pair(choice)
 
     @Slot(object)
-    def _on_session_engine_changed(self, info: Any) -> None:
-        st = self.session.engine_status()
+    def _on_controller_engine_changed(self, info: Any) -> None:
+        st = self.controller.engine_status()
         backend = st["backend"] + (" (GPU offload)" if st.get("gpu_offload") else "")
         if info is None:
             self._plain = None  # measured with the engine that is gone
@@ -372,7 +372,7 @@ class MainWindow(QMainWindow):
         mem = st.get("memory_bytes", 0)
         layers = st.get("gpu_layers", (0, 0))
         plain = self._plain_of_this_chat()  # measured in this chat's last reply (docs/metrics.md: plain_tps)
-        last = self.session.last_done  # automatic threads are re-chosen per reply: the last reply's count first
+        last = self.controller.last_done  # automatic threads are re-chosen per reply: the last reply's count first
         threads = (last.stats.threads if last is not None and last.stats.threads else 0) or getattr(info, "threads", 0)
         self.engine_label.setText(
             f"Engine: {backend} · target {st.get('target')} · {drafting_text(self.settings.value, info)} · "
@@ -386,12 +386,12 @@ class MainWindow(QMainWindow):
     def _plain_of_this_chat(self) -> float | None:
         """Plain tok/s measured in the last reply of the chat shown, with this engine (None in another chat: a
         figure of another conversation, at another context length, said nothing about this one)."""
-        if self._plain is None or self._plain[0] != self.session.conversation_id:
+        if self._plain is None or self._plain[0] != self.controller.conversation_id:
             return None
         return self._plain[1]
 
     @Slot(str)
-    def _on_session_crashed(self, reason: str) -> None:
+    def _on_controller_crashed(self, reason: str) -> None:
         self.crash_label.setText(f"The engine stopped: {reason}. Your conversation is safe; the reply so far was "
                                  f"kept as interrupted.")
         self.reload_button.setText("Reload")
@@ -399,7 +399,7 @@ class MainWindow(QMainWindow):
         self.crash_banner.show()
 
     @Slot(str)
-    def _on_session_load_failed(self, reason: str) -> None:
+    def _on_controller_load_failed(self, reason: str) -> None:
         self.crash_label.setText(f"Could not load the pair: {reason}")
         self.reload_button.setText("Retry")
         self.crash_banner.show()
@@ -407,7 +407,7 @@ class MainWindow(QMainWindow):
     @Slot()
     def _on_reload_clicked(self) -> None:
         self.crash_banner.hide()
-        self.session.reload()
+        self.controller.reload()
 
     # -- conversations ----------------------------------------------------------------------------------------
     def refresh_conversations(self) -> None:
@@ -418,12 +418,12 @@ class MainWindow(QMainWindow):
         else:
             rows = [ConversationRow.of(c) for c in self.store.conversations()]
         self.list_model.set_rows(rows)
-        self.conversations.select(self.session.conversation_id)
+        self.conversations.select(self.controller.conversation_id)
 
     def _with_open_conversation(self, rows: list[ConversationRow]) -> list[ConversationRow]:
         """The search results, with the open conversation first when it does not match: a chat started while the
         list is filtered must not vanish from it (it did: the new chat had no message matching yet)."""
-        open_id = self.session.conversation_id
+        open_id = self.controller.conversation_id
         if open_id is None or any(r.id == open_id for r in rows):
             return rows
         current = next((c for c in self.store.conversations() if c.id == open_id), None)
@@ -432,36 +432,36 @@ class MainWindow(QMainWindow):
         return [dataclasses.replace(ConversationRow.of(current), snippet="open now · no match"), *rows]
 
     @Slot(object, list)
-    def _on_session_conversation_opened(self, conversation_id: int | None, items: list[Any]) -> None:
+    def _on_controller_conversation_opened(self, conversation_id: int | None, items: list[Any]) -> None:
         self.chat.set_messages(items)
         self.conversations.select(conversation_id)
-        if self.session.loaded is not None:
-            self._on_session_engine_changed(self.session.loaded)  # the plain rate shown is this chat's or none
+        if self.controller.loaded is not None:
+            self._on_controller_engine_changed(self.controller.loaded)  # the plain rate shown is this chat's or none
 
     @Slot(str, str, object)
-    def _on_session_reply_ended(self, status: str, text: str, message_id: Any) -> None:
-        end = self.session.last_end
+    def _on_controller_reply_ended(self, status: str, text: str, message_id: Any) -> None:
+        end = self.controller.last_end
         self.chat.end_reply(status, text, message_id, str(end.reason) if end is not None else "")
-        done = self.session.last_done
+        done = self.controller.last_done
         if done is not None and done.stats.plain_tps:
-            self._plain = (self.session.conversation_id, done.stats.plain_tps)
-        if self.session.loaded is not None:
-            self._on_session_engine_changed(self.session.loaded)  # the plain rate this reply measured
+            self._plain = (self.controller.conversation_id, done.stats.plain_tps)
+        if self.controller.loaded is not None:
+            self._on_controller_engine_changed(self.controller.loaded)  # the plain rate this reply measured
 
     @Slot(str)
     def _on_chat_send_requested(self, text: str) -> None:
-        if not self.session.send(text):
+        if not self.controller.send(text):
             self.chat.composer.setPlainText(text)
 
     @Slot(int)
     def _on_conversation_deleted(self, conversation_id: int) -> None:
         self.store.delete(conversation_id)
-        if conversation_id == self.session.conversation_id:
-            self.session.open_conversation(None)
+        if conversation_id == self.controller.conversation_id:
+            self.controller.open_conversation(None)
 
     @Slot()
     def _on_new_chat(self) -> None:
-        self.session.open_conversation(None)
+        self.controller.open_conversation(None)
         self.chat.composer.setFocus()
 
     # -- dialogs and settings ---------------------------------------------------------------------------------
@@ -502,11 +502,11 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_benchmark(self) -> None:
-        if not self.session.ready or self.session.streaming:
+        if not self.controller.ready or self.controller.streaming:
             self.show_notice("Load a pair and let the reply finish before benchmarking.", NoticeScope.PAIR)
             return
         prompts = [m.text for m in self.chat.messages if m.role == "user"][-5:]
-        name = self.session.choice.name if self.session.choice else ""
+        name = self.controller.choice.name if self.controller.choice else ""
         from outrider.ui.dialogs.benchmark_dialog import BenchmarkDialog  # here: not needed to paint the window
 
         dialog = BenchmarkDialog(self.bridge, prompts, self, pair_name=name, draft=self.settings.value.draft_params())
@@ -549,12 +549,12 @@ class MainWindow(QMainWindow):
         if self._applying_pair:
             return
         value = self.settings.value
-        if reload_needed(value, names, self.session.choice, self.session.loaded):
-            self.session.reload()  # prompt lookup vs model draft, layers, context: chosen at load time
+        if reload_needed(value, names, self.controller.choice, self.controller.loaded):
+            self.controller.reload()  # prompt lookup vs model draft, layers, context: chosen at load time
         if any(n in DRAFT_KEYS for n in names):
-            self.show_notice(f"Drafting: {drafting_text(value, self.session.loaded)} (applies from the next reply)",
+            self.show_notice(f"Drafting: {drafting_text(value, self.controller.loaded)} (applies from the next reply)",
                              NoticeScope.REPLY)
-            self._on_session_engine_changed(self.session.loaded)
+            self._on_controller_engine_changed(self.controller.loaded)
 
     def apply_settings_theme(self) -> None:
         app = QApplication.instance()
@@ -565,6 +565,6 @@ class MainWindow(QMainWindow):
             self.actions_by_id[ACTION_DARK].setChecked(colours.name == "dark")
 
     def closeEvent(self, event: QCloseEvent) -> None:  # Qt override
-        self.session.stop()
+        self.controller.stop()
         self.stats.timer.stop()
         super().closeEvent(event)

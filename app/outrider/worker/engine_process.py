@@ -42,8 +42,8 @@ from outrider.engine.events import (
 from outrider.worker.protocol import PROTOCOL_VERSION, FramedPipe, ProtocolError, decode, encode
 
 if TYPE_CHECKING:
+    from outrider.engine.engine import Engine
     from outrider.engine.params import PairSpec, TextRequest
-    from outrider.engine.session import Engine
 
 MIN_INPUT_CHARS = 65_536
 DEFAULT_HEARTBEAT_S = 1.0
@@ -126,8 +126,8 @@ class _Server:
     # -- threads --------------------------------------------------------------------------------------------
     def serve(self) -> int:
         threading.Thread(target=self._send_loop, name="sender", daemon=True).start()
+        from outrider.engine.engine import Engine
         from outrider.engine.llama.runtime import Backend
-        from outrider.engine.session import Engine
 
         engine = Engine(Backend(echo_log=_log), on_load_stage=self._on_load_stage)
         self.engine = engine

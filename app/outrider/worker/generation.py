@@ -43,7 +43,7 @@ class Generation(Iterator[Event]):
     """One streaming reply: iterate for ``StepBatch`` ... ``DoneEvent`` (``outrider.engine.events``): each batch is
     one wire message, steps and the statistics after them. Close (or exhaust) it to free the engine.
 
-    It keeps no copy of the text it streams: whoever iterates owns the reply text (the app's ``ChatSession``
+    It keeps no copy of the text it streams: whoever iterates owns the reply text (the app's ``ChatController``
     keeps it in a ``ReplyText``, ``outrider ask`` in its own string); ``text`` is the ``DoneEvent``'s whole text once
     the reply ended, "" before. On a crash ``interrupted`` is set; the text streamed so far is what the consumer
     received (every batch this client read is yielded before the crash is raised).

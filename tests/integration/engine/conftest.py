@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings
-from outrider.engine.session import Engine, PairSpec
 
 
 @pytest.fixture(scope="session")

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 
 from outrider.engine.chat import CHATML_TEMPLATE, PLAIN_TEMPLATE, ChatFormatter
+from outrider.engine.engine import Engine
 from outrider.engine.errors import TemplateError
 from outrider.engine.params import ChatMessage, SamplingParams, TextRequest
-from outrider.engine.session import Engine
 
 LLAMA3_STYLE = (  # Llama 3's layout (content | trim), with this vocabulary's markers
     "{{ bos_token }}{% for message in messages %}<|im_start|>{{ message.role }}<|im_end|>\n\n"

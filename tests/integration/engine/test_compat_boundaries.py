@@ -25,12 +25,12 @@ from outrider.engine.compat import (
     check_files,
     facts_from_header,
 )
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.errors import IncompatiblePairError
 from outrider.engine.llama.backend import LoadedModel
 from outrider.engine.llama.gguf_header import read_header
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, ModelSettings
-from outrider.engine.session import Engine, PairSpec
 from support.tiny_gguf import TinyShape, build_vocab, random_weights, vocab_variant, write_gguf
 
 SHAPE = TinyShape(n_layer=1, n_embd=64, n_head=2, n_ff=128)

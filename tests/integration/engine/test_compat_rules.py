@@ -9,10 +9,10 @@ import pytest
 
 from outrider.engine.chat import ChatMessage
 from outrider.engine.compat import VocabFacts, check_facts, check_files
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.errors import IncompatiblePairError
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings
-from outrider.engine.session import Engine, PairSpec
 from support.tiny_gguf import TinyShape, build_vocab, random_weights, write_gguf
 
 BASE = VocabFacts(

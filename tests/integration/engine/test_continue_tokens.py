@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from outrider.engine.chat import ChatMessage
+from outrider.engine.engine import Engine, TextRequest
 from outrider.engine.params import ContextSettings, PairSpec
-from outrider.engine.session import Engine, TextRequest
 from outrider.engine.speculative import DoneEvent, StepEvent
 
 pytestmark = pytest.mark.smollm

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from outrider.engine.engine import Engine
 from outrider.engine.errors import DecodeError
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, ModelSettings, PairSpec, SamplingParams
-from outrider.engine.session import Engine
 from outrider.engine.speculative import DoneEvent, StepEvent
 from outrider.engine.threads import OtherLoadMeter, usable_cpus
 from support.reference_decoding import ReferenceModel

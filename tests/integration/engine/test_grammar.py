@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 
 from outrider.engine.drafters import ModelDraft
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.events import DoneEvent, StepEvent
 from outrider.engine.grammar import gbnf_of
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams, GrammarSpec, SamplingParams
-from outrider.engine.session import Engine, PairSpec
 from support.reference_decoding import ReferenceModel
 from support.tiny_gguf import Family
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, ModelSettings
-from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent, DraftParams
 from support.tiny_gguf import Family
 

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams
-from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent
 from support.reference_decoding import ReferenceModel
 from support.tiny_gguf import Family

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.history_index import HistoryIndex, index_dir_for
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, SamplingParams
-from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent
 from outrider.history import HistoryStore
 from support.reference_decoding import ReferenceModel

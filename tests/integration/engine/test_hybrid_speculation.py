@@ -31,10 +31,10 @@ import pytest
 from outrider.catalogue.local import check_local_pair
 from outrider.engine.compat import check_files, check_target_file, rollback_report
 from outrider.engine.drafters import PromptLookupDraft
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.llama.backend import ROLLBACK_TOKENS, LoadedModel, ModelContext
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, ModelSettings
-from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent, GenerationRequest, SpeculativeDecoder, StepEvent
 from support.hybrid_gguf import HybridFamily, Qwen35Shape, make_lfm2_family, make_mamba, make_qwen35_family
 from support.reference_decoding import ReferenceModel

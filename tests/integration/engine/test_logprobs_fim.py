@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.errors import FimUnsupported
 from outrider.engine.events import DoneEvent, StepEvent
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams, SamplingParams
-from outrider.engine.session import Engine, PairSpec
 from support.reference_decoding import ReferenceModel
 from support.tiny_gguf import TinyShape, build_vocab, random_weights, write_gguf
 

@@ -20,11 +20,11 @@ import pytest
 
 from outrider.catalogue.local import check_local_pair
 from outrider.engine.compat import DRAFT_RECURRENT_STATES, ROLLBACK_TOKENS
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.llama.gguf_header import read_header
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.memory_layout import layout_from_header, padded_context
 from outrider.engine.params import ContextSettings
-from outrider.engine.session import Engine, PairSpec
 from support.hybrid_gguf import Lfm2Shape, Qwen35Shape, make_lfm2_family, make_qwen35_family, make_qwen35_mtp
 
 N_CTX = 1000  # not a multiple of 256: llama.cpp pads it to 1024

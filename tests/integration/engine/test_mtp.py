@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 from outrider.engine.draft import Draft
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.errors import IncompatiblePairError
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.mtp import MtpDraft
 from outrider.engine.params import ContextSettings, DraftParams, SamplingParams
-from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent
 from support.mtp_gguf import MtpModels, MtpShape, make_mtp_models
 from support.reference_decoding import ReferenceModel

@@ -4,7 +4,7 @@ roll back through its recurrent-state snapshots (``n_rs_seq``); the MTP context 
 output must be the independent reference's (``support/reference_decoding.py``), with drafts made and rejected.
 
 Breaking it on purpose: running the MTP drafter with the target's snapshots switched off (``rollback_tokens=0``
-on the target context, ``session.py``) turned drafting off with the "cannot be rolled back" note, which the
+on the target context, ``engine.py``) turned drafting off with the "cannot be rolled back" note, which the
 fixture's ``draft_mode`` assertion caught.
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams
-from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent
 from support.hybrid_gguf import MtpModels, make_qwen35_mtp
 from support.reference_decoding import ReferenceModel

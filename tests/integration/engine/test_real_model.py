@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from outrider.engine.chat import ChatMessage
+from outrider.engine.engine import Engine, PairSpec, TextRequest
 from outrider.engine.errors import ContextOverflowError
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings
-from outrider.engine.session import Engine, PairSpec, TextRequest
 from outrider.engine.speculative import DoneEvent, DraftParams, StepEvent
 
 QUOTE = (

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings
 from outrider.engine.sampling import SamplingParams
-from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent, DraftParams
 from support.tiny_gguf import Family
 

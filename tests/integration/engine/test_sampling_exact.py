@@ -37,9 +37,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, Sampler, SamplingParams
-from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent
 from support.reference_decoding import Filters, ReferenceModel
 from support.tiny_gguf import Family, TinyShape, make_family

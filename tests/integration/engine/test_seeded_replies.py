@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from outrider.engine.engine import Engine
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, PairSpec, SamplingParams
-from outrider.engine.session import Engine
 from outrider.engine.speculative import DoneEvent
 from support.tiny_gguf import Family
 

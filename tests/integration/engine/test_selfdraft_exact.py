@@ -11,9 +11,9 @@ import pytest
 
 from outrider.catalogue import ModelStore
 from outrider.catalogue.selfdraft import SelfDraftBuild, preview
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams
-from outrider.engine.session import Engine, PairSpec
 from outrider.engine.speculative import DoneEvent
 from support.reference_decoding import ReferenceModel
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from outrider.engine.drafters import SHADOW_WINDOW, ModelDraft
+from outrider.engine.engine import Engine
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, PairSpec
-from outrider.engine.session import Engine
 from outrider.engine.speculative import DoneEvent, StepEvent
 from support.reference_decoding import ReferenceModel
 from support.tiny_gguf import TinyShape, make_family

@@ -19,9 +19,9 @@ import statistics
 
 import pytest
 
+from outrider.engine.engine import Engine
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, PairSpec
-from outrider.engine.session import Engine
 from outrider.engine.speculative import DoneEvent
 from outrider.engine.stats import GenerationStats
 from support.tiny_gguf import Family, TinyShape, make_family

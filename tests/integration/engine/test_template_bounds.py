@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from outrider.engine.chat import BASE_RENDER_CHARS, ChatFormatter, ChatMessage, TemplateLimitError
+from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings
-from outrider.engine.session import Engine, PairSpec
 from support import bad_models
 
 EXPANDING = "{% for m in messages %}{{ m.content }}{% for i in range(20000) %}" + "A" * 50 + "{% endfor %}{% endfor %}"

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from outrider.engine.engine import Engine
 from outrider.engine.grammar import GrammarMask
 from outrider.engine.params import ContextSettings, GrammarSpec, PairSpec
-from outrider.engine.session import Engine
 from support.tiny_gguf import Family
 
 CALL = {"type": "object", "properties": {

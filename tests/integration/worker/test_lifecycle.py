@@ -231,7 +231,7 @@ def test_client_never_imports_llama_cpp(tiny_family: Family, tmp_path: Path) -> 
             list(c.generate(TextRequest(prompt="the", max_tokens=4)))
         assert "llama_cpp" not in sys.modules, "use"
         assert not any(m.startswith(("outrider.engine.llama.backend", "outrider.engine.llama.runtime",
-                                        "outrider.engine.llama.load_checks", "outrider.engine.session"))
+                                        "outrider.engine.llama.load_checks", "outrider.engine.engine"))
                        for m in sys.modules)
         print("clean")
     """)
@@ -246,16 +246,17 @@ def test_one_set_of_request_and_event_types_on_both_sides() -> None:
     ``engine/params.py`` and ``engine/events.py``): nothing mirrors them."""
     import dataclasses
 
-    from outrider.engine import chat, drafters, events, params, sampling, session, speculative
+    from outrider.engine import chat, drafters, events, params, sampling, speculative
+    from outrider.engine import engine as engine_module
     from outrider.engine.llama import backend
     from outrider.engine.stats import GenerationStats
     from outrider.worker import protocol
 
-    uses = [(session.PairSpec, params.PairSpec), (session.TextRequest, params.TextRequest),
+    uses = [(engine_module.PairSpec, params.PairSpec), (engine_module.TextRequest, params.TextRequest),
             (backend.ModelSettings, params.ModelSettings), (backend.ContextSettings, params.ContextSettings),
             (drafters.LookupSettings, params.LookupSettings), (chat.ChatMessage, params.ChatMessage),
             (sampling.SamplingParams, params.SamplingParams), (speculative.DraftParams, params.DraftParams),
-            (session.LoadedPair, events.LoadedPair), (backend.ModelFacts, events.ModelFacts),
+            (engine_module.LoadedPair, events.LoadedPair), (backend.ModelFacts, events.ModelFacts),
             (speculative.StepEvent, events.StepEvent), (speculative.DoneEvent, events.DoneEvent)]
     for used, defined in uses:
         assert used is defined, used
@@ -266,11 +267,11 @@ def test_one_set_of_request_and_event_types_on_both_sides() -> None:
 
 
 def test_engine_dataclasses_are_accepted(client: EngineClient, tiny_family: Family) -> None:
-    from outrider.engine import session
+    from outrider.engine import engine as engine_module
     from outrider.engine.llama import backend
 
-    spec = session.PairSpec(str(tiny_family.target), draft=str(tiny_family.draft),
+    spec = engine_module.PairSpec(str(tiny_family.target), draft=str(tiny_family.draft),
                             context=backend.ContextSettings(n_ctx=N_CTX))
     assert client.load(spec).draft_mode == "model"
-    with client.generate(session.TextRequest(prompt="the", max_tokens=4)) as gen:
+    with client.generate(engine_module.TextRequest(prompt="the", max_tokens=4)) as gen:
         assert isinstance(list(gen)[-1], DoneEvent)

@@ -116,7 +116,7 @@ class DownloadColumn(enum.IntEnum):
 
 
 class DownloadsModel(HeaderedTableModel):
-    """Downloads of this session, newest last; a thin adapter over ``DownloadItem`` snapshots."""
+    """Downloads since the app started, newest last; a thin adapter over ``DownloadItem`` snapshots."""
 
     headers = (("Pair", ""), ("Progress", ""), ("Speed", ""), ("Time left", ""), ("State", ""))
 

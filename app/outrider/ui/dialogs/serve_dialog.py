@@ -249,12 +249,12 @@ class _StopOnClose(QObject):
 
 
 def add_serve_action(window: Any, menu: QMenu) -> QAction:
-    """Add "Serve on localhost…" to ``menu`` of the main ``window`` (its ``bridge``, ``session``, ``settings`` and
+    """Add "Serve on localhost…" to ``menu`` of the main ``window`` (its ``bridge``, ``controller``, ``settings`` and
     ``actions_by_id``). The server follows the chat's pair and stops when the app quits."""
     server = QtServerBridge(window.bridge.client, window)
     window.server_bridge = server
-    window.session.engine_changed.connect(lambda info: server.on_pair_loaded(
-        window.session.choice if info is not None else None))
+    window.controller.engine_changed.connect(lambda info: server.on_pair_loaded(
+        window.controller.choice if info is not None else None))
     app = QCoreApplication.instance()
     if app is not None:
         app.aboutToQuit.connect(server.shutdown)

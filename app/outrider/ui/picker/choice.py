@@ -1,5 +1,5 @@
 """``PairChoice``: what to load — a catalogue pair or the user's own files — as the pair picker emits it, the
-start-up code picks it and the chat session loads it (one type for all of them; no Qt)."""
+start-up code picks it and the chat controller loads it (one type for all of them; no Qt)."""
 
 from __future__ import annotations
 

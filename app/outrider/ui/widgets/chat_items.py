@@ -17,7 +17,7 @@ class MessageItem:
 
     ``end``: how an assistant reply ended (an ``EndReason`` value; "" for other messages). ``reply``: the
     ``ReplyText`` of a reply streaming now (``text`` follows it on ``flush``); ``runs``: the provenance runs of a
-    reply streamed in this session, kept once it ended (None for messages loaded from the history).
+    reply streamed since the app started, kept once it ended (None for messages loaded from the history).
     """
 
     role: str

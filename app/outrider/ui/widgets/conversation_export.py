@@ -28,7 +28,7 @@ from outrider.history import (
     StoreError,
 )
 from outrider.ui.bridges.store_bridge import QtStoreBridge
-from outrider.ui.chat_session import NoticeScope
+from outrider.ui.chat_controller import NoticeScope
 
 ACTION_EXPORT = "export_conversation"
 ACTION_EXPORT_ALL = "export_all_conversations"
@@ -174,7 +174,7 @@ def add_export_action(window: Any, menu: QMenu) -> QAction:
     """Add "Export conversation…" (Ctrl+Shift+E), "Export all conversations…" and "Import conversations…" to
     ``menu`` of the main ``window`` and answer the conversation list's Export (its context menu). Export
     conversation saves the one selected in the list, else the open one; results are shown with
-    ``window.show_notice``. Uses the window's ``store``, ``session``, ``conversations``, ``list_model`` and
+    ``window.show_notice``. Uses the window's ``store``, ``controller``, ``conversations``, ``list_model`` and
     ``actions_by_id``; returns the first action."""
     exporter = ConversationExporter(window.store, window)
     window.exporter = exporter
@@ -192,7 +192,7 @@ def add_export_action(window: Any, menu: QMenu) -> QAction:
         exporter.ask_and_export(window, conversation_id, title_of(conversation_id))
 
     def export_current() -> None:
-        cid = window.conversations.selected_id() or window.session.conversation_id
+        cid = window.conversations.selected_id() or window.controller.conversation_id
         if cid is None:
             window.show_notice("Nothing to export yet: open or start a conversation first.", NoticeScope.CHAT)
             return

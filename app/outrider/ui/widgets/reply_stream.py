@@ -1,6 +1,6 @@
 """The streaming reply's body at the end of the chat document: how its text reaches the document while it grows.
 
-Streaming is O(1) per batch: the reply's text lives in one ``ReplyText`` (``chat_items``), which ``ChatSession``
+Streaming is O(1) per batch: the reply's text lives in one ``ReplyText`` (``chat_items``), which ``ChatController``
 appends to; ``ReplyStream.grew`` inserts the pieces not shown yet with a ``QTextCursor`` at the end of the
 document, at most ``APPEND_CHARS_PER_TURN`` characters per ``FRAME_MS`` frame. In the Markdown view the body is
 re-rendered by ``MarkdownTail`` at most every ``MARKDOWN_INTERVAL_MS``, only from its last stable boundary on

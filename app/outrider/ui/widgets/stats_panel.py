@@ -556,7 +556,7 @@ class StatsPanel(QWidget):
 
     def _draw_why(self) -> None:
         """The "you are here" chart for the snapshot shown (its sentence while nothing drafted). A conversation
-        just opened (no reply measured in this session) shows its replies' points on the curve of its last
+        just opened (no reply measured since the app started) shows its replies' points on the curve of its last
         reply's k, without a speed-up curve: the costs are measured only live."""
         import pyqtgraph as pg
 

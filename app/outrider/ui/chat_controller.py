@@ -65,7 +65,7 @@ def items_of(messages: Sequence[StoredMessage]) -> list[MessageItem]:
     return items
 
 
-class ChatSession(QObject):
+class ChatController(QObject):
     """Signals:
         conversation_opened(object, list): conversation id (or None for a new one) and its ``MessageItem``s.
         user_message_added(str): show the user's message now (before it is committed).
@@ -212,8 +212,8 @@ class ChatSession(QObject):
         self.engine_changed.emit(None)
         self.load_failed.emit(describe_error(exc))
 
-    # The bridge's and the timer's signals reach the flow through the session's own slots: a connection to a
-    # plain method would outlive the session and call into a deleted object.
+    # The bridge's and the timer's signals reach the flow through the controller's own slots: a connection to a
+    # plain method would outlive the controller and call into a deleted object.
     @Slot(object)
     def _on_bridge_step_received(self, batch: StepBatch) -> None:
         self.flow.on_steps(batch)
@@ -315,10 +315,10 @@ class ChatSession(QObject):
 
 
 class _Signals(FlowListener):
-    """What the flow says, as the session's signals (and the timer that ticks it while a reply streams)."""
+    """What the flow says, as the controller's signals (and the timer that ticks it while a reply streams)."""
 
-    def __init__(self, session: ChatSession) -> None:
-        self.s = session
+    def __init__(self, controller: ChatController) -> None:
+        self.s = controller
 
     def conversation_shown(self, conversation_id: int | None, messages: Sequence[StoredMessage]) -> None:
         self.s._remember(conversation_id)

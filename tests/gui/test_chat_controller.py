@@ -20,7 +20,7 @@ from outrider.engine.stats import GenerationStats
 from outrider.history import HistoryStore, MessageStatus, Role
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
-from outrider.ui.chat_session import NoticeScope
+from outrider.ui.chat_controller import NoticeScope
 from outrider.ui.main_window import ACTION_NEW_CHAT, MainWindow
 from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
@@ -108,7 +108,7 @@ def _open(qtbot: Any, store: QtStoreBridge, client: ScriptedClient, tmp_path: Pa
     win = MainWindow(bridge, store, QtSettings())
     qtbot.addWidget(win)
     win.show()
-    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=lambda info: info is not None):
+    with qtbot.waitSignal(win.controller.engine_changed, check_params_cb=lambda info: info is not None):
         win.load_pair(PairChoice(tmp_path / "target.gguf", tmp_path / "draft.gguf", False, "t+d", "T + D"))
     return win
 
@@ -126,14 +126,14 @@ def chat(qtbot: Any, tmp_path: Path) -> Iterator[tuple[MainWindow, ScriptedClien
 
 def _send(qtbot: Any, win: MainWindow, text: str, script: Script, client: ScriptedClient) -> tuple[Any, ...]:
     client.scripts.append(script)
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000) as blocker:
         win.chat.composer.setPlainText(text)
         qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
     return tuple(blocker.args)
 
 
 def _stored(win: MainWindow) -> list[Any]:
-    cid = win.session.conversation_id
+    cid = win.controller.conversation_id
     assert cid is not None
     return list(win.store.store.get_conversation(cid).messages)
 
@@ -160,7 +160,7 @@ def test_placeholder_while_the_prompt_is_read_and_esc_then_says_stopped(qtbot: A
     qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: bool(client.requests))
     assert PLACEHOLDER in win.chat.browser.toPlainText()
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000) as blocker:
         qtbot.keyClick(win, Qt.Key.Key_Escape)
     assert blocker.args[0] == "interrupted"
     shown = win.chat.browser.toPlainText()
@@ -170,15 +170,15 @@ def test_placeholder_while_the_prompt_is_read_and_esc_then_says_stopped(qtbot: A
     reply = _stored(win)[-1]
     assert reply.status is MessageStatus.INTERRUPTED and reply.stats is not None
     assert reply.stats.stop_reason == "cancelled"
-    win.session.open_conversation(win.session.conversation_id)  # reopened: it still says so
+    win.controller.open_conversation(win.controller.conversation_id)  # reopened: it still says so
     assert "— stopped" in win.chat.browser.toPlainText()
 
 
 def test_esc_before_the_question_is_stored_ends_the_reply_as_stopped(qtbot: Any, chat: Any) -> None:
     win, client = chat
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
-        assert win.session.send("Quick question")
-        win.session.stop()  # the store thread has not answered yet: the engine never starts
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000) as blocker:
+        assert win.controller.send("Quick question")
+        win.controller.stop()  # the store thread has not answered yet: the engine never starts
     assert blocker.args[0] == "interrupted" and not client.requests
     assert "(stopped before any text)" in win.chat.browser.toPlainText()
     assert win.chat.send_button.isEnabled() and not win.chat.stop_button.isEnabled()
@@ -194,7 +194,7 @@ def test_a_reply_cut_at_the_token_limit_says_so_and_continue_really_continues(qt
     _settled(qtbot, win)
     reply_id = _stored(win)[-1].id
     client.scripts.append(Script([(" fox", True), (" jumps.", False)]))
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000) as blocker:
         qtbot.mouseClick(win.chat.continue_button, Qt.MouseButton.LeftButton)
     request = client.requests[-1]
     assert request.continue_reply  # the engine continues the reply's text, no new turn
@@ -261,15 +261,15 @@ def test_the_last_open_conversation_is_reopened_at_start(qtbot: Any, tmp_path: P
     win = _open(qtbot, store, client, tmp_path)
     _send(qtbot, win, "Remember me", Script([("I will", False)]), client)
     _settled(qtbot, win)
-    cid = win.session.conversation_id
+    cid = win.controller.conversation_id
     win.close()
     win.settings.flush()  # as the app does before it exits
     win.bridge.shutdown()
     again = _open(qtbot, store, ScriptedClient(), tmp_path)  # the next start: same data folder
     try:
-        qtbot.waitUntil(lambda: again.session.conversation_id == cid)  # once the window has painted
+        qtbot.waitUntil(lambda: again.controller.conversation_id == cid)  # once the window has painted
         assert [m.text for m in again.chat.messages] == ["Remember me", "I will"]
-        again.session.open_conversation(None)  # a new chat is what the next start shows
+        again.controller.open_conversation(None)  # a new chat is what the next start shows
         again.settings.flush()
         assert QtSettings().value.last_conversation_id == 0
     finally:
@@ -283,7 +283,7 @@ def test_a_sample_prompt_of_an_empty_chat_is_sent_when_clicked(qtbot: Any, chat:
     html = win.chat.browser.toHtml()
     assert "sample:0" in html and "sample:1" in html and "acceptance" in win.chat.browser.toPlainText()
     client.scripts.append(Script([("The lighthouse keeper", True)]))
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000):
         win.chat._on_browser_anchor_clicked(QUrl("sample:0"))
     assert client.requests[-1].messages[-1].content == SAMPLE_PROMPTS[0].text
     assert "sample:0" not in win.chat.browser.toHtml()  # the first message replaced the first-run page
@@ -299,13 +299,13 @@ def test_a_message_that_cannot_be_stored_is_given_back_and_said_why(qtbot: Any, 
         raise DiskFullError(Path("history.sqlite3"))
 
     monkeypatch.setattr(HistoryStore, "start_conversation", full)
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000) as blocker:
         win.chat.composer.setPlainText("Important thought")
         qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
     assert blocker.args[0] == "error" and not client.requests  # the engine never started
     assert win.chat.composer.toPlainText() == "Important thought"  # given back, to send again
     assert "Your message could not be stored" in win.notice_label.text()
-    assert win.chat.send_button.isEnabled() and not win.session.streaming
+    assert win.chat.send_button.isEnabled() and not win.controller.streaming
 
 
 def test_esc_cancels_an_edit_in_the_window(qtbot: Any, chat: Any) -> None:
@@ -325,7 +325,7 @@ def test_regenerate_in_a_long_conversation_keeps_the_new_reply_in_view(qtbot: An
     bar = win.chat.browser.verticalScrollBar()
     assert bar.maximum() > 0
     client.scripts.append(Script([("A new answer, ", True)] + [("line after line.\n\n", False)] * 40))
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000):
         qtbot.mouseClick(win.chat.regenerate_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: bar.value() == bar.maximum())
     assert "A new answer" in win.chat.browser.toPlainText() and len(win.chat.messages) == 8
@@ -339,17 +339,17 @@ def test_a_reply_that_stopped_early_can_be_continued_also_after_reopening(qtbot:
     script = Script([("The quick", True), (" brown", False)], stop="cancelled", crash=ending == "crashed")
     _send(qtbot, win, "Tell me about foxes", script, client)
     if ending == "crashed":
-        with qtbot.waitSignal(win.session.engine_changed, timeout=10_000,
+        with qtbot.waitSignal(win.controller.engine_changed, timeout=10_000,
                               check_params_cb=lambda info: info is not None):
-            win.session.reload()
+            win.controller.reload()
     _settled(qtbot, win)
     reply_id = _stored(win)[-1].id
-    cid = win.session.conversation_id
-    win.session.open_conversation(None)
-    win.session.open_conversation(cid)  # reopened (as after a restart): the stored end says it can go on
+    cid = win.controller.conversation_id
+    win.controller.open_conversation(None)
+    win.controller.open_conversation(cid)  # reopened (as after a restart): the stored end says it can go on
     assert win.chat.continue_button.isVisibleTo(win) and "continue:1" in win.chat.browser.toHtml()
     client.scripts.append(Script([(" fox", True), (" jumps.", False)]))
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000) as blocker:
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000) as blocker:
         qtbot.mouseClick(win.chat.continue_button, Qt.MouseButton.LeftButton)
     request = client.requests[-1]
     assert request.continue_reply and request.messages[-1].content == "The quick brown"
@@ -363,27 +363,27 @@ def test_every_notice_goes_with_what_it_is_about(qtbot: Any, chat: Any) -> None:
     win, client = chat
     _send(qtbot, win, "First", Script([("One", False)]), client)
     _settled(qtbot, win)
-    first = win.session.conversation_id
+    first = win.controller.conversation_id
     win.show_notice("Conversation exported to /tmp/x.md", NoticeScope.CHAT)
-    win.session.open_conversation(None)
+    win.controller.open_conversation(None)
     assert not win.notice_label.isVisible()  # another chat: the export notice went with the old one
-    win.session.open_conversation(first)
+    win.controller.open_conversation(first)
     win.show_notice("Drafting: draft off (plain decoding) (applies from the next reply)", NoticeScope.REPLY)
     client.scripts.append(Script([("Two", False)]))
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000):
         win.chat.composer.setPlainText("Second")
         qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
     assert not win.notice_label.isVisible()  # that reply came: the note is no longer news
     win.show_notice("A note about the pair", NoticeScope.PAIR)
     _send(qtbot, win, "Third", Script([("Partial", False)], crash=True), client)
     assert not win.notice_label.isVisible() or "A note about the pair" not in win.notice_label.text()
-    with qtbot.waitSignal(win.session.notice, timeout=5000) as blocker:
+    with qtbot.waitSignal(win.controller.notice, timeout=5000) as blocker:
         win.chat.composer.setPlainText("Are you there?")
         qtbot.keyClick(win.chat.composer, Qt.Key.Key_Return)
     assert "press Reload" in blocker.args[0] and "No model is loaded yet" not in blocker.args[0]
     assert win.notice_label.text() == blocker.args[0]
-    with qtbot.waitSignal(win.session.engine_changed, timeout=10_000, check_params_cb=lambda info: info is not None):
-        win.session.reload()
+    with qtbot.waitSignal(win.controller.engine_changed, timeout=10_000, check_params_cb=lambda info: info is not None):
+        win.controller.reload()
     assert not win.notice_label.isVisible()  # the pair is back: "press Reload" is stale
 
 
@@ -397,21 +397,21 @@ def test_the_status_bar_speaks_the_picker_s_units_and_no_gpu_on_a_cpu_build(qtbo
 
 def test_provenance_colours_come_back_on_reopening_and_on_a_continued_reply(qtbot: Any, chat: Any) -> None:
     """Before: a reopened conversation (or one after a restart) and the first part of a continued reply were
-    drawn without colours: only the reply streamed this session had them."""
+    drawn without colours: only the reply streamed since the app started had them."""
     win, client = chat
     _send(qtbot, win, "Tell me", Script([("The quick", True), (" brown", False)], stop="length"), client)
     _settled(qtbot, win)
-    cid = win.session.conversation_id
-    win.session.open_conversation(None)
-    win.session.open_conversation(cid)  # reopened, as after a restart
+    cid = win.controller.conversation_id
+    win.controller.open_conversation(None)
+    win.controller.open_conversation(cid)  # reopened, as after a restart
     reply = win.chat.messages[-1]
     assert reply.provenance_runs() == [("The quick", "draft"), (" brown", "target")]
     client.scripts.append(Script([(" fox", True)]))
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000):
         qtbot.mouseClick(win.chat.continue_button, Qt.MouseButton.LeftButton)
     _settled(qtbot, win)
-    win.session.open_conversation(None)
-    win.session.open_conversation(cid)
+    win.controller.open_conversation(None)
+    win.controller.open_conversation(cid)
     runs = win.chat.messages[-1].provenance_runs()
     assert runs is not None and [k for _, k in runs] == ["draft", "target", "draft"]  # the old part kept its colours
     assert "".join(t for t, _ in runs) == "The quick brown fox"
@@ -452,7 +452,7 @@ def test_the_slower_than_plain_warning_goes_with_its_pair_and_its_draft_off_neve
     win, client = chat
     _slow_reply(qtbot, win, client)
     assert win.stats.warning.isVisibleTo(win) and win.stats.draft_off_button.isEnabled()
-    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=lambda info: info is not None):
+    with qtbot.waitSignal(win.controller.engine_changed, check_params_cb=lambda info: info is not None):
         win.load_pair(PairChoice(tmp_path / "other.gguf", tmp_path / "other-draft.gguf", False, "o+d", "O + D"))
     win.stats.refresh()
     assert not win.stats.warning.isVisibleTo(win)
@@ -478,15 +478,15 @@ def test_the_slower_than_plain_warning_goes_when_the_engine_stops(qtbot: Any, ch
 def test_the_status_bar_plain_rate_is_this_chats(qtbot: Any, chat: Any) -> None:
     """Before: the status bar's "plain … tok/s (last reply)" was the last reply of whichever chat ran last, also
     shown in another chat (at another context length it says nothing there). Broken on purpose (the figure read
-    from the session's last reply): a new chat showed "plain 42.0 tok/s"."""
+    from the controller's last reply): a new chat showed "plain 42.0 tok/s"."""
     win, client = chat
     _send(qtbot, win, "One", Script([("a", True)], stats=_slow_stats(plain_tps=42.0)), client)
     _settled(qtbot, win)
-    first = win.session.conversation_id
+    first = win.controller.conversation_id
     assert "plain 42.0 tok/s" in win.engine_label.text()
-    win.session.open_conversation(None)
+    win.controller.open_conversation(None)
     assert "plain" not in win.engine_label.text()
-    win.session.open_conversation(first)
+    win.controller.open_conversation(first)
     assert "plain 42.0 tok/s" in win.engine_label.text()
 
 
@@ -498,7 +498,7 @@ def test_the_status_bar_text_is_elided_not_cut_in_a_half_screen_window(qtbot: An
     (a ``QLabel`` again) the line was never shortened to fit (the wait for "…" timed out)."""
     win, client = chat
     name = "a-rather-long-target-model-name-Instruct-Q4_K_M-with-a-suffix"
-    with qtbot.waitSignal(win.session.engine_changed, check_params_cb=lambda info: info is not None):
+    with qtbot.waitSignal(win.controller.engine_changed, check_params_cb=lambda info: info is not None):
         win.load_pair(PairChoice(tmp_path / f"{name}.gguf", tmp_path / "draft.gguf", False, "l+d", "L + D"))
     win.settings.set(draft_source="none")
     _send(qtbot, win, "One", Script([("a", False)], stats=_slow_stats(plain_tps=42.0)), client)
@@ -521,7 +521,7 @@ def _restarted(qtbot: Any, win: MainWindow, client: ScriptedClient, tmp_path: Pa
     after a restart."""
     win.settings.flush()
     again = _open(qtbot, win.store, client, tmp_path)
-    assert again.session.restore_last_conversation()
+    assert again.controller.restore_last_conversation()
     return again
 
 
@@ -539,13 +539,13 @@ def test_continue_after_a_restart_resumes_from_the_stored_token_ids(qtbot: Any, 
     assert stored.stats is not None and stored.stats.extra["tokens"] == {"ids": [101, 198, 198], "chars": 5}
     again = _restarted(qtbot, win, client, tmp_path)
     client.scripts.append(Script([("Two", False)], stop="length", ids=[202]))
-    with qtbot.waitSignal(again.session.reply_ended, timeout=10_000):
+    with qtbot.waitSignal(again.controller.reply_ended, timeout=10_000):
         qtbot.mouseClick(again.chat.continue_button, Qt.MouseButton.LeftButton)
     request = client.requests[-1]
     assert request.continue_reply and request.continue_tokens == (101, 198, 198)
     _settled(qtbot, again)
     client.scripts.append(Script([("Three", False)], ids=[303]))
-    with qtbot.waitSignal(again.session.reply_ended, timeout=10_000):
+    with qtbot.waitSignal(again.controller.reply_ended, timeout=10_000):
         qtbot.mouseClick(again.chat.continue_button, Qt.MouseButton.LeftButton)
     assert client.requests[-1].continue_tokens == (101, 198, 198, 202)
     _settled(qtbot, again)
@@ -566,9 +566,9 @@ def test_a_reply_stored_without_token_ids_is_continued_from_its_text(qtbot: Any,
     cid, _uid = store.start_conversation("Old", "Tell me", system=None, pair_id=None)
     reply_id = store.begin_reply(cid)
     store.finish_reply(reply_id, "Once upon", MessageStatus.COMPLETE, ReplyStats(generated=2, stop_reason="length"))
-    win.session.open_conversation(cid)
+    win.controller.open_conversation(cid)
     client.scripts.append(Script([(" a time", False)], stop="length", ids=[7]))
-    with qtbot.waitSignal(win.session.reply_ended, timeout=10_000):
+    with qtbot.waitSignal(win.controller.reply_ended, timeout=10_000):
         qtbot.mouseClick(win.chat.continue_button, Qt.MouseButton.LeftButton)
     assert client.requests[-1].continue_reply and client.requests[-1].continue_tokens is None
     _settled(qtbot, win)
