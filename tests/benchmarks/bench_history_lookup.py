@@ -31,10 +31,11 @@ stores for the next turns and what an edit's next request pastes. Two measuremen
    live replies differ is marked * and its live tokens per pass are of different replies. Live tokens per pass
    also count the plain passes the decoder forces to measure plain decoding for its in-reply speed-up estimate.
 
-Free prose measures time, where automatic k is the point: --prose-rounds rounds in rotating order of prompt
-lookup alone ("prompt"), the chain history lookup + prompt lookup ("history") and plain decoding, automatic k,
-the ratio being the median of the per-round ratios (within one round the machine's load is the same). On a
-quiet machine: ``--only prose --prose-rounds 5`` (about 3 minutes; --quick: one round of 48 tokens).
+Free prose measures time, where automatic k is the point: --prose-rounds rounds of prompt lookup alone
+("prompt"), then the chain history lookup + prompt lookup ("history") and plain decoding (on the history's engine:
+the same loaded model) twice each in ABBA order, automatic k; the ratio is the median of the per-round ratios
+(within one round the machine's load is about the same, and ABBA cancels a steady drift of its speed). On a
+quiet machine: ``--only prose --prose-rounds 5`` (about 2.5 minutes; --quick: one round of 48 tokens).
 
 Goals ([drafters] issue): history >= 1.5x prompt lookup's tokens per pass on edits 2 and 3, the summary not
 below prompt lookup alone; history >= 0.97x plain decode tokens/s on free prose.
@@ -257,19 +258,32 @@ def run(model: Path, ks: list[int], prose_rounds: int, tokens: int, threads: int
 
 
 def _live(engines: dict[str, Engine], row: Row, fixed_k: int, prose_rounds: int, tokens: int) -> None:
-    """The turn decoded by each engine (prose: also plain decoding, in rotating order, automatic k)."""
+    """The turn decoded by each engine (prose: also plain decoding, automatic k, each round history and plain
+    twice in ABBA order — history, plain, plain, history, then the reverse — so that a drift of the machine's
+    speed within a round cancels from their ratio; the round's figure for each is the mean of its two runs)."""
     turn = row.turn
     prose = turn.goal == "plain"
-    configs = ["prompt", "history"] + (["plain"] if prose else [])
     texts: dict[str, str] = {}
     for r in range(prose_rounds if prose else 1):
-        for name in configs[r % len(configs):] + configs[:r % len(configs)]:
-            engine = engines["prompt" if name == "plain" else name]
+        order = ["prompt", "history"]
+        if prose:
+            order = ["prompt"] + (["history", "plain", "plain", "history"] if r % 2 == 0 else
+                                  ["plain", "history", "history", "plain"])
+        runs: dict[str, list[tuple[float, float]]] = {}
+        for name in order:
+            # Plain decoding on the history's own engine (its NoDraft decoder, the same context): the baseline of
+            # "history / plain" is then the same loaded model, not another copy of it.
+            engine = engines["history" if name == "plain" else name]
             done, _ = reply(engine, turn.messages, tokens, plain=name == "plain", k=None if prose else fixed_k)
             texts[name] = done.text
-            row.tps.setdefault(name, []).append(done.stats.decode_tps or 0.0)
-            row.tpp_runs.setdefault(name, []).append(done.stats.tokens_per_pass or 1.0)
+            runs.setdefault(name, []).append((done.stats.decode_tps or 0.0, done.stats.tokens_per_pass or 1.0))
             row.plain_steps[name] = done.stats.plain_steps
+        for name, values in runs.items():
+            row.tps.setdefault(name, []).append(statistics.mean(v[0] for v in values))
+            row.tpp_runs.setdefault(name, []).append(statistics.mean(v[1] for v in values))
+    if prose:
+        print(f"{turn.name}: history / plain per round: " + ", ".join(
+            f"{h / p:.3f}" for h, p in zip(row.tps["history"], row.tps["plain"], strict=True)), flush=True)
     a, b = texts["prompt"], texts["history"]
     if a != b:  # see the module docstring: quantised numerics of another batch shape
         n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))

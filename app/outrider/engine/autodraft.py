@@ -165,20 +165,35 @@ class CostModel:
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float,
                 timed: bool = True) -> None:
-        """One step; with ``timed`` False its acceptance counts but not its timings (a reply's first step)."""
-        self._line_cache = None
-        self._estimates_cache = None
-        self._costs_cache = None
+        """One step; with ``timed`` False its acceptance counts but not its timings (a reply's first step).
+
+        The verify-cost caches are kept when the step changes no estimate: its batch size was fresh and timed
+        MIN_SAMPLES times or more, its lower median and count are unchanged, and no other size went stale — as on
+        most steps while k is 0. Each member of a chain keeps a model, and recomputing them every step was most
+        of what a switched-off drafter cost (bench_lookup_step_cost.py)."""
         self._observations += 1
+        same = False
         if timed and 1 <= batch < len(self.verify):
-            self.verify[batch].add(verify_s)
+            timings = self.verify[batch]
+            before = (self._fresh(batch) is not None, timings.value, timings.count)
+            timings.add(verify_s)
             self._stamp[batch] = self._observations
+            same = before == (True, timings.value, timings.count) and timings.count >= MIN_SAMPLES
+        if not (same and self._none_turned_stale()):
+            self._line_cache = None
+            self._estimates_cache = None
+            self._costs_cache = None
         if drafted > 0:
             if timed:
                 self.draft_per_token.add(draft_s / drafted)
             self._accepted = DECAY * self._accepted + accepted
             self._rejections = DECAY * self._rejections + (1 if accepted < drafted else 0)
             self._prior *= DECAY
+
+    def _none_turned_stale(self) -> bool:
+        """No batch size's timings went stale at this observation (``_fresh``: STALE_AFTER observations old; a
+        size never timed, or batch 1, that matches counts too: that only costs a recomputation)."""
+        return self._observations - STALE_AFTER - 1 not in self._stamp
 
     def observe_shadow(self, hits: int, trials: int) -> None:
         """The drafter scored on target tokens while plain: ``hits`` of ``trials`` guesses were right."""

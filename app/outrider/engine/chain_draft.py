@@ -135,7 +135,7 @@ class ChainDraft:
         for _, part in [*proposals, *parts[1 if chosen is not None else 0:]]:  # every proposal asked for, once
             sync_s, synced = sync_s + part.sync_s, synced + part.synced
         if not tokens:
-            return dataclasses.replace(EMPTY_DRAFT, sync_s=sync_s, synced=synced)
+            return dataclasses.replace(EMPTY_DRAFT, sync_s=sync_s, synced=synced) if synced or sync_s else EMPTY_DRAFT
         return Draft(tokens, dists, sync_s, synced, tuple(sources))
 
     def _lookup(self, m: _Member, committed: Sequence[int], room: int, reach: int, sampling: SamplingParams,

@@ -313,14 +313,24 @@ class PromptLookupDraft:
         return EMPTY_DRAFT
 
     def observe(self, committed: Sequence[int], start: int) -> tuple[int, int]:
-        """Would the lookup have guessed each of ``committed[start:]``? One dictionary look-up per token."""
+        """Would the lookup have guessed each of ``committed[start:]``? A few dictionary look-ups per token: the
+        index is brought up to ``start`` once and grown one position at a time (not re-checked against every
+        prefix, which made a switched-off lookup's scoring quadratic in the conversation's length)."""
+        first = max(start, 1)
+        self._update_index(committed[:first])
+        lo, hi = self.settings.ngram_min, self.settings.ngram_max
         hits = trials = 0
-        for i in range(max(start, 1), len(committed)):
-            guess = self._first_guess(committed[:i])
-            if guess is not None:
-                trials += 1
-                hits += int(guess == committed[i])
-        self._update_index(committed)
+        for i in range(first, len(committed)):
+            # The guess from the index of committed[:i]: the n-grams ending at i, their latest continuation < i.
+            for n in range(min(hi, i), lo - 1, -1):
+                e = self._index.get(tuple(committed[i - n : i]))
+                if e is not None:
+                    trials += 1
+                    hits += int(committed[e] == committed[i])
+                    break
+            for n in range(lo, min(hi, i) + 1):  # what _update_index adds for position i
+                self._index[tuple(committed[i - n : i])] = i
+        self._indexed.extend(committed[len(self._indexed) :])
         return hits, trials
 
     def proposals(self, prefix: Sequence[int], tokens: Sequence[int]) -> list[int | None]:

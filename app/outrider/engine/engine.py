@@ -52,7 +52,7 @@ from outrider.engine.speculative import (
     TokenScore,
 )
 from outrider.engine.stats import GenerationStats
-from outrider.engine.threads import OtherLoadMeter, choose_threads, usable_cpus
+from outrider.engine.threads import OtherLoadMeter, ThreadGovernor, choose_threads, usable_cpus
 
 CONTINUABLE = (STOP_LENGTH, STOP_CANCELLED)
 """Stop reasons after which a reply's tokens are exactly its text (a stop string's tokens are not in the text)."""
@@ -77,10 +77,12 @@ class Engine:
     """Owns the llama.cpp objects of one loaded pair. Not thread-safe except ``cancel``."""
 
     def __init__(self, backend: Backend | None = None, *, on_load_stage: LoadStageCallback | None = None,
-                 load_meter: OtherLoadMeter | None = None) -> None:
+                 load_meter: OtherLoadMeter | None = None,
+                 thread_wait: Callable[[], float | None] | None = None) -> None:
         """``on_load_stage(stage, path)`` is told which file each load is about to hand to llama.cpp (the engine
         process reports it, so a crash inside llama.cpp can be blamed on the right file). ``load_meter`` measures
-        the other processes' load for automatic threads (engine/threads.py)."""
+        the other processes' load for automatic threads, ``thread_wait`` this process's threads' seconds spent
+        waiting for a CPU (``threads.own_wait_seconds``; both injectable for tests, engine/threads.py)."""
         self.backend = backend or Backend()
         self.on_load_stage = on_load_stage
         self._target: LoadedModel | None = None
@@ -94,6 +96,8 @@ class Engine:
         self.info: LoadedPair | None = None
         self._auto_threads = False  # the pair was loaded with threads 0: the engine chooses (engine/threads.py)
         self._load_meter = load_meter or OtherLoadMeter()
+        self._thread_wait = thread_wait
+        self._governor: ThreadGovernor | None = None  # automatic threads: re-chosen between a reply's passes too
         self._last_reply: _LastReply | None = None
         self._pending_reply: _LastReply | None = None  # head (and text continued) of the reply being generated
 
@@ -106,6 +110,8 @@ class Engine:
         self._auto_threads = spec.context.threads == 0
         if self._auto_threads:  # chosen from the CPUs free now, re-chosen before each reply (``_retune_threads``)
             threads = choose_threads(usable_cpus(), self._load_meter.probe())
+            self._governor = (ThreadGovernor(usable_cpus(), self._load_meter) if self._thread_wait is None
+                              else ThreadGovernor(usable_cpus(), self._load_meter, wait=self._thread_wait))
             spec = dataclasses.replace(spec, context=dataclasses.replace(spec.context, threads=threads))
         if spec.mtp:
             _refuse_mtp_problem(lambda: mtp_files.check_target_file(spec.target))
@@ -409,17 +415,33 @@ class Engine:
             pending = None  # tokenised for another request
         self._last_reply = None
         reply: list[int] = []
+        governor = self._governor if self._auto_threads else None
+        if governor is not None:
+            governor.start_reply()
         try:
             for event in decoder.generate(request, self._cancel):
                 if isinstance(event, StepEvent):
                     reply.extend(event.tokens)
-                elif pending is not None and event.stop_reason in CONTINUABLE:
+                    if governor is not None:
+                        self._govern_threads(governor)
+                else:
+                    event.stats.threads = decoder.context.n_threads  # the count it ended with (it may have moved)
+                if isinstance(event, DoneEvent) and pending is not None and event.stop_reason in CONTINUABLE:
                     self._last_reply = _LastReply(pending.head, (*pending.tokens, *reply), pending.text + event.text)
                 yield event
         finally:
             self._generating.release()
             if request.grammar is not None:
                 request.grammar.close()
+
+    def _govern_threads(self, governor: ThreadGovernor) -> None:
+        """Between two passes of a reply: the thread count ``governor`` chooses, on every context."""
+        contexts = self._contexts()
+        current = contexts[0].n_threads
+        threads = governor.after_pass(current)
+        if threads != current:
+            for ctx in contexts:
+                ctx.set_threads(threads)
 
     def run(self, request: TextRequest) -> Iterator[StepEvent | DoneEvent]:
         """Tokenise ``request`` (chat template or raw prompt) and stream the reply. A cancel while a long

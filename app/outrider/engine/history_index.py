@@ -15,10 +15,11 @@ index. The engine syncs at load and at the start of every reply that drafts from
 app is in the index for the next request; the cost when nothing changed is one query over (id, updated_at).
 
 Search: every ``ANCHOR``-token window of the corpus is hashed; a query hashes the last ``ANCHOR`` committed tokens,
-finds the windows with that hash (a sorted array, ``searchsorted``), extends each match backwards token by token
-(at most ``MAX_MATCH``) and keeps the occurrences of the longest match. Continuing them (``continuation``): the most
-frequent next token among the occurrences, the occurrences that agree, and so on — SuffixDecoding's greedy path
-through a suffix tree, with the path's probability (the product of each step's share) as its confidence.
+finds the windows with that hash (a sorted array, ``searchsorted``), extends each match backwards (at most
+``MAX_MATCH`` tokens, every occurrence at once) and keeps the occurrences of the longest match. Continuing them
+(``continuation``): the most frequent next token among the occurrences, the occurrences that agree, and so on —
+SuffixDecoding's greedy path through a suffix tree, with the path's probability (the product of each step's share)
+as its confidence.
 
 The file never leaves the machine: it is written owner-only in the private data folder and is no part of any
 export. Invariant: ``corpus`` holds each indexed message's tokens followed by one ``SEPARATOR``, in entry order.
@@ -253,33 +254,34 @@ class HistoryIndex:
     # -- search ---------------------------------------------------------------------------------------------
     def longest_match(self, committed: Sequence[int]) -> Match | None:
         """The occurrences of the longest suffix of ``committed`` (at least ANCHOR tokens) found in the corpus,
-        None if there is none; at most MAX_OCCURRENCES of them, the latest in the corpus."""
+        None if there is none; at most MAX_OCCURRENCES of them, the latest in the corpus.
+
+        Cost: the query's hash is computed in Python and looked up with two binary searches, so a step without a
+        match (free prose) costs a few microseconds; a match is extended backwards for all its occurrences at once
+        (one comparison of an occurrences x MAX_MATCH block), not token by token."""
         if len(committed) < ANCHOR or len(self.corpus) < ANCHOR:
             return None
         hashes, order = self._hashes()
-        tail = np.array(committed[-ANCHOR:], np.int64)
-        key = _window_hashes(tail)[-1]
-        lo = int(np.searchsorted(hashes, key, side="left"))
-        hi = int(np.searchsorted(hashes, key, side="right"))
+        key = np.uint64(_tail_hash(committed))
+        lo = int(hashes.searchsorted(key, side="left"))
+        hi = int(hashes.searchsorted(key, side="right"))
         if hi <= lo:
             return None
         last = np.sort(order[max(lo, hi - 4 * MAX_OCCURRENCES) : hi])  # the windows' last positions
         c = self.corpus
-        same = np.all(np.stack([c[last - j] == tail[-1 - j] for j in range(ANCHOR)]), axis=0)  # hash collisions
-        last = last[same][-MAX_OCCURRENCES:]
+        limit = min(MAX_MATCH, len(committed))
+        # back[d] = committed[-1 - d]; block[i, d] = the corpus token d before occurrence i's last one (the
+        # separator where that is before the corpus: it equals no token, so a match never reaches past it).
+        back = np.array(committed[len(committed) - limit :][::-1], np.int64)
+        where = last[:, None] - np.arange(limit, dtype=np.int64)[None, :]
+        block = np.where(where >= 0, c[np.maximum(where, 0)], SEPARATOR)
+        agree = block == back[None, :]
+        same = agree[:, :ANCHOR].all(axis=1)  # hash collisions out
+        agree, last = agree[same][-MAX_OCCURRENCES:], last[same][-MAX_OCCURRENCES:]
         if not len(last):
             return None
-        length = np.full(len(last), ANCHOR, np.int64)
-        alive = np.ones(len(last), np.bool_)
-        limit = min(MAX_MATCH, len(committed))
-        for d in range(ANCHOR, limit):
-            pos = last - d
-            ok = alive & (pos >= 0)
-            ok[ok] = c[pos[ok]] == committed[-1 - d]
-            if not ok.any():
-                break
-            length[ok] += 1
-            alive = ok
+        # Each occurrence's match length: its first disagreement (or ``limit`` if it agrees all the way).
+        length = np.where(agree.all(axis=1), limit, np.argmin(agree, axis=1)).astype(np.int64)
         best = int(length.max())
         return Match(best, (last[length == best] + 1).astype(np.int64))
 
@@ -307,6 +309,36 @@ class HistoryIndex:
             tokens.append(token)
             ends = ends[c[ends] == token] + 1
         return tokens, confidence
+
+    def occurrence(self, match: Match, tokens: Sequence[int]) -> int:
+        """The corpus position where the latest occurrence of ``match`` whose continuation is ``tokens`` continues
+        (the text a draft of ``tokens`` was read from; ``tokens`` must be ``continuation``'s for this match)."""
+        c = self.corpus
+        ends = match.ends
+        for i, token in enumerate(tokens):
+            ends = ends[c[ends + i] == token]
+        return int(ends[-1])
+
+    def run(self, at: int, limit: int) -> list[int]:
+        """The corpus's tokens from position ``at``: at most ``limit``, up to the end of their message."""
+        if not 0 <= at < len(self.corpus):
+            return []
+        part = self.corpus[at : at + limit]
+        stop = np.flatnonzero(part == SEPARATOR)
+        return [int(t) for t in (part[: stop[0]] if len(stop) else part)]
+
+
+_MASK = (1 << 64) - 1
+
+
+def _tail_hash(committed: Sequence[int]) -> int:
+    """``_window_hashes``'s hash of the window of the last ANCHOR tokens of ``committed`` (none a separator),
+    computed on Python integers: numpy's set-up for four tokens costs ten times the arithmetic."""
+    h = 0
+    mul = int(_HASH_MUL)
+    for j in range(ANCHOR):
+        h = (h * mul + int(committed[-1 - j]) + j + 1) & _MASK
+    return h
 
 
 def _window_hashes(tokens: IntArray) -> npt.NDArray[np.uint64]:

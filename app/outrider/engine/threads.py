@@ -118,3 +118,95 @@ class OtherLoadMeter:
             return max(0.0, self._load_average())
         except OSError:
             return None
+
+
+# -- within a reply ---------------------------------------------------------------------------------------------
+# A load that starts mid-reply is the case the per-reply choice misses: on a 2-core machine, one CPU-bound process
+# that starts while llama.cpp runs 2 threads makes every other pass wait a scheduler tick (about 4 ms) at the
+# barrier for the descheduled thread — measured on the speed-up benchmark's 8 x 512 family target: one-token passes
+# went from 2.2 ms to alternating 2.3 / 6.5 ms (about 5 ms on average, with stalls of 80 ms), where one thread
+# under the same load ran steady 3.2 ms passes. So the decoder steps down a thread as soon as its threads are seen
+# waiting for a CPU, and steps back up when the other processes' load has gone.
+CONTENTION_WINDOW_S = 0.03  # seconds: one window of the waiting-for-a-CPU measure (ns-precise, unlike /proc/stat)
+CONTENDED_SHARE = 0.25  # this process's threads waiting for a CPU this share of a window's wall time: contended
+CONTENDED_WINDOWS = 3  # windows in a row before a step down: a burst of another process shorter than a window
+# (a `ps`, a cron job's start) touches two of them at most
+RECHECK_S = 1.0  # seconds between checks of the other processes' load (/proc/stat: 10 ms jiffies need about 1 s)
+TASKS_DIR = "/proc/self/task"
+
+
+def own_wait_seconds(tasks_dir: str = TASKS_DIR) -> float | None:
+    """Seconds this process's threads, summed, have spent runnable but waiting for a CPU (the second field of each
+    thread's ``schedstat``, nanoseconds), or None where the kernel does not keep it. A thread that ended is gone
+    from the sum, which only makes a window read less contended than it was."""
+    try:
+        tids = os.listdir(tasks_dir)
+    except OSError:
+        return None
+    waited = 0
+    for tid in tids:
+        try:
+            with open(f"{tasks_dir}/{tid}/schedstat", encoding="ascii") as f:
+                fields = f.read().split()
+            waited += int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended between the listing and the read
+    return waited / 1e9
+
+
+class ThreadGovernor:
+    """Re-chooses llama.cpp's thread count between the passes of a reply (automatic threads only).
+
+    Down: when this process's threads spent more than ``CONTENDED_SHARE`` of the wall time waiting for a CPU in
+    ``CONTENDED_WINDOWS`` windows in a row (another process has taken a core the threads need), one thread fewer,
+    down to 1 — a thread that keeps its core beats two that wait for each other at every pass's barrier. Up (or
+    down) to ``choose_threads`` of the other processes' load measured over the last ``RECHECK_S``: fewer threads
+    wait for nothing, so only the machine-wide measure can tell that the load has gone.
+
+    ``wait`` returns the waiting seconds (``own_wait_seconds``), ``clock`` wall seconds; injectable for tests.
+    """
+
+    def __init__(self, cpus: int, load: OtherLoadMeter, *, wait: Callable[[], float | None] = own_wait_seconds,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cpus = max(1, cpus)
+        self._load, self._wait, self._clock = load, wait, clock
+        self._window: tuple[float, float] | None = None  # (wall, waited) at the window's start
+        self._contended = 0  # contended windows in a row
+        self._checked = clock()
+
+    def start_reply(self) -> None:
+        """A reply starts: windows restart (the time between replies is no evidence of contention)."""
+        self._window = self._reading()
+        self._contended = 0
+        self._checked = self._clock()
+
+    def after_pass(self, threads: int) -> int:
+        """The thread count for the next pass, given the current ``threads``."""
+        now = self._clock()
+        if now - self._checked >= RECHECK_S:
+            self._checked = now
+            busy = self._load.busy_since_last(min_interval=RECHECK_S)
+            if busy is not None:
+                self._contended = 0
+                self._window = self._reading()
+                return choose_threads(self.cpus, busy)
+        if threads <= 1 or self._window is None:
+            self._window = self._window or self._reading()
+            return threads
+        start_wall, start_waited = self._window
+        if now - start_wall < CONTENTION_WINDOW_S:
+            return threads
+        reading = self._reading()
+        if reading is None:
+            return threads
+        share = (reading[1] - start_waited) / (reading[0] - start_wall)
+        self._window = reading
+        self._contended = self._contended + 1 if share > CONTENDED_SHARE else 0
+        if self._contended < CONTENDED_WINDOWS:
+            return threads
+        self._contended = 0
+        return threads - 1
+
+    def _reading(self) -> tuple[float, float] | None:
+        waited = self._wait()
+        return None if waited is None else (self._clock(), waited)

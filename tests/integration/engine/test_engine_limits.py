@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, ModelSettings, PairSpec, SamplingParams
 from outrider.engine.speculative import DoneEvent, StepEvent
-from outrider.engine.threads import OtherLoadMeter, usable_cpus
+from outrider.engine.threads import CONTENDED_WINDOWS, CONTENTION_WINDOW_S, OtherLoadMeter, usable_cpus
 from support.reference_decoding import ReferenceModel
 from support.tiny_gguf import TinyShape, build_vocab, make_family, random_weights, vocab_variant, write_gguf
 
@@ -159,7 +160,7 @@ def test_automatic_threads_follow_the_cpus_other_processes_leave_free(backend: B
     load gone before the next reply, every CPU; an explicit count is kept whatever the load. Broken once on
     purpose (no re-choice before a reply): the second reply still ran 1 thread."""
     meter = _ScriptedLoad(probe=float(usable_cpus() + 4))
-    engine = Engine(backend, load_meter=meter)
+    engine = Engine(backend, load_meter=meter, thread_wait=lambda: 0.0)  # no load within a reply
     prompt_text = "the model is"
     try:
         info = engine.load(PairSpec(target=str(family.target), draft=str(family.draft),
@@ -288,3 +289,33 @@ def test_speedup_with_the_draft_off_stays_one_when_load_starts_mid_reply(
         assert done.stats.speedup == pytest.approx(1.0, abs=0.05)
     finally:
         engine.unload()
+
+
+@pytest.mark.skipif(usable_cpus() < 2, reason="one CPU: there is no thread to give up")
+def test_automatic_threads_step_down_within_a_reply_whose_threads_wait_for_a_cpu(backend: Backend, family) -> None:  # type: ignore[no-untyped-def]
+    """A load that starts mid-reply: the threads are seen waiting for a CPU (here scripted: all the time), and
+    the reply steps down to fewer threads between its passes — on the target's context and the draft's — and
+    says so in its stats; the greedy text is the one the reply would have had anyway (the thread count changes
+    how a pass is split, not its result). Broken once on purpose (the governor not called from the engine's
+    reply loop): the reply ended with every CPU's threads."""
+    quiet_meter = _ScriptedLoad(probe=0.0)
+    engine = Engine(backend, load_meter=quiet_meter, thread_wait=time.monotonic)
+    reference = Engine(backend, load_meter=_ScriptedLoad(probe=0.0), thread_wait=lambda: 0.0)
+    spec = PairSpec(target=str(family.target), draft=str(family.draft), context=ContextSettings(n_ctx=512))
+    try:
+        assert engine.load(spec).threads == usable_cpus()
+        prompt = engine.tokenize_prompt("the model is")
+        started = time.monotonic()
+        tokens, done = _run(engine, prompt, max_tokens=400, draft=DraftParams(k=2), ignore_eos=True)
+        took = time.monotonic() - started
+        if took < CONTENTION_WINDOW_S * (CONTENDED_WINDOWS + 1):
+            pytest.skip(f"the reply took {took * 1000:.0f} ms: too short to see a window")
+        assert done.stats.drafted > 0 and done.stats.threads < usable_cpus()
+        assert all(ctx.n_threads == done.stats.threads for ctx in engine._contexts())
+        assert len(engine._contexts()) == 2
+        reference.load(spec)
+        expected, plain = _run(reference, prompt, max_tokens=400, draft=DraftParams(k=2), ignore_eos=True)
+        assert plain.stats.threads == usable_cpus() and tokens == expected
+    finally:
+        engine.unload()
+        reference.unload()

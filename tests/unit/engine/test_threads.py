@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
+import time
 
 import pytest
 
-from outrider.engine.threads import OtherLoadMeter, choose_threads, machine_busy_seconds, usable_cpus
+from outrider.engine.threads import (
+    CONTENDED_SHARE,
+    CONTENDED_WINDOWS,
+    CONTENTION_WINDOW_S,
+    RECHECK_S,
+    OtherLoadMeter,
+    ThreadGovernor,
+    choose_threads,
+    machine_busy_seconds,
+    own_wait_seconds,
+    usable_cpus,
+)
 
 
 @pytest.mark.parametrize(("cpus", "busy", "threads"), [
@@ -66,3 +79,105 @@ def test_a_real_busy_process_is_measured() -> None:
         burner.wait()
     assert busy >= 0.8
     assert choose_threads(usable_cpus(), busy) <= max(1, usable_cpus() - 1)
+
+
+class _Waits:
+    """A scripted process: wall seconds and its threads' seconds spent waiting for a CPU."""
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.waited = 0.0
+
+    def passes(self, seconds: float, waiting_share: float) -> None:
+        self.wall += seconds
+        self.waited += seconds * waiting_share
+
+
+def _governor(waits: _Waits, load: OtherLoadMeter | None = None, cpus: int = 2) -> ThreadGovernor:
+    load = load or OtherLoadMeter(machine=lambda: None, own=lambda: 0.0, clock=lambda: waits.wall)
+    governor = ThreadGovernor(cpus, load, wait=lambda: waits.waited, clock=lambda: waits.wall)
+    governor.start_reply()
+    return governor
+
+
+def _run_passes(governor: ThreadGovernor, waits: _Waits, threads: int, n: int, waiting_share: float) -> int:
+    for _ in range(n):
+        waits.passes(0.005, waiting_share)
+        threads = governor.after_pass(threads)
+    return threads
+
+
+def test_threads_waiting_for_a_cpu_step_down_one_at_a_time_to_one() -> None:
+    """Contended (the threads wait half the time) for CONTENDED_WINDOWS windows: one thread fewer; the next
+    windows, one fewer again, never below 1. Broken once on purpose (a step on the first contended window): the
+    burst test below failed; (no step at all): this one did."""
+    waits = _Waits()
+    governor = _governor(waits, cpus=4)
+    per_window = math.ceil(CONTENTION_WINDOW_S / 0.005) + 1  # float sums: one pass to spare
+    threads = _run_passes(governor, waits, 4, per_window * CONTENDED_WINDOWS, 0.5)
+    assert threads == 3
+    threads = _run_passes(governor, waits, threads, per_window * CONTENDED_WINDOWS * 4, 0.5)
+    assert threads == 1
+
+
+def test_a_short_burst_of_another_process_keeps_the_threads() -> None:
+    """A 15 ms burst of another process (e.g. a `ps`) between quiet stretches: at most one contended window, no
+    step."""
+    waits = _Waits()
+    governor = _governor(waits)
+    per_window = math.ceil(CONTENTION_WINDOW_S / 0.005) + 1  # float sums: one pass to spare
+    threads = 2
+    for passes, share in ((per_window, 0.0), (3, 0.9), (per_window, 0.0), (3, 0.9), (per_window, 0.0)):
+        threads = _run_passes(governor, waits, threads, passes, share)
+    assert threads == 2
+    assert _run_passes(governor, waits, threads, per_window * 2, CONTENDED_SHARE / 2) == 2
+
+
+def test_the_threads_come_back_when_the_other_load_has_gone() -> None:
+    """At 1 thread nothing waits whatever the load: only the machine-wide measure, every RECHECK_S, tells. Busy
+    others keep 1 thread; once they stop, every CPU again."""
+    waits = _Waits()
+    machine = {"busy": 0.0, "own": 0.0}
+    load = OtherLoadMeter(machine=lambda: machine["busy"], own=lambda: machine["own"], clock=lambda: waits.wall)
+    load.busy_since_last()  # the reading before the reply
+    governor = _governor(waits, load)
+    threads = 1
+    for _ in range(int(RECHECK_S / 0.005) + 1):  # a second with another process on the other CPU
+        waits.passes(0.005, 0.0)
+        machine["busy"] += 0.005 * 2
+        machine["own"] += 0.005
+        threads = governor.after_pass(threads)
+        assert threads == 1
+    for _ in range(int(RECHECK_S / 0.005) + 10):  # a second alone
+        waits.passes(0.005, 0.0)
+        machine["busy"] += 0.005
+        machine["own"] += 0.005
+        threads = governor.after_pass(threads)
+    assert threads == 2
+
+
+def test_without_schedstat_the_threads_stay() -> None:
+    waits = _Waits()
+    load = OtherLoadMeter(machine=lambda: None, own=lambda: 0.0, clock=lambda: waits.wall)
+    governor = ThreadGovernor(2, load, wait=lambda: None, clock=lambda: waits.wall)
+    governor.start_reply()
+    assert _run_passes(governor, waits, 2, 100, 1.0) == 2
+
+
+@pytest.mark.skipif(own_wait_seconds() is None, reason="needs /proc/self/task/*/schedstat")
+def test_a_real_thread_waiting_for_a_cpu_is_measured() -> None:
+    """Two CPU-bound processes per usable CPU beside this one's spinning thread: it waits for a CPU a good share
+    of the time (a lower bound only: the machine may be busier still)."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * usable_cpus())]
+    try:
+        time.sleep(0.3)
+        start_wall, start_waited = time.monotonic(), own_wait_seconds()
+        while time.monotonic() - start_wall < 0.5:
+            pass
+        waited = own_wait_seconds()
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert start_waited is not None and waited is not None
+    assert (waited - start_waited) / 0.5 > CONTENDED_SHARE
