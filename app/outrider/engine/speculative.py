@@ -314,7 +314,7 @@ class SpeculativeDecoder:
             now = time.perf_counter()
             # The target's part of the step (the drafter's time taken out) feeds the cost model of the speed-up.
             meter.add_step(batch=len(batch), pass_tokens=pass_tokens, step_s=now - t0,
-                           target_s=now - (t1 if consulted else t0))
+                           target_s=now - (t1 if consulted else t0), threads=self.context.n_threads)
             if stats.ttft_s is None and tokens:
                 stats.ttft_s = now - t_request
             stats.decode_s = now - t_decode

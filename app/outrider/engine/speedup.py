@@ -19,7 +19,9 @@ reply*. Three things measured on the benchmark's pairs shape how c1 is found:
   pass slows by less than a plain pass does, so verify passes cannot tell what plain decoding costs under the
   new load. The decoder therefore runs plain steps again when the passes' cost moves by ``LOAD_SHIFT``, and the
   estimate splits the reply into stretches of steady load (``SEGMENT_SHIFT``, each with steady plain passes of
-  its own; at most ``SEGMENT_DEPTH`` levels of splits). Each stretch's tokens are valued at its own c1.
+  its own; at most ``SEGMENT_DEPTH`` levels of splits). Each stretch's tokens are valued at its own c1. A change
+  of llama.cpp's thread count within the reply (``PassTiming.threads``: automatic threads step down under a
+  load) is such a boundary, known in advance: the decoder runs plain steps at once and the fit splits there.
 - The first step after the prompt is the coldest of the reply: it is left out of every fit, and its time above
   the model, ``cold_s``, counts on both sides (a plain reply pays that cold step too).
 
@@ -105,12 +107,15 @@ class PassTiming:
         target_s: the step without the drafter: the target pass, verification, sampling and bookkeeping.
         step_s: the whole step, drafting included. Invariant: step_s >= target_s.
         pass_tokens: tokens the pass yielded (emitted, plus an end-of-generation token that ended the reply).
+        threads: llama.cpp CPU threads the pass ran with (0: not known). A change splits the reply into
+            stretches as a load shift does: a pass's cost depends on it.
     """
 
     batch: int
     target_s: float
     step_s: float
     pass_tokens: int
+    threads: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -142,6 +142,20 @@ def _segments(x: Floats, steady: npt.NDArray[np.bool_], start: int, stop: int,
     return _segments(x, steady, start, middle, depth - 1) + _segments(x, steady, middle, stop, depth - 1)
 
 
+def _thread_blocks(fit: Sequence[PassTiming]) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each run of passes on one thread count (an unknown count, 0, joins its
+    neighbours): a known boundary of the pass cost, split before any split by the passes' level."""
+    blocks: list[tuple[int, int]] = []
+    start, current = 0, 0
+    for i, p in enumerate(fit):
+        if p.threads and current and p.threads != current:
+            blocks.append((start, i))
+            start = i
+        current = p.threads or current
+    blocks.append((start, len(fit)))
+    return blocks
+
+
 @dataclasses.dataclass(frozen=True)
 class _Segment:
     """The plain cost over passes ``start:stop`` of the fit and what it rests on."""
@@ -222,7 +236,8 @@ def estimate_speedup(steps: Sequence[PassTiming]) -> SpeedupEstimate | None:
     sxx = float(((batch - batch.mean()) ** 2).sum())
     leverage = (1 - float(batch.mean())) ** 2 / sxx if params == 2 and sxx > 0 else 0.0
     segments = [_segment(batch, target, steady, growth, a, b, leverage)
-                for a, b in _segments(x, steady, 0, len(fit), SEGMENT_DEPTH)]
+                for start, stop in _thread_blocks(fit)
+                for a, b in _segments(x, steady, start, stop, SEGMENT_DEPTH)]
     yielded = np.array([p.pass_tokens for p in fit], dtype=np.float64)
     plain_tokens_s = steps[0].pass_tokens * segments[0].plain_s
     plain_tokens_s += sum(float(yielded[g.start:g.stop].sum()) * g.plain_s for g in segments)

@@ -197,6 +197,8 @@ class PlainRateMeter:
         self.forced_run = 0  # plain steps in a row up to the latest step that this meter asked for
         self.steady_plain = 0  # one-token passes after the first step that followed a one-token pass
         self._asked = False  # whether the latest ``wants_plain_probe`` asked for a plain step
+        self._long_run = False  # the run under way measures a new load or thread count: PLAIN_RUN_FIRST long
+        self._threads_changed = False  # the latest step ran on another thread count than the one before it
 
     def wants_plain_probe(self, probe_every: int) -> bool:
         """Whether the next step should be forced plain (k = 0) so that plain decoding is measured.
@@ -217,12 +219,21 @@ class PlainRateMeter:
         if probe_every <= 0 or not self.steps:
             return False
         if self.forced_run:  # a run under way: the first run is longer, it gives the early anchors at once
-            return self.forced_run < (PLAIN_RUN_FIRST if self.steady_plain + 1 < PLAIN_RUN_FIRST else PLAIN_RUN)
+            long_run = self._long_run or self.steady_plain + 1 < PLAIN_RUN_FIRST
+            return self.forced_run < (PLAIN_RUN_FIRST if long_run else PLAIN_RUN)
+        self._long_run = False
         if len(self.steps) == 1:
             return True  # the second step: the first run
+        if self.load_probes and self._threads_changed:
+            # Another thread count (``threads.ThreadGovernor``): plain passes cost something else from here on, and
+            # the new stretch needs two steady ones of its own at once (the first pays the change of batch size).
+            self._threads_changed = False
+            self._long_run = True
+            return True
         if self.steady_plain < PLAIN_PROBES_MIN:
             return self.steps_since_plain >= PLAIN_PROBE_GAP - 1
         if self.load_probes and self.steps_since_plain >= LOAD_PROBE_GAP and self._load_moved():
+            self._long_run = True  # two steady passes under the new load, not one
             return True
         return self.steps_since_plain >= probe_every - 1
 
@@ -241,10 +252,12 @@ class PlainRateMeter:
         shift = 1 + LOAD_SHIFT
         return all(r > shift for r in ratios) or all(r < 1 / shift for r in ratios)
 
-    def add_step(self, *, batch: int, pass_tokens: int, step_s: float, target_s: float) -> None:
+    def add_step(self, *, batch: int, pass_tokens: int, step_s: float, target_s: float, threads: int = 0) -> None:
         """One decoding step: ``batch`` tokens evaluated, ``pass_tokens`` yielded, ``step_s`` seconds in all of
-        which ``target_s`` without the drafter (``PassTiming``)."""
-        self.steps.append(PassTiming(batch, min(target_s, step_s), step_s, pass_tokens))
+        which ``target_s`` without the drafter, on ``threads`` llama.cpp threads (0: not known; ``PassTiming``)."""
+        if self.steps and threads and self.steps[-1].threads and threads != self.steps[-1].threads:
+            self._threads_changed = True
+        self.steps.append(PassTiming(batch, min(target_s, step_s), step_s, pass_tokens, threads))
         self.stats.step_s += step_s
         if batch <= 1:
             self.stats.plain_steps += 1

@@ -81,9 +81,9 @@ def child_main(argv: list[str] | None = None) -> None:
     _redirect_output(log_path)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     parent = os.getppid()
-    server = _Server(FramedPipe(in_fd, out_fd), heartbeat)
+    process = _EngineProcess(FramedPipe(in_fd, out_fd), heartbeat)
     threading.Thread(target=_watch_parent, args=(parent,), name="parent-watch", daemon=True).start()
-    code = server.serve()
+    code = process.serve()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # skip interpreter teardown: every llama.cpp object is already freed explicitly
@@ -112,7 +112,10 @@ def _log(line: str) -> None:
         os.write(2, (line + "\n").encode("utf-8", "replace"))
 
 
-class _Server:
+class _EngineProcess:
+    """The engine process's request loop: commands in from the pipe, the engine's events out (one reply at a
+    time), the heartbeat between them. Not a "server": that word is the HTTP server's (``outrider.server``)."""
+
     def __init__(self, pipe: FramedPipe, heartbeat: float = DEFAULT_HEARTBEAT_S) -> None:
         self.pipe = pipe
         self.heartbeat = heartbeat
