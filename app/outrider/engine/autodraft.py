@@ -8,8 +8,9 @@ Cost model (the one in docs/metrics.md, with costs *measured* live):
 
 k* = argmax E(k) / T(k) over 0..k_max. ``c_verify`` is measured per batch size, because it is not flat: on a
 2-core CPU verifying 5 tokens costs ~2x one decode, on a GPU nearly the same as one. Unmeasured batch sizes are
-read off a least-squares line through the measured ones (with one point only, a prior slope of 25% of
-c_verify(1) per extra token until a second size is seen). ``a`` is the maximum-likelihood estimate for a
+read off a least-squares line through the measured batched sizes (2 tokens or more: one token takes another,
+cheaper path, ``_batch_line``), with one batched size only a prior slope of 25% of c_verify(1) per extra token
+(at most the chord from c_verify(1)) until a second is seen. ``a`` is the maximum-likelihood estimate for a
 geometric run — accepted / (accepted + rejections) — over an exponentially decaying window.
 
 Robust costs: every cost (per batch size, and per drafted token) is the lower median of its last ``WINDOW``
@@ -101,6 +102,26 @@ class _Timings:
         if self._value is None and self._samples:
             self._value = statistics.median_low(self._samples)
         return self._value
+
+
+def _batch_line(rows: list[tuple[float, float, float]]) -> tuple[float, float] | None:
+    """The line of ``_fit`` for batches of 2 or more: fitted through those sizes alone, one token's cost kept apart.
+
+    A one-token pass takes another path than a batch (on a CPU a matrix-vector product against a matrix-matrix
+    one; on a hybrid target also the recurrent layers' one-token kernel against the chunked one), so the first
+    extra token costs far more than each one after it. Measured on the generated 8 x 768 ``qwen35`` + NextN
+    target (bench_mtp.py, quiet): 3.9 ms for 1 token, 7.5 ms for 2, 8.3 ms for 4, 14.5 ms for 9. A line through
+    the sizes 1 and 2 read 14.7 ms for a batch of 4 and kept automatic depth at 0 where depth 3 paid 1.1x.
+    With one batched size only: the prior slope through it, never steeper than the chord from one token."""
+    batched = [r for r in rows if r[0] >= 2]
+    if len(batched) >= 2:
+        return _fit(batched)
+    single = next((c for n, c, _ in rows if n == 1), None)
+    if len(batched) == 1 and single is not None:
+        n0, c0, _ = batched[0]
+        slope = max(0.0, min(PRIOR_SLOPE * single, (c0 - single) / (n0 - 1)))
+        return c0 - slope * n0, slope
+    return _fit(rows)
 
 
 def _at(line: tuple[float, float], n: int) -> float:
@@ -245,7 +266,7 @@ class CostModel:
         fresh = [None if i == 0 else self._fresh(i) for i in range(len(self.verify))]
         settled = [(float(i), t.value, float(t.count)) for i, t in enumerate(fresh)
                    if i >= 1 and t is not None and t.value is not None and t.count >= MIN_SAMPLES]
-        line = _fit(settled) if len(settled) >= 2 else None
+        line = _batch_line(settled) if len(settled) >= 2 else None
         estimates: list[float | None] = [None] * len(self.verify)
         for n in range(1, len(self.verify)):
             timings = fresh[n]
@@ -275,7 +296,7 @@ class CostModel:
         if self._line_cache is None:
             estimates = self._estimates()
             rows = [(float(n), c, float(self.verify[n].count)) for n, c in enumerate(estimates) if c is not None]
-            self._line_cache = (_fit(rows),)
+            self._line_cache = (_batch_line(rows),)
         return self._line_cache[0]
 
     def longest_measured_k(self) -> int:
@@ -296,16 +317,17 @@ class CostModel:
             return None
         return expected_rate(a, k, c_d, c_v)
 
-    def best_k(self, acceptance: float | None = None) -> int | None:
+    def best_k(self, acceptance: float | None = None, draft_cost: float | None = None) -> int | None:
         """argmax over k of ``rate(k)`` (ties to the larger k); None until every rate can be estimated.
 
         Called every step: the verify costs are computed once per observation (``_verify_costs``) and E(k) is
-        accumulated as E(k-1) + a^k, so a call costs a few microseconds, not k_max full ``rate`` evaluations."""
+        accumulated as E(k-1) + a^k, so a call costs a few microseconds, not k_max full ``rate`` evaluations.
+        ``draft_cost`` (seconds per drafted token) replaces the measured one (0: a lower bound before any draft)."""
         costs = self._verify_costs()
         if costs is None:
             return None
         a = self.acceptance if acceptance is None else acceptance
-        c_d = self.draft_per_token.value
+        c_d = self.draft_per_token.value if draft_cost is None else draft_cost
         if a is None or c_d is None:
             return None
         best_rate, best = 1.0 / costs[0], 0
@@ -335,8 +357,12 @@ class AutoDraftLength:
     """Chooses k for each step (``choose``) and learns from each step's timings (``observe``) and from the
     drafter's score on plain steps (``observe_shadow``)."""
 
-    def __init__(self, k_max: int = 16, k_start: int = 4) -> None:
+    def __init__(self, k_max: int = 16, k_start: int = 4, *, score_first: bool = False) -> None:
+        """``score_first``: for a drafter whose scoring costs about what its catch-up costs anyway (an MTP head: the
+        cells it scores are fed before its first draft in any case), a cold start decodes plainly until the
+        drafter has been scored on the target's own tokens, and drafts only if that acceptance could pay."""
         self.model = CostModel(k_max)
+        self.score_first = score_first
         self.k_max = k_max
         self.k_start = min(k_start, k_max)
         self._plain_streak = 0
@@ -352,7 +378,7 @@ class AutoDraftLength:
         m = self.model
         best = m.best_k()
         if best is None:  # acceptance or a cost not measured yet: draft, to measure them
-            k = self.k_start
+            k = self.k_start if not self.score_first or self._first_draft_could_pay() else 0
         elif best > 0:
             k = min(best, max(self.k_start, GROWTH * m.longest_measured_k()))
             self._plain_streak = 0
@@ -369,6 +395,18 @@ class AutoDraftLength:
                 self._probing = True
         self.last_choice = k
         return k
+
+    def _first_draft_could_pay(self) -> bool:
+        """Before any draft was timed (``score_first``): whether the drafter's scored acceptance would make
+        drafting pay if drafting were free. False until it was scored at all. Measured on an MTP head accepted 5-9 %
+        of the time (bench_mtp.py, "dense low"): the cold start's two drafts of 4 cost 3-13 % of a 24-192-token
+        reply; scored first, it does not draft."""
+        m = self.model
+        a = m.acceptance
+        if a is None:
+            return False
+        best = m.best_k(a, draft_cost=0.0)
+        return best is None or best > 0
 
     def _probe_could_pay(self) -> bool:
         """A probe re-measures the costs of drafting; it is worth its price only if an acceptance a little
@@ -398,10 +436,17 @@ class AutoDraftLength:
             self._probe_interval = PROBE_START if paid else min(self._probe_interval * 2, PROBE_MAX)
 
     def observe_shadow(self, hits: int, trials: int) -> None:
+        """The drafter scored while plain: ``hits`` of ``trials`` guesses right. Scored again after SHADOW_START
+        plain steps while its guesses would pay — with ``score_first`` (a scoring that feeds what the next draft
+        needs anyway), while they would with PROBE_MARGIN more acceptance; else the interval doubles, up to
+        SHADOW_MAX. Without the margin, an MTP head on a hybrid target scored at 0.6-0.7 (break-even about 0.8
+        there) was scored only every 128 tokens and missed the stretches later in a reply where it was right
+        95-100 % of the time (bench_mtp.py "hybrid agreeing": automatic depth plain for 95 % of its steps)."""
         self.model.observe_shadow(hits, trials)
         if trials > 0:
-            would_pay = (self.model.best_k(hits / trials) or 0) > 0
-            self.shadow_interval = SHADOW_START if would_pay else min(self.shadow_interval * 2, SHADOW_MAX)
+            rate = hits / trials + (PROBE_MARGIN if self.score_first else 0.0)
+            close = (self.model.best_k(min(1.0, rate)) or 0) > 0
+            self.shadow_interval = SHADOW_START if close else min(self.shadow_interval * 2, SHADOW_MAX)
 
     @property
     def wants_shadow(self) -> bool:

@@ -169,7 +169,8 @@ class SpeculativeDecoder:
             policy = FixedDraftLength(params.k_max)
         elif params.k is None:
             if self.auto_policy is None or self.auto_policy.k_max != params.k_max:
-                self.auto_policy = AutoDraftLength(k_max=params.k_max)
+                # An MTP head's scoring feeds the cells its first draft needs anyway: score it before drafting.
+                self.auto_policy = AutoDraftLength(k_max=params.k_max, score_first=self.drafter.kind == "mtp")
             policy = self.auto_policy
             policy.start_reply()
             auto = True

@@ -236,3 +236,41 @@ def test_a_draft_is_charged_its_own_catch_up(engine: tuple[str, Engine], referen
     assert after_plain >= 1 and len(expected) - after_plain >= 5, log
     wrong = [(got, plain) for got, plain in expected if got != plain]
     assert not wrong, f"(reported catch-up, plain steps since the last draft): {wrong}"
+
+
+def _cold_auto_reply(e: Engine, prompt: list[int], n: int) -> DoneEvent:
+    """One reply at automatic depth from a cold start (as the first reply after a load)."""
+    e._decoder_or_raise().auto_policy = None
+    for event in e.generate(prompt, max_tokens=n, draft=DraftParams(k=None), ignore_eos=True):
+        if isinstance(event, DoneEvent):
+            return event
+    raise AssertionError("no done event")
+
+
+def test_automatic_depth_scores_an_mtp_head_before_its_first_draft(backend: Backend, mtp_models: MtpModels,
+                                                                   tmp_path: Path) -> None:
+    """A cold start at automatic depth decodes plainly until the MTP head was scored on the target's own tokens
+    (the scored cells are the ones its first draft would feed anyway), and drafts only if that acceptance could
+    pay: a head whose input is noise (accepted 5-9 % of the time, bench_mtp.py's "dense low") never drafts; the
+    agreeing head does. Counts, not timings: before any draft the decision reads no measured cost but the ratio
+    of the plain passes' prior line.
+
+    Breaking it (``score_first`` off, as before): the noise head drafted 4 tokens at the reply's first step and 4
+    more after the plain-rate probes (8 drafted, none accepted) on every prompt — 3-13 % of a 24-192-token reply
+    in bench_mtp.py."""
+    low = make_mtp_models(tmp_path / "low", hidden_noise=2.0, head_seed=99)
+    for target, useful in ((low.target, False), (mtp_models.target, True)):
+        e = Engine(backend)
+        e.load(PairSpec(target=str(target), mtp=True, context=CTX))
+        try:
+            drafted = []
+            for text in PROMPTS[:3]:
+                done = _cold_auto_reply(e, e.tokenize_prompt(text), 48)
+                assert done.stats.generated == 48
+                drafted.append(done.stats.drafted)
+            if useful:
+                assert min(drafted) > 0, drafted
+            else:
+                assert drafted == [0, 0, 0], drafted
+        finally:
+            e.unload()

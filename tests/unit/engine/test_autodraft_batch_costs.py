@@ -1,0 +1,79 @@
+"""Automatic k on costs shaped like a hybrid target's on a CPU, and on an MTP head's cheap scoring.
+
+The numbers are the quiet measurements of bench_mtp.py's generated 8 x 768 ``qwen35`` + NextN target (2 CPU
+threads): one token 3.9 ms, a batch of 2 tokens 7.5 ms, of 4 8.3 ms, of 9 14.5 ms (a one-token pass takes
+another path than a batch), and 0.74 ms per drafted MTP token.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from outrider.engine.autodraft import SHADOW_MAX, SHADOW_START, AutoDraftLength, CostModel
+
+ONE, TWO, FOUR, NINE = 0.0039, 0.0075, 0.0083, 0.0145
+DRAFT = 0.00074
+
+
+def test_one_tokens_cost_does_not_bend_the_line_of_batches() -> None:
+    """Plain passes and depth-1 probes timed (batches 1 and 2): the line through them rose 3.6 ms per token and
+    read 14.7 ms for a batch of 4 (measured: 8.3), so no depth paid at acceptance 0.85 and automatic depth stayed
+    plain on the hybrid where depth 3 paid 1.1x. Fitted through the batches alone (the prior slope through the one
+    batched size), a batch of 4 reads under 10 ms and depth 3-4 pays.
+
+    Breaking it (``_batch_line`` replaced by the plain ``_fit`` again): verify_cost(4) is 14.7 ms and best_k 0."""
+    m = CostModel(k_max=8)
+    for _ in range(15):
+        m.observe(batch=1, verify_s=ONE, drafted=0, accepted=0, draft_s=0.0)
+    for _ in range(5):
+        m.observe(batch=2, verify_s=TWO, drafted=1, accepted=1, draft_s=DRAFT)
+    four = m.verify_cost(4)
+    assert four is not None and FOUR * 0.9 <= four <= 0.010
+    assert (m.best_k(0.85) or 0) >= 2
+    assert m.best_k(0.5) == 0  # a poor head still does not pay
+
+
+def test_two_batched_sizes_give_the_slope_of_batches() -> None:
+    """Batches of 2 and 9 measured: the sizes between are read off the line through them, not through one token."""
+    m = CostModel(k_max=8)
+    for batch, cost in ((1, ONE), (2, TWO), (9, NINE)):
+        for _ in range(5):
+            m.observe(batch=batch, verify_s=cost, drafted=batch - 1, accepted=0, draft_s=DRAFT * (batch - 1))
+    assert m.verify_cost(4) == pytest.approx(TWO + 2 * (NINE - TWO) / 7, rel=1e-6)
+    assert m.verify_cost(1) == pytest.approx(ONE)
+
+
+def test_a_cheap_scoring_keeps_watching_a_head_close_to_paying() -> None:
+    """An MTP head scored at 0.65 while plain (break-even on these costs is about 0.8): with ``score_first`` (its
+    scoring feeds the cells the next draft needs anyway) it is scored again after SHADOW_START tokens, so a
+    stretch where it is right every time is seen at once; a draft model's scoring (a batched pass of its own)
+    doubles its interval as before, and a head scored at 0.05 doubles it with either.
+
+    Breaking it (no margin for ``score_first``): the 0.65 head was scored every 128 tokens on the hybrid target,
+    and automatic depth stayed plain for 95 % of its steps (bench_mtp.py)."""
+    def scored(score_first: bool, hits: int) -> int:
+        policy = AutoDraftLength(k_max=8, score_first=score_first)
+        for _ in range(10):
+            policy.observe(batch=1, verify_s=ONE, drafted=0, accepted=0, draft_s=0.0)
+            policy.observe(batch=4, verify_s=FOUR, drafted=3, accepted=1, draft_s=3 * DRAFT)
+        for _ in range(6):
+            policy.observe_shadow(hits, 16)
+        return policy.shadow_interval
+
+    assert scored(True, 10) == SHADOW_START  # 10 of 16: 0.63
+    assert scored(False, 10) > SHADOW_START
+    assert scored(True, 1) == SHADOW_MAX
+
+
+def test_a_scored_first_cold_start_drafts_only_what_could_pay() -> None:
+    """``score_first``: no draft before the head was scored; scored 0 of 4 it stays plain (no cost measured: the
+    prior line's ratio alone decides, with drafting taken as free); scored 4 of 4 it drafts k_start."""
+    for hits, expect in ((0, 0), (4, 4)):
+        policy = AutoDraftLength(k_max=8, score_first=True)
+        policy.start_reply()
+        assert policy.choose() == 0
+        for _ in range(4):
+            policy.observe(batch=1, verify_s=ONE, drafted=0, accepted=0, draft_s=0.0)
+        assert policy.choose() == 0 and policy.wants_shadow
+        policy.observe_shadow(hits, 4)
+        assert policy.choose() == expect
