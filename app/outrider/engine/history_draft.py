@@ -15,14 +15,15 @@ drafter remembers the text it drafted from (``_Source``: where in the corpus the
 how many of the reply's tokens agreed with it) and, when the target diverged from it, looks for where the reply
 rejoins it: the last emitted token found again within ``RESYNC_WINDOW`` tokens after the point of divergence (an
 insertion or deletion ended, a replacement of another length), else just past as many tokens as were emitted
-since (a replacement of the same length, the most frequent edit of copied code). The evidence for the source is
+since (a replacement of the same length: a renamed word). The evidence for the source is
 halved at each edit, so one that keeps being left fades out; it yields to a suffix match at least as long. Measured
 on bench_history_lookup.py (SmolLM2's reply renaming a function of the file it re-writes): without it, the 23
-tokens after "Load" replacing "Parse" took 3 passes of prompt lookup's scraps; with it, one.
+tokens after "Load" replacing "Parse" took 4 passes (nothing drafted, then prompt lookup's scraps); with it, one.
 
-Exactness: the draft is a function of the committed tokens alone, so it is a point-mass proposal q; the
-verifier's rule (accept with min(1, p/q), else sample the residual) is exact for it at any temperature, and the
-coupled sampler needs nothing of q beyond that either. Whether a position is drafted never depends on a token drawn.
+Exactness: the draft is a function of the committed tokens (and of the source remembered from earlier guesses on
+them), fixed before any token it proposes is drawn, so it is a point-mass proposal q; the verifier's rule (accept
+with min(1, p/q), else sample the residual) is exact for it at any temperature, and the coupled sampler needs
+nothing of q beyond that either. Whether a position is drafted never depends on a token drawn.
 """
 
 from __future__ import annotations
