@@ -357,12 +357,17 @@ class AutoDraftLength:
     """Chooses k for each step (``choose``) and learns from each step's timings (``observe``) and from the
     drafter's score on plain steps (``observe_shadow``)."""
 
-    def __init__(self, k_max: int = 16, k_start: int = 4, *, score_first: bool = False) -> None:
+    def __init__(self, k_max: int = 16, k_start: int = 4, *, score_first: bool = False,
+                 probe_margin: float = PROBE_MARGIN) -> None:
         """``score_first``: for a drafter whose scoring costs about what its catch-up costs anyway (an MTP head: the
         cells it scores are fed before its first draft in any case), a cold start decodes plainly until the
-        drafter has been scored on the target's own tokens, and drafts only if that acceptance could pay."""
+        drafter has been scored on the target's own tokens, and drafts only if that acceptance could pay.
+        ``probe_margin``: how much better than its scored acceptance a drafter must be able to do for a probe
+        to be worth its price (``_probe_could_pay``); 0 for a drafter whose scoring is its exact acceptance
+        (chain_draft.py: prompt lookup)."""
         self.model = CostModel(k_max)
         self.score_first = score_first
+        self.probe_margin = probe_margin
         self.k_max = k_max
         self.k_start = min(k_start, k_max)
         self._plain_streak = 0
@@ -413,7 +418,7 @@ class AutoDraftLength:
         better than the one measured (on speculative steps and by shadow scoring) would make drafting pay. An
         unrelated draft, scored at ~0 on the target's own tokens, is then never probed."""
         a = self.model.acceptance
-        return a is None or (self.model.best_k(min(1.0, a + PROBE_MARGIN)) or 0) > 0
+        return a is None or (self.model.best_k(min(1.0, a + self.probe_margin)) or 0) > 0
 
     def start_reply(self) -> None:
         """A reply begins: its first step is the coldest of the reply (the first pass after the prompt, and a
