@@ -1,7 +1,7 @@
 """History lookup against prompt lookup alone, on a multi-turn workload, with the real SmolLM2-135M-Instruct.
 
-    python tests/benchmarks/bench_history_lookup.py [--k N[,N...]] [--prose-rounds N] [--tokens N] [--threads N]
-                                                    [--only TASKS] [--replay-only] [--quick]
+    python tests/benchmarks/bench_history_lookup.py [--k N[,N...]] [--pairs N] [--tokens N] [--threads N]
+                                                    [--only TASKS] [--turns NAMES] [--replay-only] [--quick]
 
 The workload is a user's sessions, each a new conversation (what history lookup adds is text of *other* chats:
 within one chat prompt lookup already sees the conversation):
@@ -31,11 +31,20 @@ stores for the next turns and what an edit's next request pastes. Two measuremen
    live replies differ is marked * and its live tokens per pass are of different replies. Live tokens per pass
    also count the plain passes the decoder forces to measure plain decoding for its in-reply speed-up estimate.
 
-Free prose measures time, where automatic k is the point: --prose-rounds rounds of prompt lookup alone
-("prompt"), then the chain history lookup + prompt lookup ("history") and plain decoding (on the history's engine:
-the same loaded model) twice each in ABBA order, automatic k; the ratio is the median of the per-round ratios
-(within one round the machine's load is about the same, and ABBA cancels a steady drift of its speed). On a
-quiet machine: ``--only prose --prose-rounds 5`` (about 2.5 minutes; --quick: one round of 48 tokens).
+Free prose measures time, where automatic k is the point (``--pairs``): the chain history lookup + prompt lookup
+("history", automatic k) against plain decoding ("plain", on the history's own engine: the same loaded model and
+context), like for like. One warm-up reply of each first (not counted: the engine's first reply of a prompt
+evaluates it, and its policies start cold), then ``--pairs`` pairs of replies to the same request, alternately
+history-then-plain and plain-then-history (a steady drift of the machine's speed cancels over two pairs). Greedy,
+so every reply must be the same text: the script checks it and says so. Per pair, history's decode tok/s over
+plain's (prompt evaluation excluded; the prompt time, which holds the index's sync with the history, is reported
+apart, and an end-to-end ratio with it); the figure is the **median of the paired ratios with a 95 %
+order-statistic interval** (distribution-free: the ranks a Binomial(n, 1/2) puts 95 % between), and a 95 %
+bootstrap interval of the ratio of the total decode times. Also per reply: tokens the history drafted and had
+accepted, the drafter's time per step (``draft_s`` / passes: choosing k, proposing, scoring), and the steps that
+stalled (over 3x the reply's median step) with the time they took — what made single rounds of the old ABBA
+design vary by ±13 %. On a quiet machine: ``--only prose --pairs 30`` (about 5 minutes; ``--turns "prose 1"``
+for one turn; --quick: 4 pairs of 48 tokens).
 
 Goals ([drafters] issue): history >= 1.5x prompt lookup's tokens per pass on edits 2 and 3, the summary not
 below prompt lookup alone; history >= 0.97x plain decode tokens/s on free prose.
@@ -45,12 +54,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import platform
 import statistics
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +77,7 @@ from outrider.engine.history_draft import HistoryLookupDraft  # noqa: E402
 from outrider.engine.history_index import HistoryIndex  # noqa: E402
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams, SamplingParams  # noqa: E402
 from outrider.engine.speculative import DoneEvent  # noqa: E402
+from outrider.engine.stats import GenerationStats  # noqa: E402
 from outrider.history import HistoryStore  # noqa: E402
 
 PARAGRAPH = (
@@ -144,6 +156,8 @@ class Row:
     plain_steps: dict[str, int] = dataclasses.field(default_factory=dict)  # live: the decoder's forced plain passes
     tps: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # configuration -> decode tok/s per round
     differs: bool = False  # the two drafters' live replies differ (see the module docstring)
+    pairs: list[tuple[Timed, Timed]] = dataclasses.field(default_factory=list)  # prose: (history, plain) pairs
+    warmup: list[Timed] = dataclasses.field(default_factory=list)  # prose: the uncounted history and plain replies
 
     @property
     def tpp(self) -> dict[str, float]:
@@ -205,7 +219,7 @@ def store_turn(store: HistoryStore, turn: Turn, text: str) -> None:
     store.add_message(cid, "assistant", text)
 
 
-def run(model: Path, ks: list[int], prose_rounds: int, tokens: int, threads: int, turns: tuple[Turn, ...], *,
+def run(model: Path, ks: list[int], pairs: int, tokens: int, threads: int, turns: tuple[Turn, ...], *,
         live: bool) -> list[Row]:
     home = Path(tempfile.mkdtemp(prefix="bench-history-"))
     store = HistoryStore.open(home)
@@ -241,7 +255,7 @@ def run(model: Path, ks: list[int], prose_rounds: int, tokens: int, threads: int
                 chain = ChainDraft([HistoryLookupDraft(index, None, tokenize), PromptLookupDraft()])
                 row.replays["history", k] = replay(chain, prompt, reference, k)
             if live:
-                _live(engines, row, ks[0], prose_rounds, tokens)
+                _live(engines, row, ks[0], pairs, tokens)
             store_turn(store, turn, reference_done.text)  # the history as the app stores it
             previous = reference_done.text
             rows.append(row)
@@ -257,38 +271,171 @@ def run(model: Path, ks: list[int], prose_rounds: int, tokens: int, threads: int
     return rows
 
 
-def _live(engines: dict[str, Engine], row: Row, fixed_k: int, prose_rounds: int, tokens: int) -> None:
-    """The turn decoded by each engine (prose: also plain decoding, automatic k, each round history and plain
-    twice in ABBA order — history, plain, plain, history, then the reverse — so that a drift of the machine's
-    speed within a round cancels from their ratio; the round's figure for each is the mean of its two runs)."""
+def _live(engines: dict[str, Engine], row: Row, fixed_k: int, pairs: int, tokens: int) -> None:
+    """The turn decoded by each engine at k = ``fixed_k`` (prose: ``_prose_pairs`` instead)."""
     turn = row.turn
-    prose = turn.goal == "plain"
+    if turn.goal == "plain":
+        _prose_pairs(engines, row, pairs, tokens)
+        return
     texts: dict[str, str] = {}
-    for r in range(prose_rounds if prose else 1):
-        order = ["prompt", "history"]
-        if prose:
-            order = ["prompt"] + (["history", "plain", "plain", "history"] if r % 2 == 0 else
-                                  ["plain", "history", "history", "plain"])
-        runs: dict[str, list[tuple[float, float]]] = {}
-        for name in order:
-            # Plain decoding on the history's own engine (its NoDraft decoder, the same context): the baseline of
-            # "history / plain" is then the same loaded model, not another copy of it.
-            engine = engines["history" if name == "plain" else name]
-            done, _ = reply(engine, turn.messages, tokens, plain=name == "plain", k=None if prose else fixed_k)
-            texts[name] = done.text
-            runs.setdefault(name, []).append((done.stats.decode_tps or 0.0, done.stats.tokens_per_pass or 1.0))
-            row.plain_steps[name] = done.stats.plain_steps
-        for name, values in runs.items():
-            row.tps.setdefault(name, []).append(statistics.mean(v[0] for v in values))
-            row.tpp_runs.setdefault(name, []).append(statistics.mean(v[1] for v in values))
-    if prose:
-        print(f"{turn.name}: history / plain per round: " + ", ".join(
-            f"{h / p:.3f}" for h, p in zip(row.tps["history"], row.tps["plain"], strict=True)), flush=True)
+    for name in ("prompt", "history"):
+        done, _ = reply(engines[name], turn.messages, tokens, k=fixed_k)
+        texts[name] = done.text
+        row.tps.setdefault(name, []).append(done.stats.decode_tps or 0.0)
+        row.tpp_runs.setdefault(name, []).append(done.stats.tokens_per_pass or 1.0)
+        row.plain_steps[name] = done.stats.plain_steps
     a, b = texts["prompt"], texts["history"]
     if a != b:  # see the module docstring: quantised numerics of another batch shape
         n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
         print(f"{turn.name}: live replies differ from character {n}: {a[n-20:n+20]!r} / {b[n-20:n+20]!r}")
         row.differs = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Timed:
+    """One live reply of the prose comparison: its statistics, text, and each step's wall time (seconds)."""
+
+    stats: GenerationStats
+    text: str
+    steps_s: tuple[float, ...]
+
+    @property
+    def stalled(self) -> tuple[int, float]:
+        """(steps over STALL_RATIO x the reply's median step, the seconds they took beyond that median)."""
+        median = statistics.median(self.steps_s)
+        slow = [t for t in self.steps_s if t > STALL_RATIO * median]
+        return len(slow), sum(t - median for t in slow)
+
+
+STALL_RATIO = 3.0
+
+
+def timed_reply(engine: Engine, messages: tuple[ChatMessage, ...], tokens: int, *, plain: bool) -> Timed:
+    """One reply at automatic k (or plain), each step's wall time taken between the decoder's events."""
+    prompt = engine.tokenize_chat(messages, reserve=tokens)
+    steps: list[float] = []
+    events = engine.generate(prompt, max_tokens=tokens, draft=DraftParams(k=None), plain=plain)
+    t = None
+    for event in events:
+        now = time.perf_counter()
+        if isinstance(event, DoneEvent):
+            return Timed(event.stats, event.text, tuple(steps))
+        if t is not None and event.tokens:  # the first event's time holds the prompt's evaluation
+            steps.append(now - t)
+        t = now
+    raise AssertionError("no done event")
+
+
+def _prose_pairs(engines: dict[str, Engine], row: Row, pairs: int, tokens: int) -> None:
+    """Warm-up, then ``pairs`` pairs of history and plain replies in alternating order (see the module
+    docstring); also one prompt-lookup reply for the tokens-per-pass columns."""
+    turn = row.turn
+    done, _ = reply(engines["prompt"], turn.messages, tokens)
+    row.tps["prompt"], row.tpp_runs["prompt"] = [done.stats.decode_tps or 0.0], [done.stats.tokens_per_pass or 1.0]
+    row.plain_steps["prompt"] = done.stats.plain_steps
+    engine = engines["history"]
+    row.warmup = [timed_reply(engine, turn.messages, tokens, plain=plain) for plain in (False, True)]
+    for i in range(pairs):
+        order = (False, True) if i % 2 == 0 else (True, False)
+        got = {plain: timed_reply(engine, turn.messages, tokens, plain=plain) for plain in order}
+        row.pairs.append((got[False], got[True]))
+    h = [p[0] for p in row.pairs]
+    row.tps["history"] = [r.stats.decode_tps or 0.0 for r in h]
+    row.tpp_runs["history"] = [r.stats.tokens_per_pass or 1.0 for r in h]
+    row.tps["plain"] = [p[1].stats.decode_tps or 0.0 for p in row.pairs]
+    row.plain_steps["history"] = h[-1].stats.plain_steps
+    texts = {r.text for pair in row.pairs for r in pair} | {r.text for r in row.warmup}
+    row.differs = len(texts) > 1
+    ratios = _paired_ratios(row)
+    print(f"{turn.name}: history / plain decode tok/s per pair: " + ", ".join(f"{x:.3f}" for x in ratios) +
+          f"; {len(texts)} distinct repl{'y' if len(texts) == 1 else 'ies'}", flush=True)
+
+
+def _paired_ratios(row: Row, *, end_to_end: bool = False) -> list[float]:
+    """Per pair: history's tok/s over plain's (decode only, or with the prompt's evaluation)."""
+    def tps(r: Timed) -> float:
+        seconds = r.stats.decode_s + (r.stats.prompt_s if end_to_end else 0.0)
+        return r.stats.generated / seconds
+    return [tps(h) / tps(p) for h, p in row.pairs]
+
+
+def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(median, low, high): the distribution-free interval for the median from order statistics — the ranks j
+    and n + 1 - j for the largest j with P(Binomial(n, 1/2) < j) <= (1 - level) / 2 (the whole range when n is
+    too small for the level)."""
+    xs = sorted(values)
+    n = len(xs)
+    cdf, j = 0.0, 0
+    while j < n and cdf + math.comb(n, j) / 2**n <= (1 - level) / 2:
+        cdf += math.comb(n, j) / 2**n
+        j += 1
+    j = max(j, 1)
+    return statistics.median(xs), xs[j - 1], xs[n - j]
+
+
+def bootstrap_total_ratio(row: Row, samples: int = 4000, level: float = 0.95) -> tuple[float, float, float]:
+    """Total decode tok/s of history over plain, and its percentile bootstrap interval over the pairs."""
+    h = np.array([[p[0].stats.generated, p[0].stats.decode_s] for p in row.pairs])
+    q = np.array([[p[1].stats.generated, p[1].stats.decode_s] for p in row.pairs])
+
+    def ratio(idx: np.ndarray) -> float:
+        return float((h[idx, 0].sum() / h[idx, 1].sum()) / (q[idx, 0].sum() / q[idx, 1].sum()))
+
+    rng = np.random.default_rng(0)
+    n = len(row.pairs)
+    boots = sorted(ratio(rng.integers(0, n, size=n)) for _ in range(samples))
+    lo, hi = boots[int((1 - level) / 2 * samples)], boots[int((1 + level) / 2 * samples) - 1]
+    return ratio(np.arange(n)), lo, hi
+
+
+def _tps(r: Timed) -> float:
+    return r.stats.decode_tps or 0.0
+
+
+def prose_table(rows: list[Row]) -> str:
+    """The prose comparison, like for like (see the module docstring)."""
+    head = ["turn", "pairs", "same text", "decode tok/s history / plain (medians)",
+            "history / plain decode, median of pairs [95 % interval]", "total decode ratio [bootstrap 95 %]",
+            "with prompt: median of pairs [95 %]", "prompt ms history / plain (medians)",
+            "drafted / accepted per history reply", "drafter µs per step history / plain",
+            "stalled steps per reply, history / plain (share of decode time)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        if not row.pairs:
+            continue
+        h, p = [x[0] for x in row.pairs], [x[1] for x in row.pairs]
+        m, lo, hi = median_interval(_paired_ratios(row))
+        me, loe, hie = median_interval(_paired_ratios(row, end_to_end=True))
+        t, tlo, thi = bootstrap_total_ratio(row)
+        verdict = "met" if lo >= 0.97 else ("not met" if hi < 0.97 else "undecided")
+
+        def med(f: Callable[[Timed], float], rs: list[Timed]) -> float:
+            return statistics.median(f(r) for r in rs)
+
+        def stall(rs: list[Timed]) -> str:
+            n = statistics.mean(r.stalled[0] for r in rs)
+            share = sum(r.stalled[1] for r in rs) / sum(r.stats.decode_s for r in rs)
+            return f"{n:.1f} ({share:.1%})"
+
+        cells = [row.turn.name, str(len(row.pairs)), "yes" if not row.differs else "**no**",
+                 f"{med(_tps, h):.1f} / {med(_tps, p):.1f}",
+                 f"**{m:.3f}×** [{lo:.3f}, {hi:.3f}] (goal ≥ 0.97×: {verdict})", f"{t:.3f}× [{tlo:.3f}, {thi:.3f}]",
+                 f"{me:.3f}× [{loe:.3f}, {hie:.3f}]",
+                 f"{med(lambda r: r.stats.prompt_s * 1e3, h):.1f} / {med(lambda r: r.stats.prompt_s * 1e3, p):.1f}",
+                 f"{statistics.mean(r.stats.drafted for r in h):.1f} / "
+                 f"{statistics.mean(r.stats.accepted for r in h):.1f}",
+                 f"{med(lambda r: r.stats.draft_s / r.stats.passes * 1e6, h):.0f} / "
+                 f"{med(lambda r: r.stats.draft_s / r.stats.passes * 1e6, p):.0f}",
+                 f"{stall(h)} / {stall(p)}"]
+        lines.append("| " + " | ".join(cells) + " |")
+        w = row.warmup
+        if w:
+            same = "yes" if w[0].text == w[1].text else "**no**"
+            lines.append(f"| {row.turn.name}, warm-up (not counted) | 1 | {same} "
+                         f"| {_tps(w[0]):.1f} / {_tps(w[1]):.1f} | {_tps(w[0]) / _tps(w[1]):.3f}× | | | "
+                         f"{w[0].stats.prompt_s * 1e3:.1f} / {w[1].stats.prompt_s * 1e3:.1f} | "
+                         f"{w[0].stats.drafted} / {w[0].stats.accepted} | | |")
+    return "\n".join(lines)
 
 
 def replay_table(rows: list[Row], ks: list[int]) -> str:
@@ -316,20 +463,15 @@ def _goal(turn: Turn) -> str:
 
 def live_table(rows: list[Row], k: int) -> str:
     lines = [f"| turn | live tokens/pass k={k}: prompt lookup | history + prompt | ratio | forced plain passes "
-             "(prompt / history) | tok/s prompt | tok/s history | tok/s plain | history / plain (per round) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "(prompt / history) | tok/s prompt | tok/s history |", "|---|---|---|---|---|---|---|"]
     for row in rows:
-        plain = row.tps.get("plain")
-        vs_plain = "–"
-        if plain:
-            vs_plain = f"{statistics.median(h / p for h, p in zip(row.tps['history'], plain, strict=True)):.2f}×"
-            vs_plain += " (goal ≥ 0.97×)" if row.turn.goal == "plain" else ""
+        if row.pairs:  # prose: prose_table
+            continue
         tpp = row.tpp
         cells = [row.turn.name + (" *" if row.differs else ""), f"{tpp['prompt']:.2f}", f"{tpp['history']:.2f}",
                  f"{tpp['history'] / tpp['prompt']:.2f}×",
                  f"{row.plain_steps.get('prompt', 0)} / {row.plain_steps.get('history', 0)}",
-                 f"{statistics.median(row.tps['prompt']):.1f}", f"{statistics.median(row.tps['history']):.1f}",
-                 f"{statistics.median(plain):.1f}" if plain else "–", vs_plain]
+                 f"{statistics.median(row.tps['prompt']):.1f}", f"{statistics.median(row.tps['history']):.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -338,16 +480,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--k", default="8,16",
                     help="fixed draft lengths of the tokens-per-pass columns, comma-separated (live: the first)")
-    ap.add_argument("--prose-rounds", type=int, default=3,
-                    help="rounds per prose turn (its goal is a speed ratio: more rounds narrow it)")
+    ap.add_argument("--pairs", type=int, default=30,
+                    help="pairs of history and plain replies per prose turn (its goal is a speed ratio: more pairs "
+                         "narrow its interval)")
     ap.add_argument("--tokens", type=int, default=160, help="longest reply")
     ap.add_argument("--threads", type=int, default=1,
                     help="llama.cpp threads (1 by default: on a shared, overloaded machine llama.cpp's threads wait "
                          "for each other at every barrier and 2 threads ran 30x slower than 1)")
     ap.add_argument("--only", default="", help="only these tasks (edit, summary, agent, prose; comma-separated)")
+    ap.add_argument("--turns", default="", help='only these turns, by name ("prose 1,prose 2"; comma-separated)')
     ap.add_argument("--replay-only", action="store_true",
                     help="only the deterministic replayed columns (no live decoding with the drafters, no timing)")
-    ap.add_argument("--quick", action="store_true", help="one round, 48 tokens, three turns (a smoke run)")
+    ap.add_argument("--quick", action="store_true", help="4 pairs, 48 tokens, three turns (a smoke run)")
     args = ap.parse_args()
     model = demo_model_path()
     if model is None:
@@ -357,15 +501,28 @@ def main() -> int:
     turns = WORKLOAD[:2] + WORKLOAD[-1:] if args.quick else WORKLOAD
     if args.only:
         turns = tuple(t for t in turns if t.task in args.only.split(","))
-    prose_rounds, tokens = (1, 48) if args.quick else (args.prose_rounds, args.tokens)
+    if args.turns:
+        names = [n.strip() for n in args.turns.split(",")]
+        unknown = [n for n in names if n not in {t.name for t in WORKLOAD}]
+        if unknown:
+            ap.error(f"no such turn: {', '.join(unknown)} (turns: {', '.join(t.name for t in WORKLOAD)})")
+        turns = tuple(t for t in turns if t.name in names)
+    pairs, tokens = (4, 48) if args.quick else (args.pairs, args.tokens)
+    if pairs < 1:
+        ap.error("--pairs must be at least 1")
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    rows = run(model, ks, prose_rounds, tokens, args.threads, turns, live=not args.replay_only)
+    t0 = time.perf_counter()
+    rows = run(model, ks, pairs, tokens, args.threads, turns, live=not args.replay_only)
     end = os.getloadavg() if hasattr(os, "getloadavg") else None
-    print(f"\n{platform.machine()}, {args.threads} threads, k = {args.k} (prose live: automatic k, {prose_rounds} "
-          f"rounds), replies up to {tokens} tokens, load average (1, 5, 15 min) at start {load}, at the end {end}")
+    print(f"\n{platform.machine()}, {args.threads} threads, k = {args.k} (prose live: automatic k, {pairs} "
+          f"pairs), replies up to {tokens} tokens, load average (1, 5, 15 min) at start {load}, at the end {end}, "
+          f"{time.perf_counter() - t0:.0f} s")
     print("\nReplayed on the reference (plain greedy) reply:\n" + replay_table(rows, ks))
     if not args.replay_only:
-        print(f"\nLive:\n{live_table(rows, ks[0])}")
+        if any(not row.pairs for row in rows):
+            print(f"\nLive:\n{live_table(rows, ks[0])}")
+        if any(row.pairs for row in rows):
+            print(f"\nFree prose, history (automatic k) against plain, like for like:\n{prose_table(rows)}")
     return 0
 
 
