@@ -323,12 +323,14 @@ class CostModel:
         Called every step: the verify costs are computed once per observation (``_verify_costs``) and E(k) is
         accumulated as E(k-1) + a^k, so a call costs a few microseconds, not k_max full ``rate`` evaluations.
         ``draft_cost`` (seconds per drafted token) replaces the measured one (0: a lower bound before any draft)."""
-        costs = self._verify_costs()
-        if costs is None:
-            return None
+        # Acceptance and draft cost first: a member of a chain that never drafted (a lookup on free prose) asks
+        # every step, and the verify costs are recomputed whenever a timing moved their lower medians.
         a = self.acceptance if acceptance is None else acceptance
         c_d = self.draft_per_token.value if draft_cost is None else draft_cost
         if a is None or c_d is None:
+            return None
+        costs = self._verify_costs()
+        if costs is None:
             return None
         best_rate, best = 1.0 / costs[0], 0
         expected, a_power = 1.0, 1.0
