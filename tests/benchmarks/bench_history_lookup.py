@@ -32,19 +32,25 @@ stores for the next turns and what an edit's next request pastes. Two measuremen
    also count the plain passes the decoder forces to measure plain decoding for its in-reply speed-up estimate.
 
 Free prose measures time, where automatic k is the point (``--pairs``): the chain history lookup + prompt lookup
-("history", automatic k) against plain decoding ("plain", on the history's own engine: the same loaded model and
-context), like for like. One warm-up reply of each first (not counted: the engine's first reply of a prompt
-evaluates it, and its policies start cold), then ``--pairs`` pairs of replies to the same request, alternately
-history-then-plain and plain-then-history (a steady drift of the machine's speed cancels over two pairs). Greedy,
-so every reply must be the same text: the script checks it and says so. Per pair, history's decode tok/s over
-plain's (prompt evaluation excluded; the prompt time, which holds the index's sync with the history, is reported
-apart, and an end-to-end ratio with it); the figure is the **median of the paired ratios with a 95 %
+("history", automatic k) against plain decoding ("plain"), like for like. Two copies of the engine (the same model,
+history and settings) decode the same request at the same time, one with its drafter and one plain, **stepped in
+turn** — one step of one, one step of the other — so both replies run at the same moments; each one's decode time
+is the time its own steps took. The copies swap roles and who steps first from pair to pair (history on copy A
+first, on B first, then each with plain first), so neither a copy nor the order favours one side. A warm-up pair
+on each copy first (not counted: an engine's first reply of a prompt evaluates it, and its policies start cold).
+Greedy, so every reply must be the same text: the script checks it and says so. Per pair, history's decode tok/s
+over plain's (prompt evaluation excluded; the prompt time, which holds the index's sync with the history, is
+reported apart, and a ratio with it); the figure is the **median of the paired ratios with a 95 %
 order-statistic interval** (distribution-free: the ranks a Binomial(n, 1/2) puts 95 % between), and a 95 %
 bootstrap interval of the ratio of the total decode times. Also per reply: tokens the history drafted and had
 accepted, the drafter's time per step (``draft_s`` / passes: choosing k, proposing, scoring), and the steps that
-stalled (over 3x the reply's median step) with the time they took — what made single rounds of the old ABBA
-design vary by ±13 %. On a quiet machine: ``--only prose --pairs 30`` (about 5 minutes; ``--turns "prose 1"``
-for one turn; --quick: 4 pairs of 48 tokens).
+stalled (over 3x the reply's median step) with the time they took.
+
+Why stepped in turn: replies one after the other (the earlier design, ABBA rounds, then pairs of consecutive
+replies) differ by ±8 % per pair on a quiet machine (60 pairs, standard deviation 7.8 %, no stalled step in any
+reply): the machine's speed moves between replies seconds apart, so a 3 % goal needed hundreds of pairs. On a
+quiet machine: ``--only prose --turns "prose 1" --pairs 40`` then the same for "prose 2" (each under 5 minutes);
+--quick: 4 pairs of 48 tokens.
 
 Goals ([drafters] issue): history >= 1.5x prompt lookup's tokens per pass on edits 2 and 3, the summary not
 below prompt lookup alone; history >= 0.97x plain decode tokens/s on free prose.
@@ -229,6 +235,10 @@ def run(model: Path, ks: list[int], pairs: int, tokens: int, threads: int, turns
     if live:
         engines["history"].load(PairSpec(target=str(model), lookup=True, lookup_history=str(store.db_path),
                                          context=context))
+    if live and any(t.goal == "plain" for t in turns):  # prose: a second copy, stepped in turn with the first
+        engines["twin"] = Engine()
+        engines["twin"].load(PairSpec(target=str(model), lookup=True, lookup_history=str(store.db_path),
+                                      context=context))
     target = engines["prompt"].target
     # The engine's own tokenisation of history messages (engine._history_chain).
     def tokenize(text: str) -> list[int]:
@@ -293,11 +303,17 @@ def _live(engines: dict[str, Engine], row: Row, fixed_k: int, pairs: int, tokens
 
 @dataclasses.dataclass(frozen=True)
 class Timed:
-    """One live reply of the prose comparison: its statistics, text, and each step's wall time (seconds)."""
+    """One live reply of the prose comparison: its statistics, its text, its decode time (seconds: the time its
+    own steps ran, the twin's steps between them left out) and each step's time."""
 
     stats: GenerationStats
     text: str
+    decode_s: float
     steps_s: tuple[float, ...]
+
+    @property
+    def tps(self) -> float:
+        return self.stats.generated / self.decode_s
 
     @property
     def stalled(self) -> tuple[int, float]:
@@ -310,39 +326,58 @@ class Timed:
 STALL_RATIO = 3.0
 
 
-def timed_reply(engine: Engine, messages: tuple[ChatMessage, ...], tokens: int, *, plain: bool) -> Timed:
-    """One reply at automatic k (or plain), each step's wall time taken between the decoder's events."""
-    prompt = engine.tokenize_chat(messages, reserve=tokens)
-    steps: list[float] = []
-    events = engine.generate(prompt, max_tokens=tokens, draft=DraftParams(k=None), plain=plain)
-    t = None
-    for event in events:
-        now = time.perf_counter()
-        if isinstance(event, DoneEvent):
-            return Timed(event.stats, event.text, tuple(steps))
-        if t is not None and event.tokens:  # the first event's time holds the prompt's evaluation
-            steps.append(now - t)
-        t = now
-    raise AssertionError("no done event")
+def stepped_pair(first: Engine, second: Engine, messages: tuple[ChatMessage, ...], tokens: int, *,
+                 first_plain: bool) -> tuple[Timed, Timed]:
+    """One reply on each engine (``first`` plain or with its drafter at automatic k, ``second`` the other way),
+    their steps taken in turn — one step of ``first``, one of ``second`` — so that both replies run at the same
+    moments and a change of the machine's speed lasting longer than a step moves both alike. Returns (history's
+    reply, plain's reply). Each engine's decode time is the time its own steps took (prompt evaluation, in its
+    first step, left out: it is ``prompt_s``)."""
+    gens = [engine.generate(engine.tokenize_chat(messages, reserve=tokens), max_tokens=tokens,
+                            draft=DraftParams(k=None), plain=plain)
+            for engine, plain in ((first, first_plain), (second, not first_plain))]
+    steps: list[list[float]] = [[], []]
+    done: list[DoneEvent | None] = [None, None]
+    while done[0] is None or done[1] is None:
+        for i, gen in enumerate(gens):
+            if done[i] is not None:
+                continue
+            t = time.perf_counter()
+            event = next(gen)
+            steps[i].append(time.perf_counter() - t)
+            if isinstance(event, DoneEvent):
+                done[i] = event
+    timed = []
+    for i in (0, 1):
+        event = done[i]
+        assert event is not None
+        own = sum(steps[i]) - event.stats.prompt_s
+        timed.append(Timed(event.stats, event.text, own, tuple(steps[i][1:-1])))
+    return (timed[1], timed[0]) if first_plain else (timed[0], timed[1])
 
 
 def _prose_pairs(engines: dict[str, Engine], row: Row, pairs: int, tokens: int) -> None:
-    """Warm-up, then ``pairs`` pairs of history and plain replies in alternating order (see the module
-    docstring); also one prompt-lookup reply for the tokens-per-pass columns."""
+    """A warm-up pair, then ``pairs`` pairs of a history and a plain reply stepped in turn, the two engine
+    copies and who steps first swapped from pair to pair (see the module docstring); also one prompt-lookup
+    reply for the tokens-per-pass columns."""
     turn = row.turn
     done, _ = reply(engines["prompt"], turn.messages, tokens)
     row.tps["prompt"], row.tpp_runs["prompt"] = [done.stats.decode_tps or 0.0], [done.stats.tokens_per_pass or 1.0]
     row.plain_steps["prompt"] = done.stats.plain_steps
-    engine = engines["history"]
-    row.warmup = [timed_reply(engine, turn.messages, tokens, plain=plain) for plain in (False, True)]
+    a, b = engines["history"], engines["twin"]
+    row.warmup = list(stepped_pair(a, b, turn.messages, tokens, first_plain=False))
+    row.warmup += list(stepped_pair(b, a, turn.messages, tokens, first_plain=False))
     for i in range(pairs):
-        order = (False, True) if i % 2 == 0 else (True, False)
-        got = {plain: timed_reply(engine, turn.messages, tokens, plain=plain) for plain in order}
-        row.pairs.append((got[False], got[True]))
+        # (history on a, a first), (history on b, b first), (history on a, plain first), (history on b, ...)
+        first, second = (a, b) if i % 2 == 0 else (b, a)
+        first_plain = i % 4 >= 2
+        if first_plain:
+            first, second = second, first
+        row.pairs.append(stepped_pair(first, second, turn.messages, tokens, first_plain=first_plain))
     h = [p[0] for p in row.pairs]
-    row.tps["history"] = [r.stats.decode_tps or 0.0 for r in h]
+    row.tps["history"] = [r.tps for r in h]
     row.tpp_runs["history"] = [r.stats.tokens_per_pass or 1.0 for r in h]
-    row.tps["plain"] = [p[1].stats.decode_tps or 0.0 for p in row.pairs]
+    row.tps["plain"] = [p[1].tps for p in row.pairs]
     row.plain_steps["history"] = h[-1].stats.plain_steps
     texts = {r.text for pair in row.pairs for r in pair} | {r.text for r in row.warmup}
     row.differs = len(texts) > 1
@@ -354,7 +389,7 @@ def _prose_pairs(engines: dict[str, Engine], row: Row, pairs: int, tokens: int) 
 def _paired_ratios(row: Row, *, end_to_end: bool = False) -> list[float]:
     """Per pair: history's tok/s over plain's (decode only, or with the prompt's evaluation)."""
     def tps(r: Timed) -> float:
-        seconds = r.stats.decode_s + (r.stats.prompt_s if end_to_end else 0.0)
+        seconds = r.decode_s + (r.stats.prompt_s if end_to_end else 0.0)
         return r.stats.generated / seconds
     return [tps(h) / tps(p) for h, p in row.pairs]
 
@@ -375,8 +410,8 @@ def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float
 
 def bootstrap_total_ratio(row: Row, samples: int = 4000, level: float = 0.95) -> tuple[float, float, float]:
     """Total decode tok/s of history over plain, and its percentile bootstrap interval over the pairs."""
-    h = np.array([[p[0].stats.generated, p[0].stats.decode_s] for p in row.pairs])
-    q = np.array([[p[1].stats.generated, p[1].stats.decode_s] for p in row.pairs])
+    h = np.array([[p[0].stats.generated, p[0].decode_s] for p in row.pairs])
+    q = np.array([[p[1].stats.generated, p[1].decode_s] for p in row.pairs])
 
     def ratio(idx: np.ndarray) -> float:
         return float((h[idx, 0].sum() / h[idx, 1].sum()) / (q[idx, 0].sum() / q[idx, 1].sum()))
@@ -389,7 +424,7 @@ def bootstrap_total_ratio(row: Row, samples: int = 4000, level: float = 0.95) ->
 
 
 def _tps(r: Timed) -> float:
-    return r.stats.decode_tps or 0.0
+    return r.tps
 
 
 def prose_table(rows: list[Row]) -> str:
@@ -414,7 +449,7 @@ def prose_table(rows: list[Row]) -> str:
 
         def stall(rs: list[Timed]) -> str:
             n = statistics.mean(r.stalled[0] for r in rs)
-            share = sum(r.stalled[1] for r in rs) / sum(r.stats.decode_s for r in rs)
+            share = sum(r.stalled[1] for r in rs) / sum(r.decode_s for r in rs)
             return f"{n:.1f} ({share:.1%})"
 
         cells = [row.turn.name, str(len(row.pairs)), "yes" if not row.differs else "**no**",
@@ -428,13 +463,13 @@ def prose_table(rows: list[Row]) -> str:
                  f"{med(lambda r: r.stats.draft_s / r.stats.passes * 1e6, p):.0f}",
                  f"{stall(h)} / {stall(p)}"]
         lines.append("| " + " | ".join(cells) + " |")
-        w = row.warmup
-        if w:
-            same = "yes" if w[0].text == w[1].text else "**no**"
-            lines.append(f"| {row.turn.name}, warm-up (not counted) | 1 | {same} "
-                         f"| {_tps(w[0]):.1f} / {_tps(w[1]):.1f} | {_tps(w[0]) / _tps(w[1]):.3f}× | | | "
-                         f"{w[0].stats.prompt_s * 1e3:.1f} / {w[1].stats.prompt_s * 1e3:.1f} | "
-                         f"{w[0].stats.drafted} / {w[0].stats.accepted} | | |")
+        for j in range(0, len(row.warmup), 2):
+            wh, wp = row.warmup[j], row.warmup[j + 1]
+            same = "yes" if wh.text == wp.text else "**no**"
+            lines.append(f"| {row.turn.name}, warm-up {j // 2 + 1} (not counted) | 1 | {same} "
+                         f"| {wh.tps:.1f} / {wp.tps:.1f} | {wh.tps / wp.tps:.3f}× | | | "
+                         f"{wh.stats.prompt_s * 1e3:.1f} / {wp.stats.prompt_s * 1e3:.1f} | "
+                         f"{wh.stats.drafted} / {wh.stats.accepted} | | |")
     return "\n".join(lines)
 
 
