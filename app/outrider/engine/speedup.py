@@ -26,8 +26,9 @@ reply*. Three things measured on the benchmark's pairs shape how c1 is found:
   they are a stretch of their own (``PassTiming.contended``), not noise in the quiet stretch before them. Measured
   on SmolLM2 copying with prompt lookup, 24 tokens, a load from the reply's middle: the one 9-token verify pass
   that met the load took 85-113 ms instead of 45-55 ms at 2 threads (the plain reply's passes 16-20 ms instead
-  of 9), then the threads stepped down; valued at the quiet cost, the figure read 0.69-0.75x of the A/B in four
-  rounds of six.
+  of 9), then the threads stepped down; valued at the quiet cost, the figure read 0.69-0.77x of the A/B in three
+  rounds of six. They are valued at their own cost for as long as a plain reply meeting the same load would run
+  contended before its own threads stepped down (``speedup_fit.STEP_DOWN_S``), at the next stretch's after that.
 - The first step after the prompt is the coldest of the reply: it is left out of every fit, and its time above
   the model, ``cold_s``, counts on both sides (a plain reply pays that cold step too).
 

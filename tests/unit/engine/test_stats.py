@@ -180,7 +180,7 @@ def test_the_pass_that_met_a_load_before_the_threads_stepped_down_is_valued_at_i
     """The one pass that met the load at 2 threads is evidence of the load (the governor stepped down on it),
     not noise in the quiet stretch: its tokens count at its own cost for as long as a plain reply meeting the
     load would run contended (``STEP_DOWN_S``), then at the stepped-down cost.
-    Measured on the benchmark's copying reply of 24 tokens before this: 0.69-0.75x of the A/B in three rounds of
+    Measured on the benchmark's copying reply of 24 tokens before this: 0.69-0.77x of the A/B in three rounds of
     six. Mutation checks: without ``mark_contended`` (the pass in the quiet stretch) this read 0.83 of the truth;
     marked, but with the growth fitted through pairs across the boundary (the quiet and the contended 9-token
     pass read as growth, 0.325 against 0.1), 0.83 too; every contended token at the contended cost (no
