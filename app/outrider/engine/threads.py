@@ -157,11 +157,12 @@ def own_wait_seconds(tasks_dir: str = TASKS_DIR) -> float | None:
 class ThreadGovernor:
     """Re-chooses llama.cpp's thread count between the passes of a reply (automatic threads only).
 
-    Down: when this process's threads spent more than ``CONTENDED_SHARE`` of the wall time waiting for a CPU in
-    ``CONTENDED_WINDOWS`` windows in a row (another process has taken a core the threads need), one thread fewer,
-    down to 1 — a thread that keeps its core beats two that wait for each other at every pass's barrier. Up (or
-    down) to ``choose_threads`` of the other processes' load measured over the last ``RECHECK_S``: fewer threads
-    wait for nothing, so only the machine-wide measure can tell that the load has gone.
+    Down: when this process's threads spent more than ``CONTENDED_SHARE`` of the wall time waiting for a CPU for
+    ``CONTENDED_WINDOWS`` windows' worth of time in a row (a window lasts at least ``CONTENTION_WINDOW_S``; one that
+    a long pass stretched counts as the windows it spans) — another process has taken a core the threads need —
+    one thread fewer, down to 1: a thread that keeps its core beats two that wait for each other at every pass's
+    barrier. Up (or down) to ``choose_threads`` of the other processes' load measured over the last ``RECHECK_S``:
+    fewer threads wait for nothing, so only the machine-wide measure can tell that the load has gone.
 
     ``wait`` returns the waiting seconds (``own_wait_seconds``), ``clock`` wall seconds; injectable for tests.
     """
@@ -201,7 +202,11 @@ class ThreadGovernor:
             return threads
         share = (reading[1] - start_waited) / (reading[0] - start_wall)
         self._window = reading
-        self._contended = self._contended + 1 if share > CONTENDED_SHARE else 0
+        # A window is as long as the passes in it: one slow pass that waited throughout (a 9-token verify pass
+        # at 60 ms quiet took 330 ms beside a new load) is that many windows of contention, not one — the rule is
+        # "contended for CONTENDED_WINDOWS windows' worth of time in a row", which a 15 ms burst never is.
+        windows = max(1, int((reading[0] - start_wall) / CONTENTION_WINDOW_S))
+        self._contended = self._contended + windows if share > CONTENDED_SHARE else 0
         if self._contended < CONTENDED_WINDOWS:
             return threads
         self._contended = 0
