@@ -196,7 +196,7 @@ class SpeculativeDecoder:
                 self.auto_policy = AutoDraftLength(k_max=params.k_max, score_first=self.drafter.kind == "mtp")
             policy = self.auto_policy
             policy.start_reply()
-            policy.observe_shadow(*prompt_score)
+            policy.observe_prompt(*prompt_score)
             auto = True
         else:
             policy = FixedDraftLength(params.k)

@@ -65,23 +65,23 @@ def test_after_the_first_draft_the_recorded_costs_pick_a_long_depth() -> None:
 
 
 def test_a_head_scored_useless_rests_until_the_next_reply() -> None:
-    """The noise head: scored 1 of 16 on the prompt and 0 of 4 and 1 of 8 while plain, it rests once REST_TRIALS
+    """The noise head: scored 1 of 8 on the prompt and 0 of 4 and 1 of 8 while plain, it rests once REST_TRIALS
     guesses were scored (``should_rest``), and ``choose`` then stays 0 without consulting the cost model; the
     next reply starts awake. A head scored 10 of 16 (0.63, close to paying on these costs) never rests: it must be
     watched for the stretches where it is right every time.
 
-    Breaking it (the PROBE_MARGIN condition left out of ``should_rest``): the 10-of-16 head rested after 32
+    Breaking it (the PROBE_MARGIN condition left out of ``should_rest``): the 10-of-16 head rested after 64
     scored guesses (``assert not close.should_rest()`` failed); with the prior left out as above, the noise head
     drafted at its first step (``choose() == 4``)."""
     policy = AutoDraftLength(k_max=8, score_first=True)
     policy.start_reply()
-    policy.observe_shadow(1, 16)
+    policy.observe_prompt(1, 8)
     assert policy.choose() == 0
     _timed_plain(policy, 4)
-    assert not policy.should_rest()  # 16 scored: not yet conclusive
+    assert not policy.should_rest()  # 8 scored: not yet conclusive
     policy.observe_shadow(0, 4)
     policy.observe_shadow(1, 8)
-    assert REST_TRIALS <= 16 + 4 + 8
+    assert REST_TRIALS <= 8 + 4 + 8
     assert policy.choose() == 0
     assert policy.should_rest()
     policy.model.observe_shadow(16, 16)  # even news it cannot hear while resting would not wake it this reply
@@ -99,6 +99,30 @@ def test_a_head_scored_useless_rests_until_the_next_reply() -> None:
         close.choose()
     assert close.last_choice == 0
     assert not close.should_rest()
+
+
+def test_a_warm_policy_judges_a_new_reply_by_its_prompt() -> None:
+    """Carried from a reply where the head was accepted 0.9 of the time, a policy scores the next prompt at 2 of
+    16: automatic depth starts that reply plain (the acceptance restarts from the prompt's score), and a prompt
+    scored 15 of 16 after a poor reply starts it drafting. The costs are kept.
+
+    Breaking it (``observe_prompt`` folding the score into the decaying window like a plain stretch): after the
+    poor stretch, the 15-of-16 prompt started plain (``choose() >= 3`` failed: 0); the 2-of-16 case alone does
+    not catch it (16 trials at once outweigh the window there too)."""
+    policy = AutoDraftLength(k_max=8, score_first=True)
+    policy.start_reply()
+    _timed_plain(policy, 4)
+    for _ in range(12):
+        policy.observe(batch=4, verify_s=BATCH[4], drafted=3, accepted=3, draft_s=3 * DRAFT)
+    assert policy.choose() >= 3
+    policy.start_reply()
+    policy.observe_prompt(2, 16)
+    assert policy.choose() == 0
+    for _ in range(12):
+        policy.observe_shadow(0, 4)
+    policy.start_reply()
+    policy.observe_prompt(15, 16)
+    assert policy.choose() >= 3
 
 
 def test_a_draft_model_is_never_put_to_rest() -> None:
