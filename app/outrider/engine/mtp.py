@@ -17,6 +17,13 @@ Nothing is fed while the decoder decodes plainly (k = 0): the hidden states wait
 next draft or shadow scoring, so depth 0 costs only the copies. Invariant: ``self.cells`` lists the tokens of the
 MTP context's positions 0 .. len - 1, each fed with the target's hidden state of the position before.
 
+Automatic depth (``PromptScoredDrafter``): at each prefill the target gives its logits at the prompt's last
+``prompt_rows`` positions and the cells fed there get an output each, so the head is scored on the prompt itself
+(cell p's guess against the target's own choice at p: what a depth-1 draft is verified against) before the reply's
+first step — a cold start drafts at once where the head agrees, and a warm one judges the new text by its prompt.
+A head scored useless on enough of a reply is put to rest (``rest``): the target stops outputting hidden states,
+none is copied or scored, until the next reply's prefill wakes it.
+
 What a draft costs (automatic depth charges it): step 1's catch-up over the tokens the last verify pass kept is
 part of every draft — the drafted cells are removed, so each accepted token is fed again with the target's own
 hidden state — and is charged in full. Only the catch-up over tokens that plain steps emitted since the last draft
