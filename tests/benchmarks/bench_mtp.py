@@ -245,10 +245,10 @@ def verdict(cell: dict[str, list[Tally]], name: str) -> tuple[Ratio, Ratio, str]
     best = best_depth(cell)
     to_best, to_plain = paired(cell, name, best), paired(cell, name, "plain")
     if paired(cell, best, "plain").median > 1.0:
-        goal = f"vs best depth ({best}) {to_best.median:.2f} (goal 0.95): " + (
+        goal = f"vs best depth ({best}) {to_best.median:.3f} (goal 0.95): " + (
             "met" if to_best.median >= 0.95 else "NOT met")
     else:
-        goal = f"MTP cannot pay; vs plain {to_plain.median:.2f} (goal 0.97): " + (
+        goal = f"MTP cannot pay; vs plain {to_plain.median:.3f} (goal 0.97): " + (
             "met" if to_plain.median >= 0.97 else "NOT met")
     return to_best, to_plain, goal
 
