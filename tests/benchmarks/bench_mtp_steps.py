@@ -99,6 +99,8 @@ class Meter:
                 self.capture_s += time.perf_counter() - t
 
         drafter.observe = timed_observe  # type: ignore[method-assign]
+        # On the instance: ``MtpDraft.rest(False)`` hooks ``self._capture`` back, which must stay the timed one.
+        drafter._capture = timed_capture  # type: ignore[method-assign]
         drafter.target.after_decode = timed_capture
 
 

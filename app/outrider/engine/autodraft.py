@@ -53,6 +53,9 @@ WARMUP_ACCEPTANCE = 0.65  # ... "promising": acceptance so far at least this (at
 STALE_AFTER = 64  # observations after which a batch size's measured cost is forgotten (batch 1 is kept fresh)
 PRIOR_REJECTIONS = 1.0  # a pseudo-count of rejections at a cold start, fading with the window (DECAY per step)
 GROWTH = 2  # k may at most double the longest draft whose verify cost has been measured (not extrapolated)
+REST_MARGIN = 0.4  # ... and not even this much more acceptance would pay: conclusive on 16 guesses (at 0.2, the
+# hybrid bench target's head, scored 0.5-0.6 on its prompts and accepted 0.8 on its replies, rested whole replies:
+# automatic depth 0.85x the best fixed depth on 24-token replies)
 PROMPT_TRIALS = 8  # guesses scored on a prompt that restart a reply's acceptance from the prompt (observe_prompt)
 REST_TRIALS = 16  # guesses scored in a reply (its prompt's included) before a useless MTP head is put to rest
 # (16: one prompt's scoring, ``PromptScoredDrafter.prompt_rows``; at 24 the noise head followed the target for the
@@ -504,7 +507,7 @@ class AutoDraftLength:
 
     def should_rest(self) -> bool:
         """With ``score_first``: plain decoding is chosen, the drafter was scored on at least REST_TRIALS guesses
-        of this reply (its prompt's included), and not even PROBE_MARGIN more acceptance would pay — the
+        of this reply (its prompt's included), and not even REST_MARGIN more acceptance would pay — the
         evidence is conclusive, so the drafter need not follow the target (no scoring, no probes) until the next
         reply, which scores it again on its prompt. Once True it stays so until ``start_reply``, and ``choose``
         then returns 0 without consulting the cost model (nothing it learns while resting can change that).
@@ -513,8 +516,9 @@ class AutoDraftLength:
         automatic depth's own calls 0.07 ms, of a 4-5 ms plain step: automatic depth ran at 0.90-0.93x plain
         while it drafted nothing."""
         if not self._resting:
+            a = self.model.acceptance
             self._resting = (self.score_first and self.last_choice == 0 and self._scored_in_reply >= REST_TRIALS
-                             and not self._probe_could_pay())
+                             and a is not None and (self.model.best_k(min(1.0, a + REST_MARGIN)) or 0) == 0)
         return self._resting
 
     @property

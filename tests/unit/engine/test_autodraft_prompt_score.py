@@ -70,7 +70,7 @@ def test_a_head_scored_useless_rests_until_the_next_reply() -> None:
     next reply starts awake. A head scored 10 of 16 (0.63, close to paying on these costs) never rests: it must be
     watched for the stretches where it is right every time.
 
-    Breaking it (the PROBE_MARGIN condition left out of ``should_rest``): the 10-of-16 head rested after 64
+    Breaking it (the REST_MARGIN condition left out of ``should_rest``): the 10-of-16 head rested after 64
     scored guesses (``assert not close.should_rest()`` failed); with the prior left out as above, the noise head
     drafted at its first step (``choose() == 4``)."""
     policy = AutoDraftLength(k_max=8, score_first=True)
@@ -99,6 +99,18 @@ def test_a_head_scored_useless_rests_until_the_next_reply() -> None:
         close.choose()
     assert close.last_choice == 0
     assert not close.should_rest()
+
+    # A head scored 8 of 16 on its prompt (the generated hybrid target's, accepted 0.8 on its replies) is not
+    # conclusively useless on these costs: it does not rest.
+    half = AutoDraftLength(k_max=8, score_first=True)
+    half.start_reply()
+    _timed_plain(half, 6)
+    for _ in range(4):
+        half.observe(batch=4, verify_s=BATCH[4], drafted=3, accepted=1, draft_s=3 * DRAFT)
+    half.start_reply()
+    half.observe_prompt(8, 16)
+    assert half.choose() == 0
+    assert not half.should_rest()
 
 
 def test_a_warm_policy_judges_a_new_reply_by_its_prompt() -> None:
