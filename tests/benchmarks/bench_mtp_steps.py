@@ -73,7 +73,8 @@ def time_policy() -> None:
         return timed
 
     for name in ("choose", "observe", "observe_shadow", "should_rest"):
-        setattr(AutoDraftLength, name, wrap(getattr(AutoDraftLength, name)))
+        if hasattr(AutoDraftLength, name):  # (an older engine, measured for comparison, has fewer)
+            setattr(AutoDraftLength, name, wrap(getattr(AutoDraftLength, name)))
 
 
 class Meter:
