@@ -22,6 +22,13 @@ reply*. Three things measured on the benchmark's pairs shape how c1 is found:
   its own; at most ``SEGMENT_DEPTH`` levels of splits). Each stretch's tokens are valued at its own c1. A change
   of llama.cpp's thread count within the reply (``PassTiming.threads``: automatic threads step down under a
   load) is such a boundary, known in advance: the decoder runs plain steps at once and the fit splits there.
+  The passes that led to the step down (its threads seen waiting for a CPU) ran under the load on the old count:
+  they are a stretch of their own (``PassTiming.contended``), not noise in the quiet stretch before them. Measured
+  on SmolLM2 copying with prompt lookup, 24 tokens, a load from the reply's middle: the one 9-token verify pass
+  that met the load took 85-113 ms instead of 45-55 ms at 2 threads (the plain reply's passes 16-20 ms instead
+  of 9), then the threads stepped down; valued at the quiet cost, the figure read 0.69-0.77x of the A/B in three
+  rounds of six. They are valued at their own cost for as long as a plain reply meeting the same load would run
+  contended before its own threads stepped down (``speedup_fit.STEP_DOWN_S``), at the next stretch's after that.
 - The first step after the prompt is the coldest of the reply: it is left out of every fit, and its time above
   the model, ``cold_s``, counts on both sides (a plain reply pays that cold step too).
 
@@ -88,14 +95,23 @@ def speedup_is_settled(speedup: float | None, low: float | None, high: float | N
 def describe_speedup(speedup: float | None, low: float | None, high: float | None) -> str:
     """The speed-up in words, the same everywhere (CLI, server log, exports, GUI): ``1.85×`` when measured
     exactly (nothing drafted), ``1.85× (1.70–2.00)`` when settled, the range ``1.40–2.60×, uncertain`` when the
-    interval is wider than ±``SETTLED_WIDTH``, ``not measured`` without a figure."""
+    interval is wider than ±``SETTLED_WIDTH`` (``up to 1.45×, uncertain`` when it reaches 0: ``describe_range``),
+    ``not measured`` without a figure."""
     if speedup is None or low is None or high is None:
         return "not measured"
     if high - low <= 1e-9 * max(1.0, speedup):
         return f"{speedup:.2f}×"
     if speedup_is_settled(speedup, low, high):
         return f"{speedup:.2f}× ({low:.2f}–{high:.2f})"
-    return f"{low:.2f}–{high:.2f}×, uncertain"
+    return f"{describe_range(low, high)}, uncertain"
+
+
+def describe_range(low: float, high: float) -> str:
+    """``1.40–2.60×``; ``up to 1.45×`` when the interval reaches down to 0 (a reply of a few passes that met a
+    load: "0.00–1.45×" would read as a measured standstill)."""
+    if round(low, 2) <= 0:
+        return f"up to {high:.2f}×"
+    return f"{low:.2f}–{high:.2f}×"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +125,9 @@ class PassTiming:
         pass_tokens: tokens the pass yielded (emitted, plus an end-of-generation token that ended the reply).
         threads: llama.cpp CPU threads the pass ran with (0: not known). A change splits the reply into
             stretches as a load shift does: a pass's cost depends on it.
+        contended: the pass ran while other processes kept these threads waiting for a CPU, the evidence on which
+            the thread count then stepped down (``threads.ThreadGovernor.contended_passes``). Such passes are a
+            stretch of their own, valued at their own cost: a plain reply meeting the same load pays it too.
     """
 
     batch: int
@@ -116,6 +135,7 @@ class PassTiming:
     step_s: float
     pass_tokens: int
     threads: int = 0
+    contended: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
