@@ -53,9 +53,9 @@ WARMUP_ACCEPTANCE = 0.65  # ... "promising": acceptance so far at least this (at
 STALE_AFTER = 64  # observations after which a batch size's measured cost is forgotten (batch 1 is kept fresh)
 PRIOR_REJECTIONS = 1.0  # a pseudo-count of rejections at a cold start, fading with the window (DECAY per step)
 GROWTH = 2  # k may at most double the longest draft whose verify cost has been measured (not extrapolated)
-REST_MARGIN = 0.4  # ... and not even this much more acceptance would pay: conclusive on 16 guesses (at 0.2, on
-# bench_mtp.py's hybrid target, whose head is accepted 0.8 at depth 1, automatic depth stayed plain for most of its
-# steps, mean depth 0.08-0.44, and ran at 0.85x the best fixed depth on 24-token replies)
+REST_MARGIN = 0.4  # ... and not even this much more acceptance would pay: conclusive on 16 guesses (at 0.2, a head
+# scored 8 of 16 on its prompt rested on the recorded CPU costs; bench_mtp.py's hybrid head scores 8-10 of 16 on its
+# prompts and is accepted 0.8 at depth 1 on its replies)
 PROMPT_TRIALS = 8  # guesses scored on a prompt that restart a reply's acceptance from the prompt (observe_prompt)
 REST_TRIALS = 16  # guesses scored in a reply (its prompt's included) before a useless MTP head is put to rest
 # (16: one prompt's scoring, ``PromptScoredDrafter.prompt_rows``; at 24 the noise head followed the target for the
