@@ -222,7 +222,7 @@ class CostModel:
             self._rejections = DECAY * self._rejections + (trials - hits)
             self._prior *= DECAY
 
-    def restart_acceptance(self, hits: int, trials: int) -> None:
+    def restart_acceptance(self, hits: float, trials: float) -> None:
         """Forget the acceptance learned so far and start again from ``hits`` of ``trials`` scored guesses (with a
         cold start's pseudo-rejection); the costs are kept (they belong to the pair and the machine)."""
         self._accepted = float(hits)
@@ -511,6 +511,15 @@ class AutoDraftLength:
             self._probe_interval = PROBE_START
         else:
             self.observe_shadow(hits, trials)
+
+    def restart(self, hits: float, trials: float) -> None:
+        """A reply's acceptance from ``hits`` of ``trials`` guesses alone (none: a cold start, which with
+        ``score_first`` decodes plainly until scored), scoring and probes from their first intervals: for a
+        drafter whose acceptance belongs to the text and whose scoring is cheap (chain_draft.py: prompt lookup)."""
+        self.model.restart_acceptance(hits, trials)
+        self._scored_in_reply += round(trials)
+        self.shadow_interval = SHADOW_START
+        self._probe_interval = PROBE_START
 
     def should_rest(self) -> bool:
         """With ``score_first``: plain decoding is chosen, the drafter was scored on at least REST_TRIALS guesses

@@ -158,17 +158,23 @@ def test_a_long_history_match_drafts_past_k_up_to_the_reach() -> None:
     assert ChainDraft([Matched(script, LONG_MATCH)]).propose([1], 4, GREEDY, RNG, 0.0).tokens == script[:4]
 
 
-def _decode(chain: ChainDraft, target: Sequence[int], prompt: Sequence[int]) -> tuple[int, int, int]:
-    """Greedy speculative decoding of ``target`` (the target's own tokens) after ``prompt`` with ``chain`` at
-    automatic k, a pass of n tokens costing 10 ms x (1 + 0.25 (n - 1)) (the cost model's prior slope, so a short
-    draft pays from an acceptance of about 0.25 on). Returns (drafted, accepted, passes)."""
+def _decode(chain: ChainDraft, target: Sequence[int], prompt: Sequence[int],
+            drafted_at: list[int] | None = None) -> tuple[int, int, int]:
+    """Greedy speculative decoding of one reply, ``target`` (the target's own tokens), after ``prompt`` with
+    ``chain`` at automatic k (its ``k_max``; prefill, then ``set_automatic``, as the decoder does), a pass of n
+    tokens costing 10 ms x (1 + 0.25 (n - 1)) (the cost model's prior slope, so a short draft pays from an
+    acceptance of about 0.25 on). Returns (drafted, accepted, passes); ``drafted_at`` gets the
+    reply positions where a draft was proposed."""
     committed = list(prompt)
     chain.prefill(committed)
+    chain.set_automatic(chain.k_max)  # as the decoder starts each reply: after the prefill
     pos = drafted = accepted = passes = 0
     while pos < len(target):
         bound = len(target) - pos - 1
         draft = chain.propose(committed, min(16, bound), GREEDY, RNG, 0.0, reach=bound) if bound else EMPTY_DRAFT
         kept = next((i for i, t in enumerate(draft.tokens) if t != target[pos + i]), len(draft.tokens))
+        if draft.tokens and drafted_at is not None:
+            drafted_at.append(pos)
         batch = len(draft.tokens) + 1
         chain.settle(draft, kept, batch=batch, verify_s=0.010 * (1 + 0.25 * (batch - 1)))
         step = target[pos : pos + kept + 1]
@@ -226,3 +232,53 @@ def test_prompt_lookup_still_drafts_text_it_can_guess() -> None:
     drafted, accepted, passes = _decode(_lookup_chain(), passage * 5, passage)
     assert drafted > 0 and accepted / drafted > 0.5
     assert 200 / passes > 2.0
+
+
+def _conversation(turns: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[tuple[int, int, int, list[int]]]:
+    """One conversation of (message, reply) turns through one chain: each reply's prompt is the conversation so
+    far plus its message, as the app sends it. Per reply: (drafted, accepted, passes, positions drafted at)."""
+    chain, text, out = _lookup_chain(), [], []
+    for message, reply in turns:
+        text = [*text, *message]
+        where: list[int] = []
+        out.append((*_decode(chain, reply, text, where), where))
+        text = [*text, *reply]
+    return out
+
+
+def _passage(seed: int) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(100, 1_000, size=40)]
+
+
+def test_a_prose_reply_after_a_copy_drafts_nothing_and_the_next_copy_drafts_early() -> None:
+    """User: a passage, reply: it five times (200 tokens, prompt lookup copying, every draft kept); user: 30
+    tokens of prose, reply: 250 tokens of prose; user: another passage, reply: it five times. Prompt lookup's
+    acceptance restarts at each reply from its score on the new message (its guesses there nearly all wrong) plus
+    the carried acceptance weighed as 2 guesses: the prose reply drafts nothing, and the copy after it drafts from
+    its first scoring (token 5) and takes 26 passes. (Breaking it, the carried acceptance kept whole — no restart
+    in ``set_automatic``: the prose reply drafted 104 tokens, 1 kept, as its window of 107 accepted tokens faded
+    by one rejected draft a step; the copy after it drafted first at token 33, its scoring interval of 128 tokens
+    carried over from the prose reply, and took 72 passes.)"""
+    prose = _prose(7, 600)
+    copy1, free, copy2 = _conversation([(_passage(1), _passage(1) * 5), (prose[:30], prose[30:280]),
+                                        (_passage(2), _passage(2) * 5)])
+    assert copy1[0] > 0 and copy1[2] < 25
+    assert free[0] == 0, f"the prose reply drafted {free[0]} tokens, {free[1]} kept"
+    assert copy2[3] and copy2[3][0] <= 8, f"the copy drafted first at token {copy2[3][:1]}"
+    assert copy2[2] <= 30
+
+
+def test_a_copy_after_a_copy_still_drafts_from_its_first_step() -> None:
+    """Two copies in a row, and a prose reply after a copy whose message is 3 tokens (no evidence about it in the
+    prompt): the carried acceptance, weighed as 2 guesses, still starts the second copy drafting at token 1 (at
+    token 0 the lookup has no match), 20 passes (carried whole: 13), and costs the prose reply 4 drafted tokens,
+    none kept (carried whole: 97, 4 kept). (Breaking it, the carried acceptance dropped — ``CARRIED_GUESSES`` 0,
+    the prompt's score alone: the second copy drafted first at token 5, after a plain scoring interval, and took
+    23 passes.)"""
+    first, second = _conversation([(_passage(1), _passage(1) * 5), (_passage(2), _passage(2) * 5)])
+    assert first[0] > 0
+    assert second[3][:1] == [1], f"the second copy drafted first at token {second[3][:1]}"
+    assert second[2] <= 21
+    prose = _prose(7, 600)
+    _, free = _conversation([(_passage(1), _passage(1) * 5), (prose[:3], prose[30:280])])
+    assert free[0] <= 8, f"the prose reply drafted {free[0]} tokens, {free[1]} kept"
