@@ -30,18 +30,19 @@ draft, "could pay" at 0.2 more acceptance under the prior verify-cost slope), ea
 about one pass lost; now nothing is drafted on those turns.
 
 Prompt lookup at a reply's start: how often it guesses right belongs to the text, not to the pair, and a copy it
-drafted well (a reply repeating a passage: acceptance near 1 over a hundred tokens of window) left it drafting
-into the next reply long after that reply turned out to be free prose, since a rejected draft counts as one
-rejection a step. So, as an MTP head is scored on its prompt (autodraft.py ``observe_prompt``), ``prefill``
-scores it on the prompt's new tokens (those past the conversation it has seen: the user's new message, at most
-``PROMPT_SCORED``), each guess checked as on a plain step, and ``set_automatic`` restarts its acceptance from
-that score plus the carried acceptance weighed as ``CARRIED_GUESSES`` guesses (too little to outweigh one
-reply's own evidence, enough that a copy after a copy still drafts at its first step), its scoring from its first
-interval. Simulated (test_chain_draft.py: one conversation, 200-token copies of a 40-token passage and
-250-token prose replies): the prose reply after a copy drafted 104 tokens (1 kept) before, none now; the copy
-after that prose reply drafted first at token 33 before (its scoring interval of 128 carried over), in 72
-passes, now at token 5, in 26; a copy right after a copy still drafts at its first step with a proposal, in 20
-passes (13 with the whole window carried, 23 from the prompt's score alone).
+drafted well (a reply repeating a passage: acceptance near 1 over a window of a hundred accepted tokens) left it
+drafting into the next reply long after that reply turned out to be free prose, since a rejected draft counts as
+one rejection a step. So ``set_automatic`` restarts its acceptance at each reply from the carried one weighed as
+``CARRIED_GUESSES`` guesses (``AutoDraftLength.restart``): too little to outweigh a reply's first rejected drafts
+or its first scoring, enough that a copy after a copy still drafts at its first step; its scoring and probe
+intervals start again (a prose reply had grown them to 128 tokens and more). Simulated (test_chain_draft.py: one
+conversation, 200-token copies of a 40-token passage, 250-token prose replies): the prose reply after a copy
+drafted 104 tokens (1 kept) before, now 5 (none kept); the copy after that prose reply drafted first at token 33
+before, in 72 passes, now at token 5, in 23; a copy right after a copy drafts at its first step with a proposal
+both ways, in 13 passes before, 16 now. Scoring it instead on the prompt's new tokens (as an MTP head is,
+autodraft.py ``observe_prompt``) was tried and measured worse on SmolLM2's own replies: a message quoting a
+paragraph to repeat is new text, its guesses there mostly wrong, and the copy reply after it took 35 passes for
+58 tokens, where a cold start took 21.
 
 Exactness: which member drafts position i, and how far, depends on the committed tokens and on the draft tokens
 before i only (a lookup's draft is a function of what it is given; a model member is asked for its part after the
@@ -58,7 +59,7 @@ import numpy as np
 
 from outrider.engine.autodraft import AutoDraftLength
 from outrider.engine.draft import EMPTY_DRAFT, Draft
-from outrider.engine.drafters import Drafter, PromptLookupDraft, common_prefix_length
+from outrider.engine.drafters import Drafter
 from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist
 
@@ -74,11 +75,10 @@ CATCH_UP_TOKENS = 2  # speculative.CATCH_UP_TOKENS (that module imports this one
 LONG_MATCH = 8
 HISTORY_REACH = 64  # tokens a long history match may draft in one step, past k (SuffixDecoding's tree depth)
 # At a reply's start prompt lookup's acceptance carried from the replies before weighs as this many guesses (see the
-# module docstring). Simulated (test_chain_draft.py): a copy right after a copy took 20 passes at 2, 23 at 0 (the
-# prompt's score alone: it first drafted after a plain scoring interval), 18 at 8, 13 carried whole; a prose reply
-# after a copy, its message 3 tokens, drafted 4 tokens at 2, 0 at 0, 16 at 8, 97 carried whole.
+# module docstring). Simulated (test_chain_draft.py): a copy right after a copy took 16 passes at 2, 17 at 1, 19 at 0
+# (a cold start each reply: it drafted first after one scoring interval), 15 at 8, 13 carried whole; the prose reply
+# after a copy drafted 5 tokens at 2 (none kept), 2 at 1, 0 at 0, 19 at 8, 104 carried whole (1 kept).
 CARRIED_GUESSES = 2.0
-PROMPT_SCORED = 256  # at most this many of a prompt's new tokens score prompt lookup at a reply's start
 
 
 @dataclasses.dataclass
@@ -88,7 +88,6 @@ class _Member:
     draft_s: float = 0.0  # this step's drafting time (a draft model's catch-up on plain-step tokens left out)
     shadow_from: int = 0  # the first committed position this member has not been scored on
     cap: int = 0  # this step's k for this member
-    prompt_score: tuple[int, int] | None = None  # (hits, trials) on the prompt's new tokens, until applied
 
 
 class ChainDraft:
@@ -100,12 +99,6 @@ class ChainDraft:
         self.members = [_Member(m) for m in members]
         self.kind = "+".join(m.kind for m in members)
         self.k_max: int | None = None
-        # The text the last step was proposed on and the draft tokens it kept: the conversation so far, at the next
-        # prefill (the decoder appends to the list it passes; without that, at most the last step's target token
-        # is missing).
-        self._text: Sequence[int] = ()
-        self._text_length = 0  # len(self._text) when it was proposed on
-        self._kept: Sequence[int] = ()
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -120,25 +113,19 @@ class ChainDraft:
                 m.policy = _policy(m.drafter.kind, k_max)
             if m.policy is not None:
                 m.policy.start_reply()  # a member's first timing of a reply is its coldest
-                if k_max is not None and m.prompt_score is not None:
-                    m.policy.restart(*_reply_evidence(m.policy, *m.prompt_score))
-            m.prompt_score = None
+                carried = m.policy.model.measured_acceptance
+                if k_max is not None and m.drafter.kind == "lookup" and carried is not None:
+                    # Its acceptance belongs to the text: what the replies before left weighs as a few guesses
+                    # (see the module docstring), and it is scored again soon (its scoring is cheap).
+                    m.policy.restart(CARRIED_GUESSES * carried, CARRIED_GUESSES)
 
     def policy_of(self, kind: str) -> AutoDraftLength | None:
         """The automatic-k policy of the member of this kind (None without automatic k)."""
         return next((m.policy for m in self.members if m.drafter.kind == kind), None)
 
     def prefill(self, prompt: Sequence[int]) -> int:
-        """Each member's prefill; prompt lookup is also scored on the prompt's new tokens, which restarts its
-        acceptance when the decoder then calls ``set_automatic`` for the reply (see the module docstring)."""
-        text = self._text if len(self._text) > self._text_length else [*self._text, *self._kept]
-        known = common_prefix_length(text, prompt)
-        new = max(1, known, len(prompt) - PROMPT_SCORED)  # the first of the prompt's new tokens scored
-        self._text, self._kept = (), ()
         for m in self.members:
             m.shadow_from = len(prompt)
-            lookup = m.drafter if isinstance(m.drafter, PromptLookupDraft) else None
-            m.prompt_score = lookup.score_prompt(prompt, new) if lookup is not None else None
         return sum(m.drafter.prefill(prompt) for m in self.members)
 
     def propose(
@@ -149,7 +136,6 @@ class ChainDraft:
         reply length, batch): a history match of ``LONG_MATCH`` tokens or more drafts its confident continuation
         up to it, past ``k`` (see the module docstring)."""
         automatic = self.k_max is not None
-        self._text, self._text_length, self._kept = committed, len(committed), ()
         for m in self.members:
             m.draft_s = 0.0
             m.cap = k if m.policy is None or not automatic else min(k, m.policy.choose())
@@ -219,7 +205,6 @@ class ChainDraft:
     def settle(self, draft: Draft, accepted: int, *, batch: int, verify_s: float) -> None:
         """After the target verified ``draft`` (``accepted`` of its tokens kept) in one pass of ``batch`` tokens
         taking ``verify_s`` seconds: each member's policy learns its own part (see the module docstring)."""
-        self._kept = draft.tokens[:accepted]
         if self.k_max is None:
             return
         sources = draft.sources or (self.kind,) * len(draft.tokens)
@@ -254,16 +239,6 @@ def _policy(kind: str, k_max: int) -> AutoDraftLength:
     if kind == "lookup":
         return AutoDraftLength(k_max=k_max, score_first=True, probe_margin=0.0)
     return AutoDraftLength(k_max=k_max)
-
-
-def _reply_evidence(policy: AutoDraftLength, hits: int, trials: int) -> tuple[float, float]:
-    """(hits, trials) a prompt lookup's acceptance restarts from at a reply's start (see the module docstring):
-    its guesses on the prompt's new tokens plus the acceptance carried from the replies before, weighed as
-    ``CARRIED_GUESSES`` guesses."""
-    carried = policy.model.measured_acceptance
-    if carried is None:
-        return float(hits), float(trials)
-    return hits + CARRIED_GUESSES * carried, trials + CARRIED_GUESSES
 
 
 def _pick(proposals: list[tuple[_Member, Draft]]) -> tuple[_Member, Draft] | None:

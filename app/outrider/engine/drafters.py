@@ -354,14 +354,6 @@ class PromptLookupDraft:
         self._indexed.extend(committed[len(self._indexed) :])
         return hits, trials
 
-    def score_prompt(self, prompt: Sequence[int], start: int) -> tuple[int, int]:
-        """Would the lookup have guessed ``prompt[start:]``? (hits, trials), as ``observe`` scores plain steps (a
-        position with no match is no trial); the index then holds the whole prompt, as after ``prefill``."""
-        if start >= len(prompt):
-            self._update_index(prompt)
-            return 0, 0
-        return self.observe(prompt, start)
-
     def proposals(self, prefix: Sequence[int], tokens: Sequence[int]) -> list[int | None]:
         """The token this lookup would propose first at each position of ``tokens`` continuing ``prefix`` (None:
         no match there): its point-mass q, for ``outrider verify``'s draft-direction test."""

@@ -250,35 +250,35 @@ def _passage(seed: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(100, 1_000, size=40)]
 
 
-def test_a_prose_reply_after_a_copy_drafts_nothing_and_the_next_copy_drafts_early() -> None:
+def test_a_prose_reply_after_a_copy_drafts_almost_nothing_and_the_next_copy_drafts_early() -> None:
     """User: a passage, reply: it five times (200 tokens, prompt lookup copying, every draft kept); user: 30
-    tokens of prose, reply: 250 tokens of prose; user: another passage, reply: it five times. Prompt lookup's
-    acceptance restarts at each reply from its score on the new message (its guesses there nearly all wrong) plus
-    the carried acceptance weighed as 2 guesses: the prose reply drafts nothing, and the copy after it drafts from
-    its first scoring (token 5) and takes 26 passes. (Breaking it, the carried acceptance kept whole — no restart
-    in ``set_automatic``: the prose reply drafted 104 tokens, 1 kept, as its window of 107 accepted tokens faded
-    by one rejected draft a step; the copy after it drafted first at token 33, its scoring interval of 128 tokens
-    carried over from the prose reply, and took 72 passes.)"""
+    tokens of prose, reply: 250 tokens of prose; user: another passage, reply: it five times. At each reply prompt
+    lookup's carried acceptance (0.998 after the copy) restarts weighed as 2 guesses: the prose reply drafts 5
+    tokens, none kept (its first two or three drafts, rejected, outweigh the 2 guesses; then it is scored on every
+    plain stretch and stays off), and the copy after it drafts from its first scoring (token 5), in 23 passes.
+    (Breaking it, the carried acceptance kept whole — no restart in ``set_automatic``: the prose reply drafted 104
+    tokens, 1 kept, as its window of 107 accepted tokens faded by one rejected draft a step; the copy after it
+    drafted first at token 33, its scoring interval of 128 tokens carried over from the prose reply, and took 72
+    passes.)"""
     prose = _prose(7, 600)
     copy1, free, copy2 = _conversation([(_passage(1), _passage(1) * 5), (prose[:30], prose[30:280]),
                                         (_passage(2), _passage(2) * 5)])
     assert copy1[0] > 0 and copy1[2] < 25
-    assert free[0] == 0, f"the prose reply drafted {free[0]} tokens, {free[1]} kept"
+    assert free[0] <= 8, f"the prose reply drafted {free[0]} tokens, {free[1]} kept"
     assert copy2[3] and copy2[3][0] <= 8, f"the copy drafted first at token {copy2[3][:1]}"
     assert copy2[2] <= 30
 
 
 def test_a_copy_after_a_copy_still_drafts_from_its_first_step() -> None:
-    """Two copies in a row, and a prose reply after a copy whose message is 3 tokens (no evidence about it in the
-    prompt): the carried acceptance, weighed as 2 guesses, still starts the second copy drafting at token 1 (at
-    token 0 the lookup has no match), 20 passes (carried whole: 13), and costs the prose reply 4 drafted tokens,
-    none kept (carried whole: 97, 4 kept). (Breaking it, the carried acceptance dropped — ``CARRIED_GUESSES`` 0,
-    the prompt's score alone: the second copy drafted first at token 5, after a plain scoring interval, and took
-    23 passes.)"""
+    """Two copies in a row: the carried acceptance, weighed as 2 guesses, starts the second copy drafting at token
+    1 (at token 0 the lookup has no match), 16 passes (carried whole: 13); and a prose reply after a copy whose
+    message is 3 tokens drafts 4 tokens, none kept (carried whole: 97, 4 kept). (Breaking it, the carried
+    acceptance dropped — ``CARRIED_GUESSES`` 0, a cold start at every reply: the second copy drafted first at
+    token 5, after a plain scoring interval, and took 19 passes.)"""
     first, second = _conversation([(_passage(1), _passage(1) * 5), (_passage(2), _passage(2) * 5)])
     assert first[0] > 0
     assert second[3][:1] == [1], f"the second copy drafted first at token {second[3][:1]}"
-    assert second[2] <= 21
+    assert second[2] <= 17
     prose = _prose(7, 600)
     _, free = _conversation([(_passage(1), _passage(1) * 5), (prose[:3], prose[30:280])])
     assert free[0] <= 8, f"the prose reply drafted {free[0]} tokens, {free[1]} kept"
