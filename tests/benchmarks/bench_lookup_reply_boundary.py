@@ -2,13 +2,14 @@
 
     python tests/benchmarks/bench_lookup_reply_boundary.py [--tokens N] [--threads N]
 
-One conversation of four turns, alternating copies and free writing (a paragraph to repeat, a walk in a forest,
-another paragraph to repeat, a joke), each reply SmolLM2's plain greedy decoding (deterministic), the next turn's
-prompt holding it as the app sends it. The chain of the app (history lookup, with no history, then prompt lookup)
-is then replayed at automatic k on those replies, the turns in order through one chain as one engine would run
-them: each step it proposes, the longest agreeing prefix is kept plus the reply's next token, and each pass of n
-tokens is *charged* 10 ms x (1 + 0.25 (n - 1)) (the cost model's prior slope: a short draft pays from an
-acceptance of about 0.25 on) instead of being timed. So every column is a count, independent of the machine's load:
+One conversation of four turns, alternating copies and free writing (bench_history_lookup.py's paragraph to repeat,
+a walk in a forest, another paragraph to repeat, a joke), each reply SmolLM2's plain greedy decoding
+(deterministic), the next turn's prompt holding it as the app sends it. The chain of the app (history lookup, with
+no history, then prompt lookup) is then replayed at automatic k on those replies, the turns in order through one
+chain as one engine would run them: each step it proposes, the longest agreeing prefix is kept plus the reply's next
+token, and each pass of n tokens is *charged* 10 ms x (1 + 0.25 (n - 1)) (the cost model's prior slope: a short
+draft pays from an acceptance of about 0.25 on) instead of being timed. So every column is a count, independent of
+the machine's load:
 what automatic k chooses when verification costs that, and "charged speed-up": the reply's tokens over its
 charged passes (passes + 0.25 x drafted tokens), against plain decoding's one pass a token. Run it on an older
 tree (``PYTHONPATH=<tree>/app``) for a "before" column.
@@ -26,6 +27,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from bench_history_lookup import PARAGRAPH  # noqa: E402  (the quote turn's; this folder is on sys.path)
+
 from outrider.demo import demo_model_path  # noqa: E402
 from outrider.engine.chain_draft import ChainDraft  # noqa: E402
 from outrider.engine.draft import EMPTY_DRAFT  # noqa: E402
@@ -34,9 +37,6 @@ from outrider.engine.engine import Engine, PairSpec  # noqa: E402
 from outrider.engine.params import ChatMessage, ContextSettings, DraftParams, SamplingParams  # noqa: E402
 from outrider.engine.speculative import DoneEvent  # noqa: E402
 
-PARAGRAPH = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, counting one hundred and twelve "
-             "steps, trimming the wick, polishing the great lens until it gleamed, and writing the weather in a "
-             "leather book that no one had read in forty years.")
 HARBOUR = ("The harbour town woke slowly: fishing boats came in with the tide, gulls argued over the nets, and the "
            "baker on the corner opened his shutters to a queue that had waited since five.")
 TURNS = (("copy", f"Repeat this paragraph exactly:\n\n{PARAGRAPH}"),
