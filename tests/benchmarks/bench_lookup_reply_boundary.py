@@ -9,10 +9,9 @@ no history, then prompt lookup) is then replayed at automatic k on those replies
 chain as one engine would run them: each step it proposes, the longest agreeing prefix is kept plus the reply's next
 token, and each pass of n tokens is *charged* 10 ms x (1 + 0.25 (n - 1)) (the cost model's prior slope: a short
 draft pays from an acceptance of about 0.25 on) instead of being timed. So every column is a count, independent of
-the machine's load:
-what automatic k chooses when verification costs that, and "charged speed-up": the reply's tokens over its
-charged passes (passes + 0.25 x drafted tokens), against plain decoding's one pass a token. Run it on an older
-tree (``PYTHONPATH=<tree>/app``) for a "before" column.
+the machine's load: what automatic k chooses when verification costs that, and "charged speed-up": the reply's
+tokens over its charged passes (passes + 0.25 x drafted tokens), against plain decoding's one pass a token. Run it
+on an older tree (``PYTHONPATH=<tree>/app``) for a "before" column.
 """
 
 from __future__ import annotations
