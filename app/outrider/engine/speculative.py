@@ -116,9 +116,10 @@ class SpeculativeDecoder:
         self.context.clear()
         self.cached.clear()
 
-    def _prefill(self, prompt: Sequence[int]) -> int:
-        """Evaluate all but the last prompt token, keeping the longest cached prefix. Returns tokens reused."""
-        keep = min(common_prefix_length(self.cached, prompt), len(prompt) - 1)
+    def _prefill(self, prompt: Sequence[int], *, reuse: bool = True) -> int:
+        """Evaluate all but the last prompt token, keeping the longest cached prefix (none when ``reuse`` is
+        False). Returns tokens reused."""
+        keep = min(common_prefix_length(self.cached, prompt), len(prompt) - 1) if reuse else 0
         self.context.truncate(keep)
         keep = self.context.n_past  # a recurrent memory may keep less (ModelContext.truncate)
         del self.cached[keep:]
@@ -142,7 +143,11 @@ class SpeculativeDecoder:
         stats = GenerationStats(prompt_tokens=len(prompt), draft_mode=self.drafter.kind,
                                 threads=self.context.n_threads)
         try:
-            stats.prompt_tokens_reused = self._prefill(prompt)
+            # A seeded request evaluates its prompt afresh: on a CPU llama.cpp's flash attention rounds a micro-batch
+            # of 64+ rows (tiled) differently from fewer (row by row), so a prefix built from a cached part plus a
+            # new one is not the prefix evaluated at once, and the seeded text would depend on the requests before
+            # it. Afresh, the same prompt is always split the same way (docs/metrics.md, "Samplers").
+            stats.prompt_tokens_reused = self._prefill(prompt, reuse=request.sampling.seed is None)
             self.drafter.prefill(prompt)
             # On a GPU decode() returns before the work is done: wait, or prompt time leaks into the first step.
             self.context.synchronize()
