@@ -423,7 +423,7 @@ class Engine:
                 if isinstance(event, StepEvent):
                     reply.extend(event.tokens)
                     if governor is not None:
-                        self._govern_threads(governor)
+                        self._govern_threads(governor, decoder.context.n_threads)
                 else:
                     event.stats.threads = decoder.context.n_threads  # the count it ended with (it may have moved)
                 if isinstance(event, DoneEvent) and pending is not None and event.stop_reason in CONTINUABLE:
@@ -434,13 +434,12 @@ class Engine:
             if request.grammar is not None:
                 request.grammar.close()
 
-    def _govern_threads(self, governor: ThreadGovernor) -> None:
-        """Between two passes of a reply: the thread count ``governor`` chooses, on every context."""
-        contexts = self._contexts()
-        current = contexts[0].n_threads
+    def _govern_threads(self, governor: ThreadGovernor, current: int) -> None:
+        """Between two passes of a reply, on ``current`` threads: the count ``governor`` chooses, on every context
+        (looked up only on a change: this runs after every step)."""
         threads = governor.after_pass(current)
         if threads != current:
-            for ctx in contexts:
+            for ctx in self._contexts():
                 ctx.set_threads(threads)
 
     def run(self, request: TextRequest) -> Iterator[StepEvent | DoneEvent]:
