@@ -131,10 +131,12 @@ class MtpDraft:
         return self.mtp.logits(i)[: self.n_vocab]
 
     # -- Drafter ----------------------------------------------------------------------------------------
-    def prefill(self, prompt: Sequence[int]) -> int:
+    def prefill(self, prompt: Sequence[int], *, reuse: bool = True) -> int:
         """Feed every prompt position whose hidden input is known (all but the last token's cell, which the
-        first draft evaluates with logits)."""
-        fed = self._feed(prompt, len(prompt) - 1, logits=False)[0]
+        first draft evaluates with logits). ``reuse`` False (a seeded request, ``Drafter.prefill``): no cell is
+        kept — the cached ones were fed from an earlier evaluation of the target, whose hidden states may round
+        differently from this one's (the target then evaluates the prompt afresh too, so every state is here)."""
+        fed = self._feed(prompt, len(prompt) - 1, logits=False, keep_at_most=None if reuse else 0)[0]
         self._unowned = 0
         self._verify_pending = False
         return fed

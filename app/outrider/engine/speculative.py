@@ -143,12 +143,16 @@ class SpeculativeDecoder:
         stats = GenerationStats(prompt_tokens=len(prompt), draft_mode=self.drafter.kind,
                                 threads=self.context.n_threads)
         try:
-            # A seeded request evaluates its prompt afresh: on a CPU llama.cpp's flash attention rounds a micro-batch
-            # of 64+ rows (tiled) differently from fewer (row by row), so a prefix built from a cached part plus a
-            # new one is not the prefix evaluated at once, and the seeded text would depend on the requests before
-            # it. Afresh, the same prompt is always split the same way (docs/metrics.md, "Samplers").
-            stats.prompt_tokens_reused = self._prefill(prompt, reuse=request.sampling.seed is None)
-            self.drafter.prefill(prompt)
+            # A seeded request evaluates its prompt afresh, in the target and in every drafter context (a draft
+            # model's, an MTP head's): on a CPU llama.cpp's flash attention rounds a micro-batch of 64+ rows
+            # (tiled) differently from fewer (row by row), so a prefix built from a cached part plus a new one is
+            # not the prefix evaluated at once, and the seeded text would depend on the requests before it — the
+            # target's logits under any sampler, the draft's q too under the rejection sampler. Afresh, the same
+            # prompt is always split the same way. It costs a seeded request its prompt cache; an unseeded one,
+            # which promises nothing to repeat, keeps it (docs/metrics.md, "Samplers").
+            reuse = request.sampling.seed is None
+            stats.prompt_tokens_reused = self._prefill(prompt, reuse=reuse)
+            self.drafter.prefill(prompt, reuse=reuse)
             # On a GPU decode() returns before the work is done: wait, or prompt time leaks into the first step.
             self.context.synchronize()
         except DecodeError as exc:
