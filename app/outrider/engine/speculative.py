@@ -53,6 +53,9 @@ TokenScore = tuple[float, float, float, float, float, float]
 """``SpeculativeDecoder.score``'s row: mass ranked before x, p(x), top p, then q(x), E_p[q], Var_p[q] (Var -1: none)."""
 
 CATCH_UP_TOKENS = 2  # what a draft model evaluates to catch up after a speculative step (last accepted + new)
+# The most query rows llama.cpp's CPU flash attention evaluates row by row; 64+ take its tiled path, which rounds
+# differently. A seeded request's passes stay within it (see ``SpeculativeDecoder.generate``).
+ROW_BY_ROW_ROWS = 63
 
 
 
@@ -190,6 +193,17 @@ class SpeculativeDecoder:
         k_cap = max(0, self.context.n_batch - 1)
         if self.rollback_limit:
             k_cap = min(k_cap, self.rollback_limit)
+        # A seeded request's target passes are all 2 .. ROW_BY_ROW_ROWS rows, so every position it emits is computed
+        # the same way whatever k was chosen, whether a step was plain, and however many threads ran it. On a CPU,
+        # llama.cpp computes a one-row pass with other routines: its flash attention splits the keys of a cache of
+        # 257+ cells across the threads (SmolLM2's logits then differ by up to 0.7 from the same position in a
+        # batch, and with the thread count); F16/Q8_0/Q5_0 matrix products have a one-row kernel of their own; and
+        # a pass of 64+ rows takes the tiled attention. So a seeded plain step evaluates one padding row after its
+        # token (rolled back at once, like a rejected draft token: a 2-row pass costs little more than 1 on a CPU),
+        # and a seeded draft is capped below the tiled size. Unseeded requests promise nothing to repeat: unchanged.
+        pad_plain = request.sampling.seed is not None
+        if pad_plain:
+            k_cap = min(k_cap, ROW_BY_ROW_ROWS - 1)
         # One concrete seed per reply: the draft and the target draw from the same keyed noise (an unseeded
         # reply gets a fresh one). ``rng`` is only for drafters with randomness of their own (exact either way).
         sampling = resolve_seed(request.sampling)
@@ -255,7 +269,9 @@ class SpeculativeDecoder:
                 policy.observe_shadow(hits, trials)
             t1 = time.perf_counter()
             batch = [committed[-1], *draft.tokens]
-            if self.checkpoint_rounds and draft.tokens:
+            if pad_plain and len(batch) == 1:
+                batch.append(committed[-1])  # the padding row: row 0 cannot see it (causal), rolled back below
+            if self.checkpoint_rounds and len(batch) > 1:
                 self.context.checkpoint()
             self.context.decode(batch, logits="all")
             self.cached.extend(batch)

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 from outrider.engine.draft import Draft
-from outrider.engine.drafters import Drafter, ModelDraft
+from outrider.engine.drafters import Drafter, ModelDraft, NoDraft
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.mtp_context import MtpContext
 from outrider.engine.llama.runtime import Backend
@@ -113,12 +113,12 @@ def make_decoder(backend: Backend, family: Family, mtp_models: MtpModels) -> Ite
         thing.close()
 
 
-def _reply(decoder: SpeculativeDecoder, prompt: list[int], sampling: SamplingParams) -> tuple[list[int], list[Any],
-                                                                                             DoneEvent]:
+def _reply(decoder: SpeculativeDecoder, prompt: list[int], sampling: SamplingParams,
+           k: int = 3) -> tuple[list[int], list[Any], DoneEvent]:
     tokens: list[int] = []
     logprobs: list[Any] = []
     # No forced plain probes (they follow the machine's load): both decoders draft at the same steps.
-    request = GenerationRequest(prompt, N_TOKENS, sampling, DraftParams(k=3), ignore_eos=True, top_logprobs=0,
+    request = GenerationRequest(prompt, N_TOKENS, sampling, DraftParams(k=k), ignore_eos=True, top_logprobs=0,
                                 plain_probe_every=0)
     for event in decoder.generate(request):
         if isinstance(event, DoneEvent):
@@ -168,3 +168,37 @@ def test_an_unseeded_request_keeps_the_prompt_cache(make_decoder: Any) -> None:
     evaluated = drafter.inner.prefill(other)  # the draft's cache holds ASK and its reply now
     assert 0 < evaluated <= len(other) - 283 + 1, evaluated
     assert drafter.inner.prefill(other, reuse=False) == len(other)
+
+
+def test_a_seeded_reply_is_computed_the_same_whatever_k_and_threads(make_decoder: Any) -> None:
+    """Every target pass of a seeded reply has 2 .. 63 rows (a plain step evaluates one padding row after its
+    token), so each position's logits are the same bit for bit with drafting off, at k 1 and k 3, on one thread
+    and on two, here past the 256 cache cells from which llama.cpp splits a one-row pass's attention over the
+    threads (the coupled sampler's promise: the same text whatever k is chosen, automatic threads included).
+
+    Breaking it on purpose: without the padding row (``pad_plain`` False) it failed with "plain, 1 thread: the
+    log-probabilities differ" — the plain reply differed from the k 1 reply at all 32 positions on one thread (the
+    tiny models' F16 one-row matrix product), the plain reply on two threads from the one on one thread at all 32
+    (the attention split over the threads), and k 1 and k 3 on two threads from one thread at one position, the
+    last step, which had no room to draft (a one-row pass). The text still agreed on these tiny models; on
+    SmolLM2-135M a one-row pass at 300 cells on two threads differs by up to 0.53 in the logits (measured), enough
+    to change which token a seeded draw picks."""
+    decoder, _ = make_decoder("model")
+    plain = SpeculativeDecoder(decoder.model, decoder.context, NoDraft())
+    plain.cached = decoder.cached  # one context, one cache mirror (as ``Engine`` shares them)
+    ask = decoder.model.tokenize(ASK, add_special=True, parse_special=False)
+    assert len(ask) + N_TOKENS > 256 + 32
+    sampling = SamplingParams(temperature=1.0, seed=3, sampler="coupled")
+    replies: dict[str, tuple[list[int], list[Any]]] = {}
+    drafted = 0
+    for threads in (1, 2):
+        decoder.context.set_threads(threads)
+        for k in (0, 1, 3):
+            tokens, logprobs, done = _reply(plain if k == 0 else decoder, ask, sampling, k)
+            drafted += done.stats.drafted
+            replies[f"{'plain' if k == 0 else f'k {k}'}, {threads} thread{'s' * (threads > 1)}"] = tokens, logprobs
+    first_tokens, first_logprobs = replies["k 1, 1 thread"]
+    for name, (tokens, logprobs) in replies.items():
+        assert logprobs == first_logprobs, f"{name}: the log-probabilities differ"
+        assert tokens == first_tokens, f"{name}: the text differs"
+    assert drafted > 0, "nothing was drafted"
