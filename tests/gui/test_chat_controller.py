@@ -18,7 +18,6 @@ from PySide6.QtGui import QKeySequence
 from outrider.engine.events import DoneEvent, LoadedPair, ModelFacts, StepBatch, StepEvent
 from outrider.engine.stats import GenerationStats
 from outrider.history import HistoryStore, MessageStatus, Role
-from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.chat_controller import NoticeScope
 from outrider.ui.main_window import ACTION_NEW_CHAT, MainWindow
@@ -26,6 +25,7 @@ from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
 from outrider.ui.widgets.chat_format import PLACEHOLDER, SAMPLE_PROMPTS
 from outrider.worker.errors import EngineCrashed
+from support.gui_windows import open_loaded_window
 
 
 class Script:
@@ -103,21 +103,11 @@ class ScriptedClient:
     def unload(self) -> None: ...
 
 
-def _open(qtbot: Any, store: QtStoreBridge, client: ScriptedClient, tmp_path: Path) -> MainWindow:
-    bridge = QtEngineBridge(client)  # type: ignore[arg-type]
-    win = MainWindow(bridge, store, QtSettings())
-    qtbot.addWidget(win)
-    win.show()
-    with qtbot.waitSignal(win.controller.engine_changed, check_params_cb=lambda info: info is not None):
-        win.load_pair(PairChoice(tmp_path / "target.gguf", tmp_path / "draft.gguf", False, "t+d", "T + D"))
-    return win
-
-
 @pytest.fixture
 def chat(qtbot: Any, tmp_path: Path) -> Iterator[tuple[MainWindow, ScriptedClient]]:
     store = QtStoreBridge(HistoryStore.open())
     client = ScriptedClient()
-    win = _open(qtbot, store, client, tmp_path)
+    win = open_loaded_window(qtbot, store, client, tmp_path)
     yield win, client
     win.close()
     win.bridge.shutdown()
@@ -258,14 +248,14 @@ def test_the_stop_button_looks_disabled_when_it_is(qtbot: Any, chat: Any) -> Non
 def test_the_last_open_conversation_is_reopened_at_start(qtbot: Any, tmp_path: Path) -> None:
     store = QtStoreBridge(HistoryStore.open())
     client = ScriptedClient()
-    win = _open(qtbot, store, client, tmp_path)
+    win = open_loaded_window(qtbot, store, client, tmp_path)
     _send(qtbot, win, "Remember me", Script([("I will", False)]), client)
     _settled(qtbot, win)
     cid = win.controller.conversation_id
     win.close()
     win.settings.flush()  # as the app does before it exits
     win.bridge.shutdown()
-    again = _open(qtbot, store, ScriptedClient(), tmp_path)  # the next start: same data folder
+    again = open_loaded_window(qtbot, store, ScriptedClient(), tmp_path)  # the next start: same data folder
     try:
         qtbot.waitUntil(lambda: again.controller.conversation_id == cid)  # once the window has painted
         assert [m.text for m in again.chat.messages] == ["Remember me", "I will"]
@@ -520,7 +510,7 @@ def _restarted(qtbot: Any, win: MainWindow, client: ScriptedClient, tmp_path: Pa
     """A new window over the same history with a fresh engine client, the last conversation reopened: the app
     after a restart."""
     win.settings.flush()
-    again = _open(qtbot, win.store, client, tmp_path)
+    again = open_loaded_window(qtbot, win.store, client, tmp_path)
     assert again.controller.restore_last_conversation()
     return again
 

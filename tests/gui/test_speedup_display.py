@@ -15,11 +15,9 @@ from PySide6.QtGui import QKeySequence
 from outrider.engine.events import DoneEvent, LoadedPair, ModelFacts, StepBatch, StepEvent
 from outrider.engine.stats import GenerationStats
 from outrider.history import HistoryStore, MessageStatus
-from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.main_window import ACTION_NEW_CHAT, ACTION_SETTINGS, MainWindow
-from outrider.ui.picker.choice import PairChoice
-from outrider.ui.settings import QtSettings
+from support.gui_windows import open_loaded_window
 from support.stats import measured_stats
 
 
@@ -87,15 +85,10 @@ class ScriptedClient:
 def scripted(qtbot: Any, tmp_path: Path) -> Iterator[tuple[MainWindow, ScriptedClient]]:
     store = QtStoreBridge(HistoryStore.open())
     client = ScriptedClient([])
-    bridge = QtEngineBridge(client)  # type: ignore[arg-type]
-    win = MainWindow(bridge, store, QtSettings())
-    qtbot.addWidget(win)
-    win.show()
-    with qtbot.waitSignal(win.controller.engine_changed, check_params_cb=lambda info: info is not None):
-        win.load_pair(PairChoice(tmp_path / "target.gguf", tmp_path / "draft.gguf", False, "t+d", "T + D"))
+    win = open_loaded_window(qtbot, store, client, tmp_path)
     yield win, client
     win.close()
-    bridge.shutdown()
+    win.bridge.shutdown()
     store.close()
 
 

@@ -1,15 +1,18 @@
-"""A real main window without an engine, for GUI tests of what does not generate (lists, menus, export)."""
+"""Real main windows for GUI tests: one without an engine (lists, menus, export), one on a scripted engine client
+with a pair loaded (what a reply does on screen)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from outrider.history import HistoryStore
 from outrider.ui.bridges.engine_bridge import QtEngineBridge
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.main_window import MainWindow
+from outrider.ui.picker.choice import PairChoice
 from outrider.ui.settings import QtSettings
 
 
@@ -41,3 +44,16 @@ def offline_main_window(qtbot: Any) -> Iterator[tuple[MainWindow, QtStoreBridge,
         window.close()
         bridge.shutdown()
         store.close()
+
+
+def open_loaded_window(qtbot: Any, store: QtStoreBridge, client: Any, folder: Path) -> MainWindow:
+    """A shown ``MainWindow`` on ``store`` whose engine is the scripted ``client``, once the pair ``folder``/target.gguf
+    + draft.gguf has loaded (the client's ``load`` answers; nothing is read from disk). The caller closes it and
+    shuts its bridge down."""
+    bridge = QtEngineBridge(client)
+    window = MainWindow(bridge, store, QtSettings())
+    qtbot.addWidget(window)
+    window.show()
+    with qtbot.waitSignal(window.controller.engine_changed, check_params_cb=lambda info: info is not None):
+        window.load_pair(PairChoice(folder / "target.gguf", folder / "draft.gguf", False, "t+d", "T + D"))
+    return window

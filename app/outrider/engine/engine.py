@@ -423,7 +423,7 @@ class Engine:
                 if isinstance(event, StepEvent):
                     reply.extend(event.tokens)
                     if governor is not None:
-                        self._govern_threads(governor, decoder.context.n_threads)
+                        self._govern_threads(governor, decoder)
                 else:
                     event.stats.threads = decoder.context.n_threads  # the count it ended with (it may have moved)
                 if isinstance(event, DoneEvent) and pending is not None and event.stop_reason in CONTINUABLE:
@@ -434,11 +434,14 @@ class Engine:
             if request.grammar is not None:
                 request.grammar.close()
 
-    def _govern_threads(self, governor: ThreadGovernor, current: int) -> None:
-        """Between two passes of a reply, on ``current`` threads: the count ``governor`` chooses, on every context
-        (looked up only on a change: this runs after every step)."""
+    def _govern_threads(self, governor: ThreadGovernor, decoder: SpeculativeDecoder) -> None:
+        """Between two passes of ``decoder``'s reply: the thread count ``governor`` chooses, on every context
+        (looked up only on a change: this runs after every step); the passes that led to a step down are told to
+        the reply's speed-up estimate."""
+        current = decoder.context.n_threads
         threads = governor.after_pass(current)
         if threads != current:
+            decoder.note_contended(governor.contended_passes)
             for ctx in self._contexts():
                 ctx.set_threads(threads)
 

@@ -114,6 +114,13 @@ class SpeculativeDecoder:
         # Automatic k keeps what it learned (costs per batch size, acceptance) from reply to reply: the costs
         # belong to the pair and the machine, and a cold start would re-probe at every turn of a chat.
         self.auto_policy: AutoDraftLength | None = None
+        self._meter: PlainRateMeter | None = None  # the reply under way's (or the latest one's)
+
+    def note_contended(self, passes: int) -> None:
+        """The reply's latest ``passes`` steps ran with the threads waiting for a CPU (the thread governor stepped
+        down on that evidence, between two steps): the speed-up estimate values them as a stretch of their own."""
+        if self._meter is not None and passes > 0:
+            self._meter.mark_contended(passes)
 
     def reset(self) -> None:
         self.context.clear()
@@ -214,7 +221,7 @@ class SpeculativeDecoder:
         # timed by the machine's load then (the coupled sampler and greedy decoding do not depend on k).
         schedule_only = request.sampling.seed is not None and sampling.sampler == "rejection" and (
             sampling.temperature > 0)
-        meter = PlainRateMeter(stats, load_probes=not schedule_only)
+        meter = self._meter = PlainRateMeter(stats, load_probes=not schedule_only)
         committed = prompt
         grammar = request.grammar
         # a draft model samples from its grammar-masked distribution (others are cut: grammar.cut_draft)

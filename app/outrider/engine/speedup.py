@@ -22,6 +22,13 @@ reply*. Three things measured on the benchmark's pairs shape how c1 is found:
   its own; at most ``SEGMENT_DEPTH`` levels of splits). Each stretch's tokens are valued at its own c1. A change
   of llama.cpp's thread count within the reply (``PassTiming.threads``: automatic threads step down under a
   load) is such a boundary, known in advance: the decoder runs plain steps at once and the fit splits there.
+  The passes that led to the step down (its threads seen waiting for a CPU) ran under the load on the old count:
+  they are a stretch of their own (``PassTiming.contended``), not noise in the quiet stretch before them. Measured
+  on SmolLM2 copying with prompt lookup, 24 tokens, a load from the reply's middle: the one 9-token verify pass
+  that met the load took 85-113 ms instead of 45-55 ms at 2 threads (the plain reply's passes 16-20 ms instead
+  of 9), then the threads stepped down; valued at the quiet cost, the figure read 0.69-0.77x of the A/B in three
+  rounds of six. They are valued at their own cost for as long as a plain reply meeting the same load would run
+  contended before its own threads stepped down (``speedup_fit.STEP_DOWN_S``), at the next stretch's after that.
 - The first step after the prompt is the coldest of the reply: it is left out of every fit, and its time above
   the model, ``cold_s``, counts on both sides (a plain reply pays that cold step too).
 
@@ -109,6 +116,9 @@ class PassTiming:
         pass_tokens: tokens the pass yielded (emitted, plus an end-of-generation token that ended the reply).
         threads: llama.cpp CPU threads the pass ran with (0: not known). A change splits the reply into
             stretches as a load shift does: a pass's cost depends on it.
+        contended: the pass ran while other processes kept these threads waiting for a CPU, the evidence on which
+            the thread count then stepped down (``threads.ThreadGovernor.contended_passes``). Such passes are a
+            stretch of their own, valued at their own cost: a plain reply meeting the same load pays it too.
     """
 
     batch: int
@@ -116,6 +126,7 @@ class PassTiming:
     step_s: float
     pass_tokens: int
     threads: int = 0
+    contended: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,6 +30,9 @@ from outrider.engine.speedup import (
     SpeedupEstimate,
     student_t_quantile,
 )
+from outrider.engine.threads import CONTENDED_WINDOWS, CONTENTION_WINDOW_S
+
+STEP_DOWN_S = CONTENDED_WINDOWS * CONTENTION_WINDOW_S  # seconds of contention before the threads step down
 
 Floats = npt.NDArray[np.float64]
 
@@ -60,10 +63,14 @@ def _near_pairs(count: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]
     return i[keep], j[keep]
 
 
-def _growth(batch: Floats, target: Floats) -> float:
+def _growth(batch: Floats, target: Floats, block: npt.NDArray[np.intp]) -> float:
     """The relative cost of each further token in a pass, never below 0: the median growth through pairs of
-    passes at most ``LOCAL_STEPS`` apart, else (no such pair) through the median costs of the batch sizes."""
+    passes at most ``LOCAL_STEPS`` apart in one ``block`` (``_thread_blocks``: a pair across a known boundary of
+    the pass cost, a quiet pass and a contended one, would read the load as growth), else (no such pair) through
+    the median costs of the batch sizes."""
     first, second = _near_pairs(len(batch))
+    same = block[first] == block[second]
+    first, second = first[same], second[same]
     pooled = _pair_growths(batch[first], target[first], batch[second], target[second])
     if pooled.size == 0:
         sizes = np.unique(batch)
@@ -83,10 +90,11 @@ def _running(values: Floats, how: str) -> Floats:
     return np.asarray(reduced[start], dtype=np.float64)
 
 
-def _fit_once(batch: Floats, target: Floats, calm: npt.NDArray[np.bool_]) -> tuple[float, Floats, Floats, float]:
-    """The growth fitted to the ``calm`` passes, then for every pass: its estimate of c1 (the residual), the
-    local level (running median of those) and the robust sigma of the residuals about it."""
-    growth = _growth(batch[calm], target[calm])
+def _fit_once(batch: Floats, target: Floats, block: npt.NDArray[np.intp],
+              calm: npt.NDArray[np.bool_]) -> tuple[float, Floats, Floats, float]:
+    """The growth fitted to the ``calm`` passes (pairs within a ``block``), then for every pass: its estimate of
+    c1 (the residual), the local level (running median of those) and the robust sigma of the residuals about it."""
+    growth = _growth(batch[calm], target[calm], block[calm])
     residuals = target / (1 + growth * (batch - 1))
     level = _running(residuals, "median")
     mad = float(np.median(np.abs(residuals - level)))
@@ -142,16 +150,38 @@ def _segments(x: Floats, steady: npt.NDArray[np.bool_], start: int, stop: int,
     return _segments(x, steady, start, middle, depth - 1) + _segments(x, steady, middle, stop, depth - 1)
 
 
+def _plain_values(segments: Sequence[_Segment], counts: Sequence[float], contended: Sequence[bool]) -> list[float]:
+    """Seconds plain decoding would have spent on each segment's ``counts`` tokens: each at its segment's c1,
+    except in a ``contended`` stretch (passes that met a load on the thread count before a step down) followed by
+    a cheaper one. A plain reply meeting the same load would have run contended only until its own threads
+    stepped down, ``STEP_DOWN_S`` of contention later, and at the cheaper stretch's cost after that: a contended
+    9-token verify pass must not value all its tokens at what the governor spares a plain reply after 90 ms."""
+    values: list[float] = []
+    budget = STEP_DOWN_S
+    for i, (g, n) in enumerate(zip(segments, counts, strict=True)):
+        after = next((h for h, c in zip(segments[i + 1:], contended[i + 1:], strict=True) if not c), None)
+        if not contended[i] or after is None or after.plain_s >= g.plain_s or g.plain_s <= 0:
+            budget = STEP_DOWN_S if not contended[i] else budget
+            values.append(n * g.plain_s)
+            continue
+        own = min(n, budget / g.plain_s)
+        budget -= own * g.plain_s
+        values.append(own * g.plain_s + (n - own) * after.plain_s)
+    return values
+
+
 def _thread_blocks(fit: Sequence[PassTiming]) -> list[tuple[int, int]]:
-    """``(start, stop)`` of each run of passes on one thread count (an unknown count, 0, joins its
-    neighbours): a known boundary of the pass cost, split before any split by the passes' level."""
+    """``(start, stop)`` of each run of passes on one thread count (an unknown count, 0, joins its neighbours) and
+    alike in being ``contended``: known boundaries of the pass cost, split before any split by the passes' level."""
     blocks: list[tuple[int, int]] = []
     start, current = 0, 0
+    contended = bool(fit) and fit[0].contended
     for i, p in enumerate(fit):
-        if p.threads and current and p.threads != current:
+        if (p.threads and current and p.threads != current) or p.contended != contended:
             blocks.append((start, i))
             start = i
         current = p.threads or current
+        contended = p.contended
     blocks.append((start, len(fit)))
     return blocks
 
@@ -229,18 +259,24 @@ def estimate_speedup(steps: Sequence[PassTiming]) -> SpeedupEstimate | None:
     params = 1 if n_sizes == 1 else 2
     if len(fit) - params < 1:
         return None
+    blocks = _thread_blocks(fit)
+    block = np.zeros(len(fit), dtype=np.intp)
+    for i, (start, stop) in enumerate(blocks):
+        block[start:stop] = i
     # The reply's growth, twice: a stall in one of the few plain passes would tilt the first one.
-    growth, residuals, level, sigma = _fit_once(batch, target, np.ones(len(fit), dtype=bool))
-    growth, residuals, level, sigma = _fit_once(batch, target, residuals <= level + WINSOR_SIGMAS * sigma)
+    growth, residuals, level, sigma = _fit_once(batch, target, block, np.ones(len(fit), dtype=bool))
+    growth, residuals, level, sigma = _fit_once(batch, target, block, residuals <= level + WINSOR_SIGMAS * sigma)
     x = np.log(np.minimum(residuals, level + WINSOR_SIGMAS * sigma))
     sxx = float(((batch - batch.mean()) ** 2).sum())
     leverage = (1 - float(batch.mean())) ** 2 / sxx if params == 2 and sxx > 0 else 0.0
     segments = [_segment(batch, target, steady, growth, a, b, leverage)
-                for start, stop in _thread_blocks(fit)
+                for start, stop in blocks
                 for a, b in _segments(x, steady, start, stop, SEGMENT_DEPTH)]
     yielded = np.array([p.pass_tokens for p in fit], dtype=np.float64)
-    plain_tokens_s = steps[0].pass_tokens * segments[0].plain_s
-    plain_tokens_s += sum(float(yielded[g.start:g.stop].sum()) * g.plain_s for g in segments)
+    counts = [float(yielded[g.start:g.stop].sum()) for g in segments]
+    counts[0] += steps[0].pass_tokens
+    values = _plain_values(segments, counts, [fit[g.start].contended for g in segments])
+    plain_tokens_s = math.fsum(values)
     c1 = plain_tokens_s / tokens
     if c1 <= 0:
         return None
@@ -249,8 +285,7 @@ def estimate_speedup(steps: Sequence[PassTiming]) -> SpeedupEstimate | None:
     stall_s = sum(g.stall_s for g in segments) + _drafting_stalls(steps)
     plain_equiv_s = plain_tokens_s + cold_s
     speedup = plain_equiv_s / (step_s - stall_s)
-    shares = [(float(yielded[g.start:g.stop].sum()) + (steps[0].pass_tokens if g is first else 0)) * g.plain_s
-              / plain_tokens_s for g in segments]
+    shares = [v / plain_tokens_s for v in values]
     df = max(1, min(g.df for g in segments))
     fitted = math.sqrt(sum((w * g.rel_error) ** 2 for w, g in zip(shares, segments, strict=True)))
     rel = math.hypot(student_t_quantile((1 + CONFIDENCE) / 2, df) * fitted, MODEL_ERROR)

@@ -270,6 +270,13 @@ class PlainRateMeter:
         if self._clock() - self._fitted_at >= REFIT_INTERVAL_S:
             self.finish()
 
+    def mark_contended(self, passes: int) -> None:
+        """The latest ``passes`` steps ran while other processes kept the threads waiting for a CPU (the evidence on
+        which they stepped down): a stretch of their own in the fit (``PassTiming.contended``). The first step is
+        out of every fit and stays as it is."""
+        for i in range(max(1, len(self.steps) - passes), len(self.steps)):
+            self.steps[i] = dataclasses.replace(self.steps[i], contended=True)
+
     def finish(self) -> None:
         """Refit the cost model on every step so far and write the speed-up fields."""
         s = self.stats

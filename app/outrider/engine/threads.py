@@ -157,11 +157,12 @@ def own_wait_seconds(tasks_dir: str = TASKS_DIR) -> float | None:
 class ThreadGovernor:
     """Re-chooses llama.cpp's thread count between the passes of a reply (automatic threads only).
 
-    Down: when this process's threads spent more than ``CONTENDED_SHARE`` of the wall time waiting for a CPU in
-    ``CONTENDED_WINDOWS`` windows in a row (another process has taken a core the threads need), one thread fewer,
-    down to 1 — a thread that keeps its core beats two that wait for each other at every pass's barrier. Up (or
-    down) to ``choose_threads`` of the other processes' load measured over the last ``RECHECK_S``: fewer threads
-    wait for nothing, so only the machine-wide measure can tell that the load has gone.
+    Down: when this process's threads spent more than ``CONTENDED_SHARE`` of the wall time waiting for a CPU for
+    ``CONTENDED_WINDOWS`` windows' worth of time in a row (a window lasts at least ``CONTENTION_WINDOW_S``; one that
+    a long pass stretched counts as the windows it spans) — another process has taken a core the threads need —
+    one thread fewer, down to 1: a thread that keeps its core beats two that wait for each other at every pass's
+    barrier. Up (or down) to ``choose_threads`` of the other processes' load measured over the last ``RECHECK_S``:
+    fewer threads wait for nothing, so only the machine-wide measure can tell that the load has gone.
 
     ``wait`` returns the waiting seconds (``own_wait_seconds``), ``clock`` wall seconds; injectable for tests.
     """
@@ -172,26 +173,35 @@ class ThreadGovernor:
         self._load, self._wait, self._clock = load, wait, clock
         self._window: tuple[float, float] | None = None  # (wall, waited) at the window's start
         self._contended = 0  # contended windows in a row
+        self._window_passes = 0  # passes since the window's start
+        self._run_passes = 0  # passes in the contended windows in a row
+        # Set by a step down (0 otherwise): how many of the latest passes ran in the contended windows that led to
+        # it, on the old count. They ran under the load, at a cost no plain pass of the reply has measured: the
+        # speed-up estimate gives them a stretch of their own (``PlainRateMeter.mark_contended``).
+        self.contended_passes = 0
         self._checked = clock()
 
     def start_reply(self) -> None:
         """A reply starts: windows restart (the time between replies is no evidence of contention)."""
         self._window = self._reading()
-        self._contended = 0
+        self._contended = self._window_passes = self._run_passes = self.contended_passes = 0
         self._checked = self._clock()
 
     def after_pass(self, threads: int) -> int:
         """The thread count for the next pass, given the current ``threads``."""
         now = self._clock()
+        self.contended_passes = 0
+        self._window_passes += 1
         if now - self._checked >= RECHECK_S:
             self._checked = now
             busy = self._load.busy_since_last(min_interval=RECHECK_S)
             if busy is not None:
-                self._contended = 0
+                self._contended = self._window_passes = self._run_passes = 0
                 self._window = self._reading()
                 return choose_threads(self.cpus, busy)
         if threads <= 1 or self._window is None:
-            self._window = self._window or self._reading()
+            if self._window is None:
+                self._window, self._window_passes = self._reading(), 0
             return threads
         start_wall, start_waited = self._window
         if now - start_wall < CONTENTION_WINDOW_S:
@@ -201,10 +211,20 @@ class ThreadGovernor:
             return threads
         share = (reading[1] - start_waited) / (reading[0] - start_wall)
         self._window = reading
-        self._contended = self._contended + 1 if share > CONTENDED_SHARE else 0
+        # A window is as long as the passes in it: one slow pass that waited throughout (a 9-token verify pass
+        # at 60 ms quiet took 330 ms beside a new load) is that many windows of contention, not one — the rule is
+        # "contended for CONTENDED_WINDOWS windows' worth of time in a row", which a 15 ms burst never is.
+        windows = max(1, int((reading[0] - start_wall) / CONTENTION_WINDOW_S))
+        if share > CONTENDED_SHARE:
+            self._contended += windows
+            self._run_passes += self._window_passes
+        else:
+            self._contended = self._run_passes = 0
+        self._window_passes = 0
         if self._contended < CONTENDED_WINDOWS:
             return threads
-        self._contended = 0
+        self.contended_passes = self._run_passes
+        self._contended = self._run_passes = 0
         return threads - 1
 
     def _reading(self) -> tuple[float, float] | None:

@@ -297,7 +297,8 @@ def test_automatic_threads_step_down_within_a_reply_whose_threads_wait_for_a_cpu
     the reply steps down to fewer threads between its passes — on the target's context and the draft's — and
     says so in its stats; the greedy text is the one the reply would have had anyway (the thread count changes
     how a pass is split, not its result). Broken once on purpose (the governor not called from the engine's
-    reply loop): the reply ended with every CPU's threads."""
+    reply loop): the reply ended with every CPU's threads; (the contended passes not told to the decoder): no
+    contended step."""
     quiet_meter = _ScriptedLoad(probe=0.0)
     engine = Engine(backend, load_meter=quiet_meter, thread_wait=time.monotonic)
     reference = Engine(backend, load_meter=_ScriptedLoad(probe=0.0), thread_wait=lambda: 0.0)
@@ -313,6 +314,9 @@ def test_automatic_threads_step_down_within_a_reply_whose_threads_wait_for_a_cpu
         assert done.stats.drafted > 0 and done.stats.threads < usable_cpus()
         assert all(ctx.n_threads == done.stats.threads for ctx in engine._contexts())
         assert len(engine._contexts()) == 2
+        # The passes the step down rested on reach the reply's speed-up estimate as contended ones.
+        meter = engine._decoder._meter if engine._decoder is not None else None
+        assert meter is not None and any(p.contended for p in meter.steps)
         reference.load(spec)
         expected, plain = _run(reference, prompt, max_tokens=400, draft=DraftParams(k=2), ignore_eos=True)
         assert plain.stats.threads == usable_cpus() and tokens == expected

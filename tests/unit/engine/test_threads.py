@@ -133,6 +133,40 @@ def test_a_short_burst_of_another_process_keeps_the_threads() -> None:
     assert _run_passes(governor, waits, threads, per_window * 2, CONTENDED_SHARE / 2) == 2
 
 
+def test_one_long_pass_that_waited_throughout_steps_down_at_once() -> None:
+    """A 9-token verify pass that a new load stretched from 60 to 330 ms, its threads waiting half of it, is 11
+    windows of contention: the next pass runs on one thread fewer (a 24-token reply has no three passes left to
+    wait for). A 330 ms pass with a 15 ms burst in it is not contended. Broken once on purpose (a window counted
+    once, whatever its length): the first assertion failed with 2 threads."""
+    waits = _Waits()
+    governor = _governor(waits)
+    waits.passes(0.33, 0.5)
+    assert governor.after_pass(2) == 1
+    waits = _Waits()
+    governor = _governor(waits)
+    waits.passes(0.33, 0.015 / 0.33)
+    assert governor.after_pass(2) == 2
+
+
+def test_a_step_down_tells_how_many_passes_ran_contended() -> None:
+    """The speed-up estimate values the passes that led to a step down as a stretch of their own: the governor
+    counts them. A quiet window (one 40 ms pass), then 11 ms passes waiting half the time: three windows of three
+    passes each, so 9 passes ran contended on 2 threads. Only the step down reports them, once. Broken once on
+    purpose (the quiet window's passes counted too): 10."""
+    waits = _Waits()
+    governor = _governor(waits)
+    waits.passes(0.04, 0.0)
+    assert governor.after_pass(2) == 2 and governor.contended_passes == 0
+    threads = 2
+    for _ in range(CONTENDED_WINDOWS * 3):
+        assert threads == 2
+        waits.passes(0.011, 0.5)
+        threads = governor.after_pass(threads)
+    assert threads == 1 and governor.contended_passes == CONTENDED_WINDOWS * 3
+    waits.passes(0.011, 0.5)
+    assert governor.after_pass(1) == 1 and governor.contended_passes == 0
+
+
 def test_the_threads_come_back_when_the_other_load_has_gone() -> None:
     """At 1 thread nothing waits whatever the load: only the machine-wide measure, every RECHECK_S, tells. Busy
     others keep 1 thread; once they stop, every CPU again."""
