@@ -206,8 +206,9 @@ class SpeculativeDecoder:
         # 257+ cells across the threads (SmolLM2's logits then differ by up to 0.7 from the same position in a
         # batch, and with the thread count); F16/Q8_0/Q5_0 matrix products have a one-row kernel of their own; and
         # a pass of 64+ rows takes the tiled attention. So a seeded plain step evaluates one padding row after its
-        # token (rolled back at once, like a rejected draft token: a 2-row pass costs little more than 1 on a CPU),
-        # and a seeded draft is capped below the tiled size. Unseeded requests promise nothing to repeat: unchanged.
+        # token (rolled back at once, like a rejected draft token; it costs a two-row pass, measured 1.7-1.9x a
+        # one-row pass for SmolLM2 on a CPU: bench_seeded_passes.py), and a seeded draft is capped below the tiled
+        # size. Unseeded requests promise nothing to repeat: unchanged.
         pad_plain = request.sampling.seed is not None
         if pad_plain:
             k_cap = min(k_cap, ROW_BY_ROW_ROWS - 1)
