@@ -47,7 +47,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     tokens = [1, *(int(t) for t in rng.integers(100, 40000, max(cells) + 2))]
     print(f"SmolLM2-135M-Instruct Q4_1, {args.threads} threads, median of {repeat} interleaved passes")
-    print("| cache cells | one-row pass (ms) | two-row pass (ms) | ratio | max logit difference, one row vs row 0 of two |")
+    print("| cache cells | one-row pass (ms) | two-row pass (ms) | ratio "
+          "| max logit difference, one row vs row 0 of two |")
     print("|---|---|---|---|---|")
     with ModelContext(model, ContextSettings(n_ctx=2048, threads=args.threads)) as context:
         for n in cells:
