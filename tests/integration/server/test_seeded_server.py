@@ -2,7 +2,7 @@
 the tiny family on two threads with its draft model, the coupled sampler that a seeded request gets by default):
 the same request with the same seed is the same text, and the same log-probabilities bit for bit, with automatic
 k (cold, as the first request after the load, and warm), a fixed k of 4 and drafting off — repeated at once,
-after another request sharing its 300-token system prompt, streamed, and as choice 0 of ``n`` = 2.
+after another request sharing its 283-token system prompt, streamed, and as choice 0 of ``n`` = 2.
 
 Two things make that hold on a CPU (``SpeculativeDecoder.generate``): a seeded request evaluates its prompt afresh
 in every context (llama.cpp's flash attention rounds a pass of 64+ rows differently from fewer, so a cached prefix
@@ -13,11 +13,10 @@ threads). An unseeded request keeps the prompt cache (its text promises nothing 
 The log-probabilities are compared as well as the text: on these tiny random models a 1e-3 difference in the
 logits rarely changes a sampled token, but always a log-probability.
 
-Breaking it on purpose: the target prefilled with reuse for seeded requests too (the code before the fix) failed
-"after another request sharing its system prompt: the log-probabilities differ"; without the padding row of a
-seeded plain step it failed "drafting off: the log-probabilities differ" (with automatic k, the first request's
-plain probes failed "repeated at once" before it, where the cold first reply and the warm second one planned
-their plain steps differently).
+Breaking it on purpose: without the padding row of a seeded plain step (``pad_plain`` False) it failed "repeated
+at once: the log-probabilities differ" — the cold first reply with automatic k and the warm second one planned
+their plain steps differently, and a one-row pass rounds otherwise than a row of a verify pass. With the target
+prefilled with reuse for seeded requests too (the code before the fix) it failed as well.
 """
 
 from __future__ import annotations
