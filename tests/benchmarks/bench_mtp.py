@@ -21,13 +21,20 @@ output, no MTP context — what a user without MTP gets), MTP at **depth 1, 2, 3
 loaded pair runs it: what it learned carries from reply to reply), **auto cold** (reset before every reply, as
 the first reply after a load), and **native** depth 1-3 (llama.cpp's ``llama-speculative-simple --spec-type
 draft-mtp``, built from the vendored source: ``native_llama.py``; its target keeps ``n_rs_seq`` = depth snapshots).
+Every reply starts from an empty target cache (a new conversation: its prompt is evaluated).
 Tokens/s are decode speed (prompt excluded): a configuration's tokens over its decode seconds, summed over the
 prompts and runs of a cell, so every configuration is timed on the same work.
 
-``--quick`` (2 prompts, lengths 24 and 96, small models, 1 run) takes under a minute on a quiet machine once the
-native binary is cached; the default (3 prompts, 24/64/192 tokens, 1 run, 4 x 384 models) under 6 minutes (about
-7,500 decoded tokens per setup at ~100 tok/s, 27 native processes); ``--runs 2`` doubles it. The first run builds
-the native tool (slow on a small machine); ``--no-native`` skips it. ``--cuda`` offloads every layer.
+The ratios and the verdicts are **medians of paired ratios**: a run (round) times every configuration on every
+prompt of a cell, interleaved, so each round gives one auto / depth-d and one auto / plain ratio measured within
+seconds of each other; the median over rounds (quartiles beside it) leaves out the rounds a stall hit one side of,
+which a ratio of sums does not (one stalled reply moved a cell by 10 % on the shared machine). Many short rounds
+decide more than few long ones: split a table with ``--setups`` and ``--lengths`` to keep each run short.
+
+``--quick`` (2 runs, 2 prompts, lengths 24 and 96, 4 x 256 models, no native column) takes under a minute. The
+default (3 prompts, 24/64/192 tokens, 1 run, 4 x 384 models) under 6 minutes (about 7,500 decoded tokens per setup
+at ~100 tok/s, 27 native processes); each ``--runs`` adds as much. The first run builds the native tool (slow on a
+small machine); ``--no-native`` skips it. ``--cuda`` offloads every layer.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import argparse
 import dataclasses
 import os
 import platform
+import statistics
 import sys
 from pathlib import Path
 
@@ -119,8 +127,12 @@ class WarmPolicy:
 
 def reply(engine: Engine, prompt: list[int], tokens: int, k: int | None, tally: Tally, *,
           warm: WarmPolicy | None = None, plain: bool = False) -> None:
-    """One reply into ``tally``; with ``k=None``: ``warm``'s policy, or a fresh one (cold) without it."""
+    """One reply into ``tally``; with ``k=None``: ``warm``'s policy, or a fresh one (cold) without it.
+
+    Every reply starts from an empty target cache, as a new conversation's first reply does: its prompt is
+    evaluated (and an MTP head scored on it), not found cached from the configuration before it."""
     decoder = engine._decoder_or_raise()
+    decoder.reset()
     if k is None:
         decoder.auto_policy = warm.policy if warm is not None else None
     done = None
@@ -134,15 +146,20 @@ def reply(engine: Engine, prompt: list[int], tokens: int, k: int | None, tally: 
     tally.add(s.generated, s.decode_s, s.drafted, s.accepted, s.k_sum, s.passes)
 
 
-def run_setup(setup: str, args: argparse.Namespace, binary: Path | None) -> dict[int, dict[str, Tally]]:
-    """Every configuration of one setup, per reply length."""
+Cells = dict[int, dict[str, list[Tally]]]
+"""Per reply length, per configuration: one Tally per round."""
+
+
+def run_setup(setup: str, args: argparse.Namespace, binary: Path | None) -> Cells:
+    """Every configuration of one setup, per reply length and round."""
     gpu = -1 if args.cuda else 0
     target = make_target(setup, args.layers, args.width)
     plain_engine = load(target, mtp=False, threads=args.threads, gpu=gpu)
     mtp_engine = load(target, mtp=True, threads=args.threads, gpu=gpu)
     assert mtp_engine.info is not None and mtp_engine.info.draft_mode == "mtp", mtp_engine.info
     prompts = PROMPTS[: args.prompts]
-    cells: dict[int, dict[str, Tally]] = {n: {} for n in args.lengths}
+    names = [*OURS, *([f"native {d}" for d in DEPTHS] if binary is not None else [])]
+    cells: Cells = {n: {name: [Tally() for _ in range(args.runs)] for name in names} for n in args.lengths}
     try:
         warm = plain_engine.tokenize_prompt(prompts[0])
         reply(plain_engine, warm, 8, 0, Tally())  # page the weights in
@@ -152,10 +169,9 @@ def run_setup(setup: str, args: argparse.Namespace, binary: Path | None) -> dict
             for p, text in enumerate(prompts):
                 ids = mtp_engine.tokenize_prompt(text)
                 for n in args.lengths:
-                    names = [*OURS, *([f"native {d}" for d in DEPTHS] if binary is not None else [])]
                     shift = (run + p + n) % len(names)  # a rotating order: no configuration always goes first
                     for name in names[shift:] + names[:shift]:
-                        tally = cells[n].setdefault(name, Tally())
+                        tally = cells[n][name][run]
                         if name == "plain":
                             reply(plain_engine, ids, n, 0, tally, plain=True)
                         elif name.startswith("depth "):
@@ -184,16 +200,56 @@ def _rate(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}"
 
 
-def verdict(t: dict[str, Tally], name: str) -> tuple[float, float, str]:
-    """(name / best fixed depth, name / plain, the verdict of the goal that applies to this cell)."""
-    best = max(t[f"depth {d}"].tps for d in DEPTHS)
-    plain = t["plain"].tps
-    auto = t[name].tps
-    to_best, to_plain = auto / best if best else 0.0, auto / plain if plain else 0.0
-    if best > plain:
-        goal = f"vs best depth {to_best:.2f} (goal 0.95): " + ("met" if to_best >= 0.95 else "NOT met")
+def total(rounds: list[Tally]) -> Tally:
+    """A configuration's Tally over every round of a cell."""
+    out = Tally()
+    for t in rounds:
+        out.add(t.tokens, t.seconds, t.drafted, t.accepted, t.k_sum, t.passes)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Ratio:
+    """The median over rounds of one configuration's tok/s over another's in the same round, and its quartiles.
+
+    Paired: each round's two numbers were measured minutes apart at most, in an interleaved order, so a load that
+    moves between rounds moves both; the median leaves out the rounds a stall hit one side of."""
+
+    median: float
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        return f"{self.median:.2f}x ({self.low:.2f}-{self.high:.2f})"
+
+
+def paired(cell: dict[str, list[Tally]], name: str, reference: str) -> Ratio:
+    """``name``'s tok/s over ``reference``'s, round by round: their median and quartiles."""
+    ratios = sorted(a.tps / b.tps for a, b in zip(cell[name], cell[reference], strict=True) if a.tps and b.tps)
+    if not ratios:
+        return Ratio(0.0, 0.0, 0.0)
+    if len(ratios) < 4:
+        return Ratio(statistics.median(ratios), ratios[0], ratios[-1])
+    q = statistics.quantiles(ratios, n=4)
+    return Ratio(statistics.median(ratios), q[0], q[2])
+
+
+def best_depth(cell: dict[str, list[Tally]]) -> str:
+    """The fixed depth with the most tok/s over all rounds of the cell."""
+    return max((f"depth {d}" for d in DEPTHS), key=lambda c: total(cell[c]).tps)
+
+
+def verdict(cell: dict[str, list[Tally]], name: str) -> tuple[Ratio, Ratio, str]:
+    """(name / best fixed depth, name / plain, the verdict of the goal that applies to this cell): medians of
+    paired ratios. The goal vs the best depth applies where that depth beats plain in its own paired median."""
+    best = best_depth(cell)
+    to_best, to_plain = paired(cell, name, best), paired(cell, name, "plain")
+    if paired(cell, best, "plain").median > 1.0:
+        goal = f"vs best depth ({best}) {to_best.median:.3f} (goal 0.95): " + (
+            "met" if to_best.median >= 0.95 else "NOT met")
     else:
-        goal = f"MTP cannot pay; vs plain {to_plain:.2f} (goal 0.97): " + ("met" if to_plain >= 0.97 else "NOT met")
+        goal = f"MTP cannot pay; vs plain {to_plain.median:.3f} (goal 0.97): " + (
+            "met" if to_plain.median >= 0.97 else "NOT met")
     return to_best, to_plain, goal
 
 
@@ -207,12 +263,16 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=384)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated, of: {', '.join(SETUPS)}")
-    ap.add_argument("--quick", action="store_true", help="1 run, 2 prompts, 24 and 96 tokens, 4 x 256 models")
+    ap.add_argument("--quick", action="store_true", help="2 runs, 2 prompts, 24 and 96 tokens, 4 x 256 models, "
+                    "no native column")
     ap.add_argument("--no-native", action="store_true", help="skip llama.cpp's llama-speculative-simple")
     ap.add_argument("--cuda", action="store_true", help="offload every layer to the GPU")
     args = ap.parse_args()
     if args.quick:
-        args.runs, args.prompts, args.lengths, args.layers, args.width = 1, 2, "24,96", 4, 256
+        args.runs, args.prompts, args.lengths, args.layers, args.width = 2, 2, "24,96", 4, 256
+        args.no_native = True
+    if args.runs < 1:
+        ap.error("--runs must be >= 1")
     try:
         args.lengths = [int(n) for n in str(args.lengths).split(",")]
     except ValueError:
@@ -233,22 +293,23 @@ def main() -> int:
     native_cols = [f"native {d}" for d in DEPTHS] if binary is not None else []
     header = ["plain", *[f"depth {d}" for d in DEPTHS], "auto", "auto cold", *native_cols]
     print()
-    print("| setup | reply | " + " | ".join(header) + " | auto / best depth | auto / plain | cold / best depth "
-          "| cold / plain | acceptance at depth 1/2/3; auto | auto mean depth |")
-    print("|---|---|" + "---:|" * (len(header) + 6))
+    print("| setup | reply | " + " | ".join(header) + " | best depth / plain | auto / best depth | auto / plain "
+          "| cold / best depth | cold / plain | acceptance at depth 1/2/3; auto | auto mean depth |")
+    print("|---|---|" + "---:|" * (len(header) + 7))
     goals: list[str] = []
     for setup in setups:
-        for n, t in run_setup(setup, args, binary).items():
-            a_best, a_plain, a_goal = verdict(t, "auto")
-            c_best, c_plain, c_goal = verdict(t, "auto cold")
+        for n, cell in run_setup(setup, args, binary).items():
+            t = {name: total(rounds) for name, rounds in cell.items()}
+            a_best, a_plain, a_goal = verdict(cell, "auto")
+            c_best, c_plain, c_goal = verdict(cell, "auto cold")
             acc = "/".join(_rate(t[f"depth {d}"].acceptance) for d in DEPTHS)
             if native_cols:
                 acc += " (native " + "/".join(_rate(t[c].acceptance) for c in native_cols) + ")"
             acc += f"; auto {_rate(t['auto'].acceptance)}"
             depth = t["auto"].k_sum / t["auto"].passes if t["auto"].passes else 0.0
             cells = " | ".join(f"{t[c].tps:.1f}" for c in header)
-            print(f"| {setup} | {n} tokens | {cells} | {a_best:.2f}x | {a_plain:.2f}x | {c_best:.2f}x | "
-                  f"{c_plain:.2f}x | {acc} | {depth:.2f} |", flush=True)
+            print(f"| {setup} | {n} tokens | {cells} | {paired(cell, best_depth(cell), 'plain')} | {a_best} | "
+                  f"{a_plain} | {c_best} | {c_plain} | {acc} | {depth:.2f} |", flush=True)
             goals.append(f"{setup}, {n} tokens: auto {a_goal}; auto cold {c_goal}")
     print()
     for line in goals:

@@ -211,6 +211,8 @@ def test_format_speedup() -> None:
     assert format_speedup(1.0, 1.0, 1.0) == "1.00×"  # measured exactly: nothing drafted
     assert format_speedup(1.9, 1.2, 2.6) == "measuring… 1.20–2.60×"  # wider than ±20 %: a range, no figure
     assert format_speedup(1.9, 1.2, 2.6, streaming=False) == "1.20–2.60×, uncertain"
+    assert format_speedup(0.65, 0.0, 1.45) == "measuring… up to 1.45×"
+    assert format_speedup(0.65, 0.0, 1.45, streaming=False) == "up to 1.45×, uncertain"
     assert format_speedup(None, None, None) == "measuring…"
     assert format_speedup(None, None, None, streaming=False) == "not measured"
 

@@ -53,6 +53,13 @@ WARMUP_ACCEPTANCE = 0.65  # ... "promising": acceptance so far at least this (at
 STALE_AFTER = 64  # observations after which a batch size's measured cost is forgotten (batch 1 is kept fresh)
 PRIOR_REJECTIONS = 1.0  # a pseudo-count of rejections at a cold start, fading with the window (DECAY per step)
 GROWTH = 2  # k may at most double the longest draft whose verify cost has been measured (not extrapolated)
+REST_MARGIN = 0.4  # ... and not even this much more acceptance would pay: conclusive on 16 guesses (at 0.2, a head
+# scored 8 of 16 on its prompt rested on the recorded CPU costs; bench_mtp.py's hybrid head scores 8-10 of 16 on its
+# prompts and is accepted 0.8 at depth 1 on its replies)
+PROMPT_TRIALS = 8  # guesses scored on a prompt that restart a reply's acceptance from the prompt (observe_prompt)
+REST_TRIALS = 16  # guesses scored in a reply (its prompt's included) before a useless MTP head is put to rest
+# (16: one prompt's scoring, ``PromptScoredDrafter.prompt_rows``; at 24 the noise head followed the target for the
+# first 8 tokens of every reply, and automatic depth ran at 0.96x plain on 64-token replies)
 SHADOW_START, SHADOW_MAX = 4, 128  # plain steps between scorings of the drafter while plain decoding is chosen
 # (4 at first: a cold start that turned plain after an unlucky first few drafts comes back after 4 plain steps,
 # not 8; a useless draft pays one more small scoring pass before the interval has doubled to 128)
@@ -65,6 +72,19 @@ def expected_tokens_per_pass(a: float, k: int) -> float:
     if a >= 1.0:
         return float(k + 1)
     return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def prior_best_k(a: float, k_max: int) -> int:
+    """The best k at acceptance ``a`` before any pass was timed: drafting free, verifying n tokens costs
+    1 + PRIOR_SLOPE * (n - 1) one-token passes (the cost model's own prior slope). Used only to decide whether
+    a drafter scored on the prompt should draft at a reply's first step (0: it should not); at 0.08 (a useless
+    head) 0, at 0.9 the longest k."""
+    best, best_rate = 0, 1.0
+    for k in range(1, k_max + 1):
+        rate = expected_tokens_per_pass(a, k) / (1.0 + PRIOR_SLOPE * k)
+        if rate >= best_rate:
+            best, best_rate = k, rate
+    return best
 
 
 def expected_rate(a: float, k: int, draft_cost: float, verify_cost: float) -> float:
@@ -202,6 +222,13 @@ class CostModel:
             self._rejections = DECAY * self._rejections + (trials - hits)
             self._prior *= DECAY
 
+    def restart_acceptance(self, hits: int, trials: int) -> None:
+        """Forget the acceptance learned so far and start again from ``hits`` of ``trials`` scored guesses (with a
+        cold start's pseudo-rejection); the costs are kept (they belong to the pair and the machine)."""
+        self._accepted = float(hits)
+        self._rejections = float(trials - hits)
+        self._prior = PRIOR_REJECTIONS
+
     @property
     def acceptance(self) -> float | None:
         """accepted / (accepted + rejections) over the decaying window, plus a pseudo-rejection that fades with
@@ -323,12 +350,14 @@ class CostModel:
         Called every step: the verify costs are computed once per observation (``_verify_costs``) and E(k) is
         accumulated as E(k-1) + a^k, so a call costs a few microseconds, not k_max full ``rate`` evaluations.
         ``draft_cost`` (seconds per drafted token) replaces the measured one (0: a lower bound before any draft)."""
-        costs = self._verify_costs()
-        if costs is None:
-            return None
+        # Acceptance and draft cost first: a member of a chain that never drafted (a lookup on free prose) asks
+        # every step, and the verify costs are recomputed whenever a timing moved their lower medians.
         a = self.acceptance if acceptance is None else acceptance
         c_d = self.draft_per_token.value if draft_cost is None else draft_cost
         if a is None or c_d is None:
+            return None
+        costs = self._verify_costs()
+        if costs is None:
             return None
         best_rate, best = 1.0 / costs[0], 0
         expected, a_power = 1.0, 1.0
@@ -357,12 +386,17 @@ class AutoDraftLength:
     """Chooses k for each step (``choose``) and learns from each step's timings (``observe``) and from the
     drafter's score on plain steps (``observe_shadow``)."""
 
-    def __init__(self, k_max: int = 16, k_start: int = 4, *, score_first: bool = False) -> None:
+    def __init__(self, k_max: int = 16, k_start: int = 4, *, score_first: bool = False,
+                 probe_margin: float = PROBE_MARGIN) -> None:
         """``score_first``: for a drafter whose scoring costs about what its catch-up costs anyway (an MTP head: the
         cells it scores are fed before its first draft in any case), a cold start decodes plainly until the
-        drafter has been scored on the target's own tokens, and drafts only if that acceptance could pay."""
+        drafter has been scored on the target's own tokens, and drafts only if that acceptance could pay.
+        ``probe_margin``: how much better than its scored acceptance a drafter must be able to do for a probe
+        to be worth its price (``_probe_could_pay``); 0 for a drafter whose scoring is its exact acceptance
+        (chain_draft.py: prompt lookup)."""
         self.model = CostModel(k_max)
         self.score_first = score_first
+        self.probe_margin = probe_margin
         self.k_max = k_max
         self.k_start = min(k_start, k_max)
         self._plain_streak = 0
@@ -373,8 +407,14 @@ class AutoDraftLength:
         # Scoring a draft model costs a batched draft pass: while its guesses would not pay, score less often.
         self.shadow_interval = SHADOW_START
         self._untimed = False  # the next observation is a reply's first step (``start_reply``)
+        self._scored_in_reply = 0  # shadow-scored guesses since ``start_reply`` (the prompt's included)
+        self._resting = False  # ``should_rest`` said so in this reply
 
     def choose(self) -> int:
+        if self._resting:
+            self._plain_streak += 1
+            self.last_choice = 0
+            return 0
         m = self.model
         best = m.best_k()
         if best is None:  # acceptance or a cost not measured yet: draft, to measure them
@@ -406,14 +446,16 @@ class AutoDraftLength:
         if a is None:
             return False
         best = m.best_k(a, draft_cost=0.0)
-        return best is None or best > 0
+        if best is None:  # scored on the prompt before any pass was timed: the prior costs
+            best = prior_best_k(a, self.k_max)
+        return best > 0
 
     def _probe_could_pay(self) -> bool:
         """A probe re-measures the costs of drafting; it is worth its price only if an acceptance a little
         better than the one measured (on speculative steps and by shadow scoring) would make drafting pay. An
         unrelated draft, scored at ~0 on the target's own tokens, is then never probed."""
         a = self.model.acceptance
-        return a is None or (self.model.best_k(min(1.0, a + PROBE_MARGIN)) or 0) > 0
+        return a is None or (self.model.best_k(min(1.0, a + self.probe_margin)) or 0) > 0
 
     def start_reply(self) -> None:
         """A reply begins: its first step is the coldest of the reply (the first pass after the prompt, and a
@@ -421,6 +463,8 @@ class AutoDraftLength:
         bench_autok_cold.py: a family pair whose drafts pay 1.13x was sent to plain decoding for most of a
         96-token reply by that one step's timing."""
         self._untimed = True
+        self._scored_in_reply = 0
+        self._resting = False
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
         if drafted > 0:
@@ -443,10 +487,46 @@ class AutoDraftLength:
         there) was scored only every 128 tokens and missed the stretches later in a reply where it was right
         95-100 % of the time (bench_mtp.py "hybrid agreeing": automatic depth plain for 95 % of its steps)."""
         self.model.observe_shadow(hits, trials)
+        self._scored_in_reply += trials
         if trials > 0:
             rate = hits / trials + (PROBE_MARGIN if self.score_first else 0.0)
             close = (self.model.best_k(min(1.0, rate)) or 0) > 0
             self.shadow_interval = SHADOW_START if close else min(self.shadow_interval * 2, SHADOW_MAX)
+
+    def observe_prompt(self, hits: int, trials: int) -> None:
+        """The drafter scored on the reply's prompt (``PromptScoredDrafter``): ``hits`` of ``trials`` guesses right.
+
+        With ``score_first`` and at least PROMPT_TRIALS of them, the reply's acceptance starts from that score
+        alone, and the scoring and probe intervals start again: how often a head agrees belongs to the text, and
+        a warm policy carried the last reply's. Measured (bench_mtp.py "dense agreeing", 8 x 768, a policy
+        carried across 64- and 192-token replies): the head accepted 0.84 on the 192-token replies and 0.55-0.67
+        on the 64-token ones, and carried over it drafted into them at 0.95x plain where a cold start, judging
+        by the prompt, ran at 1.13x. Fewer trials (a prompt mostly cached): scored like a plain stretch."""
+        if self.score_first and trials >= PROMPT_TRIALS:
+            self.model.restart_acceptance(hits, trials)
+            self._scored_in_reply += trials
+            rate = hits / trials + PROBE_MARGIN
+            close = (self.model.best_k(min(1.0, rate)) or 0) > 0
+            self.shadow_interval = SHADOW_START if close else SHADOW_START * 2
+            self._probe_interval = PROBE_START
+        else:
+            self.observe_shadow(hits, trials)
+
+    def should_rest(self) -> bool:
+        """With ``score_first``: plain decoding is chosen, the drafter was scored on at least REST_TRIALS guesses
+        of this reply (its prompt's included), and not even REST_MARGIN more acceptance would pay — the
+        evidence is conclusive, so the drafter need not follow the target (no scoring, no probes) until the next
+        reply, which scores it again on its prompt. Once True it stays so until ``start_reply``, and ``choose``
+        then returns 0 without consulting the cost model (nothing it learns while resting can change that).
+        Measured on an MTP head accepted 2-9 % of the time (bench_mtp_steps.py "dense low", 8 x 768): following
+        the target cost 0.13-0.15 ms per step (the hidden-state copies), the scorings 0.26 ms per plain step and
+        automatic depth's own calls 0.07 ms, of a 4-5 ms plain step: automatic depth ran at 0.90-0.93x plain
+        while it drafted nothing."""
+        if not self._resting:
+            a = self.model.acceptance
+            self._resting = (self.score_first and self.last_choice == 0 and self._scored_in_reply >= REST_TRIALS
+                             and a is not None and (self.model.best_k(min(1.0, a + REST_MARGIN)) or 0) == 0)
+        return self._resting
 
     @property
     def wants_shadow(self) -> bool:

@@ -22,6 +22,13 @@ member's part were never examined and say nothing about it. A member whose k is 
 tokens every ``shadow_interval`` tokens (``Drafter.observe``), so it comes back when it would pay again — on
 free prose a history lookup that keeps missing is switched off this way and costs only its scoring.
 
+Prompt lookup on free prose: its scoring is exact (``_policy``), so it drafts neither at a cold start nor in a
+probe unless the acceptance it was scored at would pay. Measured on bench_history_lookup.py's prose turns
+(SmolLM2-135M, 160-token replies): with the default policy it drafted 4 tokens twice at the engine's first reply
+(a cold start) and was then probed once every 128-256 tokens at a scored acceptance of 0.08-0.15 (a 3-token
+draft, "could pay" at 0.2 more acceptance under the prior verify-cost slope), each probe a batch of 4 rejected,
+about one pass lost; now nothing is drafted on those turns.
+
 Exactness: which member drafts position i, and how far, depends on the committed tokens and on the draft tokens
 before i only (a lookup's draft is a function of what it is given; a model member is asked for its part after the
 lookup's is fixed), so the verifier's rule stays exact with each token's own q (a point mass for a lookup token).
@@ -83,7 +90,7 @@ class ChainDraft:
         self.k_max = k_max
         for m in self.members:
             if k_max is not None and (m.policy is None or m.policy.k_max != k_max):
-                m.policy = AutoDraftLength(k_max=k_max)
+                m.policy = _policy(m.drafter.kind, k_max)
             if m.policy is not None:
                 m.policy.start_reply()  # a member's first timing of a reply is its coldest
 
@@ -196,6 +203,17 @@ class ChainDraft:
     def close(self) -> None:
         for m in self.members:
             m.drafter.close()
+
+
+def _policy(kind: str, k_max: int) -> AutoDraftLength:
+    """A member's automatic k. Prompt lookup's scoring on plain steps is its exact acceptance (each of the
+    target's tokens checked against the guess the lookup would have drafted there, every token, for the price of
+    a few dictionary look-ups), so it is scored before its first draft and probed only when that acceptance
+    itself would pay (see the module docstring; the history's scoring is a sample, without its re-synchronised
+    source, and keeps the default margin)."""
+    if kind == "lookup":
+        return AutoDraftLength(k_max=k_max, score_first=True, probe_margin=0.0)
+    return AutoDraftLength(k_max=k_max)
 
 
 def _pick(proposals: list[tuple[_Member, Draft]]) -> tuple[_Member, Draft] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -63,6 +63,28 @@ class Drafter(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class PromptScoredDrafter(Protocol):
+    """A drafter that automatic k can score on the prompt itself, and put to rest while it cannot pay (an MTP
+    head: its guesses at the prompt's positions cost only its output head, the target's hidden states for them
+    exist anyway, and following the target costs a copy of each pass's hidden states).
+
+    The decoder asks the target for its logits at the last ``prompt_rows`` positions of the prompt's prefill and
+    hands their greedy tokens to ``prefill_scored`` instead of calling ``prefill``."""
+
+    prompt_rows: int
+
+    def prefill_scored(self, prompt: Sequence[int], target_guesses: Sequence[int], *,
+                       reuse: bool = True) -> tuple[int, int]:
+        """``prefill`` (``reuse`` as there), and score the drafter at the prompt's positions
+        ``len(prompt) - 1 - len(target_guesses)`` .. ``len(prompt) - 2`` against ``target_guesses`` (the target's
+        greedy token after each): (hits, trials)."""
+
+    def rest(self, resting: bool) -> None:
+        """Stop (``True``) or resume following the target's passes; a resting drafter is not asked to draft."""
+        ...
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:

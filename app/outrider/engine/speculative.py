@@ -33,6 +33,7 @@ from outrider.engine.drafters import (
     Drafter,
     ModelDraft,
     PromptLookupDraft,
+    PromptScoredDrafter,
     common_prefix_length,
 )
 from outrider.engine.errors import ContextOverflowError, DecodeError
@@ -126,18 +127,29 @@ class SpeculativeDecoder:
         self.context.clear()
         self.cached.clear()
 
-    def _prefill(self, prompt: Sequence[int], *, reuse: bool = True) -> int:
+    def _prefill(self, prompt: Sequence[int], outputs: int = 0, *, reuse: bool = True) -> int:
         """Evaluate all but the last prompt token, keeping the longest cached prefix (none when ``reuse`` is
-        False). Returns tokens reused."""
+        False). Returns tokens reused.
+
+        ``outputs``: logits for the last that many evaluated positions (``_prompt_guesses`` reads them)."""
         keep = min(common_prefix_length(self.cached, prompt), len(prompt) - 1) if reuse else 0
         self.context.truncate(keep)
         keep = self.context.n_past  # a recurrent memory may keep less (ModelContext.truncate)
         del self.cached[keep:]
         new = list(prompt[keep:-1])
         if new:
-            self.context.decode(new, logits="none", abortable=True)
+            self.context.decode(new, logits=outputs, abortable=True)
             self.cached.extend(new)
         return keep
+
+    def _prompt_guesses(self, evaluated: int, outputs: int) -> list[int]:
+        """The target's greedy tokens after the last positions ``_prefill`` evaluated with logits (the final
+        chunk of ``evaluated`` tokens has them: at most ``outputs`` of it), in position order."""
+        if evaluated <= 0 or outputs <= 0:
+            return []
+        final_chunk = evaluated - self.context.n_batch * ((evaluated - 1) // self.context.n_batch)
+        m = min(outputs, final_chunk)
+        return [greedy_token(self.context.logits_row(i)) for i in range(-m, 0)]
 
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None
@@ -152,6 +164,10 @@ class SpeculativeDecoder:
             raise ContextOverflowError(len(prompt), n_ctx)
         stats = GenerationStats(prompt_tokens=len(prompt), draft_mode=self.drafter.kind,
                                 threads=self.context.n_threads)
+        # An MTP head is scored on the prompt's own positions (the target's logits at its last few), so automatic
+        # depth knows at the reply's first step whether to draft; it follows the target again (``rest``).
+        scored = self.drafter if isinstance(self.drafter, PromptScoredDrafter) else None
+        prompt_score = (0, 0)
         try:
             # A seeded request evaluates its prompt afresh, in the target and in every drafter context (a draft
             # model's, an MTP head's): on a CPU llama.cpp's flash attention rounds a micro-batch of 64+ rows
@@ -161,8 +177,15 @@ class SpeculativeDecoder:
             # prompt is always split the same way. It costs a seeded request its prompt cache; an unseeded one,
             # which promises nothing to repeat, keeps it (docs/metrics.md, "Samplers").
             reuse = request.sampling.seed is None
-            stats.prompt_tokens_reused = self._prefill(prompt, reuse=reuse)
-            self.drafter.prefill(prompt, reuse=reuse)
+            if scored is not None:
+                scored.rest(False)
+            rows = scored.prompt_rows if scored is not None and request.draft.k is None else 0
+            stats.prompt_tokens_reused = self._prefill(prompt, rows, reuse=reuse)
+            guesses = self._prompt_guesses(len(prompt) - 1 - stats.prompt_tokens_reused, rows)
+            if scored is not None and guesses:
+                prompt_score = scored.prefill_scored(prompt, guesses, reuse=reuse)
+            else:
+                self.drafter.prefill(prompt, reuse=reuse)
             # On a GPU decode() returns before the work is done: wait, or prompt time leaks into the first step.
             self.context.synchronize()
         except DecodeError as exc:
@@ -192,6 +215,7 @@ class SpeculativeDecoder:
                 self.auto_policy = AutoDraftLength(k_max=params.k_max, score_first=self.drafter.kind == "mtp")
             policy = self.auto_policy
             policy.start_reply()
+            policy.observe_prompt(*prompt_score)
             auto = True
         else:
             policy = FixedDraftLength(params.k)
@@ -269,6 +293,8 @@ class SpeculativeDecoder:
                 sync_share = min(1.0, CATCH_UP_TOKENS / draft.synced) if draft.synced else 1.0
                 drafting_s = propose_s - draft.sync_s * (1.0 - sync_share)
                 shadow_from = len(committed)
+            elif scored is not None and auto and self.auto_policy is not None and self.auto_policy.should_rest():
+                scored.rest(True)  # scored useless on enough of this reply: stop following the target
             elif self.auto_policy is not None and auto and (
                     len(committed) - shadow_from >= self.auto_policy.shadow_interval):
                 consulted = True
@@ -328,6 +354,8 @@ class SpeculativeDecoder:
                     break
 
             n_drafted = len(draft.tokens)
+            if n_drafted:  # its tokens' acceptance reaches automatic k through ``observe``: never scored again
+                shadow_from = len(committed)
             stats.passes += 1
             stats.k_sum += n_drafted  # what the target verified: p-min may cut or empty the chosen k
             # When a stop cuts the step, draft positions beyond it were never used and do not count, so the final

@@ -95,14 +95,23 @@ def speedup_is_settled(speedup: float | None, low: float | None, high: float | N
 def describe_speedup(speedup: float | None, low: float | None, high: float | None) -> str:
     """The speed-up in words, the same everywhere (CLI, server log, exports, GUI): ``1.85×`` when measured
     exactly (nothing drafted), ``1.85× (1.70–2.00)`` when settled, the range ``1.40–2.60×, uncertain`` when the
-    interval is wider than ±``SETTLED_WIDTH``, ``not measured`` without a figure."""
+    interval is wider than ±``SETTLED_WIDTH`` (``up to 1.45×, uncertain`` when it reaches 0: ``describe_range``),
+    ``not measured`` without a figure."""
     if speedup is None or low is None or high is None:
         return "not measured"
     if high - low <= 1e-9 * max(1.0, speedup):
         return f"{speedup:.2f}×"
     if speedup_is_settled(speedup, low, high):
         return f"{speedup:.2f}× ({low:.2f}–{high:.2f})"
-    return f"{low:.2f}–{high:.2f}×, uncertain"
+    return f"{describe_range(low, high)}, uncertain"
+
+
+def describe_range(low: float, high: float) -> str:
+    """``1.40–2.60×``; ``up to 1.45×`` when the interval reaches down to 0 (a reply of a few passes that met a
+    load: "0.00–1.45×" would read as a measured standstill)."""
+    if round(low, 2) <= 0:
+        return f"up to {high:.2f}×"
+    return f"{low:.2f}–{high:.2f}×"
 
 
 @dataclasses.dataclass(frozen=True)

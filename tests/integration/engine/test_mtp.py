@@ -249,8 +249,9 @@ def _cold_auto_reply(e: Engine, prompt: list[int], n: int) -> DoneEvent:
 
 def test_automatic_depth_scores_an_mtp_head_before_its_first_draft(backend: Backend, mtp_models: MtpModels,
                                                                    tmp_path: Path) -> None:
-    """A cold start at automatic depth decodes plainly until the MTP head was scored on the target's own tokens
-    (the scored cells are the ones its first draft would feed anyway), and drafts only if that acceptance could
+    """A cold start at automatic depth does not draft until the MTP head was scored — on the prompt's positions at
+    its prefill (``test_mtp_prompt_score.py``), or on the target's own tokens where the prompt was cached (the
+    scored cells are the ones its first draft would feed anyway) — and drafts only if that acceptance could
     pay: a head whose input is noise (accepted 5-9 % of the time, bench_mtp.py's "dense low") never drafts; the
     agreeing head does. Counts, not timings: before any draft the decision reads no measured cost but the ratio
     of the plain passes' prior line.

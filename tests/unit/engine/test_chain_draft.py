@@ -9,6 +9,7 @@ import numpy as np
 
 from outrider.engine.chain_draft import LONG_MATCH, ChainDraft
 from outrider.engine.draft import EMPTY_DRAFT, Draft
+from outrider.engine.drafters import PromptLookupDraft
 from outrider.engine.params import SamplingParams
 from outrider.engine.sampling import SparseDist
 
@@ -167,3 +168,73 @@ def test_prefill_passes_afresh_to_every_member() -> None:
     chain.prefill([1, 2, 3], reuse=False)
     chain.prefill([1, 2, 3])
     assert [m.reused for m in members] == [[False, True]] * 3
+
+
+def _decode(chain: ChainDraft, target: Sequence[int], prompt: Sequence[int]) -> tuple[int, int, int]:
+    """Greedy speculative decoding of ``target`` (the target's own tokens) after ``prompt`` with ``chain`` at
+    automatic k, a pass of n tokens costing 10 ms x (1 + 0.25 (n - 1)) (the cost model's prior slope, so a short
+    draft pays from an acceptance of about 0.25 on). Returns (drafted, accepted, passes)."""
+    committed = list(prompt)
+    chain.prefill(committed)
+    pos = drafted = accepted = passes = 0
+    while pos < len(target):
+        bound = len(target) - pos - 1
+        draft = chain.propose(committed, min(16, bound), GREEDY, RNG, 0.0, reach=bound) if bound else EMPTY_DRAFT
+        kept = next((i for i, t in enumerate(draft.tokens) if t != target[pos + i]), len(draft.tokens))
+        batch = len(draft.tokens) + 1
+        chain.settle(draft, kept, batch=batch, verify_s=0.010 * (1 + 0.25 * (batch - 1)))
+        step = target[pos : pos + kept + 1]
+        committed.extend(step)
+        pos, drafted, accepted, passes = pos + len(step), drafted + len(draft.tokens), accepted + kept, passes + 1
+    return drafted, accepted, passes
+
+
+def _prose(seed: int, n: int) -> list[int]:
+    """Free prose for prompt lookup: n tokens over 24 token ids, so its n-grams recur but what follows them is
+    right about 1 time in 24."""
+    return [int(t) for t in np.random.default_rng(seed).integers(100, 124, size=n)]
+
+
+def _lookup_chain() -> ChainDraft:
+    chain = ChainDraft([Scripted("history", []), PromptLookupDraft()])
+    chain.set_automatic(16)
+    return chain
+
+
+def test_prompt_lookup_drafts_nothing_on_text_it_cannot_guess() -> None:
+    """A cold chain on 1,000 tokens of prose: prompt lookup is scored before its first draft, and its score
+    (about 0.05) would not pay, so it never drafts. (Breaking it, ``score_first`` off for prompt lookup: it drafted
+    9 tokens at the cold start, 1 accepted; with the default probe margin of 0.2 back too, 27.)"""
+    prose = _prose(7, 1_200)
+    drafted, _, passes = _decode(_lookup_chain(), prose[200:], prose[:200])
+    assert drafted == 0
+    assert passes == 1_000
+
+
+def test_a_switched_off_prompt_lookup_is_not_probed_on_prose() -> None:
+    """After a reply that repeats a passage (prompt lookup drafting, every token kept) and one prose reply that
+    switches it off, three more prose replies of 250 tokens: no probe, since the acceptance it is scored at on
+    every token would not pay. (Breaking it, the default probe margin of 0.2 for prompt lookup: 3, 3 and 0
+    tokens drafted in probes, all rejected.)"""
+    rng = np.random.default_rng(8)
+    passage = [int(t) for t in rng.integers(100, 1_000, size=40)]
+    chain = _lookup_chain()
+    assert _decode(chain, passage * 5, passage)[0] > 0
+    prose = _prose(7, 1_200)
+    _decode(chain, prose[200:450], prose[:200])
+    for r in range(1, 4):
+        chain.set_automatic(16)  # a new reply, as the decoder starts each
+        drafted, _, _ = _decode(chain, prose[200 + 250 * r : 450 + 250 * r], prose[: 200 + 250 * r])
+        assert drafted == 0, f"reply {r}"
+
+
+def test_prompt_lookup_still_drafts_text_it_can_guess() -> None:
+    """The same chain on text that repeats a 40-token passage (an answer quoting the prompt): its score pays,
+    so prompt lookup drafts from the first reply on and more than half its tokens are kept — the policy that
+    keeps quiet on prose is not one that never drafts. (Breaking it, no scoring of prompt lookup while it is
+    off — ``_shadow`` skipped for it: with ``score_first`` it never drafted, 200 passes for 200 tokens.)"""
+    rng = np.random.default_rng(8)
+    passage = [int(t) for t in rng.integers(100, 1_000, size=40)]
+    drafted, accepted, passes = _decode(_lookup_chain(), passage * 5, passage)
+    assert drafted > 0 and accepted / drafted > 0.5
+    assert 200 / passes > 2.0

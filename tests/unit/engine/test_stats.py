@@ -390,6 +390,10 @@ def test_the_figure_in_words() -> None:
     assert describe_speedup(None, None, None) == "not measured"
     assert describe_speedup(1.85, 1.70, 2.00) == "1.85× (1.70–2.00)"
     assert describe_speedup(1.9, 1.3, 2.6) == "1.30–2.60×, uncertain"
+    # An interval down to 0 (a short reply that met a load) is not a measured standstill.
+    assert describe_speedup(0.65, 0.0, 1.45) == "up to 1.45×, uncertain"
+    assert describe_speedup(0.65, 0.004, 1.45) == "up to 1.45×, uncertain"
+    assert describe_speedup(0.65, 0.01, 1.45) == "0.01–1.45×, uncertain"
     assert speedup_is_settled(2.0, 1.61, 2.39) and not speedup_is_settled(2.0, 1.59, 2.2)
 
 

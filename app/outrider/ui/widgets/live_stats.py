@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from outrider.conversation.meter import LiveStats
 from outrider.engine.autodraft import expected_rate, expected_tokens_per_pass
-from outrider.engine.speedup import describe_speedup, speedup_is_settled
+from outrider.engine.speedup import describe_range, describe_speedup, speedup_is_settled
 
 _PLAIN = "plain decoding measured in this reply, at the same context length and load"
 
@@ -118,7 +118,7 @@ def format_speedup(speedup: float | None, low: float | None, high: float | None,
     if speedup is None or low is None or high is None:
         return "measuring…" if streaming else "not measured"
     if streaming and not speedup_shown_as_figure(speedup, low, high):
-        return f"measuring… {low:.2f}–{high:.2f}×"
+        return f"measuring… {describe_range(low, high)}"
     return describe_speedup(speedup, low, high)
 
 

@@ -1,0 +1,121 @@
+"""Automatic depth scores an MTP head on the prompt, and rests a head that cannot pay — exact all the same.
+
+The models are generated (``support/mtp_gguf.py``): the agreeing head (drafts the target's next token ~90 % of the
+time) and a head fed noise (``hidden_noise=2.0``: accepted 2-9 %). Counts, never timings: whether the reply's first
+step drafted, whether the head followed the target's passes, and every output against the independent reference
+(``support/reference_decoding.py``: a fresh llama.cpp context, one token per decode, its own argmax).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from outrider.engine.engine import Engine, PairSpec
+from outrider.engine.events import StepEvent
+from outrider.engine.llama.runtime import Backend
+from outrider.engine.mtp import MtpDraft
+from outrider.engine.params import ContextSettings, DraftParams
+from outrider.engine.speculative import DoneEvent
+from support.mtp_gguf import make_mtp_models
+from support.reference_decoding import ReferenceModel
+
+PROMPTS = ["the model is fast and the draft is quick and the", "hello world def return class x = y + z * 2 and"]
+CTX = ContextSettings(n_ctx=512, threads=2)
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("mtp-prompt")
+    return {"agreeing": make_mtp_models(base / "agreeing").target,
+            "noise": make_mtp_models(base / "noise", hidden_noise=2.0, head_seed=99).target}
+
+
+def _reference(target: Path, prompt: list[int], n: int) -> list[int]:
+    with ReferenceModel(target, n_ctx=512) as reference:
+        return reference.greedy(prompt, n)
+
+
+@pytest.fixture()
+def loaded(backend: Backend) -> Iterator[list[Engine]]:
+    engines: list[Engine] = []
+    yield engines
+    for e in engines:
+        e.unload()
+
+
+def _load(backend: Backend, target: Path, engines: list[Engine]) -> Engine:
+    e = Engine(backend)
+    engines.append(e)
+    e.load(PairSpec(target=str(target), mtp=True, context=CTX))
+    return e
+
+
+def _reply(e: Engine, prompt: list[int], n: int, k: int | None) -> tuple[list[int], list[StepEvent], DoneEvent]:
+    tokens: list[int] = []
+    steps: list[StepEvent] = []
+    for event in e.generate(prompt, max_tokens=n, draft=DraftParams(k=k), ignore_eos=True):
+        if isinstance(event, DoneEvent):
+            return tokens, steps, event
+        tokens.extend(event.tokens)
+        if event.tokens:
+            steps.append(event)
+    raise AssertionError("no done event")
+
+
+def test_a_head_scored_on_the_prompt_drafts_at_the_replys_first_step(backend: Backend, heads: dict[str, Path],
+                                                                     loaded: list[Engine]) -> None:
+    """The first reply after a load (a cold start, nothing cached): the agreeing head, scored on the prompt's own
+    positions during its prefill, drafts at the reply's first step, and the reply is the reference's; the noise
+    head never drafts.
+
+    Breaking it (``MtpDraft.prompt_rows = 0``: no scoring on the prompt): the agreeing head's first step was plain
+    (``steps[0].k == 0``) — the cold start then decoded 5 plain tokens before its first draft."""
+    for name, target in heads.items():
+        e = _load(backend, target, loaded)
+        for text in PROMPTS:
+            prompt = e.tokenize_prompt(text)
+            e._decoder_or_raise().reset()  # a new conversation: the prompt is evaluated, not found cached
+            e._decoder_or_raise().auto_policy = None
+            tokens, steps, done = _reply(e, prompt, 24, None)
+            assert tokens == _reference(target, prompt, 24), (name, text)
+            if name == "agreeing":
+                assert steps[0].k > 0 and done.stats.drafted > 0, (text, steps[0].k)
+            else:
+                assert done.stats.drafted == 0, (text, done.stats.drafted)
+
+
+def test_a_useless_head_rests_then_wakes_for_the_next_reply_exactly(backend: Backend, heads: dict[str, Path],
+                                                                    loaded: list[Engine]) -> None:
+    """The noise head at automatic depth, 96 tokens: once it was scored useless on enough of the reply it stops
+    following the target — the target's hidden states are no longer copied (``after_decode`` unhooked) for most
+    of the reply. The next reply, at depth 2, wakes it: it drafts, reading zeros for the positions decoded while
+    it rested, and both replies are the reference's token for token.
+
+    Breaking it (``should_rest`` always False): the head never rested (``drafter.resting`` False after the reply:
+    it kept copying the hidden states of every position)."""
+    target = heads["noise"]
+    e = _load(backend, target, loaded)
+    drafter = e._decoder_or_raise().drafter
+    assert isinstance(drafter, MtpDraft)
+    copies = [0]
+    capture = drafter._capture
+
+    def counted(pos0: int, n: int) -> None:
+        copies[0] += 1
+        capture(pos0, n)
+
+    drafter._capture = counted  # type: ignore[method-assign]
+    drafter.target.after_decode = counted
+    prompt = e.tokenize_prompt(PROMPTS[0])
+    tokens, _, done = _reply(e, prompt, 96, None)
+    assert tokens == _reference(target, prompt, 96)
+    assert done.stats.drafted == 0
+    assert drafter.resting and drafter.target.after_decode is None
+    assert copies[0] < 48, copies[0]  # the prompt's prefill is one copy, each plain step until the rest one
+    follow = prompt + tokens + e.tokenize_prompt(" and then")
+    tokens2, _, done2 = _reply(e, follow, 24, 2)
+    assert not drafter.resting and done2.stats.drafted > 0
+    assert tokens2 == _reference(target, follow, 24)

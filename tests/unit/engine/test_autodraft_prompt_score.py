@@ -1,0 +1,147 @@
+"""Automatic depth with an MTP head scored on the prompt, and a head put to rest: on recorded costs.
+
+The costs are bench_mtp_steps.py's quiet measurements of the generated 8 x 768 dense ``glm4moe`` + NextN target
+(2 CPU threads): a one-token pass 4.3 ms, a verify pass of 2 / 3 / 4 tokens 8.0 / 9.0 / 10.0 ms, 0.7 ms per
+drafted MTP token. On them the agreeing head (scored 15 of 16 on a prompt, 0.79-0.91 accepted at depth 1-3) pays
+at depth 3 and more; the noise head (1 of 16, 0.02-0.07 accepted) never does.
+"""
+
+from __future__ import annotations
+
+from outrider.engine.autodraft import REST_TRIALS, AutoDraftLength, prior_best_k
+
+ONE = 0.0043
+BATCH = {2: 0.0080, 3: 0.0090, 4: 0.0100, 5: 0.0110}
+DRAFT = 0.0007
+
+
+def _timed_plain(policy: AutoDraftLength, n: int) -> None:
+    for _ in range(n):
+        policy.observe(batch=1, verify_s=ONE, drafted=0, accepted=0, draft_s=0.0)
+
+
+def test_a_head_scored_on_the_prompt_drafts_at_the_first_step_only_if_it_could_pay() -> None:
+    """A cold start, nothing timed yet: the head scored 15 of 16 on the prompt drafts k_start at the reply's first
+    step; scored 1 of 16, it does not draft. Before, a cold start decoded 5 plain tokens (the first step, the
+    plain-rate run, the scoring step) before its first draft: 0.88-0.92x the best fixed depth on 24-token replies.
+
+    Breaking it (``_first_draft_could_pay`` back to drafting whenever no cost is timed, without
+    ``prior_best_k``): the 1-of-16 head drafted 4 tokens at the first step (choose() == 4, expected 0)."""
+    for hits, expect in ((15, 4), (1, 0)):
+        policy = AutoDraftLength(k_max=8, score_first=True)
+        policy.start_reply()
+        policy.observe_shadow(hits, 16)
+        assert policy.choose() == expect, (hits, expect)
+
+
+def test_the_prior_decides_by_acceptance_alone() -> None:
+    """Drafting free and a verify of n tokens at 1 + 0.25 (n - 1) passes: below a = 0.25 no draft pays a pass."""
+    assert prior_best_k(0.0, 8) == 0
+    assert prior_best_k(0.2, 8) == 0
+    assert prior_best_k(0.3, 8) >= 1
+    assert prior_best_k(0.9, 8) >= 4
+
+
+def test_after_the_first_draft_the_recorded_costs_pick_a_long_depth() -> None:
+    """The agreeing head's first reply: scored on the prompt, it drafts at once; with the recorded costs timed
+    (plain runs, verify passes of 4-5 tokens accepted 0.8 of the time), automatic depth stays at depth 3 or more
+    — the best fixed depth on this model — and never falls to plain."""
+    policy = AutoDraftLength(k_max=8, score_first=True)
+    policy.start_reply()
+    policy.observe_shadow(15, 16)
+    k = policy.choose()
+    assert k == 4
+    policy.observe(batch=5, verify_s=BATCH[5], drafted=4, accepted=4, draft_s=4 * DRAFT)  # untimed: first step
+    _timed_plain(policy, 3)
+    chosen = []
+    for step in range(12):
+        k = policy.choose()
+        chosen.append(k)
+        batch = min(k + 1, 5)
+        accepted = k if step % 5 else k - 1
+        policy.observe(batch=batch, verify_s=BATCH.get(batch, BATCH[5]), drafted=k, accepted=accepted,
+                       draft_s=k * DRAFT)
+    assert min(chosen) >= 3, chosen
+
+
+def test_a_head_scored_useless_rests_until_the_next_reply() -> None:
+    """The noise head: scored 1 of 8 on the prompt and 0 of 4 and 1 of 8 while plain, it rests once REST_TRIALS
+    guesses were scored (``should_rest``), and ``choose`` then stays 0 without consulting the cost model; the
+    next reply starts awake. A head scored 10 of 16 (0.63, close to paying on these costs) never rests: it must be
+    watched for the stretches where it is right every time.
+
+    Breaking it (the REST_MARGIN condition left out of ``should_rest``): the 10-of-16 head rested after 64
+    scored guesses (``assert not close.should_rest()`` failed); with the prior left out as above, the noise head
+    drafted at its first step (``choose() == 4``)."""
+    policy = AutoDraftLength(k_max=8, score_first=True)
+    policy.start_reply()
+    policy.observe_prompt(1, 8)
+    assert policy.choose() == 0
+    _timed_plain(policy, 4)
+    assert not policy.should_rest()  # 8 scored: not yet conclusive
+    policy.observe_shadow(0, 4)
+    policy.observe_shadow(1, 8)
+    assert REST_TRIALS <= 8 + 4 + 8
+    assert policy.choose() == 0
+    assert policy.should_rest()
+    policy.model.observe_shadow(16, 16)  # even news it cannot hear while resting would not wake it this reply
+    assert policy.choose() == 0 and policy.should_rest()
+    policy.start_reply()
+    assert not policy.should_rest()
+
+    close = AutoDraftLength(k_max=8, score_first=True)
+    close.start_reply()
+    _timed_plain(close, 6)
+    for _ in range(4):
+        close.observe(batch=4, verify_s=BATCH[4], drafted=3, accepted=1, draft_s=3 * DRAFT)
+    for _ in range(4):
+        close.observe_shadow(10, 16)
+        close.choose()
+    assert close.last_choice == 0
+    assert not close.should_rest()
+
+    # A head scored 8 of 16 on its prompt is not conclusively useless on these costs: it does not rest. (With
+    # REST_MARGIN 0.2 it rested: ``assert not half.should_rest()`` failed.)
+    half = AutoDraftLength(k_max=8, score_first=True)
+    half.start_reply()
+    _timed_plain(half, 6)
+    for _ in range(4):
+        half.observe(batch=4, verify_s=BATCH[4], drafted=3, accepted=1, draft_s=3 * DRAFT)
+    half.start_reply()
+    half.observe_prompt(8, 16)
+    assert half.choose() == 0
+    assert not half.should_rest()
+
+
+def test_a_warm_policy_judges_a_new_reply_by_its_prompt() -> None:
+    """Carried from a reply where the head was accepted 0.9 of the time, a policy scores the next prompt at 2 of
+    16: automatic depth starts that reply plain (the acceptance restarts from the prompt's score), and a prompt
+    scored 15 of 16 after a poor reply starts it drafting. The costs are kept.
+
+    Breaking it (``observe_prompt`` folding the score into the decaying window like a plain stretch): after the
+    poor stretch, the 15-of-16 prompt started plain (``choose() >= 3`` failed: 0); the 2-of-16 case alone does
+    not catch it (16 trials at once outweigh the window there too)."""
+    policy = AutoDraftLength(k_max=8, score_first=True)
+    policy.start_reply()
+    _timed_plain(policy, 4)
+    for _ in range(12):
+        policy.observe(batch=4, verify_s=BATCH[4], drafted=3, accepted=3, draft_s=3 * DRAFT)
+    assert policy.choose() >= 3
+    policy.start_reply()
+    policy.observe_prompt(2, 16)
+    assert policy.choose() == 0
+    for _ in range(12):
+        policy.observe_shadow(0, 4)
+    policy.start_reply()
+    policy.observe_prompt(15, 16)
+    assert policy.choose() >= 3
+
+
+def test_a_draft_model_is_never_put_to_rest() -> None:
+    """Resting is for a drafter whose scoring is cheap and whose following costs every pass (``score_first``)."""
+    policy = AutoDraftLength(k_max=8)
+    policy.start_reply()
+    _timed_plain(policy, 6)
+    for _ in range(4):
+        policy.observe_shadow(0, 16)
+    assert not policy.should_rest()
