@@ -16,7 +16,10 @@ logits rarely changes a sampled token, but always a log-probability.
 Breaking it on purpose: without the padding row of a seeded plain step (``pad_plain`` False) it failed "repeated
 at once: the log-probabilities differ" — the cold first reply with automatic k and the warm second one planned
 their plain steps differently, and a one-row pass rounds otherwise than a row of a verify pass. With the target
-prefilled with reuse for seeded requests too (the code before the fix) it failed as well.
+prefilled with reuse for seeded requests too (the code before the fix) it failed "assert 305 == 289" on
+``cache_n`` (the prefix reused) while the texts still agreed: this engine's 256-row micro-batches evaluate the
+prompt's tail (past row 256) row by row either way. That difference is shown at the engine level
+(tests/integration/engine/test_seeded_afresh.py, where the same break failed on the log-probabilities).
 """
 
 from __future__ import annotations
