@@ -232,8 +232,10 @@ class SpeculativeDecoder:
         # a pass of 64+ rows takes the tiled attention. So a seeded plain step evaluates one padding row after its
         # token (rolled back at once, like a rejected draft token; it costs a two-row pass, measured 1.7-1.9x a
         # one-row pass for SmolLM2 on a CPU: bench_seeded_passes.py), and a seeded draft is capped below the tiled
-        # size. Unseeded requests promise nothing to repeat: unchanged.
-        pad_plain = request.sampling.seed is not None
+        # size. Unseeded requests promise nothing to repeat: unchanged. Nor greedy ones, which a seed does not
+        # change (the in-app benchmark's are seeded): padded, their plain side would be slower than anyone's plain
+        # decoding and the A/B would read high.
+        pad_plain = request.sampling.seed is not None and request.sampling.temperature > 0
         if pad_plain:
             k_cap = min(k_cap, ROW_BY_ROW_ROWS - 1)
         # One concrete seed per reply: the draft and the target draw from the same keyed noise (an unseeded
@@ -303,7 +305,8 @@ class SpeculativeDecoder:
                 policy.observe_shadow(hits, trials)
             t1 = time.perf_counter()
             batch = [committed[-1], *draft.tokens]
-            if pad_plain and len(batch) == 1:
+            padded = pad_plain and len(batch) == 1
+            if padded:
                 batch.append(committed[-1])  # the padding row: row 0 cannot see it (causal), rolled back below
             if self.checkpoint_rounds and len(batch) > 1:
                 self.context.checkpoint()
@@ -375,7 +378,9 @@ class SpeculativeDecoder:
                            draft_s=drafting_s)
             now = time.perf_counter()
             # The target's part of the step (the drafter's time taken out) feeds the cost model of the speed-up.
-            meter.add_step(batch=len(batch), pass_tokens=pass_tokens, step_s=now - t0,
+            # A padded plain step is this request's plain decoding (its plain reply pays the padding row too): the
+            # speed-up of a seeded reply is against plain decoding of the same seeded request.
+            meter.add_step(batch=len(batch) - padded, pass_tokens=pass_tokens, step_s=now - t0,
                            target_s=now - (t1 if consulted else t0), threads=self.context.n_threads)
             if stats.ttft_s is None and tokens:
                 stats.ttft_s = now - t_request

@@ -202,3 +202,36 @@ def test_a_seeded_reply_is_computed_the_same_whatever_k_and_threads(make_decoder
         assert logprobs == first_logprobs, f"{name}: the log-probabilities differ"
         assert tokens == first_tokens, f"{name}: the text differs"
     assert drafted > 0, "nothing was drafted"
+
+
+def test_only_a_seeded_sampled_request_pads_its_plain_steps(make_decoder: Any) -> None:
+    """The padding row costs a seeded plain step a two-row pass (1.7-1.9x a one-row one on SmolLM2): a greedy
+    request, seeded or not, and an unseeded sampled one evaluate one row per plain step, so the in-app
+    benchmark's seeded greedy A/B compares with plain decoding as everyone runs it. The seeded sampled reply's
+    plain steps reach the speed-up estimate as plain passes (its plain decoding pays the same row). Broken once
+    on purpose (padding whenever a seed is set): the greedy case decoded two-row passes."""
+    decoder, _ = make_decoder("model")
+    plain = SpeculativeDecoder(decoder.model, decoder.context, NoDraft())
+    plain.cached = decoder.cached
+    rows: list[int] = []
+    real_decode = decoder.context.decode
+
+    def counting_decode(tokens: Sequence[int], *args: Any, **kwargs: Any) -> Any:
+        rows.append(len(tokens))
+        return real_decode(tokens, *args, **kwargs)
+
+    decoder.context.decode = counting_decode  # type: ignore[method-assign]
+    ask = decoder.model.tokenize("the model of the text is", add_special=True, parse_special=False)
+    cases = {"greedy, seeded": SamplingParams(temperature=0.0, seed=5),
+             "sampled, unseeded": SamplingParams(temperature=1.0),
+             "sampled, seeded": SamplingParams(temperature=1.0, seed=5)}
+    passes: dict[str, list[int]] = {}
+    for name, sampling in cases.items():
+        rows.clear()
+        _, _, done = _reply(plain, ask, sampling, 0)
+        assert done.stats.generated == N_TOKENS
+        passes[name] = rows[1:]  # after the prompt's pass
+        if name == "sampled, seeded":
+            assert done.stats.plain_steps == N_TOKENS  # a padded step is a plain one to the statistics
+    assert set(passes["greedy, seeded"]) == {1} and set(passes["sampled, unseeded"]) == {1}
+    assert set(passes["sampled, seeded"]) == {2}
