@@ -204,8 +204,10 @@ def make_family(
     seed: int = 1234,
     prefix: str = "tiny",
     output_scale: float = 1.0,
+    draft_layers: int = 1,
 ) -> Family:
-    """Generate target, family draft (target's first layer), unrelated draft and incompatible draft."""
+    """Generate target, family draft (the target's first ``draft_layers`` layers), unrelated draft and
+    incompatible draft."""
     directory.mkdir(parents=True, exist_ok=True)
     vocab = build_vocab()
     n_vocab = len(vocab[0])
@@ -214,21 +216,23 @@ def make_family(
         for part in ("attn_output", "ffn_down"):
             key = f"blk.{i}.{part}.weight"
             target_w[key] = _f16(target_w[key].astype(np.float32) * np.float32(extra_layer_scale))
-    draft_shape = dataclasses.replace(shape, n_layer=1)
-    draft_w = {k: v for k, v in target_w.items() if not k.startswith("blk.") or k.startswith("blk.0.")}
-    unrelated_w = random_weights(draft_shape, n_vocab, seed + 1, output_scale=output_scale)
+    draft_shape = dataclasses.replace(shape, n_layer=draft_layers)
+    draft_w = {k: v for k, v in target_w.items()
+               if not k.startswith("blk.") or int(k.split(".")[1]) < draft_layers}
+    one_layer = dataclasses.replace(shape, n_layer=1)  # the unrelated and incompatible drafts
+    unrelated_w = random_weights(one_layer, n_vocab, seed + 1, output_scale=output_scale)
     other_vocab = build_vocab(extra_words=200)
-    incompatible_w = random_weights(draft_shape, len(other_vocab[0]), seed + 2)
+    incompatible_w = random_weights(one_layer, len(other_vocab[0]), seed + 2)
     return Family(
         target=write_gguf(directory / f"{prefix}-target.gguf", target_w, shape, vocab, name=f"{prefix}-target"),
         draft=write_gguf(directory / f"{prefix}-draft.gguf", draft_w, draft_shape, vocab, name=f"{prefix}-draft"),
         unrelated=write_gguf(
-            directory / f"{prefix}-unrelated.gguf", unrelated_w, draft_shape, vocab, name=f"{prefix}-unrelated"
+            directory / f"{prefix}-unrelated.gguf", unrelated_w, one_layer, vocab, name=f"{prefix}-unrelated"
         ),
         incompatible=write_gguf(
             directory / f"{prefix}-incompatible.gguf",
             incompatible_w,
-            draft_shape,
+            one_layer,
             other_vocab,
             name=f"{prefix}-incompatible",
         ),

@@ -123,10 +123,10 @@ class ChainDraft:
         """The automatic-k policy of the member of this kind (None without automatic k)."""
         return next((m.policy for m in self.members if m.drafter.kind == kind), None)
 
-    def prefill(self, prompt: Sequence[int]) -> int:
+    def prefill(self, prompt: Sequence[int], *, reuse: bool = True) -> int:
         for m in self.members:
             m.shadow_from = len(prompt)
-        return sum(m.drafter.prefill(prompt) for m in self.members)
+        return sum(m.drafter.prefill(prompt, reuse=reuse) for m in self.members)
 
     def propose(
         self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,

@@ -34,8 +34,15 @@ class Drafter(Protocol):
 
     kind: str
 
-    def prefill(self, prompt: Sequence[int]) -> int:
-        """Prepare for a new generation from ``prompt``; returns how many tokens had to be evaluated."""
+    def prefill(self, prompt: Sequence[int], *, reuse: bool = True) -> int:
+        """Prepare for a new generation from ``prompt``; returns how many tokens had to be evaluated.
+
+        ``reuse`` False: keep nothing from earlier generations — every context the drafter owns evaluates
+        ``prompt`` afresh, in one pass split the same way each time. A seeded request asks for it: on a CPU
+        llama.cpp's flash attention rounds a pass of 64+ rows (tiled) differently from fewer rows, so a cached
+        prefix plus a short new part is not the prompt evaluated at once; what a draft proposes (its q, which the
+        rejection sampler's accept/residual draws read) would then depend on the requests before (docs/metrics.md,
+        "Samplers")."""
         ...
 
     def propose(
@@ -69,10 +76,11 @@ class PromptScoredDrafter(Protocol):
 
     prompt_rows: int
 
-    def prefill_scored(self, prompt: Sequence[int], target_guesses: Sequence[int]) -> tuple[int, int]:
-        """``prefill``, and score the drafter at the prompt's positions ``len(prompt) - 1 - len(target_guesses)``
-        .. ``len(prompt) - 2`` against ``target_guesses`` (the target's greedy token after each): (hits, trials)."""
-        ...
+    def prefill_scored(self, prompt: Sequence[int], target_guesses: Sequence[int], *,
+                       reuse: bool = True) -> tuple[int, int]:
+        """``prefill`` (``reuse`` as there), and score the drafter at the prompt's positions
+        ``len(prompt) - 1 - len(target_guesses)`` .. ``len(prompt) - 2`` against ``target_guesses`` (the target's
+        greedy token after each): (hits, trials)."""
 
     def rest(self, resting: bool) -> None:
         """Stop (``True``) or resume following the target's passes; a resting drafter is not asked to draft."""
@@ -95,7 +103,7 @@ class NoDraft:
 
     kind = "none"
 
-    def prefill(self, prompt: Sequence[int]) -> int:
+    def prefill(self, prompt: Sequence[int], *, reuse: bool = True) -> int:
         return 0
 
     def propose(
@@ -196,7 +204,10 @@ class ModelDraft:
         self.cached.extend(new)
         return hits, trials
 
-    def prefill(self, prompt: Sequence[int]) -> int:
+    def prefill(self, prompt: Sequence[int], *, reuse: bool = True) -> int:
+        if not reuse:  # afresh (Drafter.prefill): the draft's KV for the prompt must not depend on earlier requests
+            self.context.clear()
+            self.cached.clear()
         before = len(prompt) - min(common_prefix_length(self.cached, prompt), len(prompt) - 1)
         self._sync(prompt, abortable=True)
         self.context.synchronize()
@@ -312,7 +323,9 @@ class PromptLookupDraft:
                 if e - n >= 0:
                     self._index[tuple(committed[e - n : e])] = e
 
-    def prefill(self, prompt: Sequence[int]) -> int:
+    def prefill(self, prompt: Sequence[int], *, reuse: bool = True) -> int:
+        if not reuse:  # the index is a function of the committed tokens anyway; afresh, nothing else can leak in
+            self._indexed, self._index = [], {}
         self._update_index(prompt)
         return 0
 

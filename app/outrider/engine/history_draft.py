@@ -76,8 +76,10 @@ class HistoryLookupDraft:
         self.match_length = 0  # tokens matched by the latest guess (0: none); a chain compares lookups by it
         self._source: _Source | None = None  # the text the latest guess was read from (see the module docstring)
 
-    def prefill(self, prompt: Sequence[int]) -> int:
-        """Catch up with the history (replies stored since the last reply); evaluates no token."""
+    def prefill(self, prompt: Sequence[int], *, reuse: bool = True) -> int:
+        """Catch up with the history (replies stored since the last reply); evaluates no token. ``reuse`` changes
+        nothing: what it proposes is read from the history, whatever its cache (with the rejection sampler a
+        seeded reply therefore depends on what the history holds; docs/metrics.md)."""
         self._source = None  # corpus positions change with the sync
         if self.history_db is not None:
             try:

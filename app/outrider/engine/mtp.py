@@ -146,15 +146,18 @@ class MtpDraft:
         return self.mtp.logits(i)[: self.n_vocab]
 
     # -- Drafter ----------------------------------------------------------------------------------------
-    def prefill(self, prompt: Sequence[int]) -> int:
+    def prefill(self, prompt: Sequence[int], *, reuse: bool = True) -> int:
         """Feed every prompt position whose hidden input is known (all but the last token's cell, which the
-        first draft evaluates with logits)."""
-        fed = self._feed(prompt, len(prompt) - 1, logits=False)[0]
+        first draft evaluates with logits). ``reuse`` False (a seeded request, ``Drafter.prefill``): no cell is
+        kept — the cached ones were fed from an earlier evaluation of the target, whose hidden states may round
+        differently from this one's (the target then evaluates the prompt afresh too, so every state is here)."""
+        fed = self._feed(prompt, len(prompt) - 1, logits=False, keep_at_most=None if reuse else 0)[0]
         self._unowned = 0
         self._verify_pending = False
         return fed
 
-    def prefill_scored(self, prompt: Sequence[int], target_guesses: Sequence[int]) -> tuple[int, int]:
+    def prefill_scored(self, prompt: Sequence[int], target_guesses: Sequence[int], *,
+                       reuse: bool = True) -> tuple[int, int]:
         """``prefill``, with the last ``len(target_guesses)`` cells it feeds given an output each and their guesses
         compared with the target's (``PromptScoredDrafter``): cell p reads the prompt's token p and the target's
         hidden state at p - 1, and guesses token p + 1 — what the target's logits at p chose. Exactly what a draft
@@ -163,9 +166,10 @@ class MtpDraft:
         end = len(prompt) - 1
         m = min(len(target_guesses), end)
         if m <= 0:
-            self.prefill(prompt)
+            self.prefill(prompt, reuse=reuse)
             return 0, 0
-        _, hits, trials = self._feed(prompt, end, logits=False, score_from=end - m + 1, keep_at_most=end - m,
+        _, hits, trials = self._feed(prompt, end, logits=False, score_from=end - m + 1,
+                                     keep_at_most=end - m if reuse else 0,
                                      expected=target_guesses[-m:])
         self._unowned = 0
         self._verify_pending = False

@@ -54,6 +54,9 @@ TokenScore = tuple[float, float, float, float, float, float]
 """``SpeculativeDecoder.score``'s row: mass ranked before x, p(x), top p, then q(x), E_p[q], Var_p[q] (Var -1: none)."""
 
 CATCH_UP_TOKENS = 2  # what a draft model evaluates to catch up after a speculative step (last accepted + new)
+# The most query rows llama.cpp's CPU flash attention evaluates row by row; 64+ take its tiled path, which rounds
+# differently. A seeded request's passes stay within it (see ``SpeculativeDecoder.generate``).
+ROW_BY_ROW_ROWS = 63
 
 
 
@@ -124,11 +127,12 @@ class SpeculativeDecoder:
         self.context.clear()
         self.cached.clear()
 
-    def _prefill(self, prompt: Sequence[int], outputs: int = 0) -> int:
-        """Evaluate all but the last prompt token, keeping the longest cached prefix. Returns tokens reused.
+    def _prefill(self, prompt: Sequence[int], outputs: int = 0, *, reuse: bool = True) -> int:
+        """Evaluate all but the last prompt token, keeping the longest cached prefix (none when ``reuse`` is
+        False). Returns tokens reused.
 
         ``outputs``: logits for the last that many evaluated positions (``_prompt_guesses`` reads them)."""
-        keep = min(common_prefix_length(self.cached, prompt), len(prompt) - 1)
+        keep = min(common_prefix_length(self.cached, prompt), len(prompt) - 1) if reuse else 0
         self.context.truncate(keep)
         keep = self.context.n_past  # a recurrent memory may keep less (ModelContext.truncate)
         del self.cached[keep:]
@@ -165,15 +169,23 @@ class SpeculativeDecoder:
         scored = self.drafter if isinstance(self.drafter, PromptScoredDrafter) else None
         prompt_score = (0, 0)
         try:
+            # A seeded request evaluates its prompt afresh, in the target and in every drafter context (a draft
+            # model's, an MTP head's): on a CPU llama.cpp's flash attention rounds a micro-batch of 64+ rows
+            # (tiled) differently from fewer (row by row), so a prefix built from a cached part plus a new one is
+            # not the prefix evaluated at once, and the seeded text would depend on the requests before it — the
+            # target's logits under any sampler, the draft's q too under the rejection sampler. Afresh, the same
+            # prompt is always split the same way. It costs a seeded request its prompt cache; an unseeded one,
+            # which promises nothing to repeat, keeps it (docs/metrics.md, "Samplers").
+            reuse = request.sampling.seed is None
             if scored is not None:
                 scored.rest(False)
             rows = scored.prompt_rows if scored is not None and request.draft.k is None else 0
-            stats.prompt_tokens_reused = self._prefill(prompt, rows)
+            stats.prompt_tokens_reused = self._prefill(prompt, rows, reuse=reuse)
             guesses = self._prompt_guesses(len(prompt) - 1 - stats.prompt_tokens_reused, rows)
             if scored is not None and guesses:
-                prompt_score = scored.prefill_scored(prompt, guesses)
+                prompt_score = scored.prefill_scored(prompt, guesses, reuse=reuse)
             else:
-                self.drafter.prefill(prompt)
+                self.drafter.prefill(prompt, reuse=reuse)
             # On a GPU decode() returns before the work is done: wait, or prompt time leaks into the first step.
             self.context.synchronize()
         except DecodeError as exc:
@@ -212,6 +224,20 @@ class SpeculativeDecoder:
         k_cap = max(0, self.context.n_batch - 1)
         if self.rollback_limit:
             k_cap = min(k_cap, self.rollback_limit)
+        # A seeded request's target passes are all 2 .. ROW_BY_ROW_ROWS rows, so every position it emits is computed
+        # the same way whatever k was chosen, whether a step was plain, and however many threads ran it. On a CPU,
+        # llama.cpp computes a one-row pass with other routines: its flash attention splits the keys of a cache of
+        # 257+ cells across the threads (SmolLM2's logits then differ by up to 0.7 from the same position in a
+        # batch, and with the thread count); F16/Q8_0/Q5_0 matrix products have a one-row kernel of their own; and
+        # a pass of 64+ rows takes the tiled attention. So a seeded plain step evaluates one padding row after its
+        # token (rolled back at once, like a rejected draft token; it costs a two-row pass, measured 1.7-1.9x a
+        # one-row pass for SmolLM2 on a CPU: bench_seeded_passes.py), and a seeded draft is capped below the tiled
+        # size. Unseeded requests promise nothing to repeat: unchanged. Nor greedy ones, which a seed does not
+        # change (the in-app benchmark's are seeded): padded, their plain side would be slower than anyone's plain
+        # decoding and the A/B would read high.
+        pad_plain = request.sampling.seed is not None and request.sampling.temperature > 0
+        if pad_plain:
+            k_cap = min(k_cap, ROW_BY_ROW_ROWS - 1)
         # One concrete seed per reply: the draft and the target draw from the same keyed noise (an unseeded
         # reply gets a fresh one). ``rng`` is only for drafters with randomness of their own (exact either way).
         sampling = resolve_seed(request.sampling)
@@ -279,7 +305,10 @@ class SpeculativeDecoder:
                 policy.observe_shadow(hits, trials)
             t1 = time.perf_counter()
             batch = [committed[-1], *draft.tokens]
-            if self.checkpoint_rounds and draft.tokens:
+            padded = pad_plain and len(batch) == 1
+            if padded:
+                batch.append(committed[-1])  # the padding row: row 0 cannot see it (causal), rolled back below
+            if self.checkpoint_rounds and len(batch) > 1:
                 self.context.checkpoint()
             self.context.decode(batch, logits="all")
             self.cached.extend(batch)
@@ -349,7 +378,9 @@ class SpeculativeDecoder:
                            draft_s=drafting_s)
             now = time.perf_counter()
             # The target's part of the step (the drafter's time taken out) feeds the cost model of the speed-up.
-            meter.add_step(batch=len(batch), pass_tokens=pass_tokens, step_s=now - t0,
+            # A padded plain step is this request's plain decoding (its plain reply pays the padding row too): the
+            # speed-up of a seeded reply is against plain decoding of the same seeded request.
+            meter.add_step(batch=len(batch) - padded, pass_tokens=pass_tokens, step_s=now - t0,
                            target_s=now - (t1 if consulted else t0), threads=self.context.n_threads)
             if stats.ttft_s is None and tokens:
                 stats.ttft_s = now - t_request

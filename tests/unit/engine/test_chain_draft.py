@@ -26,8 +26,10 @@ class Scripted:
         self.q = q
         self.asked: list[tuple[list[int], int]] = []
         self.observed: list[int] = []
+        self.reused: list[bool] = []  # ``reuse`` of each prefill
 
-    def prefill(self, prompt: Sequence[int]) -> int:
+    def prefill(self, prompt: Sequence[int], *, reuse: bool = True) -> int:
+        self.reused.append(reuse)
         return 0
 
     def propose(self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator,
@@ -156,6 +158,16 @@ def test_a_long_history_match_drafts_past_k_up_to_the_reach() -> None:
     lookup = ChainDraft([Matched([], 0), Scripted("lookup", [7] * 20)]).propose([1], 4, GREEDY, RNG, 0.0, reach=12)
     assert lookup.tokens == [7] * 4
     assert ChainDraft([Matched(script, LONG_MATCH)]).propose([1], 4, GREEDY, RNG, 0.0).tokens == script[:4]
+
+
+def test_prefill_passes_afresh_to_every_member() -> None:
+    """A seeded request's prefill (``reuse=False``) reaches each member, so a chain's draft model evaluates the
+    prompt afresh too. (Forwarding only the prompt, the default ``reuse=True`` reached the members: failed.)"""
+    members = [Scripted("history", []), Scripted("lookup", []), Scripted("model", [])]
+    chain = ChainDraft(list(members))
+    chain.prefill([1, 2, 3], reuse=False)
+    chain.prefill([1, 2, 3])
+    assert [m.reused for m in members] == [[False, True]] * 3
 
 
 def _decode(chain: ChainDraft, target: Sequence[int], prompt: Sequence[int],
