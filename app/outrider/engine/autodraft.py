@@ -57,6 +57,8 @@ REST_MARGIN = 0.4  # ... and not even this much more acceptance would pay: concl
 # scored 8 of 16 on its prompt rested on the recorded CPU costs; bench_mtp.py's hybrid head scores 8-10 of 16 on its
 # prompts and is accepted 0.8 at depth 1 on its replies)
 PROMPT_TRIALS = 8  # guesses scored on a prompt that restart a reply's acceptance from the prompt (observe_prompt)
+PROMPT_BIAS_KEEP = 0.5  # weight of the past in the prompt-to-reply offset (``PromptCalibration``): about 2 replies
+PROMPT_BIAS_LIMIT = 0.5  # bound on that offset (acceptance): a prompt scored 0.5 reads between 0 and 1
 REST_TRIALS = 16  # guesses scored in a reply (its prompt's included) before a useless MTP head is put to rest
 # (16: one prompt's scoring, ``PromptScoredDrafter.prompt_rows``; at 24 the noise head followed the target for the
 # first 8 tokens of every reply, and automatic depth ran at 0.96x plain on 64-token replies)
@@ -165,6 +167,58 @@ def _fit(rows: list[tuple[float, float, float]]) -> tuple[float, float] | None:
     sxy = sum(w * (x - mx) * (y - my) for x, y, w in rows)
     slope = max(sxy / sxx, 0.0) if sxx > 0 else 0.0
     return my - slope * mx, slope
+
+
+def _share(hits: float, trials: float) -> float:
+    """hits / trials with half a hit and half a miss added: 0.5 with no trials, never exactly 0 or 1."""
+    return (hits + 0.5) / (trials + 1.0)
+
+
+class PromptCalibration:
+    """How far a drafter's score on its prompts sits from its acceptance on the replies that follow.
+
+    A head is scored on a prompt against the target's own guesses there; on text the target did not write (the
+    user's) the two agree less often than on the target's reply, where its next token is the one it chose and the
+    head's guess is easier. By how much belongs to the pair: measured on the generated 8 x 768 ``qwen35`` hybrid
+    + NextN target (bench_mtp.py, "hybrid agreeing"), 8-10 of 16 prompt guesses right (0.5-0.63) against 0.79-0.82
+    accepted at depth 1-2 in the replies; on the dense ``glm4moe`` one, 11-14 of 16 against 0.55-0.84. Taken as it
+    stood, the hybrid's prompt score started every reply at 0.5-0.6 acceptance (depth 1 or plain where depth 2
+    paid: 0.84x the best fixed depth on 24-token replies). ``offset`` is the mean (decaying, PROMPT_BIAS_KEEP per
+    reply) of acceptance(reply) - score(prompt) over the replies with enough of both (PROMPT_TRIALS guesses), within
+    PROMPT_BIAS_LIMIT; None until one was seen. A difference, not one of log-odds: a head right 0 of 48 times
+    after a prompt scored 2 of 16 read -2.8 in log-odds, and sent the next prompt scored 15 of 16 to plain decoding
+    (0.38); as a difference, -0.14."""
+
+    def __init__(self) -> None:
+        self.offset: float | None = None
+        self._prompt: float | None = None  # this reply's prompt score (``_share``)
+        self._hits = 0.0  # this reply's guesses: accepted draft tokens and right shadow guesses
+        self._misses = 0.0  # ... rejections (one a draft, as the acceptance estimate counts them) and wrong guesses
+
+    def prompt(self, hits: int, trials: int) -> None:
+        """The reply's prompt was scored: ``hits`` of ``trials`` (PROMPT_TRIALS or more) guesses right."""
+        self._prompt = _share(hits, trials)
+
+    def reply(self, hits: float, misses: float) -> None:
+        """Guesses of the reply itself: ``hits`` right, ``misses`` wrong (a rejected draft counts one)."""
+        self._hits += hits
+        self._misses += misses
+
+    def close_reply(self) -> None:
+        """The reply ended: fold its offset in if it had a scored prompt and PROMPT_TRIALS guesses of its own."""
+        if self._prompt is not None and self._hits + self._misses >= PROMPT_TRIALS:
+            seen = _share(self._hits, self._hits + self._misses) - self._prompt
+            seen = max(-PROMPT_BIAS_LIMIT, min(PROMPT_BIAS_LIMIT, seen))
+            past = seen if self.offset is None else self.offset
+            self.offset = PROMPT_BIAS_KEEP * past + (1 - PROMPT_BIAS_KEEP) * seen
+        self._prompt = None
+        self._hits = self._misses = 0.0
+
+    def calibrated(self, hits: int, trials: int) -> float | None:
+        """The acceptance a prompt scored ``hits`` of ``trials`` predicts for its reply (None before an offset)."""
+        if self.offset is None:
+            return None
+        return min(1.0, max(0.0, _share(hits, trials) + self.offset))
 
 
 class CostModel:
@@ -409,6 +463,8 @@ class AutoDraftLength:
         self._untimed = False  # the next observation is a reply's first step (``start_reply``)
         self._scored_in_reply = 0  # shadow-scored guesses since ``start_reply`` (the prompt's included)
         self._resting = False  # ``should_rest`` said so in this reply
+        self.calibration = PromptCalibration()  # prompt score against reply acceptance (``score_first`` only)
+        self._prompt_approved = False  # this reply's prompt score could pay, with no calibration to read it by
 
     def choose(self) -> int:
         if self._resting:
@@ -444,7 +500,7 @@ class AutoDraftLength:
         m = self.model
         a = m.acceptance
         if a is None:
-            return False
+            return self._prompt_approved
         best = m.best_k(a, draft_cost=0.0)
         if best is None:  # scored on the prompt before any pass was timed: the prior costs
             best = prior_best_k(a, self.k_max)
@@ -465,10 +521,13 @@ class AutoDraftLength:
         self._untimed = True
         self._scored_in_reply = 0
         self._resting = False
+        self._prompt_approved = False
+        self.calibration.close_reply()
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
         if drafted > 0:
             self._speculative_steps += 1
+            self.calibration.reply(accepted, 1.0 if accepted < drafted else 0.0)
         timed, self._untimed = not self._untimed, False
         self.model.observe(batch=batch, verify_s=verify_s, drafted=drafted, accepted=accepted, draft_s=draft_s,
                            timed=timed)
@@ -487,6 +546,7 @@ class AutoDraftLength:
         there) was scored only every 128 tokens and missed the stretches later in a reply where it was right
         95-100 % of the time (bench_mtp.py "hybrid agreeing": automatic depth plain for 95 % of its steps)."""
         self.model.observe_shadow(hits, trials)
+        self.calibration.reply(hits, trials - hits)
         self._scored_in_reply += trials
         if trials > 0:
             rate = hits / trials + (PROBE_MARGIN if self.score_first else 0.0)
@@ -496,21 +556,58 @@ class AutoDraftLength:
     def observe_prompt(self, hits: int, trials: int) -> None:
         """The drafter scored on the reply's prompt (``PromptScoredDrafter``): ``hits`` of ``trials`` guesses right.
 
-        With ``score_first`` and at least PROMPT_TRIALS of them, the reply's acceptance starts from that score
-        alone, and the scoring and probe intervals start again: how often a head agrees belongs to the text, and
-        a warm policy carried the last reply's. Measured (bench_mtp.py "dense agreeing", 8 x 768, a policy
-        carried across 64- and 192-token replies): the head accepted 0.84 on the 192-token replies and 0.55-0.67
-        on the 64-token ones, and carried over it drafted into them at 0.95x plain where a cold start, judging
-        by the prompt, ran at 1.13x. Fewer trials (a prompt mostly cached): scored like a plain stretch."""
-        if self.score_first and trials >= PROMPT_TRIALS:
+        With ``score_first`` and at least PROMPT_TRIALS of them, the score is read through what the replies
+        before showed of it (``PromptCalibration``): once a reply has shown how its prompt's score stood to its
+        own acceptance, a reply's acceptance starts from its prompt's score so corrected, and the scoring and probe
+        intervals start again — how often a head agrees belongs to the text, and a warm policy carried the last
+        reply's. Measured (bench_mtp.py "dense agreeing", 8 x 768, a policy carried across 64- and 192-token
+        replies): the head accepted 0.84 on the 192-token replies and 0.55-0.67 on the 64-token ones, and carried
+        over it drafted into them at 0.95x plain where a start judged by the prompt ran at 1.13x.
+
+        Before any calibration (the first reply after a load) the score only decides whether to draft at all: if
+        it could pay (``_score_could_pay``), the reply drafts at its first step and its depth follows its own drafts
+        (a warm policy keeps what it carried); if not, its acceptance starts from the score, and the head rests once
+        that is conclusive (``should_rest``). Measured on the hybrid head (bench_mtp_steps.py "hybrid agreeing",
+        24-token replies, cold): its 8-10 of 16 taken as the acceptance held the first reply at depth 0-1 (0.85x
+        depth 2); weighed as 4 or 8 guesses, 0.81x (one rejected early draft then sent it plain); not taken,
+        0.88x. And not counted towards resting: the first draft of 4 rejected read acceptance 0, and the prompt's
+        16 guesses made that conclusive though the reply went on at 0.8. Fewer trials (a prompt mostly cached):
+        scored like a plain stretch."""
+        if not (self.score_first and trials >= PROMPT_TRIALS):
+            self.observe_shadow(hits, trials)
+            return
+        self.calibration.prompt(hits, trials)
+        self._probe_interval = PROBE_START
+        calibrated = self.calibration.calibrated(hits, trials)
+        if calibrated is not None:
+            self.model.restart_acceptance(calibrated * trials, trials)
+            self._scored_in_reply += trials
+            judged = calibrated
+        elif self._score_could_pay(hits / trials):
+            # Nor is it counted towards resting: the reply's own guesses decide that (``should_rest``).
+            self._prompt_approved = True
+            judged = self.model.acceptance if self.model.acceptance is not None else hits / trials
+        else:
             self.model.restart_acceptance(hits, trials)
             self._scored_in_reply += trials
-            rate = hits / trials + PROBE_MARGIN
-            close = (self.model.best_k(min(1.0, rate)) or 0) > 0
-            self.shadow_interval = SHADOW_START if close else SHADOW_START * 2
-            self._probe_interval = PROBE_START
-        else:
-            self.observe_shadow(hits, trials)
+            judged = hits / trials
+        # Not yet timed: scored again soon (a cold start that turned plain after one rejected first draft waited
+        # 8 plain steps for its next scoring, a third of a 24-token reply).
+        best = self.model.best_k(min(1.0, judged + PROBE_MARGIN))
+        self.shadow_interval = SHADOW_START if best is None or best > 0 else SHADOW_START * 2
+
+    def _score_could_pay(self, a: float) -> bool:
+        """Whether drafting at acceptance ``a`` (a prompt's raw score) could pay: on the measured costs with
+        PROBE_MARGIN more acceptance, or before any is measured on the prior (as a cold start's first draft is
+        judged, ``_first_draft_could_pay``). A head scored 1 of 16 (bench_mtp.py "dense low", 0.02-0.09 accepted)
+        cannot, either way; the hybrid head's 8 of 16 can."""
+        m = self.model
+        best = m.best_k(min(1.0, a + PROBE_MARGIN))
+        if best is None:
+            best = m.best_k(a, draft_cost=0.0)
+        if best is None:
+            best = prior_best_k(a, self.k_max)
+        return best > 0
 
     def restart(self, hits: float, trials: float) -> None:
         """A reply's acceptance from ``hits`` of ``trials`` guesses alone (none: a cold start, which with

@@ -130,8 +130,8 @@ def test_a_warm_policy_judges_a_new_reply_by_its_prompt() -> None:
     policy.start_reply()
     policy.observe_prompt(2, 16)
     assert policy.choose() == 0
-    for _ in range(12):
-        policy.observe_shadow(0, 4)
+    for _ in range(6):
+        policy.observe_shadow(1, 8)  # the reply bears its prompt's score out (``PromptCalibration``: no offset)
     policy.start_reply()
     policy.observe_prompt(15, 16)
     assert policy.choose() >= 3
