@@ -8,7 +8,14 @@ at depth 3 and more; the noise head (1 of 16, 0.02-0.07 accepted) never does.
 
 from __future__ import annotations
 
-from outrider.engine.autodraft import REST_TRIALS, AutoDraftLength, prior_best_k
+from outrider.engine.autodraft import (
+    PROMPT_BIAS_LIMIT,
+    REST_TRIALS,
+    SHADOW_START,
+    AutoDraftLength,
+    PromptCalibration,
+    prior_best_k,
+)
 
 ONE = 0.0043
 BATCH = {2: 0.0080, 3: 0.0090, 4: 0.0100, 5: 0.0110}
@@ -145,3 +152,118 @@ def test_a_draft_model_is_never_put_to_rest() -> None:
     for _ in range(4):
         policy.observe_shadow(0, 16)
     assert not policy.should_rest()
+
+
+# The generated 8 x 768 ``qwen35`` hybrid + NextN target, recorded quietly with bench_mtp_steps.py ("hybrid agreeing",
+# 2 CPU threads): a one-token pass 4.9 ms, a verify pass of 2 / 3 / 4 / 5 tokens 7.5 / 7.9 / 8.3 / 9.0 ms (a
+# one-token pass takes another, cheaper path: ``_batch_line``), 0.8 ms per drafted MTP token. Its head agrees with
+# the target on 8-10 of 16 prompt positions and is accepted 0.79-0.82 at depth 1-2 in the replies: on these costs
+# 0.5 pays no depth, 0.8 pays depth 2 and more.
+HYBRID_ONE = 0.0049
+HYBRID_BATCH = {2: 0.0075, 3: 0.0079, 4: 0.0083, 5: 0.0090}
+HYBRID_DRAFT = 0.0008
+
+
+def _hybrid_costs_timed(policy: AutoDraftLength) -> None:
+    for _ in range(4):
+        policy.observe(batch=1, verify_s=HYBRID_ONE, drafted=0, accepted=0, draft_s=0.0)
+    for batch, cost in HYBRID_BATCH.items():
+        for _ in range(3):
+            policy.observe(batch=batch, verify_s=cost, drafted=batch - 1, accepted=0,
+                           draft_s=(batch - 1) * HYBRID_DRAFT)
+
+
+def _hybrid_reply(policy: AutoDraftLength, steps: int = 10) -> None:
+    """A reply where the head is accepted 0.8 per token: drafts of 2, one in five cut after the first token."""
+    for step in range(steps):
+        accepted = 1 if step % 5 == 4 else 2
+        policy.observe(batch=3, verify_s=HYBRID_BATCH[3], drafted=2, accepted=accepted, draft_s=2 * HYBRID_DRAFT)
+
+
+def test_prompt_calibration_is_the_mean_gap_between_prompt_and_reply() -> None:
+    """By hand: a prompt scored 8 of 16 reads (8.5 / 17) = 0.5; a reply with 16 right guesses and 4 wrong,
+    16.5 / 21 = 0.786: offset 0.286, and the next prompt scored 8 of 16 reads 0.786. A second reply 0.1 under its
+    prompt: offset (0.286 + (-0.1)) / 2. A reply with fewer than PROMPT_TRIALS guesses of its own, or without a
+    scored prompt, changes nothing; an offset past PROMPT_BIAS_LIMIT is cut there."""
+    cal = PromptCalibration()
+    assert cal.calibrated(8, 16) is None
+    cal.prompt(8, 16)
+    cal.reply(16, 4)
+    cal.close_reply()
+    first = 16.5 / 21 - 8.5 / 17
+    assert cal.offset is not None and abs(cal.offset - first) < 1e-12
+    assert abs((cal.calibrated(8, 16) or 0.0) - 16.5 / 21) < 1e-12
+
+    cal.prompt(14, 16)  # 14.5 / 17
+    hits = 40 * (14.5 / 17 - 0.1) - 0.5  # of 39 guesses: (hits + 0.5) / 40 is 0.1 under the prompt's share
+    cal.reply(hits, 39 - hits)
+    cal.close_reply()
+    assert abs(cal.offset - (0.5 * first + 0.5 * -0.1)) < 1e-9
+
+    before = cal.offset
+    cal.prompt(2, 16)
+    cal.reply(1, 3)  # 4 guesses: too few
+    cal.close_reply()
+    cal.reply(40, 0)  # no scored prompt
+    cal.close_reply()
+    assert cal.offset == before
+
+    far = PromptCalibration()
+    far.prompt(0, 16)
+    far.reply(60, 0)
+    far.close_reply()
+    assert far.offset == PROMPT_BIAS_LIMIT
+    assert far.calibrated(16, 16) == 1.0
+
+
+def test_a_hybrid_head_after_one_reply_reads_its_next_prompt_at_its_reply_acceptance() -> None:
+    """On the hybrid's recorded costs, a warm policy whose head scored 8 of 16 on a prompt and was then accepted 0.8
+    in the reply starts the next reply, scored 8 of 16 again, at depth 2 or more; with the score taken as it stood
+    (0.5 on these costs pays nothing) it started plain — the hybrid's 24-token replies ran at 0.84x the best fixed
+    depth (bench_mtp_steps.py), 0.95-0.98x read through the calibration.
+
+    Breaking it (``observe_prompt`` restarting from the raw score even when calibrated): ``choose()`` returned 0
+    (expected >= 2)."""
+    policy = AutoDraftLength(k_max=8, score_first=True)
+    _hybrid_costs_timed(policy)
+    policy.start_reply()
+    policy.observe_prompt(8, 16)
+    _hybrid_reply(policy)
+    policy.start_reply()
+    policy.observe_prompt(8, 16)
+    assert policy.choose() >= 2
+    assert not policy.should_rest()
+
+    # The raw score on the same costs, for contrast: plain.
+    raw = AutoDraftLength(k_max=8, score_first=True)
+    _hybrid_costs_timed(raw)
+    raw.model.restart_acceptance(8, 16)
+    assert raw.model.best_k() == 0
+
+
+def test_before_any_calibration_a_prompt_that_could_pay_drafts_and_does_not_count_towards_rest() -> None:
+    """The first reply after a load (nothing timed, no calibration): the hybrid head scored 8 of 16 drafts k_start
+    at its first step; when that first draft of 4 is rejected whole, the head is neither put to rest (only its
+    reply's own guesses count towards REST_TRIALS) nor left unscored for long (the next scoring in SHADOW_START
+    plain steps). The noise head scored 1 of 16 still starts plain and rests at once.
+
+    Breaking it (the prompt's trials counted towards resting on this path too): ``should_rest()`` was True after
+    the rejected first draft, and the reply ran plain though the head was accepted 0.8 on it."""
+    policy = AutoDraftLength(k_max=8, score_first=True)
+    policy.start_reply()
+    policy.observe_prompt(8, 16)
+    assert policy.choose() == 4
+    policy.observe(batch=5, verify_s=HYBRID_BATCH[5], drafted=4, accepted=0, draft_s=4 * HYBRID_DRAFT)
+    for _ in range(3):  # the plain-rate probes
+        policy.observe(batch=1, verify_s=HYBRID_ONE, drafted=0, accepted=0, draft_s=0.0)
+    assert policy.choose() == 0
+    assert not policy.should_rest()
+    assert policy.shadow_interval == SHADOW_START
+    policy.observe_shadow(3, 4)
+    assert policy.choose() > 0
+
+    noise = AutoDraftLength(k_max=8, score_first=True)
+    noise.start_reply()
+    noise.observe_prompt(1, 16)
+    assert noise.choose() == 0
+    assert noise.should_rest()
