@@ -14,6 +14,12 @@ logits); without the cap on k, k = 20 was drafted and its long rejections left t
 test failed); a checkpoint restore that keeps the later attention positions failed the ``ModelContext`` test;
 a draft model that saves no checkpoint before drafting stayed exact by re-evaluating from the start, which the
 ``restores`` assertion caught.
+
+A difference from the reference is a tie only where the reference's top-2 gap is below twice what batching alone
+moves a logit of these models on this CPU (``ReferenceModel.batch_noise``, ``tie_gap``): 0.0028-0.0032 on an AMD
+EPYC, where the fixed 0.001 used before failed the ``lfm2`` draft-model test on a gap of 0.0014 (k = 3, token 7)
+with the code unchanged. Accepting one rejected draft token in seven (a bug) still failed both draft-model tests,
+on gaps of 0.067 and 0.076 against ties below 0.0055-0.0065.
 """
 
 from __future__ import annotations
@@ -37,11 +43,10 @@ from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, ModelSettings
 from outrider.engine.speculative import DoneEvent, GenerationRequest, SpeculativeDecoder, StepEvent
 from support.hybrid_gguf import HybridFamily, Qwen35Shape, make_lfm2_family, make_mamba, make_qwen35_family
-from support.reference_decoding import ReferenceModel
+from support.reference_decoding import ReferenceModel, tie_gap
 
 PROMPTS = ["the model is fast", "a b a b a b a b", "def return class import self", "hello world hello world"]
 N_TOKENS = 24
-TIE_GAP = 1e-3
 DRAFT_SETTINGS = [
     DraftParams(k=1),
     DraftParams(k=3),
@@ -70,6 +75,18 @@ def references(families: dict[str, HybridFamily]) -> dict[tuple[str, str], tuple
     return out
 
 
+@pytest.fixture(scope="module")
+def tie(families: dict[str, HybridFamily], references: dict[tuple[str, str], tuple[list[int], list[int]]]
+        ) -> dict[str, float]:
+    """arch -> the top-2 gap below which a difference is a tie batching may flip (``tie_gap``), from how far
+    batching moves these models' logits on this CPU (``batch_noise``, measured by the reference, not the engine)."""
+    out: dict[str, float] = {}
+    for arch, family in families.items():
+        with ReferenceModel(family.target, n_ctx=160) as reference:
+            out[arch] = tie_gap(reference.batch_noise([v for (a, _), v in references.items() if a == arch]))
+    return out
+
+
 def _generate(engine: Engine, prompt: list[int], draft: DraftParams) -> tuple[list[int], list[int], DoneEvent]:
     tokens: list[int] = []
     ks: list[int] = []
@@ -82,13 +99,13 @@ def _generate(engine: Engine, prompt: list[int], draft: DraftParams) -> tuple[li
 
 
 def _check_against_reference(families: dict[str, HybridFamily], arch: str, got: list[int], expected: list[int],
-                             prompt: list[int], where: str, ties: list[str]) -> None:
+                             prompt: list[int], where: str, ties: list[str], tie_at: float) -> None:
     if got == expected:
         return
     i = next(j for j, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b)
     with ReferenceModel(families[arch].target, n_ctx=160) as reference:
         gap = reference.top2_gap(prompt + expected[:i])
-    assert gap < TIE_GAP, f"{where}: first difference at token {i} (logit gap {gap:.3g})"
+    assert gap < tie_at, f"{where}: first difference at token {i} (logit gap {gap:.3g}, a tie below {tie_at:.3g})"
     ties.append(where)
 
 
@@ -96,7 +113,8 @@ def _check_against_reference(families: dict[str, HybridFamily], arch: str, got: 
 @pytest.mark.parametrize("kind", ["model", "lookup"])
 def test_hybrid_speculative_greedy_equals_the_independent_reference(
         backend: Backend, families: dict[str, HybridFamily],
-        references: dict[tuple[str, str], tuple[list[int], list[int]]], arch: str, kind: str) -> None:
+        references: dict[tuple[str, str], tuple[list[int], list[int]]], tie: dict[str, float], arch: str,
+        kind: str) -> None:
     family = families[arch]
     engine = Engine(backend)
     info = engine.load(PairSpec(target=str(family.target), draft=str(family.draft) if kind == "model" else None,
@@ -114,7 +132,7 @@ def test_hybrid_speculative_greedy_equals_the_independent_reference(
                 drafted += done.stats.drafted
                 accepted += done.stats.accepted
                 _check_against_reference(families, arch, got, expected, prompt, f"{arch} {kind} {text!r} {draft}",
-                                         ties)
+                                         ties, tie[arch])
         decoder = engine._decoder
         assert decoder is not None
         assert len(ties) <= 2, ties
