@@ -104,8 +104,10 @@ _COMPLETION_FIELDS = frozenset({"suffix", "prompt", "max_tokens", "temperature",
                                 "presence_penalty", "frequency_penalty"})
 
 
-# Outrider's own request fields, on both endpoints: ``sampler`` (coupled | rejection, see SamplingParams).
-_EXTENSIONS = frozenset({"sampler"})
+# Outrider's own request fields, on both endpoints: ``sampler`` (coupled | rejection, see SamplingParams) and
+# llama-server's ``ignore_eos`` (generate through end-of-generation tokens: a reply of exactly max_tokens, as a
+# benchmark or a test of a full-length reply needs whatever the model would say).
+_EXTENSIONS = frozenset({"sampler", "ignore_eos"})
 
 
 def choice_seed(seed: int, index: int) -> int:
@@ -398,8 +400,11 @@ def _parsed(data: Mapping[str, Any], defaults: Defaults, *, messages: tuple[Chat
     trim = data.get("trim_history", False)
     if not isinstance(trim, bool | None):
         raise bad("trim_history must be true or false", "trim_history", "invalid_type")
+    ignore_eos = data.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool | None):
+        raise bad("ignore_eos must be true or false", "ignore_eos", "invalid_type")
     text = TextRequest(prompt=prompt, messages=messages, max_tokens=n_max,
                        sampling=SamplingParams(temperature, top_k, top_p, min_p, seed, sampler), draft=defaults.draft,
                        stop=_stops(data.get("stop")), trim=bool(trim), grammar=grammar,
-                       tools=tools, top_logprobs=top_logprobs)
+                       tools=tools, top_logprobs=top_logprobs, ignore_eos=bool(ignore_eos))
     return ParsedRequest(text, stream, include_usage and stream, model, n=_choices(data))

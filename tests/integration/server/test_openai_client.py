@@ -106,6 +106,28 @@ def test_finish_reason_length_and_usage(demo: Served) -> None:
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + 3 and reply.usage.prompt_tokens > 3
 
 
+def test_ignore_eos_runs_a_reply_that_would_end_to_max_tokens(demo: Served) -> None:
+    """llama-server's ``ignore_eos``: a reply the model ends itself (finish "stop" well short of max_tokens) runs to
+    exactly max_tokens with it, and its first tokens are the free reply's; ``false`` changes nothing; a non-boolean
+    is refused by name. (Breaking it: leaving ``ignore_eos`` out of the TextRequest the server builds, the reply
+    stopped where the free one did: ``finish_reason == "length"`` failed with "stop".)"""
+    messages: Any = [{"role": "user", "content": "Say hi."}]
+    free = demo.api.chat.completions.create(model="m", temperature=0, max_tokens=64, messages=messages)
+    assert free.choices[0].finish_reason == "stop" and free.usage is not None
+    assert free.usage.completion_tokens < 64
+    same = demo.api.chat.completions.create(model="m", temperature=0, max_tokens=64, messages=messages,
+                                            extra_body={"ignore_eos": False})
+    assert same.choices[0].message.content == free.choices[0].message.content
+    full = demo.api.chat.completions.create(model="m", temperature=0, max_tokens=64, messages=messages,
+                                            extra_body={"ignore_eos": True})
+    assert full.choices[0].finish_reason == "length"
+    assert full.usage is not None and full.usage.completion_tokens == 64
+    assert (full.choices[0].message.content or "").startswith(free.choices[0].message.content or "")
+    with pytest.raises(openai.BadRequestError) as err:
+        demo.api.chat.completions.create(model="m", max_tokens=4, messages=messages, extra_body={"ignore_eos": "yes"})
+    assert "ignore_eos must be true or false" in str(err.value)
+
+
 def test_finish_reason_stop_on_a_stop_string(demo: Served) -> None:
     messages: Any = [{"role": "user", "content": "Count from 1 to 10, separated by commas."}]
     free = demo.api.chat.completions.create(model="m", temperature=0, max_tokens=40, messages=messages)
