@@ -568,10 +568,10 @@ class AutoDraftLength:
         it could pay (``_score_could_pay``), the reply drafts at its first step and its depth follows its own drafts
         (a warm policy keeps what it carried); if not, its acceptance starts from the score, and the head rests once
         that is conclusive (``should_rest``). Measured on the hybrid head (bench_mtp_steps.py "hybrid agreeing",
-        24-token replies, cold): its 8-10 of 16 taken as the acceptance held the first reply at depth 0-1 (0.85x
-        depth 2); weighed as 4 or 8 guesses, 0.81x (one rejected early draft then sent it plain); not taken,
-        0.88x. And not counted towards resting: the first draft of 4 rejected read acceptance 0, and the prompt's
-        16 guesses made that conclusive though the reply went on at 0.8. Fewer trials (a prompt mostly cached):
+        24-token replies, cold, against depth 2): its 8-10 of 16 taken as the acceptance 0.85x; weighed as 2, 4 or
+        8 guesses 0.81-0.87x; not taken 0.86-0.88x — alike within the runs' noise, so the simplest is kept. And
+        not counted towards resting: a first draft of 4 rejected whole read acceptance 0, and the prompt's 16
+        guesses made that conclusive though the reply went on at 0.8. Fewer trials (a prompt mostly cached):
         scored like a plain stretch."""
         if not (self.score_first and trials >= PROMPT_TRIALS):
             self.observe_shadow(hits, trials)
