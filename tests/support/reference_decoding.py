@@ -37,17 +37,21 @@ class AmbiguousFilterError(AssertionError):
 
 
 def filtered_distribution(
-    logits: Sequence[float] | np.ndarray, f: Filters, *, margin: float = 1e-6
+    logits: Sequence[float] | np.ndarray, f: Filters, *, margin: float = 1e-6, tie: float | None = None
 ) -> dict[int, float]:
     """token -> probability after llama.cpp's top-k, top-p, min-p and temperature (a written-out reference).
 
-    Raises AmbiguousFilterError when a threshold lies within ``margin`` of a candidate, so that a test never
-    depends on float rounding at a filter boundary.
+    Raises AmbiguousFilterError when a threshold lies within ``margin`` of a candidate, or (``tie``, in logits,
+    ``margin`` if not given) two candidates either side of a top-k or top-p cut, or a candidate and the min-p
+    threshold, are that close: so that a test never depends on rounding at a filter boundary. A batched pass moves
+    a logit by up to a few thousandths on a CPU (``ReferenceModel.batch_noise``): a tie of 4e-5 logits across a
+    top-p cut let the engine sample the token the reference cut (an AMD EPYC).
     """
+    tie = margin if tie is None else tie
     row = np.asarray(logits, dtype=np.float64)
     order = np.argsort(-row, kind="stable")
     if f.top_k > 0:
-        if f.top_k < len(order) and abs(row[order[f.top_k - 1]] - row[order[f.top_k]]) < margin:
+        if f.top_k < len(order) and abs(row[order[f.top_k - 1]] - row[order[f.top_k]]) < tie:
             raise AmbiguousFilterError(f"top-k boundary tie at rank {f.top_k}")
         order = order[: f.top_k]
     cand = row[order]
@@ -60,10 +64,12 @@ def filtered_distribution(
         keep = int(np.argmax(cum >= f.top_p)) + 1 if cum[-1] >= f.top_p else len(order)
         if np.any(np.abs(cum[: len(order) - 1] - f.top_p) < margin):
             raise AmbiguousFilterError("top-p boundary within the margin")
+        if keep < len(order) and cand[keep - 1] - cand[keep] < tie:
+            raise AmbiguousFilterError(f"a tie across the top-p cut at rank {keep}")
     if f.min_p > 0.0:
         # llama_sampler_min_p: keep logits >= max logit + log(min_p)
         threshold = cand[0] + np.log(f.min_p)
-        if np.any(np.abs(cand[:keep] - threshold) < margin):
+        if np.any(np.abs(cand[:keep] - threshold) < tie):
             raise AmbiguousFilterError("min-p boundary within the margin")
         keep = min(keep, int(np.count_nonzero(cand[:keep] >= threshold)))
     keep = max(1, keep)
@@ -195,17 +201,19 @@ class ReferenceModel:
         row = np.sort(self.logits_after(tokens))
         return float(row[-1] - row[-2])
 
-    def distribution(self, tokens: Sequence[int], f: Filters) -> dict[int, float]:
-        return filtered_distribution(self.logits_after(tokens), f)
+    def distribution(self, tokens: Sequence[int], f: Filters, *, tie: float | None = None) -> dict[int, float]:
+        return filtered_distribution(self.logits_after(tokens), f, tie=tie)
 
-    def marginals(self, prompt: Sequence[int], f: Filters, n_positions: int) -> list[dict[int, float]]:
-        """Exact marginal distribution of each of the first ``n_positions`` sampled tokens (prefix enumeration)."""
+    def marginals(self, prompt: Sequence[int], f: Filters, n_positions: int, *,
+                  tie: float | None = None) -> list[dict[int, float]]:
+        """Exact marginal distribution of each of the first ``n_positions`` sampled tokens (prefix enumeration);
+        ``tie``: as ``filtered_distribution``'s, for every prefix."""
         out: list[dict[int, float]] = [{} for _ in range(n_positions)]
         frontier: list[tuple[list[int], float]] = [([], 1.0)]
         for pos in range(n_positions):
             nxt: list[tuple[list[int], float]] = []
             for prefix, weight in frontier:
-                dist = self.distribution([*prompt, *prefix], f)
+                dist = self.distribution([*prompt, *prefix], f, tie=tie)
                 for token, prob in dist.items():
                     out[pos][token] = out[pos].get(token, 0.0) + weight * prob
                     if pos + 1 < n_positions:

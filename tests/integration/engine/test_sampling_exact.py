@@ -41,7 +41,7 @@ from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams, Sampler, SamplingParams
 from outrider.engine.speculative import DoneEvent
-from support.reference_decoding import Filters, ReferenceModel
+from support.reference_decoding import AmbiguousFilterError, Filters, ReferenceModel
 from support.tiny_gguf import Family, TinyShape, make_family
 
 N_RUNS = 20_000
@@ -49,6 +49,12 @@ N_POSITIONS = 4
 ALPHA = 1e-3
 MAX_CELLS = 4  # the likeliest tokens get a cell each, the rest share one
 SEED0 = 7_000_000
+# A case's exact distribution is taken only where no filter boundary is within this many logits of a candidate
+# (``filtered_distribution``'s ``tie``): batching moves these logits by thousandths, and on an AMD EPYC two tokens
+# 4e-5 apart across the top-p cut of ``all_filters`` at position 3 let the engine sample the one the reference cut.
+# Such a prompt is passed over for the next of FALLBACK_PROMPTS (which one a case ran on is in its report).
+BOUNDARY_TIE = 1e-3
+FALLBACK_PROMPTS = ["def return", "a b c", "the self", "there this one", "class import", "x y z"]
 
 # Peaked next-token distributions (logits with a standard deviation of about 4): filtered supports stay small, the
 # draft (the target's first layer) is often confident, and a target with 3 layers disagrees with it often enough.
@@ -156,17 +162,29 @@ def chi_square_against(samples: np.ndarray, exact: dict[int, float]) -> tuple[fl
     return float(stats.chisquare(observed, expected).pvalue), table
 
 
+def _unambiguous(engine: Engine, family: Family, case: Case) -> tuple[str, list[int], list[dict[int, float]]]:
+    """(text, prompt tokens, exact marginals) of the case's prompt, or of the first of FALLBACK_PROMPTS whose
+    marginals have no filter boundary within BOUNDARY_TIE (with ``echo``: the text, its greedy continuation, the
+    text again)."""
+    with ReferenceModel(family.target, n_ctx=64) as reference:
+        for text in [case.prompt, *(p for p in FALLBACK_PROMPTS if p != case.prompt)]:
+            prompt = engine.tokenize_prompt(text)
+            if case.echo:
+                prompt = [*prompt, *reference.greedy(prompt, case.echo), *prompt[1:]]
+            try:
+                return text, prompt, reference.marginals(prompt, case.filters, N_POSITIONS, tie=BOUNDARY_TIE)
+            except AmbiguousFilterError:
+                continue
+    raise AssertionError(f"{case.name}: every prompt has a filter boundary within {BOUNDARY_TIE} logits")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_speculative_sampling_follows_the_exact_target_distribution(
     case: Case, engines: dict[str, Engine], peaked_family: Family
 ) -> None:
     engine = engines[case.drafter]
-    prompt = engine.tokenize_prompt(case.prompt)
-    with ReferenceModel(peaked_family.target, n_ctx=64) as reference:
-        if case.echo:
-            prompt = [*prompt, *reference.greedy(prompt, case.echo), *prompt[1:]]
-        exact = reference.marginals(prompt, case.filters, N_POSITIONS)
+    text, prompt, exact = _unambiguous(engine, peaked_family, case)
     samples, drafted, accepted = _speculative_samples(engine, prompt, case)
     # The case must really speculate, and the verifier must really reject some draft tokens.
     assert drafted > 0, "nothing was drafted: this case does not test speculative sampling"
@@ -182,7 +200,7 @@ def test_speculative_sampling_follows_the_exact_target_distribution(
         report.append(f"position {pos}: p={pvalue:.3g}, empirical TV={tv:.4f}; {table}")
         if pvalue < ALPHA / N_POSITIONS:
             failures.append(pos)
-    summary = f"{case.name}: drafted {drafted}, accepted {accepted}\n" + "\n".join(report)
+    summary = f"{case.name} on {text!r}: drafted {drafted}, accepted {accepted}\n" + "\n".join(report)
     assert not failures, f"speculative samples differ from the target distribution at {failures}\n{summary}"
 
 
