@@ -183,8 +183,10 @@ def _hybrid_reply(policy: AutoDraftLength, steps: int = 10) -> None:
 def test_prompt_calibration_is_the_mean_gap_between_prompt_and_reply() -> None:
     """By hand: a prompt scored 8 of 16 reads (8.5 / 17) = 0.5; a reply with 16 right guesses and 4 wrong,
     16.5 / 21 = 0.786: offset 0.286, and the next prompt scored 8 of 16 reads 0.786. A second reply 0.1 under its
-    prompt: offset (0.286 + (-0.1)) / 2. A reply with fewer than PROMPT_TRIALS guesses of its own, or without a
-    scored prompt, changes nothing; an offset past PROMPT_BIAS_LIMIT is cut there."""
+    prompt counts as 0 (only upwards): offset 0.286 / 2. A reply with fewer than PROMPT_TRIALS guesses of its own,
+    or without a scored prompt, changes nothing; an offset past PROMPT_BIAS_LIMIT is cut there.
+
+    Breaking it (the gap let below 0): the second offset read 0.093, not 0.143."""
     cal = PromptCalibration()
     assert cal.calibrated(8, 16) is None
     cal.prompt(8, 16)
@@ -198,7 +200,7 @@ def test_prompt_calibration_is_the_mean_gap_between_prompt_and_reply() -> None:
     hits = 40 * (14.5 / 17 - 0.1) - 0.5  # of 39 guesses: (hits + 0.5) / 40 is 0.1 under the prompt's share
     cal.reply(hits, 39 - hits)
     cal.close_reply()
-    assert abs(cal.offset - (0.5 * first + 0.5 * -0.1)) < 1e-9
+    assert abs(cal.offset - 0.5 * first) < 1e-9
 
     before = cal.offset
     cal.prompt(2, 16)
