@@ -155,7 +155,6 @@ class ReferenceModel:
         ll.llama_memory_clear(self._mem, True)
         self._cached, self._last = [], None
         rows: list[Logits] = []
-        pos = 0
         bounds = [0, start, *range(start + chunk, len(tokens), chunk), len(tokens)]
         for lo, hi in itertools.pairwise(bounds):
             if hi <= lo:
@@ -178,8 +177,6 @@ class ReferenceModel:
                     rows.append(np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).astype(np.float64).copy())
             finally:
                 ll.llama_batch_free(batch)
-            pos = hi
-        assert pos == len(tokens)
         ll.llama_memory_clear(self._mem, True)
         return rows
 

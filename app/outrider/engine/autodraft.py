@@ -503,12 +503,16 @@ class AutoDraftLength:
         drafting pay if drafting were free. False until it was scored at all. Measured on an MTP head accepted 5-9 %
         of the time (bench_mtp.py, "dense low"): the cold start's two drafts of 4 cost 3-13 % of a 24-192-token
         reply; scored first, it does not draft."""
-        m = self.model
-        a = m.acceptance
+        a = self.model.acceptance
         if a is None:
             return self._prompt_approved
-        best = m.best_k(a, draft_cost=0.0)
-        if best is None:  # scored on the prompt before any pass was timed: the prior costs
+        return self._pays_if_free(a)
+
+    def _pays_if_free(self, a: float) -> bool:
+        """Whether some k pays at acceptance ``a`` with drafting free, on the measured verify costs, or before
+        any pass was timed on the prior costs (``prior_best_k``)."""
+        best = self.model.best_k(a, draft_cost=0.0)
+        if best is None:
             best = prior_best_k(a, self.k_max)
         return best > 0
 
@@ -607,13 +611,8 @@ class AutoDraftLength:
         PROBE_MARGIN more acceptance, or before any is measured on the prior (as a cold start's first draft is
         judged, ``_first_draft_could_pay``). A head scored 1 of 16 (bench_mtp.py "dense low", 0.02-0.09 accepted)
         cannot, either way; the hybrid head's 8 of 16 can."""
-        m = self.model
-        best = m.best_k(min(1.0, a + PROBE_MARGIN))
-        if best is None:
-            best = m.best_k(a, draft_cost=0.0)
-        if best is None:
-            best = prior_best_k(a, self.k_max)
-        return best > 0
+        best = self.model.best_k(min(1.0, a + PROBE_MARGIN))
+        return best > 0 if best is not None else self._pays_if_free(a)
 
     def restart(self, hits: float, trials: float) -> None:
         """A reply's acceptance from ``hits`` of ``trials`` guesses alone (none: a cold start, which with
