@@ -107,6 +107,11 @@ def data_dir(environ: dict[str, str] | None = None) -> Path:
     return private_dir(path)
 
 
+def learned_draft_file(environ: dict[str, str] | None = None) -> Path:
+    """Where automatic draft length keeps what it learned about each pair across loads (engine/learned_draft.py)."""
+    return data_dir(environ) / "draft-length.json"
+
+
 def models_dir(environ: dict[str, str] | None = None) -> Path:
     return private_dir(data_dir(environ) / "models", what="models directory")
 

@@ -194,11 +194,12 @@ class AppSettings:
         return DraftParams(k=k, k_max=self.k_max, draft_min=self.draft_min, p_min=self.p_min)
 
     def pair_spec(self, target: str, draft: str | None, lookup: bool, mtp: bool = False, *,
-                  history: str | None = None) -> PairSpec:
+                  history: str | None = None, learned: str | None = None) -> PairSpec:
         """The load request: the ``lookup`` source forces prompt lookup; otherwise the pair's own drafter (also
         with no draft source: it then drafts nothing, k = 0, and switching back needs no reload). With ``mtp``
         the pair's drafter is MTP heads: the target's own (no ``draft``) or the head file ``draft``. ``history``:
-        the history database, drafted from (history lookup) while ``lookup_history`` is on."""
+        the history database, drafted from (history lookup) while ``lookup_history`` is on. ``learned``: the file
+        of learned draft lengths (``PairSpec.learned_draft``)."""
         mtp_head: str | None = None
         if self.draft_source == "lookup":
             draft, lookup, mtp = None, True, False
@@ -206,7 +207,7 @@ class AppSettings:
             draft, mtp_head, lookup = None, draft, False
         return PairSpec(target=target, draft=draft, lookup=lookup and draft is None and not mtp and not mtp_head,
                         mtp=mtp and mtp_head is None, mtp_head=mtp_head,
-                        lookup_history=history if self.lookup_history else None,
+                        lookup_history=history if self.lookup_history else None, learned_draft=learned,
                         target_settings=ModelSettings(gpu_layers=self.target_gpu_layers,
                                                       rpc=parse_rpc_list(self.rpc_servers),
                                                       split=parse_split(self.target_split)

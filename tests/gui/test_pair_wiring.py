@@ -3,6 +3,7 @@ next start, and an automatic load refuses a model that crashed the engine before
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +85,8 @@ def test_chosen_pair_loads_with_recommended_settings_and_is_remembered(qtbot: An
     assert spec.context.n_ctx == 8192
     # History lookup is on by default and drafts from the app's own history (engine/history_draft.py).
     assert spec.lookup_history == str(win.controller.store.store.db_path)
+    # Automatic draft length starts from what it learned at the pair's last load (engine/learned_draft.py).
+    assert spec.learned_draft == str(Path(os.environ["OUTRIDER_HOME"]) / "draft-length.json")
     v = settings.value
     assert (v.draft_source, v.k_policy, v.k, v.draft_min, v.p_min, v.context_size) == ("model", "fixed", 6, 2, 0.6,
                                                                                          8192)

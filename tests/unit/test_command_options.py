@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,26 @@ def test_rpc_and_split_lists_say_the_parsers_words_as_argparse_errors() -> None:
     with pytest.raises(argparse.ArgumentTypeError) as info:
         split_list("3,x")
     assert str(info.value) and "Traceback" not in str(info.value)
+
+
+@pytest.mark.parametrize(("argv", "learns"), [
+    (["generate", "--prompt", "hi"], True),
+    (["ask", "hi"], True),
+    (["serve"], True),
+    (["generate", "--prompt", "hi", "--cold-start"], False),
+    (["bench"], False),
+    (["verify", "--prompt", "hi"], False),
+])
+def test_what_automatic_draft_length_learned_is_kept_except_where_a_command_measures(
+        argv: list[str], learns: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """generate, ask and serve start from what the pair's last load learned (the app's file); bench and verify
+    measure, so their figures do not depend on earlier runs; --cold-start is a cold start anywhere."""
+    from outrider.cli import build_parser
+    from outrider.commands.engine_options import pair_spec
+
+    monkeypatch.setenv("OUTRIDER_HOME", str(tmp_path))
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"GGUF")
+    args = build_parser().parse_args([argv[0], "--target", str(target), *argv[1:]])
+    expected = str(tmp_path / "draft-length.json") if learns else None
+    assert pair_spec(args).learned_draft == expected

@@ -119,6 +119,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                    help=f"context size in tokens (llama.cpp raises it to at least {LLAMA_MIN_CTX}, with a note)")
     p.add_argument("--ngram-min", type=positive_int, default=1, help="prompt lookup: smallest n-gram")
     p.add_argument("--ngram-max", type=positive_int, default=3, help="prompt lookup: largest n-gram")
+    p.add_argument("--cold-start", action="store_true",
+                   help="automatic draft length starts from nothing: what it learned about this pair at earlier "
+                        "loads is neither read nor saved (bench and verify always start cold)")
     p.add_argument("--k", type=k_value, default=None, metavar="K|auto",
                    help="draft length k: a fixed count (0 = plain decoding) or auto (the default)")
     p.add_argument("--k-max", type=positive_int, default=DEFAULT_K_MAX, metavar="N",
@@ -172,9 +175,21 @@ def pair_spec(args: argparse.Namespace) -> Any:
             context=ContextSettings(n_ctx=args.ctx, threads=args.threads),
             lookup_settings=LookupSettings(args.ngram_min, args.ngram_max),
             lookup_history=history_database(getattr(args, "lookup_history", None)),
+            learned_draft=learned_draft(args),
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
+
+
+def learned_draft(args: argparse.Namespace) -> str | None:
+    """The file of learned draft lengths (``PairSpec.learned_draft``), or None for a cold start: with
+    ``--cold-start``, and for a command that measures (``learns_across_loads`` False: bench and verify, whose
+    figures must not depend on what earlier runs taught)."""
+    if getattr(args, "cold_start", False) or not getattr(args, "learns_across_loads", True):
+        return None
+    from outrider import paths
+
+    return str(paths.learned_draft_file())
 
 
 def history_database(option: str | None) -> str | None:

@@ -40,7 +40,7 @@ def register(sub: Any) -> None:
     bench.add_argument("--max-tokens", type=positive_int, default=128)
     bench.add_argument("--runs", type=positive_int, default=2)
     bench.add_argument("--json", action="store_true")
-    bench.set_defaults(func=cmd_bench)
+    bench.set_defaults(func=cmd_bench, learns_across_loads=False)
 
 
 # -- generate ---------------------------------------------------------------------------------------------------

@@ -74,7 +74,8 @@ def register(sub: Any) -> None:
     # invisible at temperature 1.
     # The rejection sampler by default: the one unseeded replies use (``auto``), and the one whose exactness rests on
     # the acceptance rule; the check adds coupled identity pairs, so both samplers are checked.
-    ver.set_defaults(func=cmd_verify, temperature=DEFAULT_TEMPERATURE, seed=DEFAULT_SEED, sampler="rejection")
+    ver.set_defaults(func=cmd_verify, temperature=DEFAULT_TEMPERATURE, seed=DEFAULT_SEED, sampler="rejection",
+                     learns_across_loads=False)
 
 
 def _check_args(args: argparse.Namespace) -> None:

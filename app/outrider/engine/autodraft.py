@@ -37,7 +37,9 @@ the decoder's interleaved plain steps (``stats.PlainRateMeter``), which also fee
 from __future__ import annotations
 
 import collections
+import math
 import statistics
+from typing import Any
 
 DECAY = 0.9  # weight of the past in the acceptance window (about a 10-step memory)
 WINDOW = 15  # timings kept per cost: its estimate is their lower median (a lasting change shows in ~8 steps)
@@ -65,6 +67,13 @@ REST_TRIALS = 16  # guesses scored in a reply (its prompt's included) before a u
 SHADOW_START, SHADOW_MAX = 4, 128  # plain steps between scorings of the drafter while plain decoding is chosen
 # (4 at first: a cold start that turned plain after an unlucky first few drafts comes back after 4 plain steps,
 # not 8; a useless draft pays one more small scoring pass before the interval has doubled to 128)
+
+
+SNAPSHOT_VERSION = 1  # of ``AutoDraftLength.snapshot``: a snapshot of another version is not restored
+MTP_K_START = 2  # an MTP head's first draft at a cold start: a NextN head is trained to guess one token ahead, and
+# its chained guesses fall off (bench_mtp.py: the hybrid head accepted 0.82 / 0.79 / 0.69 at depth 1 / 2 / 3). A
+# first draft of 4 cost its 24-token cold replies 7 ms of ~110 (bench_mtp_steps.py, "hybrid agreeing": 0.87x the
+# best fixed depth at k_start 4, 0.92x at 2, in one run)
 
 
 def expected_tokens_per_pass(a: float, k: int) -> float:
@@ -444,7 +453,8 @@ class CostModel:
 
 class AutoDraftLength:
     """Chooses k for each step (``choose``) and learns from each step's timings (``observe``) and from the
-    drafter's score on plain steps (``observe_shadow``)."""
+    drafter's score on plain steps (``observe_shadow``). ``snapshot`` / ``restore`` carry what it learned across
+    loads of the same pair (engine/learned_draft.py)."""
 
     def __init__(self, k_max: int = 16, k_start: int = 4, *, score_first: bool = False,
                  probe_margin: float = PROBE_MARGIN) -> None:
@@ -643,3 +653,123 @@ class AutoDraftLength:
     def wants_shadow(self) -> bool:
         """True while plain decoding is chosen: the decoder should keep scoring the drafter."""
         return self.last_choice == 0
+
+    def snapshot(self) -> dict[str, Any]:
+        """What this policy learned, as plain JSON values: the costs' timings (per batch size, with their age in
+        observations), the acceptance window, the prompt calibration and the probe and scoring intervals.
+        ``restore`` of it chooses as this policy would from here on, given between two replies (the engine saves
+        one after each): the last reply's guesses are kept for the calibration (they are folded into it when the
+        next reply starts); what else belongs to a reply (its untimed first step, a head put to rest) the next
+        reply starts anew."""
+        m = self.model
+        return {
+            "version": SNAPSHOT_VERSION,
+            "k_max": self.k_max,
+            "k_start": self.k_start,
+            "score_first": self.score_first,
+            "probe_margin": self.probe_margin,
+            "observations": m._observations,
+            "verify": {str(n): {"samples": list(t.samples), "stamp": m._stamp[n]}
+                       for n, t in enumerate(m.verify) if t.count},
+            "draft_per_token": list(m.draft_per_token.samples),
+            "accepted": m._accepted,
+            "rejections": m._rejections,
+            "prior": m._prior,
+            "prompt_offset": self.calibration.offset,
+            "reply_prompt": self.calibration._prompt,
+            "reply_hits": self.calibration._hits,
+            "reply_misses": self.calibration._misses,
+            "speculative_steps": self._speculative_steps,
+            "shadow_interval": self.shadow_interval,
+            "probe_interval": self._probe_interval,
+            "plain_streak": self._plain_streak,
+            "last_choice": self.last_choice,
+        }
+
+    @classmethod
+    def restore(cls, snapshot: dict[str, Any]) -> AutoDraftLength:
+        """The policy ``snapshot`` describes. ``ValueError`` naming the first field that is missing, of the wrong
+        type or out of range (a file edited by hand, or written by another version): nothing half-restored."""
+        s = _SnapshotReader(snapshot)
+        if s.integer("version", 1, None) != SNAPSHOT_VERSION:
+            raise ValueError(f"snapshot version {snapshot['version']} is not {SNAPSHOT_VERSION}")
+        k_max = s.integer("k_max", 1, None)
+        policy = cls(k_max=k_max, k_start=s.integer("k_start", 1, k_max), score_first=s.flag("score_first"),
+                     probe_margin=s.number("probe_margin", 0.0, 1.0))
+        m = policy.model
+        m._observations = s.integer("observations", 0, None)
+        for key, entry in s.mapping("verify").items():
+            if not (isinstance(key, str) and key.isdigit() and 1 <= int(key) < len(m.verify)):
+                raise ValueError(f"verify: batch size {key!r} is not between 1 and {len(m.verify) - 1}")
+            timings = _SnapshotReader(entry, f"verify.{key}.")
+            for x in timings.seconds("samples"):
+                m.verify[int(key)].add(x)
+            m._stamp[int(key)] = timings.integer("stamp", 0, m._observations)
+        for x in s.seconds("draft_per_token"):
+            m.draft_per_token.add(x)
+        m._accepted = s.number("accepted", 0.0, None)
+        m._rejections = s.number("rejections", 0.0, None)
+        m._prior = s.number("prior", 0.0, PRIOR_REJECTIONS)
+        offset = snapshot.get("prompt_offset")
+        policy.calibration.offset = None if offset is None else s.number("prompt_offset", 0.0, PROMPT_BIAS_LIMIT)
+        prompt = snapshot.get("reply_prompt")
+        policy.calibration._prompt = None if prompt is None else s.number("reply_prompt", 0.0, 1.0)
+        policy.calibration._hits = s.number("reply_hits", 0.0, None)
+        policy.calibration._misses = s.number("reply_misses", 0.0, None)
+        policy._speculative_steps = s.integer("speculative_steps", 0, None)
+        policy.shadow_interval = s.integer("shadow_interval", 1, SHADOW_MAX)
+        policy._probe_interval = s.integer("probe_interval", 1, PROBE_MAX)
+        policy._plain_streak = s.integer("plain_streak", 0, None)
+        policy.last_choice = s.integer("last_choice", 0, k_max)
+        return policy
+
+
+class _SnapshotReader:
+    """Typed reads of a snapshot's fields, each a ``ValueError`` naming the field when it does not fit."""
+
+    def __init__(self, data: object, prefix: str = "") -> None:
+        if not isinstance(data, dict):
+            raise ValueError(f"{prefix.rstrip('.') or 'snapshot'} is not a mapping")
+        self.data: dict[str, Any] = data
+        self.prefix = prefix
+
+    def _get(self, name: str) -> Any:
+        if name not in self.data:
+            raise ValueError(f"{self.prefix}{name} is missing")
+        return self.data[name]
+
+    def integer(self, name: str, low: int, high: int | None) -> int:
+        value = self._get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+            raise ValueError(f"{self.prefix}{name} must be a whole number from {low}"
+                             f"{'' if high is None else f' to {high}'}, not {value!r}")
+        return value
+
+    def number(self, name: str, low: float, high: float | None) -> float:
+        value = self._get(name)
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or value < low or (high is not None and value > high)):
+            raise ValueError(f"{self.prefix}{name} must be a number from {low}"
+                             f"{'' if high is None else f' to {high}'}, not {value!r}")
+        return float(value)
+
+    def flag(self, name: str) -> bool:
+        value = self._get(name)
+        if not isinstance(value, bool):
+            raise ValueError(f"{self.prefix}{name} must be true or false, not {value!r}")
+        return value
+
+    def mapping(self, name: str) -> dict[str, Any]:
+        value = self._get(name)
+        if not isinstance(value, dict):
+            raise ValueError(f"{self.prefix}{name} must be a mapping, not {value!r}")
+        return value
+
+    def seconds(self, name: str) -> list[float]:
+        """A list of at most WINDOW timings, each a positive number of seconds."""
+        value = self._get(name)
+        if not isinstance(value, list) or len(value) > WINDOW or not all(
+                not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+                for x in value):
+            raise ValueError(f"{self.prefix}{name} must be a list of at most {WINDOW} positive timings (seconds)")
+        return [float(x) for x in value]

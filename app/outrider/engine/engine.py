@@ -7,6 +7,7 @@ against plain decoding is measured inside each reply (``stats.PlainRateMeter``),
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from outrider.engine.events import DoneEvent, LoadedPair, StepEvent
 from outrider.engine.grammar import GrammarMask
 from outrider.engine.history_draft import HistoryLookupDraft
 from outrider.engine.history_index import HistoryIndex, index_dir_for, tokenizer_fingerprint
+from outrider.engine.learned_draft import LearnedDraftError, LearnedDraftLengths, pair_key
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.gguf_header import GGUFHeaderError, read_header
 from outrider.engine.llama.mtp_context import MtpContext, n_nextn_layers
@@ -56,6 +58,8 @@ from outrider.engine.threads import OtherLoadMeter, ThreadGovernor, choose_threa
 
 CONTINUABLE = (STOP_LENGTH, STOP_CANCELLED)
 """Stop reasons after which a reply's tokens are exactly its text (a stop string's tokens are not in the text)."""
+
+log = logging.getLogger(__name__)
 
 LoadStageCallback = Callable[[str, str], None]
 """``on_load_stage(stage, path)``: called just before a model file is handed to llama.cpp (``target``, ``draft``)."""
@@ -100,6 +104,7 @@ class Engine:
         self._governor: ThreadGovernor | None = None  # automatic threads: re-chosen between a reply's passes too
         self._last_reply: _LastReply | None = None
         self._pending_reply: _LastReply | None = None  # head (and text continued) of the reply being generated
+        self._learned: tuple[LearnedDraftLengths, str] | None = None  # the file and this pair's key in it
 
     # -- loading --------------------------------------------------------------------------------------------
     def load(self, spec: PairSpec) -> LoadedPair:
@@ -156,6 +161,7 @@ class Engine:
         self._plain = SpeculativeDecoder(target, context, NoDraft())
         self._plain.cached = self._decoder.cached  # one context, one cache mirror
         self._formatter = _chat_formatter(target, notes)
+        self._recall_draft_length(requested, drafter, notes)
         self.spec = requested  # as asked (threads 0 stays "automatic")
         n_ctx = context.n_ctx
         target_layout = _layout(target)
@@ -175,6 +181,40 @@ class Engine:
             draft_recurrent_bytes=_draft_recurrent_bytes(drafter),
         )
         return self.info
+
+    def _recall_draft_length(self, spec: PairSpec, drafter: Drafter, notes: list[str]) -> None:
+        """With ``spec.learned_draft``: start automatic draft length from what it learned about this pair at its
+        last load (engine/learned_draft.py), and keep the file to save to after each reply. A chain's members
+        learn per reply (nothing kept); a file that cannot be used is a note, and the load goes on cold."""
+        self._learned = None
+        if not spec.learned_draft or drafter.kind == "none" or isinstance(drafter, ChainDraft):
+            return
+        assert self._decoder is not None
+        store = LearnedDraftLengths(Path(spec.learned_draft))
+        key = pair_key(spec, self.backend.info.name)
+        self._learned = (store, key)
+        try:
+            policy = store.recall(key)
+        except LearnedDraftError as exc:
+            notes.append(f"what automatic draft length learned about this pair could not be read: {exc}; "
+                         "it learns again from this reply")
+            return
+        if policy is not None and policy.score_first == (drafter.kind == "mtp"):
+            self._decoder.auto_policy = policy
+
+    def _remember_draft_length(self, decoder: SpeculativeDecoder, request: GenerationRequest) -> None:
+        """After a reply with automatic draft length: save what it learned (a failed save is logged and costs
+        only the learning; the reply is not touched)."""
+        if self._learned is None or decoder is not self._decoder or request.draft.k is not None:
+            return
+        policy = decoder.auto_policy
+        if policy is None:
+            return
+        store, key = self._learned
+        try:
+            store.remember(key, policy)
+        except OSError as exc:
+            log.warning("could not save the learned draft length to %s: %s", store.path, exc)
 
     def _retune_threads(self) -> None:
         """With automatic threads, re-choose the count from what other processes used since the last request
@@ -226,6 +266,7 @@ class Engine:
         self._decoder = self._plain = None
         self._formatter = None
         self._last_reply = self._pending_reply = None
+        self._learned = None
         self.info = None
         self.spec = None
 
@@ -428,6 +469,8 @@ class Engine:
                     event.stats.threads = decoder.context.n_threads  # the count it ended with (it may have moved)
                 if isinstance(event, DoneEvent) and pending is not None and event.stop_reason in CONTINUABLE:
                     self._last_reply = _LastReply(pending.head, (*pending.tokens, *reply), pending.text + event.text)
+                if isinstance(event, DoneEvent):  # before it is handed on: a caller may stop reading at it
+                    self._remember_draft_length(decoder, request)
                 yield event
         finally:
             self._generating.release()

@@ -181,6 +181,9 @@ class PairSpec:
     ``lookup_history``: the history database (``history.sqlite3``) to draft from as well (history lookup,
     engine/history_draft.py): the drafters are then chained — history lookup, prompt lookup, then the draft model
     if there is one (engine/chain_draft.py).
+
+    ``learned_draft``: the file where automatic draft length keeps what it learned about this pair across loads
+    (engine/learned_draft.py); None: every load starts cold.
     """
 
     target: str
@@ -193,6 +196,7 @@ class PairSpec:
     lookup_history: str | None = None
     mtp: bool = False
     mtp_head: str | None = None
+    learned_draft: str | None = None
 
     def __post_init__(self) -> None:
         chosen = [name for name, on in (("a draft model", bool(self.draft)), ("prompt lookup", self.lookup),

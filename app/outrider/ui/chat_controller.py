@@ -35,6 +35,7 @@ from outrider.engine.events import DoneEvent, LoadedPair, StepBatch
 from outrider.engine.params import ChatMessage, TextRequest
 from outrider.history import ConversationNotFoundError, Message, Role, decode_runs
 from outrider.history.turns import ReplyEnd, end_reason
+from outrider.paths import learned_draft_file
 from outrider.ui.bridges.engine_bridge import QtEngineBridge, describe_error
 from outrider.ui.bridges.store_bridge import QtStoreBridge
 from outrider.ui.picker.choice import PairChoice
@@ -189,7 +190,8 @@ class ChatController(QObject):
         self.flow.last_plain_tps = None
         s = self.settings.value
         spec = s.pair_spec(str(choice.target), str(choice.draft) if choice.draft else None, choice.lookup,
-                           choice.mtp, history=str(self.store.store.db_path))
+                           choice.mtp, history=str(self.store.store.db_path),
+                           learned=str(learned_draft_file()))
         self.engine_changed.emit(None)
         self.bridge.load(spec, refuse_unsafe=automatic)
 
