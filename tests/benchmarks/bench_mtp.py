@@ -18,9 +18,11 @@ F16 blocks and one NextN block, loaded with ``--mtp``):
 Per setup, reply length (``--lengths``, tokens) and prompt (``--prompts`` of ``PROMPTS``), interleaved in one
 process and in a rotating order each run: **plain** (the same file loaded *without* ``--mtp``: no hidden-state
 output, no MTP context — what a user without MTP gets), MTP at **depth 1, 2, 3**, **auto** (automatic depth as a
-loaded pair runs it: what it learned carries from reply to reply), **auto cold** (reset before every reply, as
-the first reply after a load), and **native** depth 1-3 (llama.cpp's ``llama-speculative-simple --spec-type
-draft-mtp``, built from the vendored source: ``native_llama.py``; its target keeps ``n_rs_seq`` = depth snapshots).
+loaded pair runs it: what it learned carries from reply to reply), **auto reloaded** (before every reply the
+policy is saved and restored, as the first reply after a reload of a pair used before: ``PairSpec.learned_draft``),
+**auto cold** (reset before every reply, as the first reply of a pair never loaded before), and **native**
+depth 1-3 (llama.cpp's ``llama-speculative-simple --spec-type draft-mtp``, built from the vendored source:
+``native_llama.py``; its target keeps ``n_rs_seq`` = depth snapshots).
 Every reply starts from an empty target cache (a new conversation: its prompt is evaluated).
 Tokens/s are decode speed (prompt excluded): a configuration's tokens over its decode seconds, summed over the
 prompts and runs of a cell, so every configuration is timed on the same work.
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import platform
 import statistics
@@ -65,7 +68,7 @@ PROMPTS = ["the model is fast and the draft is", "hello world def return class",
            "write the code for the model and return"]
 DEPTHS = (1, 2, 3)
 SETUPS = ("dense agreeing", "dense low", "hybrid agreeing")
-OURS = ("plain", *(f"depth {d}" for d in DEPTHS), "auto", "auto cold")
+OURS = ("plain", *(f"depth {d}" for d in DEPTHS), "auto", "auto reloaded", "auto cold")
 N_CTX = 1024
 
 
@@ -119,10 +122,12 @@ def load(target: Path, *, mtp: bool, threads: int, gpu: int) -> Engine:
 
 
 class WarmPolicy:
-    """The automatic-depth policy of the "auto" replies, kept apart from the cold ones' (which start afresh)."""
+    """The automatic-depth policy of the "auto" replies, kept apart from the cold ones' (which start afresh).
+    ``reload``: each reply starts from the last one's policy saved and restored through JSON (a reload)."""
 
-    def __init__(self) -> None:
+    def __init__(self, reload: bool = False) -> None:
         self.policy: AutoDraftLength | None = None
+        self.reload = reload
 
 
 def reply(engine: Engine, prompt: list[int], tokens: int, k: int | None, tally: Tally, *,
@@ -135,6 +140,8 @@ def reply(engine: Engine, prompt: list[int], tokens: int, k: int | None, tally: 
     decoder.reset()
     if k is None:
         decoder.auto_policy = warm.policy if warm is not None else None
+        if warm is not None and warm.reload and warm.policy is not None:
+            decoder.auto_policy = AutoDraftLength.restore(json.loads(json.dumps(warm.policy.snapshot())))
     done = None
     for event in engine.generate(prompt, max_tokens=tokens, draft=DraftParams(k=k), plain=plain, ignore_eos=True):
         if isinstance(event, DoneEvent):
@@ -165,6 +172,7 @@ def run_setup(setup: str, args: argparse.Namespace, binary: Path | None) -> Cell
         reply(plain_engine, warm, 8, 0, Tally())  # page the weights in
         reply(mtp_engine, warm, 8, 2, Tally())
         warm_policy = WarmPolicy()  # automatic depth from a fresh load, then carried across its replies
+        reloaded_policy = WarmPolicy(reload=True)
         for run in range(args.runs):
             for p, text in enumerate(prompts):
                 ids = mtp_engine.tokenize_prompt(text)
@@ -178,6 +186,8 @@ def run_setup(setup: str, args: argparse.Namespace, binary: Path | None) -> Cell
                             reply(mtp_engine, ids, n, int(name.split()[1]), tally)
                         elif name == "auto":
                             reply(mtp_engine, ids, n, None, tally, warm=warm_policy)
+                        elif name == "auto reloaded":
+                            reply(mtp_engine, ids, n, None, tally, warm=reloaded_policy)
                         elif name == "auto cold":
                             reply(mtp_engine, ids, n, None, tally)
                         else:
@@ -291,16 +301,18 @@ def main() -> int:
           f"{args.runs} runs x {args.prompts} prompts, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
           flush=True)
     native_cols = [f"native {d}" for d in DEPTHS] if binary is not None else []
-    header = ["plain", *[f"depth {d}" for d in DEPTHS], "auto", "auto cold", *native_cols]
+    header = [*OURS, *native_cols]
     print()
     print("| setup | reply | " + " | ".join(header) + " | best depth / plain | auto / best depth | auto / plain "
-          "| cold / best depth | cold / plain | acceptance at depth 1/2/3; auto | auto mean depth |")
-    print("|---|---|" + "---:|" * (len(header) + 7))
+          "| reloaded / best depth | reloaded / plain | cold / best depth | cold / plain "
+          "| acceptance at depth 1/2/3; auto | auto mean depth |")
+    print("|---|---|" + "---:|" * (len(header) + 9))
     goals: list[str] = []
     for setup in setups:
         for n, cell in run_setup(setup, args, binary).items():
             t = {name: total(rounds) for name, rounds in cell.items()}
             a_best, a_plain, a_goal = verdict(cell, "auto")
+            r_best, r_plain, r_goal = verdict(cell, "auto reloaded")
             c_best, c_plain, c_goal = verdict(cell, "auto cold")
             acc = "/".join(_rate(t[f"depth {d}"].acceptance) for d in DEPTHS)
             if native_cols:
@@ -309,8 +321,8 @@ def main() -> int:
             depth = t["auto"].k_sum / t["auto"].passes if t["auto"].passes else 0.0
             cells = " | ".join(f"{t[c].tps:.1f}" for c in header)
             print(f"| {setup} | {n} tokens | {cells} | {paired(cell, best_depth(cell), 'plain')} | {a_best} | "
-                  f"{a_plain} | {c_best} | {c_plain} | {acc} | {depth:.2f} |", flush=True)
-            goals.append(f"{setup}, {n} tokens: auto {a_goal}; auto cold {c_goal}")
+                  f"{a_plain} | {r_best} | {r_plain} | {c_best} | {c_plain} | {acc} | {depth:.2f} |", flush=True)
+            goals.append(f"{setup}, {n} tokens: auto {a_goal}; auto reloaded {r_goal}; auto cold {c_goal}")
     print()
     for line in goals:
         print(f"- {line}")

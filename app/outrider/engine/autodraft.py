@@ -70,10 +70,12 @@ SHADOW_START, SHADOW_MAX = 4, 128  # plain steps between scorings of the drafter
 
 
 SNAPSHOT_VERSION = 1  # of ``AutoDraftLength.snapshot``: a snapshot of another version is not restored
-MTP_K_START = 2  # an MTP head's first draft at a cold start: a NextN head is trained to guess one token ahead, and
-# its chained guesses fall off (bench_mtp.py: the hybrid head accepted 0.82 / 0.79 / 0.69 at depth 1 / 2 / 3). A
-# first draft of 4 cost its 24-token cold replies 7 ms of ~110 (bench_mtp_steps.py, "hybrid agreeing": 0.87x the
-# best fixed depth at k_start 4, 0.92x at 2, in one run)
+MTP_K_START = 2  # an MTP head's first draft at a cold start, at least: a NextN head is trained to guess one token
+# ahead, and its chained guesses fall off (bench_mtp.py: the hybrid head accepted 0.82 / 0.79 / 0.69 at depth 1 / 2
+# / 3). A first draft of 4 cost the hybrid's 24-token cold replies 7 ms of ~110 (bench_mtp_steps.py: 0.87x the best
+# fixed depth at 4, 0.92x at 2); the dense head, scored higher on its prompts, lost as much at 2 (1.00x at 4, 0.95-
+# 0.98x at 2): an approved prompt's score raises it (``observe_prompt``), up to FIRST_DRAFT_MAX
+FIRST_DRAFT_MAX = 4  # ... the longest such first draft
 
 
 def expected_tokens_per_pass(a: float, k: int) -> float:
@@ -481,6 +483,7 @@ class AutoDraftLength:
         self._resting = False  # ``should_rest`` said so in this reply
         self.calibration = PromptCalibration()  # prompt score against reply acceptance (``score_first`` only)
         self._prompt_approved = False  # this reply's prompt score could pay, with no calibration to read it by
+        self._first_k = self.k_start  # k while a cost is unmeasured: k_start, or what an approved prompt says
 
     def choose(self) -> int:
         if self._resting:
@@ -490,7 +493,7 @@ class AutoDraftLength:
         m = self.model
         best = m.best_k()
         if best is None:  # acceptance or a cost not measured yet: draft, to measure them
-            k = self.k_start if not self.score_first or self._first_draft_could_pay() else 0
+            k = self._first_k if not self.score_first or self._first_draft_could_pay() else 0
         elif best > 0:
             k = min(best, max(self.k_start, GROWTH * m.longest_measured_k()))
             self._plain_streak = 0
@@ -542,6 +545,7 @@ class AutoDraftLength:
         self._scored_in_reply = 0
         self._resting = False
         self._prompt_approved = False
+        self._first_k = self.k_start
         self.calibration.close_reply()
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
@@ -604,8 +608,12 @@ class AutoDraftLength:
             self._scored_in_reply += trials
             judged = calibrated
         elif self._score_could_pay(hits / trials):
-            # Nor is it counted towards resting: the reply's own guesses decide that (``should_rest``).
+            # Nor is it counted towards resting: the reply's own guesses decide that (``should_rest``). The first
+            # draft is as long as the score says on the prior costs, from k_start (a prompt understates a head)
+            # to FIRST_DRAFT_MAX (its chained guesses fall off).
             self._prompt_approved = True
+            self._first_k = min(max(self.k_start, prior_best_k(hits / trials, self.k_max)), FIRST_DRAFT_MAX,
+                                self.k_max)
             judged = self.model.acceptance if self.model.acceptance is not None else hits / trials
         else:
             self.model.restart_acceptance(hits, trials)
