@@ -12,7 +12,8 @@ last load left off.
 One JSON file holds the pairs most recently used (``KEEP_PAIRS``), each under a key that changes with anything the
 costs or the acceptance depend on: each model file (path, size and modification time: a file replaced by another
 quantisation is another pair), the drafter, the load settings and the llama.cpp build (``pair_key``). Written
-atomically after each reply (a temporary file renamed over it), so a crash leaves the last complete file. A file
+after each reply through ``fileio.atomic_write_json`` (owner-only, atomic and durable), so a crash leaves the last
+complete file. A file
 that cannot be read or does not fit (``LearnedDraftError``) loses nothing but the learning: the load goes on cold
 and says so, and the next reply writes a good file over it.
 
@@ -25,13 +26,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from outrider.engine.autodraft import AutoDraftLength
 from outrider.engine.params import PairSpec
+from outrider.fileio import atomic_write_json
 
 FORMAT = 1  # of the file; a file of another format is read as empty and written over
 KEEP_PAIRS = 32  # the pairs most recently saved; older ones are dropped at the next save
@@ -124,10 +125,4 @@ class LearnedDraftLengths:
                 return float(when) if isinstance(when, (int, float)) else 0.0
 
             pairs = {k: pairs[k] for k in sorted(pairs, key=saved)[-KEEP_PAIRS:]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            temporary.write_text(json.dumps({"format": FORMAT, "pairs": pairs}), encoding="utf-8")
-            os.replace(temporary, self.path)
-        finally:
-            temporary.unlink(missing_ok=True)
+        atomic_write_json(self.path, {"format": FORMAT, "pairs": pairs}, indent=None)
