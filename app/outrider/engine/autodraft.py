@@ -574,7 +574,11 @@ class AutoDraftLength:
         self._scored_in_reply += trials
         if trials > 0:
             rate = hits / trials + (PROBE_MARGIN if self.score_first else 0.0)
-            close = (self.model.best_k(min(1.0, rate)) or 0) > 0
+            # Costs not yet timed (a cold start turned plain by a rejected first draft): scored again soon, as
+            # ``observe_prompt`` does. Read as "would not pay", a head scored 3 of 4 waited 8 plain steps for its
+            # next scoring and drafted again only after 14 of a 24-token reply's tokens (bench_mtp.py, hybrid).
+            best = self.model.best_k(min(1.0, rate))
+            close = best is None or best > 0
             self.shadow_interval = SHADOW_START if close else min(self.shadow_interval * 2, SHADOW_MAX)
 
     def observe_prompt(self, hits: int, trials: int) -> None:

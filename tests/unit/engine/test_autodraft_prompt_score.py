@@ -289,3 +289,26 @@ def test_a_cold_first_draft_is_as_long_as_the_prompts_score_says_within_bounds()
                        draft_s=expect * DRAFT)
         policy.start_reply()  # the next reply's first draft is its own prompt's: k_start again before one
         assert policy._first_k == MTP_K_START
+
+
+def test_a_head_scored_well_before_any_cost_is_timed_is_scored_again_soon() -> None:
+    """A cold start whose first draft was rejected decodes plainly; the head's next scoring (3 of 4) comes before
+    any batched pass was timed, so whether it would pay is unknown: it is scored again after SHADOW_START plain
+    steps, not twice that (as ``observe_prompt`` keeps it). A head scored 0 of 4 on timed costs still waits longer.
+
+    Breaking it (an unknown verdict read as "would not pay", as before): the interval was 8, expected 4."""
+    policy = AutoDraftLength(k_max=8, score_first=True, k_start=MTP_K_START)
+    policy.start_reply()
+    policy.observe_prompt(9, 16)
+    assert policy.choose() == 2
+    policy.observe(batch=3, verify_s=BATCH[3], drafted=2, accepted=0, draft_s=2 * DRAFT)  # untimed first step
+    _timed_plain(policy, 3)
+    assert policy.model.best_k() is None
+    policy.observe_shadow(3, 4)
+    assert policy.shadow_interval == SHADOW_START
+    timed = AutoDraftLength(k_max=8, score_first=True)
+    _timed_plain(timed, 3)
+    for _ in range(3):
+        timed.observe(batch=3, verify_s=BATCH[3], drafted=2, accepted=0, draft_s=2 * DRAFT)
+    timed.observe_shadow(0, 4)
+    assert timed.shadow_interval == 2 * SHADOW_START
