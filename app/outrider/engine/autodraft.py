@@ -69,13 +69,14 @@ SHADOW_START, SHADOW_MAX = 4, 128  # plain steps between scorings of the drafter
 # not 8; a useless draft pays one more small scoring pass before the interval has doubled to 128)
 
 
+K_START = 4  # a cold start's first draft (a draft model; an MTP head: MTP_K_START, raised by its prompt's score)
 SNAPSHOT_VERSION = 1  # of ``AutoDraftLength.snapshot``: a snapshot of another version is not restored
 MTP_K_START = 2  # an MTP head's first draft at a cold start, at least: a NextN head is trained to guess one token
 # ahead, and its chained guesses fall off (bench_mtp.py: the hybrid head accepted 0.82 / 0.79 / 0.69 at depth 1 / 2
 # / 3). A first draft of 4 cost the hybrid's 24-token cold replies 7 ms of ~110 (bench_mtp_steps.py: 0.87x the best
 # fixed depth at 4, 0.92x at 2); the dense head, scored higher on its prompts, lost as much at 2 (1.00x at 4, 0.95-
 # 0.98x at 2): an approved prompt's score raises it (``observe_prompt``), up to FIRST_DRAFT_MAX
-FIRST_DRAFT_MAX = 4  # ... the longest such first draft
+FIRST_DRAFT_MAX = K_START  # ... the longest such first draft: a draft model's
 
 
 def expected_tokens_per_pass(a: float, k: int) -> float:
@@ -458,7 +459,7 @@ class AutoDraftLength:
     drafter's score on plain steps (``observe_shadow``). ``snapshot`` / ``restore`` carry what it learned across
     loads of the same pair (engine/learned_draft.py)."""
 
-    def __init__(self, k_max: int = 16, k_start: int = 4, *, score_first: bool = False,
+    def __init__(self, k_max: int = 16, k_start: int = K_START, *, score_first: bool = False,
                  probe_margin: float = PROBE_MARGIN) -> None:
         """``score_first``: for a drafter whose scoring costs about what its catch-up costs anyway (an MTP head: the
         cells it scores are fed before its first draft in any case), a cold start decodes plainly until the

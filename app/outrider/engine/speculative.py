@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from outrider.engine.autodraft import MTP_K_START, AutoDraftLength
+from outrider.engine.autodraft import K_START, MTP_K_START, AutoDraftLength
 from outrider.engine.chain_draft import ChainDraft
 from outrider.engine.draft import EMPTY_DRAFT, Draft
 from outrider.engine.drafters import (
@@ -214,7 +214,7 @@ class SpeculativeDecoder:
                 # An MTP head's scoring feeds the cells its first draft needs anyway: score it before drafting.
                 mtp = self.drafter.kind == "mtp"
                 self.auto_policy = AutoDraftLength(k_max=params.k_max, score_first=mtp,
-                                                   **({"k_start": MTP_K_START} if mtp else {}))
+                                                   k_start=MTP_K_START if mtp else K_START)
             policy = self.auto_policy
             policy.start_reply()
             policy.observe_prompt(*prompt_score)
