@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -12,6 +13,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support.tiny_gguf import Family, TinyShape, make_family
 
 SMALL_SHAPE = TinyShape(n_layer=4, n_embd=128, n_head=4, n_ff=256)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C as in a terminal, for this process and every command a test starts. A runner launched in the
+    background by a shell without job control (``bash .ci/run &``, ``nohup``) ignores SIGINT; children inherit
+    that, and Python then installs no KeyboardInterrupt handler, so the tests that press Ctrl-C on a command saw it
+    ignored until the 30 s engine heartbeat ended the command. A handler here (unlike an ignored signal) is reset
+    to the default when a child executes its program, so each child starts as a terminal's foreground job would."""
+    del config
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Where a short MTP reply spends its time: per configuration, the steps of a reply and what each costs.
 
     python tests/benchmarks/bench_mtp_steps.py [--quick] [--setup "dense agreeing"] [--tokens 24] [--rounds N]
-                                               [--layers 8] [--width 768] [--prompts N]
+                                               [--layers 8] [--width 768] [--prompts N] [--cuda] [--policy]
 
 ``bench_mtp.py`` says whether automatic depth meets its goals; this says why not. Configurations of one setup
 (``bench_mtp.SETUPS``), interleaved in a rotating order per round: plain (no ``--mtp``), depth 1/2/3, auto (warm:
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -169,12 +170,16 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="4 x 256 models, 2 rounds, 2 prompts")
+    ap.add_argument("--cuda", action="store_true", help="offload every layer to the GPU")
+    ap.add_argument("--policy", action="store_true", help="print what the warm automatic depth learned (its "
+                    "snapshot: verify seconds per batch size, draft seconds per token, acceptance) after the table")
     args = ap.parse_args()
     if args.quick:
         args.layers, args.width, args.rounds, args.prompts = 4, 256, 2, 2
     target = bench_mtp.make_target(args.setup, args.layers, args.width)
-    plain_engine = bench_mtp.load(target, mtp=False, threads=args.threads, gpu=0)
-    mtp_engine = bench_mtp.load(target, mtp=True, threads=args.threads, gpu=0)
+    gpu = -1 if args.cuda else 0
+    plain_engine = bench_mtp.load(target, mtp=False, threads=args.threads, gpu=gpu)
+    mtp_engine = bench_mtp.load(target, mtp=True, threads=args.threads, gpu=gpu)
     drafter = mtp_engine._decoder_or_raise().drafter
     assert isinstance(drafter, MtpDraft)
     meter = Meter(drafter)
@@ -223,6 +228,9 @@ def main() -> int:
         n = max(1, t.replies)
         cells = [f"{1e3 * s / n:.2f} / {tok / n:.1f} / {k / n:.1f}" for s, tok, k in t.first]
         print(f"| {name} | " + " | ".join(cells) + " |")
+    if args.policy and warm[0] is not None:
+        print("\nThe warm policy's snapshot (seconds):")
+        print(json.dumps(warm[0].snapshot(), indent=None, default=str))
     return 0
 
 

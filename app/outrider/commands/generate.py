@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -32,6 +33,8 @@ def register(sub: Any) -> None:
     gen.add_argument("--max-tokens", type=positive_int, default=256)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--json", action="store_true", help="one JSON object per line")
+    gen.add_argument("--ignore-eos", action="store_true",
+                     help="generate through end-of-text tokens, exactly --max-tokens (replies of one length, to time)")
     gen.set_defaults(func=cmd_generate)
 
     bench = sub.add_parser("bench", help="plain vs speculative on a set of prompts")
@@ -45,7 +48,8 @@ def register(sub: Any) -> None:
 
 # -- generate ---------------------------------------------------------------------------------------------------
 def cmd_generate(args: argparse.Namespace) -> int:
-    request = text_request(args, prompt=args.prompt, chat=args.chat)
+    request = dataclasses.replace(text_request(args, prompt=args.prompt, chat=args.chat),
+                                  ignore_eos=args.ignore_eos)
     with running_engine(args) as engine:
         return _stream(engine, request, as_json=args.json)
 

@@ -319,11 +319,14 @@ class SpeculativeDecoder:
                                                      grammar)
             else:
                 n_accepted, new_token = self._verify(draft, sampling, len(committed))
+            # The target's part of a step ends when its memory holds just the kept tokens: a checkpoint round's
+            # restore and replay of the accepted ones are what its rejected tokens cost, and automatic k, which
+            # weighs verify time against the tokens a pass yields, must pay them.
+            self._roll_back_to(len(committed) + n_accepted)
             t2 = time.perf_counter()
             if chain is not None:
                 chain.settle(draft, n_accepted, batch=len(batch), verify_s=t2 - t1)
             sources = draft.sources[: len(draft.tokens)] or (self.drafter.kind,) * len(draft.tokens)
-            self._roll_back_to(len(committed) + n_accepted)
 
             emitted = [*draft.tokens[:n_accepted], new_token]
             tokens: list[int] = []

@@ -65,7 +65,8 @@ class GenerationStats:
         pass_tokens: tokens the target passes yielded: ``generated`` plus an end-of-generation token that ended
             the reply (it costs a pass but is not emitted). Invariant: pass_tokens >= passes.
         k_sum: sum over steps of the tokens drafted and verified (the chosen k less what p-min cut).
-        draft_s / verify_s: time spent drafting (draft model catch-up included) / in target passes.
+        draft_s / verify_s: time spent drafting (draft model catch-up included) / in target passes, each pass
+            with its rollback (a checkpoint round's restore and replay of the accepted tokens included).
         decode_s: wall time from the first decoding step to the last (draft + verify + bookkeeping).
         step_s: engine time of all decoding steps (``decode_s`` less the time the consumer held each step).
         ttft_s: time from the request to the first emitted token.

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,9 +96,11 @@ def stopped_engines() -> Iterator[list[int]]:
 
 
 def _start_long_generation(target: Path, home: Path, extra_env: dict[str, str]) -> subprocess.Popen[str]:
+    """A reply of 8000 tokens whatever the generated model does with the prompt (``--ignore-eos``): the tests
+    stop the engine inside the reply, not after a reply the model ended early."""
     env = dict(os.environ, PYTHONIOENCODING="utf-8", OUTRIDER_HOME=str(home), **extra_env)
     return subprocess.Popen([sys.executable, "-m", "outrider.cli", "generate", "--target", str(target), "--prompt",
-                             "the of and", "--max-tokens", "8000", "--ctx", "8192", "--json"],
+                             "the of and", "--max-tokens", "8000", "--ctx", "8192", "--ignore-eos", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -125,16 +128,21 @@ def test_sigstop_of_the_engine_exits_3_with_one_line(tiny_family: Family, tmp_pa
 def test_ctrl_c_with_a_stopped_engine_exits_130_promptly(tiny_family: Family, tmp_path: Path,
                                                          stopped_engines: list[int]) -> None:
     cli = _start_long_generation(tiny_family.target, tmp_path, {})
-    assert cli.stdout is not None
+    assert cli.stdout is not None and cli.stderr is not None
     assert '"event": "step"' in cli.stdout.readline()
+    # Its output read as it comes: the command is then waiting for the engine when Ctrl-C arrives, inside the
+    # reply (a full stdout pipe would leave it blocked in a write, outside it, and hide a reply that waits).
+    drain = threading.Thread(target=cli.stdout.read, daemon=True)
+    drain.start()
     engine = engine_of(cli.pid)
     os.kill(engine, signal.SIGSTOP)
     stopped_engines.append(engine)
-    time.sleep(0.3)
+    time.sleep(0.5)
     cli.send_signal(signal.SIGINT)
     t0 = time.monotonic()
     try:
-        _, err = cli.communicate(timeout=WAIT_LIMIT_S)
+        cli.wait(timeout=WAIT_LIMIT_S)
+        err = cli.stderr.read()
     finally:
         cli.kill()
     # Killed, not waited for: waiting is the 20 s cancel grace or the 30 s heartbeat timeout; the kill takes

@@ -186,3 +186,20 @@ def test_engine_crash_exits_3_with_one_line(tmp_path: Path) -> None:
     r = outrider("generate", "--target", str(model), "--prompt", "hello", env_home=tmp_path)
     assert r.returncode == 3
     assert r.stderr.strip().splitlines()[-1] == "outrider: error: engine crashed (SIGSEGV) while generating"
+
+
+def test_ignore_eos_generates_exactly_max_tokens_through_end_of_text(tiny_family: Family, tmp_path: Path) -> None:
+    """The tiny target ends its reply to this prompt with an end-of-text token (after ~600 tokens); with
+    ``--ignore-eos`` the same reply goes on to exactly 1000 (it starts the same: greedy, the same model)."""
+    def run(*extra: str) -> tuple[list[int], dict[str, object]]:
+        r = outrider("generate", "--target", str(tiny_family.target), "--prompt", "the model", "--max-tokens",
+                     "1000", "--ctx", "2048", "--json", *extra, env_home=tmp_path)
+        assert r.returncode == 0, r.stderr
+        lines = [json.loads(line) for line in r.stdout.splitlines()]
+        return [t for s in lines[:-1] for t in s["tokens"]], lines[-1]
+
+    ended, ended_done = run()
+    assert ended_done["stop_reason"] == "stop" and len(ended) < 1000  # the model's own end: the flag has work
+    through, through_done = run("--ignore-eos")
+    assert through_done["stop_reason"] == "length" and len(through) == 1000
+    assert through[: len(ended)] == ended

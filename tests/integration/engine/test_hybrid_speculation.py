@@ -29,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -353,3 +354,37 @@ def test_the_loaded_pair_reports_the_recurrent_memory_with_its_snapshots(
         assert info.draft_recurrent_bytes == 0 and info.target_recurrent_bytes > 0
     finally:
         engine.unload()
+
+
+def test_a_checkpoint_rounds_replay_is_charged_to_its_verify_pass(
+        backend: Backend, families: dict[str, HybridFamily],
+        references: dict[tuple[str, str], tuple[list[int], list[int]]]) -> None:
+    """After a partial acceptance a checkpoint round restores the recurrent state and evaluates the accepted tokens
+    again (``_roll_back_to``): that replay is what the rejection cost, so it belongs to the step's verify time,
+    which automatic k weighs against the tokens a pass yields. Each rollback that restored is slowed by 20 ms
+    here; those rollbacks' measured time must be inside ``verify_s``. Timing the pass before its rollback (as
+    before) left them out and failed this."""
+    with LoadedModel(backend, families["qwen35"].target, ModelSettings()) as model, \
+            ModelContext(model, CONTEXT, rollback_tokens=0) as context:
+        decoder = SpeculativeDecoder(model, context, PromptLookupDraft())
+        assert decoder.checkpoint_rounds
+        restoring_s: list[float] = []
+        roll_back_to = decoder._roll_back_to
+
+        def slow_restores(keep: int) -> None:
+            start, restores = time.perf_counter(), context.restores
+            roll_back_to(keep)
+            if context.restores > restores:
+                time.sleep(0.02)
+                restoring_s.append(time.perf_counter() - start)
+
+        decoder._roll_back_to = slow_restores  # type: ignore[method-assign]
+        verify_s = 0.0
+        for text in PROMPTS:
+            prompt, _ = references["qwen35", text]
+            request = GenerationRequest(prompt, max_tokens=N_TOKENS, draft=DraftParams(k=6), ignore_eos=True)
+            for event in decoder.generate(request):
+                if isinstance(event, DoneEvent):
+                    verify_s += event.stats.verify_s
+        assert len(restoring_s) >= 2  # rejections restored the checkpoint, more than once
+        assert verify_s >= sum(restoring_s)
