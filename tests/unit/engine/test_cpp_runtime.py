@@ -34,3 +34,18 @@ def test_the_runtime_is_shared_before_any_engine_module_imports_llama_cpp() -> N
              "print('llama_cpp' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["False"]
+
+
+def test_a_runtime_not_found_by_its_soname_is_searched_for_and_none_found_is_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from outrider.engine.llama import cpp_runtime
+
+    monkeypatch.setattr(cpp_runtime.sys, "platform", "linux")
+    monkeypatch.setattr(cpp_runtime, "CPP_RUNTIMES", ("libno-such-runtime.so.9",))
+    monkeypatch.setattr(cpp_runtime.ctypes.util, "find_library",
+                        lambda name: "libstdc++.so.6" if name == "stdc++" else None)
+    assert cpp_runtime.share_cpp_runtime() == "libstdc++.so.6"
+    monkeypatch.setattr(cpp_runtime.ctypes.util, "find_library", lambda name: None)
+    assert cpp_runtime.share_cpp_runtime() is None
+    monkeypatch.setattr(cpp_runtime.sys, "platform", "darwin")  # symbols resolve per library there: nothing to do
+    assert cpp_runtime.share_cpp_runtime() is None

@@ -20,8 +20,9 @@ import ctypes
 import ctypes.util
 import sys
 
-CPP_RUNTIME_NAMES = ("stdc++", "c++")
-"""The C++ runtimes tried, in order: GNU's (Linux), then LLVM's (where a distribution builds with it)."""
+CPP_RUNTIMES = ("libstdc++.so.6", "libc++.so.1")
+"""The C++ runtimes tried, by their sonames (no search program run): GNU's, then LLVM's (where a system builds with
+it). ``ctypes.util.find_library`` is asked only when neither loads by its soname."""
 
 
 def share_cpp_runtime() -> str | None:
@@ -29,13 +30,19 @@ def share_cpp_runtime() -> str | None:
     None where there is nothing to do (Windows and macOS resolve symbols per library) or none was found."""
     if sys.platform in ("win32", "darwin"):
         return None
-    for name in CPP_RUNTIME_NAMES:
+    for name in CPP_RUNTIMES:
+        if _load_globally(name):
+            return name
+    for name in ("stdc++", "c++"):
         found = ctypes.util.find_library(name)
-        if found is None:
-            continue
-        try:
-            ctypes.CDLL(found, mode=ctypes.RTLD_GLOBAL)
-        except OSError:
-            continue
-        return found
+        if found is not None and _load_globally(found):
+            return found
     return None
+
+
+def _load_globally(name: str) -> bool:
+    try:
+        ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        return False
+    return True
