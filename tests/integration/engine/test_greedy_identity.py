@@ -198,10 +198,12 @@ def test_fixed_k_respected(backend: Backend, tiny_family: Family) -> None:
             for e in engine.generate(engine.tokenize_prompt("the"), max_tokens=40, draft=DraftParams(k=3))
             if not isinstance(e, DoneEvent)
         ]
-        # The first step drafts (the coldest step of a reply is no plain measurement); plain probes come later, at
-        # one step in four at most early on (engine/speedup.py); the other steps draft the fixed k.
+        # The first step drafts (the coldest step of a reply is no plain measurement); the others draft the fixed k
+        # or are the speed-up meter's plain probes. How many probes a reply takes is the meter's choice, not k's:
+        # on a quiet machine one step in four at most early on, on a loaded one more (it probes again when the
+        # passes' cost moves: 9 probes to 7 drafts in a CI run under other load), so only "some drafts" is k's.
         assert ks[0] == 3
-        assert set(ks[1:-1]) <= {0, 3} and ks.count(3) > ks.count(0)
+        assert set(ks[1:-1]) <= {0, 3} and ks.count(3) >= 3
         # p_min = 1 stops every draft immediately: plain decoding with k still reported
         done = next(
             e
