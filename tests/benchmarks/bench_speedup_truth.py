@@ -227,6 +227,7 @@ def main() -> int:
     started = time.perf_counter()
     load_before = os.getloadavg()
     cells: list[Cell] = []
+    backend = "CPU"  # what the engine ran on (a GPU build offloads every layer: ModelSettings' default)
     specs: list[tuple[str, str, Path | None, bool]] = [
         ("high", "family draft, high acceptance", None, False),
         ("medium", "family draft, medium acceptance", None, False),
@@ -240,6 +241,7 @@ def main() -> int:
         engine = Engine()
         engine.load(PairSpec(target=str(fam.target), draft=str(fam.unrelated if unrelated else fam.draft),
                              context=ctx))
+        backend = engine.info.backend if engine.info is not None else backend
         prompt = engine.tokenize_prompt(FAMILY_PROMPT)
         for loaded in halves:
             cells += measure(engine, label, prompt, DraftParams(k=4), lengths, rounds, loaded)
@@ -257,7 +259,7 @@ def main() -> int:
     load_after = os.getloadavg()
     command = "python tests/benchmarks/bench_speedup_truth.py" + (" --quick" if args.quick else "")
     lines = [
-        f"## The reported speed-up against an A/B — CPU {platform.machine()}, "
+        f"## The reported speed-up against an A/B — {backend} {platform.machine()}, "
         f"{f'{args.threads} threads' if args.threads else 'automatic threads'}, "
         f"{time.strftime('%Y-%m-%d %H:%M')}",
         "",

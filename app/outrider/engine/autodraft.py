@@ -245,6 +245,9 @@ class CostModel:
     def __init__(self, k_max: int) -> None:
         self.k_max = k_max
         self.verify = [_Timings() for _ in range(k_max + 2)]  # index = batch size n
+        # One-token passes timed too soon after a pass of another size (``observe``'s ``settled``): what plain
+        # decoding costs only while no settled one-token pass was timed (a policy that always drafts sees few).
+        self.unsettled_single = _Timings()
         self._observations = 0
         self._stamp = [0] * (k_max + 2)  # observation count when each batch size was last measured
         self.draft_per_token = _Timings()
@@ -256,8 +259,9 @@ class CostModel:
         self._costs_cache: list[float] | None = None
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float,
-                timed: bool = True) -> None:
-        """One step; with ``timed`` False its acceptance counts but not its timings (a reply's first step).
+                timed: bool = True, settled: bool = True) -> None:
+        """One step; with ``timed`` False its acceptance counts but not its timings (a reply's first step); with
+        ``settled`` False a one-token pass's timing is kept apart (``unsettled_single``).
 
         The verify-cost caches are kept when the step changes no estimate: its batch size was fresh and timed
         MIN_SAMPLES times or more, its lower median and count are unchanged, and no other size went stale — as on
@@ -265,7 +269,11 @@ class CostModel:
         of what a switched-off drafter cost (bench_lookup_step_cost.py)."""
         self._observations += 1
         same = False
-        if timed and 1 <= batch < len(self.verify):
+        if timed and batch == 1 and not settled:
+            self.unsettled_single.add(verify_s)
+            self._stamp[1] = self._observations
+            same = self.verify[1].count > 0  # kept apart behind settled timings: no estimate moved
+        elif timed and 1 <= batch < len(self.verify):
             timings = self.verify[batch]
             before = (self._fresh(batch) is not None, timings.value, timings.count)
             timings.add(verify_s)
@@ -338,6 +346,8 @@ class CostModel:
         """The timings of a batch of n, unless last measured more than STALE_AFTER observations ago: a pass timed
         during a burst of machine load must not keep k at 0 for the rest of the session (a stale size is
         re-estimated from the fresh ones, and re-measured when k comes back to it). Batch 1 is kept fresh."""
+        if n == 1 and self.verify[1].count == 0 and self.unsettled_single.count > 0:
+            return self.unsettled_single
         if n >= len(self.verify) or self.verify[n].count == 0:
             return None
         if n > 1 and self._observations - self._stamp[n] > STALE_AFTER:
@@ -394,9 +404,14 @@ class CostModel:
         (weighted by its number of timings); cached until the next observation."""
         if self._line_cache is None:
             estimates = self._estimates()
-            rows = [(float(n), c, float(self.verify[n].count)) for n, c in enumerate(estimates) if c is not None]
+            rows = [(float(n), c, float(self._counted(n))) for n, c in enumerate(estimates) if c is not None]
             self._line_cache = (_batch_line(rows),)
         return self._line_cache[0]
+
+    def _counted(self, n: int) -> int:
+        """How many timings the estimate of a batch of n rests on."""
+        timings = self._fresh(n)
+        return timings.count if timings is not None else 0
 
     def longest_measured_k(self) -> int:
         """The longest draft length whose verify pass (k + 1 tokens) has a fresh measurement; 0 if none."""
@@ -485,6 +500,10 @@ class AutoDraftLength:
         self.calibration = PromptCalibration()  # prompt score against reply acceptance (``score_first`` only)
         self._prompt_approved = False  # this reply's prompt score could pay, with no calibration to read it by
         self._first_k = self.k_start  # k while a cost is unmeasured: k_start, or what an approved prompt says
+        # One-token passes after a pass of another size before one is timed as plain decoding's cost (the decoder
+        # sets it: 1 on a CPU, 2 on a CUDA back-end, ``speedup.settle_passes``), and the plain passes in a row so far.
+        self.settle = 1
+        self._plain_run = 0
 
     def choose(self) -> int:
         if self._resting:
@@ -498,9 +517,14 @@ class AutoDraftLength:
         elif best > 0:
             k = min(best, max(self.k_start, GROWTH * m.longest_measured_k()))
             self._plain_streak = 0
-        elif self._speculative_steps < WARMUP_STEPS and (m.measured_acceptance or 0.0) >= WARMUP_ACCEPTANCE:
+        elif (self._speculative_steps < WARMUP_STEPS and (m.measured_acceptance or 0.0) >= WARMUP_ACCEPTANCE
+              and (self._speculative_steps < MIN_SAMPLES or self._could_ever_pay())):
             # A cold start judges costs from one or two timed passes; while the draft is being accepted, keep
-            # drafting until a few more are averaged in rather than let one noisy pass send k to 0.
+            # drafting until a few more are averaged in rather than let one noisy pass send k to 0 — unless not
+            # even every token accepted would pay: on a GPU a head accepted 0.75 whose drafts cost 1.8x plain per
+            # token drafted through its whole warm-up (bench_mtp_steps.py --cuda). Judged after MIN_SAMPLES drafts,
+            # when one stalled pass no longer decides (judged from the first, the warm-up of a pair that pays under
+            # a CPU-bound load was cut short: test_autodraft.py's simulation, 0.88x the best k against 0.93x).
             k = max(2, m.best_k(PROBE_ACCEPTANCE) or self.k_start)
         else:
             k = 0
@@ -537,12 +561,27 @@ class AutoDraftLength:
         a = self.model.acceptance
         return a is None or (self.model.best_k(min(1.0, a + self.probe_margin)) or 0) > 0
 
+    def _could_ever_pay(self) -> bool:
+        """Whether a draft as long as k may grow to now (GROWTH times the longest measured) would pay with every
+        drafted token accepted, on the measured costs (True while a cost is unmeasured)."""
+        m = self.model
+        plain = m.rate(0)
+        if plain is None:
+            return True
+        limit = min(self.k_max, max(self.k_start, GROWTH * m.longest_measured_k()))
+        for k in range(1, limit + 1):
+            rate = m.rate(k, acceptance=1.0)
+            if rate is None or rate > plain:
+                return True
+        return False
+
     def start_reply(self) -> None:
         """A reply begins: its first step is the coldest of the reply (the first pass after the prompt, and a
         draft model's catch-up on it), so its timings must not stand for what a pass costs. Seen in
         bench_autok_cold.py: a family pair whose drafts pay 1.13x was sent to plain decoding for most of a
         96-token reply by that one step's timing."""
         self._untimed = True
+        self._plain_run = 0  # the prompt's passes came between: the next plain pass is not a settled one
         self._scored_in_reply = 0
         self._resting = False
         self._prompt_approved = False
@@ -553,9 +592,15 @@ class AutoDraftLength:
         if drafted > 0:
             self._speculative_steps += 1
             self.calibration.reply(accepted, 1.0 if accepted < drafted else 0.0)
+        # A one-token pass is plain decoding's cost only once ``settle`` plain passes came right before it: the
+        # ones after a verify pass pay for llama.cpp rebuilding (on CUDA also capturing) the graph for the new size,
+        # and taken as plain decoding's cost they make drafting look better than it is (``speedup.settle_passes``).
+        plain = drafted == 0 and batch <= 1
+        settled = not plain or self._plain_run >= self.settle
+        self._plain_run = self._plain_run + 1 if plain else 0
         timed, self._untimed = not self._untimed, False
         self.model.observe(batch=batch, verify_s=verify_s, drafted=drafted, accepted=accepted, draft_s=draft_s,
-                           timed=timed)
+                           timed=timed, settled=settled)
         if self._probing:
             # Judged by the model with the probe's timing and acceptance averaged in, not by that one timing (a
             # stalled probe pass would double the interval; a lucky one reset it).
@@ -685,6 +730,7 @@ class AutoDraftLength:
             "verify": {str(n): {"samples": list(t.samples), "stamp": m._stamp[n]}
                        for n, t in enumerate(m.verify) if t.count},
             "draft_per_token": list(m.draft_per_token.samples),
+            "verify_unsettled": list(m.unsettled_single.samples),
             "accepted": m._accepted,
             "rejections": m._rejections,
             "prior": m._prior,
@@ -720,6 +766,9 @@ class AutoDraftLength:
             m._stamp[int(key)] = timings.integer("stamp", 0, m._observations)
         for x in s.seconds("draft_per_token"):
             m.draft_per_token.add(x)
+        if "verify_unsettled" in snapshot:  # (absent from a snapshot saved before it was kept apart)
+            for x in s.seconds("verify_unsettled"):
+                m.unsettled_single.add(x)
         m._accepted = s.number("accepted", 0.0, None)
         m._rejections = s.number("rejections", 0.0, None)
         m._prior = s.number("prior", 0.0, PRIOR_REJECTIONS)

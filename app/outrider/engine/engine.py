@@ -53,6 +53,7 @@ from outrider.engine.speculative import (
     SpeculativeDecoder,
     TokenScore,
 )
+from outrider.engine.speedup import settle_passes
 from outrider.engine.stats import GenerationStats
 from outrider.engine.threads import OtherLoadMeter, ThreadGovernor, choose_threads, usable_cpus
 
@@ -160,6 +161,11 @@ class Engine:
         self._decoder = SpeculativeDecoder(target, context, drafter)
         self._plain = SpeculativeDecoder(target, context, NoDraft())
         self._plain.cached = self._decoder.cached  # one context, one cache mirror
+        # How many one-token passes after a pass of another size cost more than plain decoding does (the first
+        # rebuilds llama.cpp's graph; on CUDA the second captures it as a CUDA graph): the speed-up's plain runs
+        # and automatic k's plain cost leave them out.
+        offloaded = self.backend.info.gpu_offload and spec.target_settings.gpu_layers != 0
+        self._decoder.settle = self._plain.settle = settle_passes(self.backend.info.name, offloaded)
         self._formatter = _chat_formatter(target, notes)
         self._recall_draft_length(requested, drafter, notes)
         self.spec = requested  # as asked (threads 0 stays "automatic")

@@ -116,6 +116,9 @@ class SpeculativeDecoder:
         # belong to the pair and the machine, and a cold start would re-probe at every turn of a chat.
         self.auto_policy: AutoDraftLength | None = None
         self._meter: PlainRateMeter | None = None  # the reply under way's (or the latest one's)
+        # One-token passes after a pass of another size before one costs what plain decoding costs (1 on a CPU, 2 on
+        # a CUDA back-end: ``speedup.settle_passes``), for the speed-up's plain runs and automatic k's plain cost.
+        self.settle = 1
 
     def note_contended(self, passes: int) -> None:
         """The reply's latest ``passes`` steps ran with the threads waiting for a CPU (the thread governor stepped
@@ -216,6 +219,7 @@ class SpeculativeDecoder:
                 self.auto_policy = AutoDraftLength(k_max=params.k_max, score_first=mtp,
                                                    k_start=MTP_K_START if mtp else K_START)
             policy = self.auto_policy
+            policy.settle = self.settle
             policy.start_reply()
             policy.observe_prompt(*prompt_score)
             auto = True
@@ -250,7 +254,7 @@ class SpeculativeDecoder:
         # timed by the machine's load then (the coupled sampler and greedy decoding do not depend on k).
         schedule_only = request.sampling.seed is not None and sampling.sampler == "rejection" and (
             sampling.temperature > 0)
-        meter = self._meter = PlainRateMeter(stats, load_probes=not schedule_only)
+        meter = self._meter = PlainRateMeter(stats, load_probes=not schedule_only, settle=self.settle)
         committed = prompt
         grammar = request.grammar
         # a draft model samples from its grammar-masked distribution (others are cut: grammar.cut_draft)

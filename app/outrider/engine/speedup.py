@@ -85,6 +85,19 @@ REFIT_INTERVAL_S = 0.25  # seconds: the longest a reply's figures go without a r
 
 
 
+def settle_passes(backend: str, offloaded: bool) -> int:
+    """One-token passes after a pass of another size before a one-token pass costs what plain decoding costs.
+
+    On a CPU, 1: llama.cpp rebuilds its compute graph when the batch size changes, and only that first pass pays
+    for it. On a CUDA back-end with the target offloaded, 2: llama.cpp records a pass as a CUDA graph and
+    replays it while the calls keep their shape; after a change of shape it runs one call directly and captures
+    the graph on the next, and only the third is replayed. Measured on an H200 (bench_mtp_steps.py, a 12 x 1024
+    F16 target): 1.5 ms and 1.35 ms for the first two plain passes after a verify pass, 0.6 ms from the third
+    on, and 1.2 ms for every pass with CUDA graphs switched off. Counted as steady, the capturing pass made plain
+    decoding look twice its cost: automatic depth kept drafting at 0.56-0.63x plain."""
+    return 2 if offloaded and backend == "CUDA" else 1
+
+
 def speedup_is_settled(speedup: float | None, low: float | None, high: float | None) -> bool:
     """True when the interval [low, high] lies within ±``SETTLED_WIDTH`` of ``speedup``."""
     if speedup is None or low is None or high is None or speedup <= 0:

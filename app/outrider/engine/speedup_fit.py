@@ -115,11 +115,18 @@ def _drafting_stalls(steps: Sequence[PassTiming]) -> float:
     return float(np.where(drafted > STALL_RATIO * level, drafted - level, 0.0).sum())
 
 
-def _steady(steps: Sequence[PassTiming]) -> npt.NDArray[np.bool_]:
-    """For each step after the first: a one-token pass right after another one-token pass (what plain decoding
-    costs; the first pass after a verify pass also pays for llama.cpp rebuilding its graph for the new size)."""
-    batch = np.array([p.batch for p in steps], dtype=np.float64)
-    return np.asarray((batch[1:] <= 1) & (batch[:-1] <= 1), dtype=np.bool_)
+def _steady(steps: Sequence[PassTiming], settle: int = 1) -> npt.NDArray[np.bool_]:
+    """For each step after the first: a one-token pass right after ``settle`` other one-token passes (what plain
+    decoding costs). The first pass after a verify pass also pays for llama.cpp rebuilding its graph for the new
+    size; on a CUDA back-end the second one pays for capturing it as a CUDA graph, which only the third replays
+    (``speedup.settle_passes``)."""
+    plain = np.array([p.batch <= 1 for p in steps], dtype=np.bool_)
+    steady = plain[1:].copy()
+    for back in range(1, settle + 1):
+        earlier = np.zeros(len(steady), dtype=np.bool_)
+        earlier[back - 1:] = plain[: len(plain) - back]
+        steady &= earlier
+    return steady
 
 
 def _segments(x: Floats, steady: npt.NDArray[np.bool_], start: int, stop: int,
@@ -237,8 +244,9 @@ def _segment(batch: Floats, target: Floats, steady: npt.NDArray[np.bool_], growt
     return _Segment(start, stop, plain_s, stall_s, rel, max(1, len(t) - 2))
 
 
-def estimate_speedup(steps: Sequence[PassTiming]) -> SpeedupEstimate | None:
-    """The speed-up of ``steps`` against plain decoding (module docstring); None while not identified."""
+def estimate_speedup(steps: Sequence[PassTiming], settle: int = 1) -> SpeedupEstimate | None:
+    """The speed-up of ``steps`` against plain decoding (module docstring); None while not identified.
+    ``settle``: one-token passes after a pass of another size before one costs what plain decoding costs."""
     if not steps:
         return None
     step_s = math.fsum(p.step_s for p in steps)
@@ -252,7 +260,7 @@ def estimate_speedup(steps: Sequence[PassTiming]) -> SpeedupEstimate | None:
     fit = steps[1:]
     batch = np.array([p.batch for p in fit], dtype=np.float64)
     target = np.array([p.target_s for p in fit], dtype=np.float64)
-    steady = _steady(steps)
+    steady = _steady(steps, settle)
     n_sizes = len(np.unique(batch))
     if n_sizes < 2 and not (batch == 1).any():
         return None  # passes of one size above 1 only: the cost of a plain pass cannot be told from them

@@ -188,15 +188,20 @@ class PlainRateMeter:
     """
 
     def __init__(self, stats: GenerationStats, clock: Callable[[], float] = time.perf_counter, *,
-                 load_probes: bool = True) -> None:
+                 load_probes: bool = True, settle: int = 1) -> None:
+        """``settle``: one-token passes after a pass of another size before one costs what plain decoding costs
+        (``speedup.settle_passes``: 1 on a CPU, 2 on a CUDA back-end); each forced run is that much longer."""
+        if settle < 1:
+            raise ValueError(f"settle must be at least 1 pass, not {settle}")
         self.stats = stats
         self.load_probes = load_probes  # False: plain runs on the fixed schedule only (a reproducible reply)
+        self.settle = settle
         self._clock = clock
         self._fitted_at = clock()
         self.steps: list[PassTiming] = []
         self.steps_since_plain = 0  # steps since the latest one-token pass
         self.forced_run = 0  # plain steps in a row up to the latest step that this meter asked for
-        self.steady_plain = 0  # one-token passes after the first step that followed a one-token pass
+        self.steady_plain = 0  # one-token passes after the first step that followed ``settle`` one-token passes
         self._asked = False  # whether the latest ``wants_plain_probe`` asked for a plain step
         self._long_run = False  # the run under way measures a new load or thread count: PLAIN_RUN_FIRST long
         self._threads_changed = False  # the latest step ran on another thread count than the one before it
@@ -206,7 +211,9 @@ class PlainRateMeter:
 
         A probe is a run of plain steps: the first pass after a verify pass is not what plain decoding costs
         (llama.cpp rebuilds its compute graph when the batch size changes, measured at +25-40 % of a one-token
-        pass on the benchmark's pairs), only the passes after it are. Never the first step (the coldest); then
+        pass on the benchmark's pairs), only the passes after it are; on a CUDA back-end only those after the
+        second, which captures the CUDA graph the later ones replay (``settle``: each run is that much longer).
+        Never the first step (the coldest); then
         a run of ``PLAIN_RUN_FIRST`` from the second step, runs of ``PLAIN_RUN`` every ``PLAIN_PROBE_GAP`` steps
         until ``PLAIN_PROBES_MIN`` steady plain passes were seen, then a run once in every ``probe_every``
         steps (0: never), and sooner when the passes' cost moved (``_load_moved``): a load that starts or
@@ -221,7 +228,7 @@ class PlainRateMeter:
             return False
         if self.forced_run:  # a run under way: the first run is longer, it gives the early anchors at once
             long_run = self._long_run or self.steady_plain + 1 < PLAIN_RUN_FIRST
-            return self.forced_run < (PLAIN_RUN_FIRST if long_run else PLAIN_RUN)
+            return self.forced_run < (PLAIN_RUN_FIRST if long_run else PLAIN_RUN) + self.settle - 1
         self._long_run = False
         if len(self.steps) == 1:
             return True  # the second step: the first run
@@ -262,7 +269,8 @@ class PlainRateMeter:
         self.stats.step_s += step_s
         if batch <= 1:
             self.stats.plain_steps += 1
-            self.steady_plain += len(self.steps) > 2 and self.steps[-2].batch <= 1
+            before = self.steps[-1 - self.settle:-1]
+            self.steady_plain += len(self.steps) > 1 + self.settle and all(p.batch <= 1 for p in before)
             self.steps_since_plain = 0
         else:
             self.steps_since_plain += 1
@@ -283,7 +291,7 @@ class PlainRateMeter:
         s = self.stats
         from outrider.engine.speedup_fit import estimate_speedup  # numpy: in the engine process only
 
-        est = estimate_speedup(self.steps)
+        est = estimate_speedup(self.steps, self.settle)
         self._fitted_at = self._clock()
         if est is None:
             s.speedup = s.speedup_low = s.speedup_high = s.plain_tps = s.pass_growth = None

@@ -16,6 +16,7 @@ import pytest
 from outrider.engine.speedup import (
     PassTiming,
     describe_speedup,
+    settle_passes,
     speedup_is_settled,
     student_t_quantile,
 )
@@ -231,6 +232,49 @@ def test_the_first_plain_pass_after_a_verify_pass_is_not_what_plain_decoding_cos
     assert est.speedup == pytest.approx(truth, rel=0.03)
 
 
+def _graph_replay_reply(settle: int, steps: int = 90) -> list[PassTiming]:
+    """A reply as the decoder runs it on a CUDA back-end: k = 4 except where the meter (``settle``) forces plain
+    runs, every draft accepted. llama.cpp replays a pass as a CUDA graph only from the third call of the same
+    shape: the first pass after a change of size runs directly (+150 % of a plain pass), the second captures the
+    graph (+125 %); measured on an H200: 1.5 and 1.35 ms for the two after a verify pass, 0.6 ms after them."""
+    meter = PlainRateMeter(GenerationStats(), settle=settle)
+    shapes: list[int] = [5]
+    for _ in range(steps):
+        batch = 1 if meter.wants_plain_probe(32) else 5
+        same = 0
+        while same < len(shapes) and shapes[-1 - same] == batch:
+            same += 1
+        extra = (1.5, 1.25)[same] if same < 2 else 0.0
+        shapes.append(batch)
+        target = _verify(batch) + extra * PLAIN_S
+        meter.add_step(batch=batch, pass_tokens=batch, step_s=target + (DRAFT_S if batch > 1 else 0.0),
+                       target_s=target)
+    return meter.steps
+
+
+def test_on_a_cuda_backend_the_two_plain_passes_after_a_verify_pass_are_not_what_plain_decoding_costs() -> None:
+    """A plain reply never pays for a change of shape; speculation pays for each (charged to it). With two passes
+    to settle (``settle_passes("CUDA", True)``), each forced run is one longer and the plain cost is the passes'
+    after the second; counted from the second (one to settle, as on a CPU) the graph capture made plain decoding
+    look 1.6x its cost and the reply's speed-up read 1.6x too high (2.24x against 1.38x)."""
+    assert settle_passes("CUDA", offloaded=True) == 2
+    assert settle_passes("CUDA", offloaded=False) == settle_passes("CPU", offloaded=False) == 1
+    assert settle_passes("Metal", offloaded=True) == 1
+
+    def truth(steps: list[PassTiming]) -> float:
+        tokens = sum(p.pass_tokens for p in steps)
+        return (tokens * PLAIN_S + steps[0].target_s - _verify(5)) / sum(p.step_s for p in steps)
+
+    steps = _graph_replay_reply(settle=2)
+    est = estimate_speedup(steps, settle=2)
+    assert est is not None
+    assert est.plain_s == pytest.approx(PLAIN_S, rel=0.08)  # 1.06x: passes after the second still lean on it
+    assert est.speedup == pytest.approx(truth(steps), rel=0.08)  # read 1.455x against 1.368x
+    once = _graph_replay_reply(settle=1)
+    wrong = estimate_speedup(once, settle=1)
+    assert wrong is not None and wrong.speedup > 1.3 * truth(once)
+
+
 def test_the_interval_covers_the_truth_in_simulated_replies() -> None:
     """Empirical coverage of the 95 % interval over 300 simulated replies of 24 to 192 tokens (noise 2-15 %,
     stalls at random, a cold first step, acceptance 0.5-0.9): at least 90 % cover an A/B's expectation, and no
@@ -308,6 +352,21 @@ def test_plain_probes_are_runs_never_on_the_first_step_a_run_of_three_then_of_tw
     assert forced == [1, 2, 3, 35, 36, 68, 69]
     assert meter.steady_plain == 2 + 1 + 1
     assert not PlainRateMeter(GenerationStats()).wants_plain_probe(0)
+
+
+def test_with_two_passes_to_settle_every_forced_run_is_one_longer() -> None:
+    meter = PlainRateMeter(GenerationStats(), settle=2)
+    forced: list[int] = []
+    for i in range(80):
+        plain = meter.wants_plain_probe(32)
+        if plain:
+            forced.append(i)
+        batch = 1 if plain else 5
+        meter.add_step(batch=batch, pass_tokens=batch, step_s=0.01, target_s=0.01)
+    assert forced == [1, 2, 3, 4, 36, 37, 38, 70, 71, 72]
+    assert meter.steady_plain == 2 + 1 + 1
+    with pytest.raises(ValueError, match="settle"):
+        PlainRateMeter(GenerationStats(), settle=0)
 
 
 def test_a_drafter_that_proposes_nothing_is_not_made_to_wait_for_a_run() -> None:
