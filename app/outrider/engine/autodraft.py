@@ -500,8 +500,9 @@ class AutoDraftLength:
         self.calibration = PromptCalibration()  # prompt score against reply acceptance (``score_first`` only)
         self._prompt_approved = False  # this reply's prompt score could pay, with no calibration to read it by
         self._first_k = self.k_start  # k while a cost is unmeasured: k_start, or what an approved prompt says
-        # One-token passes after a pass of another size before one is timed as plain decoding's cost (the decoder
-        # sets it: 1 on a CPU, 2 on a CUDA back-end, ``speedup.settle_passes``), and the plain passes in a row so far.
+        # One-token passes after a pass of another size before one costs what plain decoding costs (the decoder sets
+        # it: 1 on a CPU, 2 on a CUDA back-end, ``speedup.settle_passes``; see ``observe``), and the plain passes in
+        # a row so far.
         self.settle = 1
         self._plain_run = 0
 
@@ -592,11 +593,16 @@ class AutoDraftLength:
         if drafted > 0:
             self._speculative_steps += 1
             self.calibration.reply(accepted, 1.0 if accepted < drafted else 0.0)
-        # A one-token pass is plain decoding's cost only once ``settle`` plain passes came right before it: the
-        # ones after a verify pass pay for llama.cpp rebuilding (on CUDA also capturing) the graph for the new size,
-        # and taken as plain decoding's cost they make drafting look better than it is (``speedup.settle_passes``).
+        # On CUDA (settle 2) a one-token pass is plain decoding's cost only once two plain passes came right before
+        # it: the two after a verify pass run uncaptured and capture the CUDA graph (+150 % and +125 % of a plain
+        # pass), and taken as plain decoding's cost they made drafting look better than it was: a head that drafted
+        # nearly always learned 2.4x the true cost and drafted at 0.56-0.63x plain (``speedup.settle_passes``). On
+        # a CPU (settle 1) the one pass that rebuilds the graph costs 25-40 % more, and a policy that alternates
+        # pays that: it is timed as before. Left out there too, automatic depth drafted less on the hybrid's 24-token
+        # replies (mean depth 0.53-0.97 against 0.81-1.19) and read 0.84-0.94x the best depth against 0.92-0.95x
+        # (bench_mtp.py, the two interleaved in one session, 2 runs each).
         plain = drafted == 0 and batch <= 1
-        settled = not plain or self._plain_run >= self.settle
+        settled = not plain or self._plain_run >= (self.settle if self.settle > 1 else 0)
         self._plain_run = self._plain_run + 1 if plain else 0
         timed, self._untimed = not self._untimed, False
         self.model.observe(batch=batch, verify_s=verify_s, drafted=drafted, accepted=accepted, draft_s=draft_s,

@@ -413,6 +413,12 @@ def test_plain_passes_timed_before_they_settle_stand_in_only_until_a_settled_one
     old = policy.snapshot()
     del old["verify_unsettled"]  # a snapshot saved before they were kept apart
     assert AutoDraftLength.restore(old).model.unsettled_single.count == 0
+    # On a CPU (one pass to settle) the pass that rebuilt the graph is timed as plain decoding's cost, as it was.
+    cpu = _graph_policy(1)
+    cpu.observe(batch=3, verify_s=2e-3, drafted=2, accepted=2, draft_s=1e-4)
+    cpu.observe(batch=3, verify_s=2e-3, drafted=2, accepted=2, draft_s=1e-4)
+    cpu.observe(batch=1, verify_s=1.3e-3, drafted=0, accepted=0, draft_s=0.0)
+    assert cpu.model.verify[1].samples == (1.3e-3,) and cpu.model.unsettled_single.count == 0
 
 
 def test_the_warm_up_stops_once_not_even_every_token_accepted_would_pay() -> None:
