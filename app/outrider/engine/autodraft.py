@@ -302,12 +302,12 @@ class CostModel:
             self._rejections = DECAY * self._rejections + (trials - hits)
             self._prior *= DECAY
 
-    def restart_acceptance(self, hits: float, trials: float) -> None:
+    def restart_acceptance(self, hits: float, trials: float, prior: float = PRIOR_REJECTIONS) -> None:
         """Forget the acceptance learned so far and start again from ``hits`` of ``trials`` scored guesses (with a
-        cold start's pseudo-rejection); the costs are kept (they belong to the pair and the machine)."""
+        cold start's pseudo-rejection, ``prior``); the costs are kept (they belong to the pair and the machine)."""
         self._accepted = float(hits)
         self._rejections = float(trials - hits)
-        self._prior = PRIOR_REJECTIONS
+        self._prior = prior
 
     @property
     def acceptance(self) -> float | None:
@@ -660,7 +660,10 @@ class AutoDraftLength:
         self._probe_interval = PROBE_START
         calibrated = self.calibration.calibrated(hits, trials)
         if calibrated is not None:
-            self.model.restart_acceptance(calibrated * trials, trials)
+            # Without the cold start's pseudo-rejection: the calibration already maps the score to what replies
+            # were accepted at, and deflated once more (16 guesses: by 1/17) the hybrid's warm replies started at
+            # ~0.78 where depth 2-3 pays from ~0.8, and drafted at depth 1 or not at all.
+            self.model.restart_acceptance(calibrated * trials, trials, prior=0.0)
             self._scored_in_reply += trials
             judged = calibrated
         elif self._score_could_pay(hits / trials):

@@ -8,6 +8,8 @@ at depth 3 and more; the noise head (1 of 16, 0.02-0.07 accepted) never does.
 
 from __future__ import annotations
 
+import pytest
+
 from outrider.engine.autodraft import (
     FIRST_DRAFT_MAX,
     MTP_K_START,
@@ -312,3 +314,20 @@ def test_a_head_scored_well_before_any_cost_is_timed_is_scored_again_soon() -> N
         timed.observe(batch=3, verify_s=BATCH[3], drafted=2, accepted=0, draft_s=2 * DRAFT)
     timed.observe_shadow(0, 4)
     assert timed.shadow_interval == 2 * SHADOW_START
+
+
+def test_a_calibrated_prompt_score_is_the_replys_starting_acceptance_undeflated() -> None:
+    """Read through the calibration, a prompt's score is what replies after such prompts were accepted at: the
+    reply starts at exactly that, without the cold start's pseudo-rejection on top (16 guesses: 1/17 lower, which
+    started the hybrid's warm 24-token replies near 0.78 where depth 2-3 pays from about 0.8; bench_mtp.py, the two
+    in one session: mean depth 1.51-2.03 against 0.89-1.58, 0.97-1.01x the best depth against 0.93-1.00x)."""
+    policy = AutoDraftLength(k_max=8, score_first=True)
+    _hybrid_costs_timed(policy)
+    policy.start_reply()
+    policy.observe_prompt(8, 16)
+    _hybrid_reply(policy)
+    policy.start_reply()
+    policy.observe_prompt(10, 16)
+    calibrated = policy.calibration.calibrated(10, 16)
+    assert calibrated is not None
+    assert policy.model.acceptance == pytest.approx(calibrated)
