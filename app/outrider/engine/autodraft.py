@@ -69,6 +69,12 @@ SHADOW_START, SHADOW_MAX = 4, 128  # plain steps between scorings of the drafter
 # not 8; a useless draft pays one more small scoring pass before the interval has doubled to 128)
 
 
+HOPELESS_ACCEPTANCE = 0.95  # ... an MTP head that would not pay even accepted this often sleeps through replies
+SLEEP_MAX = PROBE_MAX  # plain steps slept through, reply after reply, before one reply is awake to re-check
+# (``sleeps_through_next_reply``: on a GPU, a head scored on the prompt and following the target changed the
+# target's graph twice a reply, each change costing two uncaptured passes: 0.66-0.81x plain on 24-token replies)
+
+
 K_START = 4  # a cold start's first draft (a draft model; an MTP head: MTP_K_START, raised by its prompt's score)
 SNAPSHOT_VERSION = 1  # of ``AutoDraftLength.snapshot``: a snapshot of another version is not restored
 MTP_K_START = 2  # an MTP head's first draft at a cold start, at least: a NextN head is trained to guess one token
@@ -259,15 +265,16 @@ class CostModel:
         self._costs_cache: list[float] | None = None
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float,
-                timed: bool = True, settled: bool = True) -> None:
+                timed: bool = True, settled: bool = True, ages: bool = True) -> None:
         """One step; with ``timed`` False its acceptance counts but not its timings (a reply's first step); with
-        ``settled`` False a one-token pass's timing is kept apart (``unsettled_single``).
+        ``settled`` False a one-token pass's timing is kept apart (``unsettled_single``); with ``ages`` False it
+        does not count towards other sizes' timings going stale (a reply slept through: bounded by SLEEP_MAX).
 
         The verify-cost caches are kept when the step changes no estimate: its batch size was fresh and timed
         MIN_SAMPLES times or more, its lower median and count are unchanged, and no other size went stale — as on
         most steps while k is 0. Each member of a chain keeps a model, and recomputing them every step was most
         of what a switched-off drafter cost (bench_lookup_step_cost.py)."""
-        self._observations += 1
+        self._observations += int(ages)
         same = False
         if timed and batch == 1 and not settled:
             self.unsettled_single.add(verify_s)
@@ -505,6 +512,9 @@ class AutoDraftLength:
         # a row so far.
         self.settle = 1
         self._plain_run = 0
+        self._asleep = False  # the next reply sleeps through (``sleeps_through_next_reply``)
+        self._sleeping = False  # this reply does
+        self._slept = 0  # plain steps slept through since the last reply awake
 
     def choose(self) -> int:
         if self._resting:
@@ -584,12 +594,31 @@ class AutoDraftLength:
         self._untimed = True
         self._plain_run = 0  # the prompt's passes came between: the next plain pass is not a settled one
         self._scored_in_reply = 0
-        self._resting = False
+        self._resting = self._sleeping = self._asleep
+        self._asleep = False
         self._prompt_approved = False
         self._first_k = self.k_start
         self.calibration.close_reply()
 
+    def sleeps_through_next_reply(self) -> bool:
+        """With ``score_first`` (an MTP head), asked before a reply's prompt is evaluated: whether the head should
+        sleep through the whole reply — not scored on the prompt, not following the target, never drafting —
+        because the measured costs say no depth would pay even at HOPELESS_ACCEPTANCE (a head that costs about
+        what the target does: tiny models on a GPU, where every pass is kernel launches). Once SLEEP_MAX plain
+        steps were slept through, one reply is awake again, to re-check the costs and the head. ``start_reply``
+        that follows puts the policy to rest for the reply."""
+        m = self.model
+        measured = (m.verify[1].count >= MIN_SAMPLES and m.longest_measured_k() > 0
+                    and m.draft_per_token.value is not None)
+        if not self.score_first or not measured or self._slept >= SLEEP_MAX:
+            self._slept = 0
+            return False
+        self._asleep = (m.best_k(HOPELESS_ACCEPTANCE) or 0) == 0
+        return self._asleep
+
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
+        if self._sleeping:
+            self._slept += 1
         if drafted > 0:
             self._speculative_steps += 1
             self.calibration.reply(accepted, 1.0 if accepted < drafted else 0.0)
@@ -606,7 +635,7 @@ class AutoDraftLength:
         self._plain_run = self._plain_run + 1 if plain else 0
         timed, self._untimed = not self._untimed, False
         self.model.observe(batch=batch, verify_s=verify_s, drafted=drafted, accepted=accepted, draft_s=draft_s,
-                           timed=timed, settled=settled)
+                           timed=timed, settled=settled, ages=not self._sleeping)
         if self._probing:
             # Judged by the model with the probe's timing and acceptance averaged in, not by that one timing (a
             # stalled probe pass would double the interval; a lucky one reset it).
@@ -752,6 +781,7 @@ class AutoDraftLength:
             "probe_interval": self._probe_interval,
             "plain_streak": self._plain_streak,
             "last_choice": self.last_choice,
+            "slept": self._slept,
         }
 
     @classmethod
@@ -792,6 +822,8 @@ class AutoDraftLength:
         policy._probe_interval = s.integer("probe_interval", 1, PROBE_MAX)
         policy._plain_streak = s.integer("plain_streak", 0, None)
         policy.last_choice = s.integer("last_choice", 0, k_max)
+        if "slept" in snapshot:  # (absent from a snapshot saved before heads slept through replies)
+            policy._slept = s.integer("slept", 0, None)
         return policy
 
 

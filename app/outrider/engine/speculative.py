@@ -180,14 +180,19 @@ class SpeculativeDecoder:
             # prompt is always split the same way. It costs a seeded request its prompt cache; an unseeded one,
             # which promises nothing to repeat, keeps it (docs/metrics.md, "Samplers").
             reuse = request.sampling.seed is None
+            # A head whose measured costs say it cannot pay sleeps through the reply (``sleeps_through_next_reply``):
+            # not scored, not following the target, the target's passes those of plain decoding.
+            asleep = (scored is not None and request.draft.k is None and self.auto_policy is not None
+                      and self.auto_policy.k_max == request.draft.k_max
+                      and self.auto_policy.sleeps_through_next_reply())
             if scored is not None:
-                scored.rest(False)
-            rows = scored.prompt_rows if scored is not None and request.draft.k is None else 0
+                scored.rest(asleep)
+            rows = scored.prompt_rows if scored is not None and request.draft.k is None and not asleep else 0
             stats.prompt_tokens_reused = self._prefill(prompt, rows, reuse=reuse)
             guesses = self._prompt_guesses(len(prompt) - 1 - stats.prompt_tokens_reused, rows)
             if scored is not None and guesses:
                 prompt_score = scored.prefill_scored(prompt, guesses, reuse=reuse)
-            else:
+            elif not asleep:
                 self.drafter.prefill(prompt, reuse=reuse)
             # On a GPU decode() returns before the work is done: wait, or prompt time leaks into the first step.
             self.context.synchronize()

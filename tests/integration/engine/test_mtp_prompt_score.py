@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from outrider.engine.autodraft import MTP_K_START, SLEEP_MAX, AutoDraftLength
 from outrider.engine.engine import Engine, PairSpec
 from outrider.engine.events import StepEvent
 from outrider.engine.llama.runtime import Backend
@@ -118,4 +119,51 @@ def test_a_useless_head_rests_then_wakes_for_the_next_reply_exactly(backend: Bac
     follow = prompt + tokens + e.tokenize_prompt(" and then")
     tokens2, _, done2 = _reply(e, follow, 24, 2)
     assert not drafter.resting and done2.stats.drafted > 0
+    assert tokens2 == _reference(target, follow, 24)
+
+
+def test_a_head_whose_costs_say_it_cannot_pay_sleeps_through_a_reply_exactly(backend: Backend,
+                                                                            heads: dict[str, Path],
+                                                                            loaded: list[Engine]) -> None:
+    """The agreeing head under costs on which no depth pays even at 0.95 acceptance (a GPU's for a tiny target:
+    0.6 ms a plain pass, 2 ms a batch, 0.4 ms a head token; set on the policy, counts are asserted, not timings):
+    the next reply sleeps through — the head is not scored on the prompt, never follows the target (no hidden
+    state is copied) and never drafts — and is the reference's. After SLEEP_MAX plain steps slept, a reply at
+    automatic depth is awake again: scored on its prompt, the head drafts where it agrees, still exact.
+
+    Breaking it (``sleeps_through_next_reply`` always False): the sleeping reply copied the target's hidden
+    states (the head followed the target, scored on the prompt)."""
+    target = heads["agreeing"]
+    e = _load(backend, target, loaded)
+    decoder = e._decoder_or_raise()
+    drafter = decoder.drafter
+    assert isinstance(drafter, MtpDraft)
+    policy = AutoDraftLength(k_max=DraftParams().k_max, score_first=True, k_start=MTP_K_START)
+    policy.settle = 2
+    policy.start_reply()
+    for _ in range(4):
+        policy.observe(batch=3, verify_s=2e-3, drafted=2, accepted=2, draft_s=0.8e-3)
+    for verify_s in (1.5e-3, 1.35e-3, 0.6e-3, 0.6e-3, 0.6e-3):
+        policy.observe(batch=1, verify_s=verify_s, drafted=0, accepted=0, draft_s=0.0)
+    decoder.auto_policy = policy
+    copies = [0]
+    capture = drafter._capture
+
+    def counted(pos0: int, n: int) -> None:
+        copies[0] += 1
+        capture(pos0, n)
+
+    drafter._capture = counted  # type: ignore[method-assign]
+    drafter.target.after_decode = counted
+    prompt = e.tokenize_prompt(PROMPTS[0])
+    tokens, steps, done = _reply(e, prompt, 32, None)
+    assert tokens == _reference(target, prompt, 32)
+    assert done.stats.drafted == 0 and all(s.k == 0 for s in steps)
+    assert copies[0] == 0 and drafter.resting
+    policy._slept = SLEEP_MAX  # as after SLEEP_MAX plain steps slept through
+    follow = prompt + tokens + e.tokenize_prompt(" and then")
+    # Awake: the head is scored on its prompt and follows the target again (on this CPU's own timings it may
+    # or may not draft; the point is that it is woken and exact).
+    tokens2, _, _ = _reply(e, follow, 24, None)
+    assert copies[0] > 0 and policy._slept == 0
     assert tokens2 == _reference(target, follow, 24)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from outrider.engine.autodraft import AutoDraftLength, CostModel, expected_tokens_per_pass
+from outrider.engine.autodraft import SLEEP_MAX, WINDOW, AutoDraftLength, CostModel, expected_tokens_per_pass
 from outrider.engine.speculative import PLAIN_PROBE_EVERY
 from outrider.engine.stats import GenerationStats, PlainRateMeter
 
@@ -439,3 +439,55 @@ def test_the_warm_up_stops_once_not_even_every_token_accepted_would_pay() -> Non
     for verify_s in (1.5e-3, 1.35e-3, 0.6e-3, 0.6e-3, 0.6e-3):
         cheap.observe(batch=1, verify_s=verify_s, drafted=0, accepted=0, draft_s=0.0)
     assert cheap.choose() > 0
+
+
+def _hopeless_head() -> AutoDraftLength:
+    """An MTP head's policy (``score_first``) after a reply on the GPU's costs: 0.6 ms a settled plain pass, 2 ms
+    a batch of 3, 0.4 ms a drafted token, accepted 0.9 — no depth pays even at 0.95."""
+    policy = AutoDraftLength(k_max=8, score_first=True, k_start=2)
+    policy.settle = 2
+    policy.start_reply()
+    for _ in range(4):
+        policy.observe(batch=3, verify_s=2e-3, drafted=2, accepted=2, draft_s=0.8e-3)
+    policy.observe(batch=3, verify_s=2e-3, drafted=2, accepted=1, draft_s=0.8e-3)
+    for verify_s in (1.5e-3, 1.35e-3, 0.6e-3, 0.6e-3, 0.6e-3):
+        policy.observe(batch=1, verify_s=verify_s, drafted=0, accepted=0, draft_s=0.0)
+    return policy
+
+
+def test_a_head_that_cannot_pay_sleeps_through_replies_and_wakes_to_re_check() -> None:
+    """Where the measured costs say no depth pays even at HOPELESS_ACCEPTANCE, the head sleeps through the next
+    reply (no probe, no scoring: ``choose`` is 0 throughout and the policy rests); after SLEEP_MAX plain steps slept
+    through, one reply is awake again; and the count survives a snapshot."""
+    policy = _hopeless_head()
+    assert policy.sleeps_through_next_reply()
+    policy.start_reply()
+    assert policy.should_rest()
+    slept = 0
+    while slept < SLEEP_MAX:
+        assert policy.choose() == 0
+        policy.observe(batch=1, verify_s=0.6e-3, drafted=0, accepted=0, draft_s=0.0)
+        slept += 1
+        if slept % 24 == 0 and slept < SLEEP_MAX:  # 24-token replies, each asleep
+            restored = AutoDraftLength.restore(policy.snapshot())
+            assert restored._slept == slept
+            assert policy.sleeps_through_next_reply()
+            policy.start_reply()
+    assert not policy.sleeps_through_next_reply()  # awake for a reply: scored and timed again
+    policy.start_reply()
+    assert not policy.should_rest()
+
+
+def test_a_head_that_may_pay_or_is_unmeasured_never_sleeps_through_a_reply() -> None:
+    fresh = AutoDraftLength(k_max=8, score_first=True, k_start=2)
+    assert not fresh.sleeps_through_next_reply()  # nothing measured
+    cheap = _hopeless_head()
+    for _ in range(WINDOW):  # drafting got ten times cheaper: depth 2 pays at 0.95
+        cheap.observe(batch=3, verify_s=0.7e-3, drafted=2, accepted=2, draft_s=0.08e-3)
+    assert not cheap.sleeps_through_next_reply()
+    model = AutoDraftLength(k_max=8, k_start=4)  # a draft model: its scoring is not what sleeping saves
+    for _ in range(4):
+        model.observe(batch=3, verify_s=2e-3, drafted=2, accepted=2, draft_s=0.8e-3)
+    for _ in range(4):
+        model.observe(batch=1, verify_s=0.6e-3, drafted=0, accepted=0, draft_s=0.0)
+    assert not model.sleeps_through_next_reply()
