@@ -66,6 +66,20 @@ def _reply(e: Engine, prompt: list[int], n: int, k: int | None) -> tuple[list[in
     raise AssertionError("no done event")
 
 
+def _count_copies(drafter: MtpDraft) -> list[int]:
+    """Count the head's copies of the target's hidden states (one per target pass it follows) in the list's item."""
+    copies = [0]
+    capture = drafter._capture
+
+    def counted(pos0: int, n: int) -> None:
+        copies[0] += 1
+        capture(pos0, n)
+
+    drafter._capture = counted  # type: ignore[method-assign]
+    drafter.target.after_decode = counted
+    return copies
+
+
 def test_a_head_scored_on_the_prompt_drafts_at_the_replys_first_step(backend: Backend, heads: dict[str, Path],
                                                                      loaded: list[Engine]) -> None:
     """The first reply after a load (a cold start, nothing cached): the agreeing head, scored on the prompt's own
@@ -101,15 +115,7 @@ def test_a_useless_head_rests_then_wakes_for_the_next_reply_exactly(backend: Bac
     e = _load(backend, target, loaded)
     drafter = e._decoder_or_raise().drafter
     assert isinstance(drafter, MtpDraft)
-    copies = [0]
-    capture = drafter._capture
-
-    def counted(pos0: int, n: int) -> None:
-        copies[0] += 1
-        capture(pos0, n)
-
-    drafter._capture = counted  # type: ignore[method-assign]
-    drafter.target.after_decode = counted
+    copies = _count_copies(drafter)
     prompt = e.tokenize_prompt(PROMPTS[0])
     tokens, _, done = _reply(e, prompt, 96, None)
     assert tokens == _reference(target, prompt, 96)
@@ -146,15 +152,7 @@ def test_a_head_whose_costs_say_it_cannot_pay_sleeps_through_a_reply_exactly(bac
     for verify_s in (1.5e-3, 1.35e-3, 0.6e-3, 0.6e-3, 0.6e-3):
         policy.observe(batch=1, verify_s=verify_s, drafted=0, accepted=0, draft_s=0.0)
     decoder.auto_policy = policy
-    copies = [0]
-    capture = drafter._capture
-
-    def counted(pos0: int, n: int) -> None:
-        copies[0] += 1
-        capture(pos0, n)
-
-    drafter._capture = counted  # type: ignore[method-assign]
-    drafter.target.after_decode = counted
+    copies = _count_copies(drafter)
     prompt = e.tokenize_prompt(PROMPTS[0])
     tokens, steps, done = _reply(e, prompt, 32, None)
     assert tokens == _reference(target, prompt, 32)

@@ -222,6 +222,19 @@ def test_prompt_calibration_is_the_mean_gap_between_prompt_and_reply() -> None:
     assert far.calibrated(16, 16) == 1.0
 
 
+def _after_one_hybrid_reply(next_hits: int) -> AutoDraftLength:
+    """A warm policy on the hybrid's recorded costs: one reply after a prompt scored 8 of 16, then the next reply's
+    prompt scored ``next_hits`` of 16."""
+    policy = AutoDraftLength(k_max=8, score_first=True)
+    _hybrid_costs_timed(policy)
+    policy.start_reply()
+    policy.observe_prompt(8, 16)
+    _hybrid_reply(policy)
+    policy.start_reply()
+    policy.observe_prompt(next_hits, 16)
+    return policy
+
+
 def test_a_hybrid_head_after_one_reply_reads_its_next_prompt_at_its_reply_acceptance() -> None:
     """On the hybrid's recorded costs, a warm policy whose head scored 8 of 16 on a prompt and was then accepted 0.8
     in the reply starts the next reply, scored 8 of 16 again, at depth 2 or more; with the score taken as it stood
@@ -230,13 +243,7 @@ def test_a_hybrid_head_after_one_reply_reads_its_next_prompt_at_its_reply_accept
 
     Breaking it (``observe_prompt`` restarting from the raw score even when calibrated): ``choose()`` returned 0
     (expected >= 2)."""
-    policy = AutoDraftLength(k_max=8, score_first=True)
-    _hybrid_costs_timed(policy)
-    policy.start_reply()
-    policy.observe_prompt(8, 16)
-    _hybrid_reply(policy)
-    policy.start_reply()
-    policy.observe_prompt(8, 16)
+    policy = _after_one_hybrid_reply(8)
     assert policy.choose() >= 2
     assert not policy.should_rest()
 
@@ -321,13 +328,7 @@ def test_a_calibrated_prompt_score_is_the_replys_starting_acceptance_undeflated(
     reply starts at exactly that, without the cold start's pseudo-rejection on top (16 guesses: 1/17 lower, which
     started the hybrid's warm 24-token replies near 0.78 where depth 2-3 pays from about 0.8; bench_mtp.py, the two
     in one session: mean depth 1.51-2.03 against 0.89-1.58, 0.97-1.01x the best depth against 0.93-1.00x)."""
-    policy = AutoDraftLength(k_max=8, score_first=True)
-    _hybrid_costs_timed(policy)
-    policy.start_reply()
-    policy.observe_prompt(8, 16)
-    _hybrid_reply(policy)
-    policy.start_reply()
-    policy.observe_prompt(10, 16)
+    policy = _after_one_hybrid_reply(10)
     calibrated = policy.calibration.calibrated(10, 16)
     assert calibrated is not None
     assert policy.model.acceptance == pytest.approx(calibrated)

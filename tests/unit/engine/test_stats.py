@@ -340,30 +340,28 @@ def test_no_figure_while_the_plain_cost_is_not_identified() -> None:
     assert stats.plain_tps is None and not stats.speedup_settled
 
 
-def test_plain_probes_are_runs_never_on_the_first_step_a_run_of_three_then_of_two_every_32() -> None:
-    meter = PlainRateMeter(GenerationStats())
+def _forced_steps(meter: PlainRateMeter, steps: int = 80) -> list[int]:
+    """The steps of a reply at k = 4 that ``meter`` forced plain (every 32 steps once it has its early runs)."""
     forced: list[int] = []
-    for i in range(80):
+    for i in range(steps):
         plain = meter.wants_plain_probe(32)
         if plain:
             forced.append(i)
         batch = 1 if plain else 5
         meter.add_step(batch=batch, pass_tokens=batch, step_s=0.01, target_s=0.01)
-    assert forced == [1, 2, 3, 35, 36, 68, 69]
+    return forced
+
+
+def test_plain_probes_are_runs_never_on_the_first_step_a_run_of_three_then_of_two_every_32() -> None:
+    meter = PlainRateMeter(GenerationStats())
+    assert _forced_steps(meter) == [1, 2, 3, 35, 36, 68, 69]
     assert meter.steady_plain == 2 + 1 + 1
     assert not PlainRateMeter(GenerationStats()).wants_plain_probe(0)
 
 
 def test_with_two_passes_to_settle_every_forced_run_is_one_longer() -> None:
     meter = PlainRateMeter(GenerationStats(), settle=2)
-    forced: list[int] = []
-    for i in range(80):
-        plain = meter.wants_plain_probe(32)
-        if plain:
-            forced.append(i)
-        batch = 1 if plain else 5
-        meter.add_step(batch=batch, pass_tokens=batch, step_s=0.01, target_s=0.01)
-    assert forced == [1, 2, 3, 4, 36, 37, 38, 70, 71, 72]
+    assert _forced_steps(meter) == [1, 2, 3, 4, 36, 37, 38, 70, 71, 72]
     assert meter.steady_plain == 2 + 1 + 1
     with pytest.raises(ValueError, match="settle"):
         PlainRateMeter(GenerationStats(), settle=0)
