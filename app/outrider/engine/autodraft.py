@@ -31,7 +31,9 @@ the shadow scoring finds useless costs only the scoring (a batched draft pass ev
 Costs: ``draft_s`` passed to ``observe`` must be the cost of drafting itself: the decoder leaves out a draft
 model's catch-up on tokens emitted by plain steps (after a plain streak it evaluates them all at once, and that
 time divided by one drafted token inflated the per-token draft cost 30-44x). Plain decoding itself is timed by
-the decoder's interleaved plain steps (``stats.PlainRateMeter``), which also feed ``c_verify(1)`` here.
+the decoder's interleaved plain steps (``stats.PlainRateMeter``), which also feed ``c_verify(1)`` here. While
+plain decoding goes on scoring the drafter, a plain step costs c_verify(1) and a share of the scoring's time: that
+is what drafting is weighed against in ``choose`` (``_plain_step_cost``).
 """
 
 from __future__ import annotations
@@ -257,6 +259,7 @@ class CostModel:
         self._observations = 0
         self._stamp = [0] * (k_max + 2)  # observation count when each batch size was last measured
         self.draft_per_token = _Timings()
+        self.scoring = _Timings()  # seconds per scoring of the drafter on plain steps (``observe_shadow``)
         self._accepted = 0.0
         self._rejections = 0.0
         self._prior = PRIOR_REJECTIONS  # a pseudo-rejection that fades with the window (see ``acceptance``)
@@ -438,12 +441,14 @@ class CostModel:
             return None
         return expected_rate(a, k, c_d, c_v)
 
-    def best_k(self, acceptance: float | None = None, draft_cost: float | None = None) -> int | None:
+    def best_k(self, acceptance: float | None = None, draft_cost: float | None = None,
+               plain_cost: float | None = None) -> int | None:
         """argmax over k of ``rate(k)`` (ties to the larger k); None until every rate can be estimated.
 
         Called every step: the verify costs are computed once per observation (``_verify_costs``) and E(k) is
         accumulated as E(k-1) + a^k, so a call costs a few microseconds, not k_max full ``rate`` evaluations.
-        ``draft_cost`` (seconds per drafted token) replaces the measured one (0: a lower bound before any draft)."""
+        ``draft_cost`` (seconds per drafted token) replaces the measured one (0: a lower bound before any draft);
+        ``plain_cost`` (seconds per plain step, at least a one-token pass) replaces plain decoding's (k = 0)."""
         # Acceptance and draft cost first: a member of a chain that never drafted (a lookup on free prose) asks
         # every step, and the verify costs are recomputed whenever a timing moved their lower medians.
         a = self.acceptance if acceptance is None else acceptance
@@ -453,7 +458,7 @@ class CostModel:
         costs = self._verify_costs()
         if costs is None:
             return None
-        best_rate, best = 1.0 / costs[0], 0
+        best_rate, best = 1.0 / (costs[0] if plain_cost is None else max(plain_cost, costs[0])), 0
         expected, a_power = 1.0, 1.0
         for k in range(1, self.k_max + 1):
             a_power *= a
@@ -522,7 +527,7 @@ class AutoDraftLength:
             self.last_choice = 0
             return 0
         m = self.model
-        best = m.best_k()
+        best = m.best_k(plain_cost=self._plain_step_cost())
         if best is None:  # acceptance or a cost not measured yet: draft, to measure them
             k = self._first_k if not self.score_first or self._first_draft_could_pay() else 0
         elif best > 0:
@@ -546,6 +551,20 @@ class AutoDraftLength:
                 self._probing = True
         self.last_choice = k
         return k
+
+    def _plain_step_cost(self) -> float | None:
+        """What a plain step costs while the drafter is scored on plain steps (seconds): a one-token pass and the
+        scoring's time spread over the steps between scorings (``shadow_interval``); None before a scoring was
+        timed. Plain decoding chosen here is plain decoding that goes on scoring the drafter, and that is what
+        drafting is weighed against: an MTP head's scoring every 4 plain steps cost the hybrid's 8 x 768 target
+        0.12-0.18 ms a plain step, 4-5 % of a 3.3 ms pass (bench_mtp_steps.py), and left out of plain decoding's
+        cost it kept a head that pays 1.05x at depth 3 plain for most of its replies (0.84-0.92x the best depth).
+        A drafter put to rest is not scored (``should_rest``: weighed on the pass alone)."""
+        m = self.model
+        single, scoring = m.verify_cost(1), m.scoring.value
+        if single is None or scoring is None:
+            return None
+        return single + scoring / max(1, self.shadow_interval)
 
     def _first_draft_could_pay(self) -> bool:
         """Before any draft was timed (``score_first``): whether the drafter's scored acceptance would make
@@ -643,14 +662,17 @@ class AutoDraftLength:
             paid = (self.model.best_k() or 0) > 0
             self._probe_interval = PROBE_START if paid else min(self._probe_interval * 2, PROBE_MAX)
 
-    def observe_shadow(self, hits: int, trials: int) -> None:
-        """The drafter scored while plain: ``hits`` of ``trials`` guesses right. Scored again after SHADOW_START
+    def observe_shadow(self, hits: int, trials: int, seconds: float | None = None) -> None:
+        """The drafter scored while plain: ``hits`` of ``trials`` guesses right, in ``seconds`` (the scoring's own
+        time, when the decoder timed it: ``_plain_step_cost``). Scored again after SHADOW_START
         plain steps while its guesses would pay — with ``score_first`` (a scoring that feeds what the next draft
         needs anyway), while they would with PROBE_MARGIN more acceptance; else the interval doubles, up to
         SHADOW_MAX. Without the margin, an MTP head on a hybrid target scored at 0.6-0.7 (break-even about 0.8
         there) was scored only every 128 tokens and missed the stretches later in a reply where it was right
         95-100 % of the time (bench_mtp.py "hybrid agreeing": automatic depth plain for 95 % of its steps)."""
         self.model.observe_shadow(hits, trials)
+        if seconds is not None and seconds > 0:
+            self.model.scoring.add(seconds)
         self.calibration.reply(hits, trials - hits)
         self._scored_in_reply += trials
         if trials > 0:
@@ -768,6 +790,7 @@ class AutoDraftLength:
             "verify": {str(n): {"samples": list(t.samples), "stamp": m._stamp[n]}
                        for n, t in enumerate(m.verify) if t.count},
             "draft_per_token": list(m.draft_per_token.samples),
+            "scoring": list(m.scoring.samples),
             "verify_unsettled": list(m.unsettled_single.samples),
             "accepted": m._accepted,
             "rejections": m._rejections,
@@ -805,6 +828,9 @@ class AutoDraftLength:
             m._stamp[int(key)] = timings.integer("stamp", 0, m._observations)
         for x in s.seconds("draft_per_token"):
             m.draft_per_token.add(x)
+        if "scoring" in snapshot:  # (absent from a snapshot saved before scorings were timed)
+            for x in s.seconds("scoring"):
+                m.scoring.add(x)
         if "verify_unsettled" in snapshot:  # (absent from a snapshot saved before it was kept apart)
             for x in s.seconds("verify_unsettled"):
                 m.unsettled_single.add(x)

@@ -83,7 +83,7 @@ class DraftLengthPolicy(Protocol):
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None: ...
 
-    def observe_shadow(self, hits: int, trials: int) -> None: ...
+    def observe_shadow(self, hits: int, trials: int, seconds: float | None = None) -> None: ...
 
 
 class FixedDraftLength:
@@ -96,7 +96,7 @@ class FixedDraftLength:
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
         pass
 
-    def observe_shadow(self, hits: int, trials: int) -> None:
+    def observe_shadow(self, hits: int, trials: int, seconds: float | None = None) -> None:
         pass
 
 
@@ -311,9 +311,10 @@ class SpeculativeDecoder:
             elif self.auto_policy is not None and auto and (
                     len(committed) - shadow_from >= self.auto_policy.shadow_interval):
                 consulted = True
+                t_scoring = time.perf_counter()
                 hits, trials = self.drafter.observe(committed, shadow_from)
                 shadow_from = len(committed)
-                policy.observe_shadow(hits, trials)
+                policy.observe_shadow(hits, trials, seconds=time.perf_counter() - t_scoring)
             t1 = time.perf_counter()
             batch = [committed[-1], *draft.tokens]
             padded = pad_plain and len(batch) == 1

@@ -61,6 +61,7 @@ def test_automatic_k_scores_an_unrelated_draft_while_plain(backend: Backend, fam
         decoder = engine._decoder_or_raise()
         prompt = engine.tokenize_prompt("the model is fast and the draft is")
         scored: list[tuple[int, int]] = []
+        timed: list[float | None] = []
         done = None
         spying = False
         for event in engine.generate(prompt, max_tokens=160, draft=DraftParams(k=None), ignore_eos=True):
@@ -69,9 +70,11 @@ def test_automatic_k_scores_an_unrelated_draft_while_plain(backend: Backend, fam
                 policy = decoder.auto_policy
                 original = policy.observe_shadow
 
-                def spy(hits: int, trials: int, original=original) -> None:  # type: ignore[no-untyped-def]
+                def spy(hits: int, trials: int, seconds: float | None = None,  # type: ignore[no-untyped-def]
+                        original=original) -> None:
                     scored.append((hits, trials))
-                    original(hits, trials)
+                    timed.append(seconds)
+                    original(hits, trials, seconds)
 
                 policy.observe_shadow = spy  # type: ignore[method-assign]
             elif isinstance(event, DoneEvent):
@@ -81,6 +84,8 @@ def test_automatic_k_scores_an_unrelated_draft_while_plain(backend: Backend, fam
         hits = sum(h for h, _ in scored)
         assert len(scored) >= 2 and trials >= 16, scored
         assert hits / trials < 0.5
+        # Each scoring is timed by the decoder: what plain decoding that keeps scoring costs (autodraft.py).
+        assert all(t is not None and 0 < t < 1 for t in timed), timed
         # With acceptance measured near 0, the draft is not probed again: at most the cold start drafts.
         assert done.stats.drafted <= 2 * 4, done.stats
     finally:

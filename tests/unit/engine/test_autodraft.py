@@ -491,3 +491,39 @@ def test_a_head_that_may_pay_or_is_unmeasured_never_sleeps_through_a_reply() -> 
     for _ in range(4):
         model.observe(batch=1, verify_s=0.6e-3, drafted=0, accepted=0, draft_s=0.0)
     assert not model.sleeps_through_next_reply()
+
+
+def _near_break_even(scoring_s: float | None) -> AutoDraftLength:
+    """A policy with the hybrid's CPU costs (bench_mtp_steps.py, 8 x 768 ``qwen35`` + NextN): a plain pass 3.3 ms,
+    a batch of 2 / 3 / 4 / 5 tokens 6.4 / 6.9 / 7.2 / 8.2 ms, 0.58 ms a drafted token; acceptance 0.74; the head
+    scored once on plain steps, in ``scoring_s`` seconds (None: not timed)."""
+    policy = AutoDraftLength(k_max=4, k_start=2, score_first=True)
+    for _ in range(3):
+        policy.observe(batch=1, verify_s=3.3e-3, drafted=0, accepted=0, draft_s=0.0)
+        for k, verify_s in ((1, 6.4e-3), (2, 6.9e-3), (3, 7.2e-3), (4, 8.2e-3)):
+            policy.observe(batch=k + 1, verify_s=verify_s, drafted=k, accepted=k, draft_s=0.58e-3 * k)
+    policy.observe_shadow(3, 4, scoring_s)
+    policy.model.restart_acceptance(74, 100, prior=0.0)
+    return policy
+
+
+def test_plain_decoding_is_weighed_with_the_scoring_it_keeps_paying() -> None:
+    """Plain decoding that goes on scoring the drafter costs a pass and a scoring every ``shadow_interval`` steps.
+    By hand, at acceptance 0.74: plain 1 / 3.3 ms = 0.3030 tokens/ms; depth 3 (1 + .74 + .5476 + .4052) / (3 x 0.58
+    + 7.2) ms = 0.3012 (1 / 2 / 4: 0.252 / 0.286 / 0.284) — plain wins on the pass alone; with a 0.6 ms scoring every
+    4 plain steps a plain step costs 3.45 ms (0.2899 tokens/ms), and depth 3 wins. The scoring's time survives a
+    snapshot; a policy whose scorings were never timed weighs the pass alone."""
+    assert _near_break_even(None).choose() == 0
+    scored = _near_break_even(0.6e-3)
+    assert scored.shadow_interval == 4
+    assert scored.choose() == 3
+    restored = AutoDraftLength.restore(scored.snapshot())
+    restored.model.restart_acceptance(74, 100, prior=0.0)
+    assert restored.choose() == 3
+    # Scored rarely (the interval doubled to 64 while the head would not pay), the scoring is spread thin: plain.
+    rare = _near_break_even(0.6e-3)
+    rare.shadow_interval = 64
+    assert rare.choose() == 0
+    old = scored.snapshot()
+    del old["scoring"]  # a snapshot saved before scorings were timed
+    assert AutoDraftLength.restore(old).model.scoring.count == 0
