@@ -1,7 +1,7 @@
 """MTP drafting: automatic depth against the best fixed depth and against plain decoding, and llama.cpp's own.
 
     python tests/benchmarks/bench_mtp.py [--quick] [--runs N] [--lengths 24,64,192] [--prompts N] [--threads N]
-                                         [--setups S,...] [--no-native] [--cuda]
+                                         [--setups S,...] [--no-native] [--cuda] [--burner]
 
 What it decides ([reach] issue): **automatic depth >= 0.95x the best fixed depth** where MTP pays, and
 **>= 0.97x plain** where it cannot (short replies, a head with low acceptance). It prints both ratios for every
@@ -36,7 +36,8 @@ decide more than few long ones: split a table with ``--setups`` and ``--lengths`
 ``--quick`` (2 runs, 2 prompts, lengths 24 and 96, 4 x 256 models, no native column) takes under a minute. The
 default (3 prompts, 24/64/192 tokens, 1 run, 4 x 384 models) under 6 minutes (about 7,500 decoded tokens per setup
 at ~100 tok/s, 27 native processes); each ``--runs`` adds as much. The first run builds the native tool (slow on a
-small machine); ``--no-native`` skips it. ``--cuda`` offloads every layer.
+small machine); ``--no-native`` skips it. ``--cuda`` offloads every layer. ``--burner --threads 0`` measures a
+busy machine: one CPU-bound process runs beside the whole run and the engines choose their threads as the app does.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +63,7 @@ from outrider.engine.autodraft import AutoDraftLength  # noqa: E402
 from outrider.engine.engine import Engine, PairSpec  # noqa: E402
 from outrider.engine.params import ContextSettings, DraftParams, ModelSettings  # noqa: E402
 from outrider.engine.speculative import DoneEvent  # noqa: E402
+from outrider.engine.threads import OtherLoadMeter, choose_threads, usable_cpus  # noqa: E402
 from support.hybrid_gguf import Qwen35Shape, make_qwen35_mtp  # noqa: E402
 from support.mtp_gguf import MtpShape, make_mtp_models  # noqa: E402
 
@@ -201,7 +205,9 @@ def run_setup(setup: str, args: argparse.Namespace, binary: Path | None) -> Cell
 
 def native_reply(binary: Path, target: Path, text: str, tokens: int, depth: int, args: argparse.Namespace,
                  tally: Tally) -> None:
-    r = run_native(binary, target, spec_type="draft-mtp", k=depth, prompt=text, tokens=tokens, threads=args.threads,
+    # Automatic threads (0): llama.cpp's tool is given what the engine would choose from the load right now.
+    threads = args.threads or choose_threads(usable_cpus(), OtherLoadMeter().probe(0.2))
+    r = run_native(binary, target, spec_type="draft-mtp", k=depth, prompt=text, tokens=tokens, threads=threads,
                    cuda=args.cuda, n_ctx=N_CTX)
     tally.add(r.decoded, r.decoded / r.tps if r.tps else 0.0, r.drafted, r.accepted)
 
@@ -271,12 +277,15 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=3, help=f"how many of the {len(PROMPTS)} prompts")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--width", type=int, default=384)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads (0: automatic, as the app runs: "
+                    "chosen from the CPUs the other processes leave free, re-chosen before each reply and mid-reply)")
     ap.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated, of: {', '.join(SETUPS)}")
     ap.add_argument("--quick", action="store_true", help="2 runs, 2 prompts, 24 and 96 tokens, 4 x 256 models, "
                     "no native column")
     ap.add_argument("--no-native", action="store_true", help="skip llama.cpp's llama-speculative-simple")
     ap.add_argument("--cuda", action="store_true", help="offload every layer to the GPU")
+    ap.add_argument("--burner", action="store_true", help="one steady CPU-bound background process for the whole "
+                    "run (a busy machine; pair it with --threads 0)")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.prompts, args.lengths, args.layers, args.width = 2, 2, "24,96", 4, 256
@@ -295,10 +304,27 @@ def main() -> int:
     unknown = [s for s in setups if s not in SETUPS]
     if unknown:
         ap.error(f"unknown setup {unknown[0]!r}: choose from {', '.join(SETUPS)}")
+    if args.threads < 0:
+        ap.error("--threads must be >= 0 (0: automatic)")
     binary = None if args.no_native else build_native(args.cuda)
-    print(f"# bench_mtp: {platform.machine()}, {os.cpu_count()} CPUs, threads {args.threads}, "
+    burner = subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"]) if args.burner else None
+    try:
+        if burner is not None:
+            time.sleep(1.0)  # running before the engines choose their threads, as a steady load would be
+        return run(args, setups, binary)
+    finally:
+        if burner is not None:
+            burner.kill()
+            burner.wait()
+
+
+def run(args: argparse.Namespace, setups: list[str], binary: Path | None) -> int:
+    """Every setup's table and verdicts, under whatever load is running."""
+    threads = "automatic" if args.threads == 0 else str(args.threads)
+    print(f"# bench_mtp: {platform.machine()}, {os.cpu_count()} CPUs, threads {threads}, "
           f"{'GPU' if args.cuda else 'CPU'}, target {args.layers} x {args.width} F16 + 1 NextN block, "
-          f"{args.runs} runs x {args.prompts} prompts, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+          f"{args.runs} runs x {args.prompts} prompts, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+          + (", a CPU-bound background process throughout" if args.burner else ""),
           flush=True)
     native_cols = [f"native {d}" for d in DEPTHS] if binary is not None else []
     header = [*OURS, *native_cols]

@@ -512,6 +512,7 @@ class AutoDraftLength:
         self.calibration = PromptCalibration()  # prompt score against reply acceptance (``score_first`` only)
         self._prompt_approved = False  # this reply's prompt score could pay, with no calibration to read it by
         self._first_k = self.k_start  # k while a cost is unmeasured: k_start, or what an approved prompt says
+        self._judged_by_prompt = False  # this reply's acceptance is still its prompt's calibrated score alone
         # One-token passes after a pass of another size before one costs what plain decoding costs (the decoder sets
         # it: 1 on a CPU, 2 on a CUDA back-end, ``speedup.settle_passes``; see ``observe``), and the plain passes in
         # a row so far.
@@ -532,6 +533,8 @@ class AutoDraftLength:
             k = self._first_k if not self.score_first or self._first_draft_could_pay() else 0
         elif best > 0:
             k = min(best, max(self.k_start, GROWTH * m.longest_measured_k()))
+            if self._judged_by_prompt:
+                k = min(k, FIRST_DRAFT_MAX)  # a bet on 16 guesses of text the target did not write: see below
             self._plain_streak = 0
         elif (self._speculative_steps < WARMUP_STEPS and (m.measured_acceptance or 0.0) >= WARMUP_ACCEPTANCE
               and (self._speculative_steps < MIN_SAMPLES or self._could_ever_pay())):
@@ -617,6 +620,7 @@ class AutoDraftLength:
         self._asleep = False
         self._prompt_approved = False
         self._first_k = self.k_start
+        self._judged_by_prompt = False
         self.calibration.close_reply()
 
     def sleeps_through_next_reply(self) -> bool:
@@ -640,6 +644,7 @@ class AutoDraftLength:
             self._slept += 1
         if drafted > 0:
             self._speculative_steps += 1
+            self._judged_by_prompt = False
             self.calibration.reply(accepted, 1.0 if accepted < drafted else 0.0)
         # On CUDA (settle 2) a one-token pass is plain decoding's cost only once two plain passes came right before
         # it: the two after a verify pass run uncaptured and capture the CUDA graph (+150 % and +125 % of a plain
@@ -716,6 +721,12 @@ class AutoDraftLength:
             # ~0.78 where depth 2-3 pays from ~0.8, and drafted at depth 1 or not at all.
             self.model.restart_acceptance(calibrated * trials, trials, prior=0.0)
             self._scored_in_reply += trials
+            # Its first draft is at most FIRST_DRAFT_MAX, as a cold start's is: a score near 1 (the dense head's
+            # 16 of 16, with the offset a reply accepted 0.96 left) reads as certainty, and the warm policy's first
+            # draft was 16 long on a prompt whose reply then went on at 0.34 — 2 tokens accepted, a fifth of a
+            # 24-token reply's time (bench_mtp.py "dense agreeing": warm 0.93x the best depth, cold 1.00x). A
+            # draft too short costs a step's share at most; the reply's own drafts grow it from there.
+            self._judged_by_prompt = True
             judged = calibrated
         elif self._score_could_pay(hits / trials):
             # Nor is it counted towards resting: the reply's own guesses decide that (``should_rest``). The first

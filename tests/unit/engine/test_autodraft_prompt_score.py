@@ -332,3 +332,32 @@ def test_a_calibrated_prompt_score_is_the_replys_starting_acceptance_undeflated(
     calibrated = policy.calibration.calibrated(10, 16)
     assert calibrated is not None
     assert policy.model.acceptance == pytest.approx(calibrated)
+
+
+def test_a_warm_replys_first_draft_is_no_longer_than_a_cold_starts() -> None:
+    """The dense head's recorded costs, k_max 16: a reply where the head was accepted whole on drafts of 8 after a
+    prompt scored 12 of 16 leaves a calibration offset; the next prompt scored 16 of 16 then reads 1.0 — certainty,
+    on which the longest draft the measured costs allow is best. Its first draft is FIRST_DRAFT_MAX nonetheless (a
+    bet on 16 guesses of text the target did not write: bench_mtp.py "dense agreeing", a warm first draft of 16
+    accepted 2 tokens on a prompt whose reply went on at 0.34, 0.93x the best depth on 24-token replies); once
+    that draft is accepted whole, the reply's own drafts may grow past it.
+
+    Breaking it (no cap on the first draft after a calibrated prompt): ``choose()`` returned 16."""
+    policy = AutoDraftLength(k_max=16, score_first=True)
+    _timed_plain(policy, 4)
+    for batch, cost in BATCH.items():
+        for _ in range(3):
+            policy.observe(batch=batch, verify_s=cost, drafted=batch - 1, accepted=batch - 1,
+                           draft_s=(batch - 1) * DRAFT)
+    policy.start_reply()
+    policy.observe_prompt(12, 16)
+    for _ in range(12):
+        policy.observe(batch=9, verify_s=0.014, drafted=8, accepted=8, draft_s=8 * DRAFT)
+    policy.start_reply()
+    policy.observe_prompt(16, 16)
+    assert policy.model.acceptance == 1.0  # the calibrated score: the uncapped best draft is the longest allowed
+    assert policy.model.best_k() == 16
+    assert policy.choose() == FIRST_DRAFT_MAX
+    policy.observe(batch=FIRST_DRAFT_MAX + 1, verify_s=BATCH[5], drafted=FIRST_DRAFT_MAX,
+                   accepted=FIRST_DRAFT_MAX, draft_s=FIRST_DRAFT_MAX * DRAFT)
+    assert policy.choose() > FIRST_DRAFT_MAX
