@@ -69,12 +69,22 @@ REST_TRIALS = 16  # guesses scored in a reply (its prompt's included) before a u
 SHADOW_START, SHADOW_MAX = 4, 128  # plain steps between scorings of the drafter while plain decoding is chosen
 # (4 at first: a cold start that turned plain after an unlucky first few drafts comes back after 4 plain steps,
 # not 8; a useless draft pays one more small scoring pass before the interval has doubled to 128)
+SCORING_SHARE = 0.05  # ... and never more often than keeps the scorings' time within this share of plain decoding's
+# (``_scoring_floor``: on a quiet CPU an MTP head's scoring costs 15-22 % of a one-token pass, every 3-5 steps as
+# before; under a CPU-bound load, on one thread, 45-60 %: scored every 4 it made plain decoding look 12 % dearer
+# than it was, and drafting at 0.9x plain looked worth it — bench_mtp_steps.py, 24-token replies, 0.84-0.87x plain)
 
 
 HOPELESS_ACCEPTANCE = 0.95  # ... an MTP head that would not pay even accepted this often sleeps through replies
 SLEEP_MAX = PROBE_MAX  # plain steps slept through, reply after reply, before one reply is awake to re-check
 # (``sleeps_through_next_reply``: on a GPU, a head scored on the prompt and following the target changed the
 # target's graph twice a reply, each change costing two uncaptured passes: 0.66-0.81x plain on 24-token replies)
+
+
+FALLOFF_DECAY = 0.97  # weight of the past in the per-position counts of drafted tokens (about 30 drafts: how a
+# drafter's guesses fall off along a draft belongs to the drafter, not to the text, and needs more drafts to show)
+FALLOFF_PRIOR = 2.0  # pseudo-count pulling a position's acceptance towards the position before it (a few drafts
+# that reached position 6 do not decide it alone)
 
 
 K_START = 4  # a cold start's first draft (a draft model; an MTP head: MTP_K_START, raised by its prompt's score)
@@ -263,6 +273,11 @@ class CostModel:
         self._accepted = 0.0
         self._rejections = 0.0
         self._prior = PRIOR_REJECTIONS  # a pseudo-rejection that fades with the window (see ``acceptance``)
+        # Decayed counts per draft position i (1-based, index i): drafts that reached it (every position before
+        # it accepted) and drafts whose guess there was accepted (``falloff``).
+        self._reached = [0.0] * (k_max + 1)
+        self._kept = [0.0] * (k_max + 1)
+        self._falloff_cache: list[float] | None = None
         self._line_cache: tuple[tuple[float, float] | None] | None = None  # (line,) once computed
         self._estimates_cache: list[float | None] | None = None
         self._costs_cache: list[float] | None = None
@@ -296,9 +311,49 @@ class CostModel:
         if drafted > 0:
             if timed:
                 self.draft_per_token.add(draft_s / drafted)
+            self._count_positions(drafted, accepted)
             self._accepted = DECAY * self._accepted + accepted
             self._rejections = DECAY * self._rejections + (1 if accepted < drafted else 0)
             self._prior *= DECAY
+
+    def _count_positions(self, drafted: int, accepted: int) -> None:
+        """One draft of ``drafted`` tokens whose first ``accepted`` were kept, into the per-position counts."""
+        drafted = min(drafted, self.k_max)
+        for i in range(1, self.k_max + 1):
+            self._reached[i] *= FALLOFF_DECAY
+            self._kept[i] *= FALLOFF_DECAY
+        for i in range(1, min(accepted + 1, drafted) + 1):
+            self._reached[i] += 1.0
+        for i in range(1, min(accepted, drafted) + 1):
+            self._kept[i] += 1.0
+        self._falloff_cache = None
+
+    def falloff(self) -> list[float]:
+        """Per draft position i (index i, 1..k_max; index 0 unused): the factor the acceptance is multiplied by
+        there, from the drafts so far. A drafter's later guesses are often worse than its first — an MTP head chains
+        its own hidden states, not the target's (bench_mtp.py: the dense head was accepted 0.91, 0.85, 0.80 at depth
+        1, 2, 3) — and the acceptance as one number per token made long drafts look as safe as short ones: under
+        load, where only long drafts could pay, the dense head's warm replies drafted up to 9 and kept 0.54 of them.
+
+        A position's acceptance is its drafts kept over drafts that reached it, pulled towards the position before
+        it by FALLOFF_PRIOR pseudo-counts (a position no draft reached inherits it); the factors are those over
+        position 1's, at most 1 (a draft is never made longer by this), then divided by their mean over the
+        positions drafts reached — the one-number acceptance was measured over those same positions. All 1 before
+        any draft."""
+        if self._falloff_cache is not None:
+            return self._falloff_cache
+        factors = [1.0] * (self.k_max + 1)
+        if self._reached[1] > 0:
+            previous = self._kept[1] / self._reached[1]
+            first = previous
+            for i in range(2, self.k_max + 1):
+                previous = (self._kept[i] + FALLOFF_PRIOR * previous) / (self._reached[i] + FALLOFF_PRIOR)
+                factors[i] = min(1.0, previous / first) if first > 0 else 1.0
+            reached = sum(self._reached[1:])
+            mean = sum(f * n for f, n in zip(factors[1:], self._reached[1:], strict=True)) / reached
+            factors = [1.0] + [f / mean for f in factors[1:]]
+        self._falloff_cache = factors
+        return factors
 
     def _none_turned_stale(self) -> bool:
         """No batch size's timings went stale at this observation (``_fresh``: STALE_AFTER observations old; a
@@ -460,8 +515,9 @@ class CostModel:
             return None
         best_rate, best = 1.0 / (costs[0] if plain_cost is None else max(plain_cost, costs[0])), 0
         expected, a_power = 1.0, 1.0
+        falloff = self.falloff()
         for k in range(1, self.k_max + 1):
-            a_power *= a
+            a_power *= min(1.0, a * falloff[k])
             expected += a_power
             rate = expected / (k * c_d + costs[k])
             if rate >= best_rate:
@@ -568,6 +624,17 @@ class AutoDraftLength:
         if single is None or scoring is None:
             return None
         return single + scoring / max(1, self.shadow_interval)
+
+    def _scoring_floor(self) -> int:
+        """The fewest plain steps between scorings that keep the scorings' time within SCORING_SHARE of plain
+        decoding's: a scoring's measured seconds over that share of a one-token pass, from 1 to SHADOW_MAX (1 before
+        both were timed). How often a head is worth scoring depends on what a scoring costs against the pass it
+        rides beside, and that changes with the machine's load: on one thread beside another process's work, a
+        batch of a few tokens costs 2.4-3x a one-token pass (a quiet two-thread pass: 1.8x), and so does a scoring."""
+        single, scoring = self.model.verify_cost(1), self.model.scoring.value
+        if single is None or scoring is None or single <= 0:
+            return 1
+        return max(1, min(SHADOW_MAX, math.ceil(scoring / (SCORING_SHARE * single))))
 
     def _first_draft_could_pay(self) -> bool:
         """Before any draft was timed (``score_first``): whether the drafter's scored acceptance would make
@@ -687,7 +754,8 @@ class AutoDraftLength:
             # next scoring and drafted again only after 14 of a 24-token reply's tokens (bench_mtp.py, hybrid).
             best = self.model.best_k(min(1.0, rate))
             close = best is None or best > 0
-            self.shadow_interval = SHADOW_START if close else min(self.shadow_interval * 2, SHADOW_MAX)
+            interval = SHADOW_START if close else min(self.shadow_interval * 2, SHADOW_MAX)
+            self.shadow_interval = max(interval, self._scoring_floor())
 
     def observe_prompt(self, hits: int, trials: int) -> None:
         """The drafter scored on the reply's prompt (``PromptScoredDrafter``): ``hits`` of ``trials`` guesses right.
@@ -743,7 +811,8 @@ class AutoDraftLength:
         # Not yet timed: scored again soon (a cold start that turned plain after one rejected first draft waited
         # 8 plain steps for its next scoring, a third of a 24-token reply).
         best = self.model.best_k(min(1.0, judged + PROBE_MARGIN))
-        self.shadow_interval = SHADOW_START if best is None or best > 0 else SHADOW_START * 2
+        interval = SHADOW_START if best is None or best > 0 else SHADOW_START * 2
+        self.shadow_interval = max(interval, self._scoring_floor())
 
     def _score_could_pay(self, a: float) -> bool:
         """Whether drafting at acceptance ``a`` (a prompt's raw score) could pay: on the measured costs with
@@ -759,7 +828,7 @@ class AutoDraftLength:
         drafter whose acceptance belongs to the text and whose scoring is cheap (chain_draft.py: prompt lookup)."""
         self.model.restart_acceptance(hits, trials)
         self._scored_in_reply += round(trials)
-        self.shadow_interval = SHADOW_START
+        self.shadow_interval = max(SHADOW_START, self._scoring_floor())
         self._probe_interval = PROBE_START
 
     def should_rest(self) -> bool:
@@ -806,6 +875,8 @@ class AutoDraftLength:
             "accepted": m._accepted,
             "rejections": m._rejections,
             "prior": m._prior,
+            "reached": m._reached[1:],
+            "kept": m._kept[1:],
             "prompt_offset": self.calibration.offset,
             "reply_prompt": self.calibration._prompt,
             "reply_hits": self.calibration._hits,
@@ -848,6 +919,11 @@ class AutoDraftLength:
         m._accepted = s.number("accepted", 0.0, None)
         m._rejections = s.number("rejections", 0.0, None)
         m._prior = s.number("prior", 0.0, PRIOR_REJECTIONS)
+        if "reached" in snapshot:  # (absent from a snapshot saved before drafts were counted per position)
+            m._reached[1:] = s.counts("reached", k_max)
+            m._kept[1:] = s.counts("kept", k_max)
+            if any(kept > reached + 1e-9 for kept, reached in zip(m._kept, m._reached, strict=True)):
+                raise ValueError("kept: more drafts kept at a position than reached it")
         offset = snapshot.get("prompt_offset")
         policy.calibration.offset = None if offset is None else s.number("prompt_offset", 0.0, PROMPT_BIAS_LIMIT)
         prompt = snapshot.get("reply_prompt")
@@ -904,6 +980,15 @@ class _SnapshotReader:
         if not isinstance(value, dict):
             raise ValueError(f"{self.prefix}{name} must be a mapping, not {value!r}")
         return value
+
+    def counts(self, name: str, length: int) -> list[float]:
+        """A list of ``length`` decayed counts, each a number of at least 0."""
+        value = self._get(name)
+        if not isinstance(value, list) or len(value) != length or not all(
+                not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
+                for x in value):
+            raise ValueError(f"{self.prefix}{name} must be a list of {length} counts of at least 0")
+        return [float(x) for x in value]
 
     def seconds(self, name: str) -> list[float]:
         """A list of at most WINDOW timings, each a positive number of seconds."""

@@ -53,9 +53,9 @@ def test_a_cheap_scoring_keeps_watching_a_head_close_to_paying() -> None:
     and automatic depth stayed plain for 95 % of its steps (bench_mtp.py)."""
     def scored(score_first: bool, hits: int) -> int:
         policy = AutoDraftLength(k_max=8, score_first=score_first)
-        for _ in range(10):
+        for i in range(10):  # drafts kept whole or not at all: no falloff along a draft (``CostModel.falloff``)
             policy.observe(batch=1, verify_s=ONE, drafted=0, accepted=0, draft_s=0.0)
-            policy.observe(batch=4, verify_s=FOUR, drafted=3, accepted=1, draft_s=3 * DRAFT)
+            policy.observe(batch=4, verify_s=FOUR, drafted=3, accepted=3 * (i % 2), draft_s=3 * DRAFT)
         for _ in range(6):
             policy.observe_shadow(hits, 16)
         return policy.shadow_interval
