@@ -70,9 +70,9 @@ SHADOW_START, SHADOW_MAX = 4, 128  # plain steps between scorings of the drafter
 # (4 at first: a cold start that turned plain after an unlucky first few drafts comes back after 4 plain steps,
 # not 8; a useless draft pays one more small scoring pass before the interval has doubled to 128)
 SCORING_SHARE = 0.05  # ... and never more often than keeps the scorings' time within this share of plain decoding's
-# (``_scoring_floor``: on a quiet CPU an MTP head's scoring costs 15-22 % of a one-token pass, every 3-5 steps as
-# before; under a CPU-bound load, on one thread, 45-60 %: scored every 4 it made plain decoding look 12 % dearer
-# than it was, and drafting at 0.9x plain looked worth it — bench_mtp_steps.py, 24-token replies, 0.84-0.87x plain)
+# (``_scoring_floor``). Scored every 4 steps on one thread beside a CPU-bound process, an MTP head's scoring took
+# 45-70 % of a one-token pass and made plain decoding look 12 % dearer than it was, so drafting at 0.9x plain looked
+# worth it (bench_mtp.py, warm 24-token replies: 0.83-0.88x plain, within the share 0.90-0.91x)
 
 
 HOPELESS_ACCEPTANCE = 0.95  # ... an MTP head that would not pay even accepted this often sleeps through replies
@@ -627,10 +627,14 @@ class AutoDraftLength:
 
     def _scoring_floor(self) -> int:
         """The fewest plain steps between scorings that keep the scorings' time within SCORING_SHARE of plain
-        decoding's: a scoring's measured seconds over that share of a one-token pass, from 1 to SHADOW_MAX (1 before
-        both were timed). How often a head is worth scoring depends on what a scoring costs against the pass it
-        rides beside, and that changes with the machine's load: on one thread beside another process's work, a
-        batch of a few tokens costs 2.4-3x a one-token pass (a quiet two-thread pass: 1.8x), and so does a scoring."""
+        decoding's: the last scorings' time (their lower median) over that share of a one-token pass, from 1 to
+        SHADOW_MAX (1 before both were timed). A scoring is an investment that pays only if a paying draft follows,
+        and what it costs against a pass depends on the machine: a scoring is a small batch, and on a CPU a batch
+        takes another path than one token (2 tokens cost 1.8x one on two quiet threads, 2.4-3x on one thread beside
+        other work). A scoring's time grows with the guesses it scores, so where each guess costs more than the share
+        of a pass (under load) the interval grows to SHADOW_MAX: the head is then scored about once a short reply,
+        and the tokens after that scoring are not scored unless a draft needs them. Quiet, the generated hybrid's
+        head (1.05 ms for 4 guesses, 2.0 ms for 13, beside a 3.25 ms pass) settles at 15 plain steps."""
         single, scoring = self.model.verify_cost(1), self.model.scoring.value
         if single is None or scoring is None or single <= 0:
             return 1
