@@ -11,8 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from outrider.engine.autodraft import (SCORING_SHARE, SHADOW_START, AutoDraftLength, CostModel,
-                                       expected_tokens_per_pass)
+from outrider.engine.autodraft import SCORING_SHARE, SHADOW_START, AutoDraftLength, CostModel, expected_tokens_per_pass
 
 
 def quiet(n: int) -> float:
