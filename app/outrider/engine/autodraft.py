@@ -69,10 +69,6 @@ REST_TRIALS = 16  # guesses scored in a reply (its prompt's included) before a u
 SHADOW_START, SHADOW_MAX = 4, 128  # plain steps between scorings of the drafter while plain decoding is chosen
 # (4 at first: a cold start that turned plain after an unlucky first few drafts comes back after 4 plain steps,
 # not 8; a useless draft pays one more small scoring pass before the interval has doubled to 128)
-SCORING_SHARE = 0.05  # ... and never more often than keeps the scorings' time within this share of plain decoding's
-# (``_scoring_floor``). Scored every 4 steps on one thread beside a CPU-bound process, an MTP head's scoring took
-# 45-70 % of a one-token pass and made plain decoding look 12 % dearer than it was, so drafting at 0.9x plain looked
-# worth it (bench_mtp.py, warm 24-token replies: 0.83-0.88x plain, within the share 0.90-0.91x)
 
 
 HOPELESS_ACCEPTANCE = 0.95  # ... an MTP head that would not pay even accepted this often sleeps through replies
@@ -625,21 +621,6 @@ class AutoDraftLength:
             return None
         return single + scoring / max(1, self.shadow_interval)
 
-    def _scoring_floor(self) -> int:
-        """The fewest plain steps between scorings that keep the scorings' time within SCORING_SHARE of plain
-        decoding's: the last scorings' time (their lower median) over that share of a one-token pass, from 1 to
-        SHADOW_MAX (1 before both were timed). A scoring is an investment that pays only if a paying draft follows,
-        and what it costs against a pass depends on the machine: a scoring is a small batch, and on a CPU a batch
-        takes another path than one token (2 tokens cost 1.8x one on two quiet threads, 2.4-3x on one thread beside
-        other work). A scoring's time grows with the guesses it scores, so where each guess costs more than the share
-        of a pass (under load) the interval grows to SHADOW_MAX: the head is then scored about once a short reply,
-        and the tokens after that scoring are not scored unless a draft needs them. Quiet, the generated hybrid's
-        head (1.05 ms for 4 guesses, 2.0 ms for 13, beside a 3.25 ms pass) settles at 15 plain steps."""
-        single, scoring = self.model.verify_cost(1), self.model.scoring.value
-        if single is None or scoring is None or single <= 0:
-            return 1
-        return max(1, min(SHADOW_MAX, math.ceil(scoring / (SCORING_SHARE * single))))
-
     def _first_draft_could_pay(self) -> bool:
         """Before any draft was timed (``score_first``): whether the drafter's scored acceptance would make
         drafting pay if drafting were free. False until it was scored at all. Measured on an MTP head accepted 5-9 %
@@ -758,8 +739,7 @@ class AutoDraftLength:
             # next scoring and drafted again only after 14 of a 24-token reply's tokens (bench_mtp.py, hybrid).
             best = self.model.best_k(min(1.0, rate))
             close = best is None or best > 0
-            interval = SHADOW_START if close else min(self.shadow_interval * 2, SHADOW_MAX)
-            self.shadow_interval = max(interval, self._scoring_floor())
+            self.shadow_interval = SHADOW_START if close else min(self.shadow_interval * 2, SHADOW_MAX)
 
     def observe_prompt(self, hits: int, trials: int) -> None:
         """The drafter scored on the reply's prompt (``PromptScoredDrafter``): ``hits`` of ``trials`` guesses right.
@@ -815,8 +795,7 @@ class AutoDraftLength:
         # Not yet timed: scored again soon (a cold start that turned plain after one rejected first draft waited
         # 8 plain steps for its next scoring, a third of a 24-token reply).
         best = self.model.best_k(min(1.0, judged + PROBE_MARGIN))
-        interval = SHADOW_START if best is None or best > 0 else SHADOW_START * 2
-        self.shadow_interval = max(interval, self._scoring_floor())
+        self.shadow_interval = SHADOW_START if best is None or best > 0 else SHADOW_START * 2
 
     def _score_could_pay(self, a: float) -> bool:
         """Whether drafting at acceptance ``a`` (a prompt's raw score) could pay: on the measured costs with
@@ -832,7 +811,7 @@ class AutoDraftLength:
         drafter whose acceptance belongs to the text and whose scoring is cheap (chain_draft.py: prompt lookup)."""
         self.model.restart_acceptance(hits, trials)
         self._scored_in_reply += round(trials)
-        self.shadow_interval = max(SHADOW_START, self._scoring_floor())
+        self.shadow_interval = SHADOW_START
         self._probe_interval = PROBE_START
 
     def should_rest(self) -> bool:

@@ -1,4 +1,4 @@
-"""Automatic k with a drafter whose later guesses fall off, and with scorings that cost a share of a pass.
+"""Automatic k with a drafter whose later guesses fall off.
 
 Costs are shaped like bench_mtp.py's generated 8 x 768 targets on a CPU (seconds): a one-token pass takes
 another path than a batch, so a batch of 2 costs about twice one token and longer batches little more each —
@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from outrider.engine.autodraft import SCORING_SHARE, SHADOW_START, AutoDraftLength, CostModel, expected_tokens_per_pass
+from outrider.engine.autodraft import AutoDraftLength, CostModel, expected_tokens_per_pass
 
 
 def quiet(n: int) -> float:
@@ -95,32 +95,6 @@ def test_under_load_a_head_whose_guesses_fall_off_sleeps_through_replies() -> No
     whole = AutoDraftLength(k_max=8, score_first=True)
     drafted((1.0,) * 8, [2, 3, 4, 8], loaded, 0.00085, policy=whole)
     assert not whole.sleeps_through_next_reply()
-
-
-def _scored_plainly(scoring_s: float, cost: Callable[[int], float]) -> AutoDraftLength:
-    """A head scored 3 of 4 on each of 8 stretches of plain passes, each scoring taking ``scoring_s``."""
-    policy = AutoDraftLength(k_max=8, score_first=True)
-    drafted((0.9, 0.9, 0.9, 0.9), [2, 3], cost, 0.00085, policy=policy, steps=8)
-    for _ in range(8):
-        for _ in range(4):
-            policy.observe(batch=1, verify_s=cost(1), drafted=0, accepted=0, draft_s=0.0)
-        policy.observe_shadow(3, 4, scoring_s)
-    return policy
-
-
-def test_scorings_never_take_more_than_their_share_of_plain_decoding() -> None:
-    """A quiet scoring (0.6 ms beside a 3.3 ms pass) is scored every SHADOW_START plain steps, as a head close to
-    paying should be; one that costs half a pass (1.9 ms beside 3.6 ms: one thread beside a CPU-bound process) is
-    scored no more often than keeps the scorings within SCORING_SHARE of plain decoding's time — every 11 steps —
-    and plain decoding is weighed with that share, not with a scoring every 4 steps (12 % of a pass).
-
-    Breaking it (no ``_scoring_floor``): the loaded head is scored every 4 steps."""
-    assert _scored_plainly(0.0006, quiet).shadow_interval == SHADOW_START
-    busy = _scored_plainly(0.0019, loaded)
-    single = busy.model.verify_cost(1)
-    assert single is not None
-    assert 0.0019 / busy.shadow_interval <= SCORING_SHARE * single
-    assert busy.shadow_interval == 11
 
 
 def test_the_counts_per_position_survive_a_snapshot_and_bad_ones_are_refused() -> None:
