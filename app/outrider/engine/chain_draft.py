@@ -235,9 +235,10 @@ def _policy(kind: str, k_max: int) -> AutoDraftLength:
     target's tokens checked against the guess the lookup would have drafted there, every token, for the price of
     a few dictionary look-ups), so it is scored before its first draft and probed only when that acceptance
     itself would pay (see the module docstring; the history's scoring is a sample, without its re-synchronised
-    source, and keeps the default margin)."""
+    source, and keeps the default margin). One acceptance for every draft position (``CostModel.falloff`` is for
+    an MTP head's chained guesses: a lookup's later guesses are as good as its first once it has matched)."""
     if kind == "lookup":
-        return AutoDraftLength(k_max=k_max, score_first=True, probe_margin=0.0)
+        return AutoDraftLength(k_max=k_max, score_first=True, probe_margin=0.0, falloff=False)
     return AutoDraftLength(k_max=k_max)
 
 

@@ -38,7 +38,7 @@ def drafted(p: tuple[float, ...], lengths: list[int], cost: Callable[[int], floa
             policy: AutoDraftLength | None = None, steps: int = 120, seed: int = 1) -> CostModel:
     """A cost model (``policy``'s, or a fresh one) fed ``steps`` plain passes and drafts of ``lengths`` in
     turn, each draft kept up to its first rejection drawn from ``p``."""
-    m = policy.model if policy is not None else CostModel(k_max=8)
+    m = policy.model if policy is not None else CostModel(k_max=8, falloff=True)
     rng = random.Random(seed)
     for step in range(steps):
         k = lengths[step % len(lengths)]
@@ -74,7 +74,7 @@ def test_a_drafter_whose_later_guesses_fall_off_gets_a_draft_as_long_as_truly_pa
 def test_a_drafter_kept_whole_or_not_at_all_shows_no_falloff() -> None:
     """Drafts kept whole half the time and rejected at the first guess otherwise: every position reached is
     kept, so the factors are all 1 and the choice is the one-number model's."""
-    m = CostModel(k_max=8)
+    m = CostModel(k_max=8, falloff=True)
     for i in range(40):
         m.observe(batch=1, verify_s=quiet(1), drafted=0, accepted=0, draft_s=0.0)
         m.observe(batch=5, verify_s=quiet(5), drafted=4, accepted=4 * (i % 2), draft_s=0.002)
@@ -100,7 +100,7 @@ def test_under_load_a_head_whose_guesses_fall_off_sleeps_through_replies() -> No
 def test_the_counts_per_position_survive_a_snapshot_and_bad_ones_are_refused() -> None:
     """A restored policy reads the same factors; a snapshot from before they were counted restores with none
     (factors all 1); counts that cannot be (more kept than reached, a negative or missing one) name the field."""
-    policy = AutoDraftLength(k_max=8)
+    policy = AutoDraftLength(k_max=8, score_first=True)
     drafted(FALLING, [2, 3, 4], quiet, 0.0005, policy=policy, steps=30)
     restored = AutoDraftLength.restore(policy.snapshot())
     assert restored.model.falloff() == policy.model.falloff() != [1.0] * 9
@@ -125,3 +125,18 @@ def test_the_counts_per_position_survive_a_snapshot_and_bad_ones_are_refused() -
         assert "kept is missing" in str(e)
     else:
         raise AssertionError("a snapshot with reached but no kept was restored")
+
+
+def test_only_an_mtp_heads_policy_weighs_draft_positions() -> None:
+    """An MTP head's policy (``score_first``) weighs positions; a draft model's and a history chain's lookup keep one
+    acceptance for every position (on generated families the falloff read 0.93-0.97x the best fixed k against
+    1.01-1.05x without it, bench_autok_cold.py); a snapshot keeps which."""
+    assert AutoDraftLength(k_max=8, score_first=True).model.weighs_positions
+    model_policy = AutoDraftLength(k_max=8)
+    drafted(FALLING, [2, 3, 4], quiet, 0.0005, policy=model_policy, steps=30)
+    assert not model_policy.model.weighs_positions and model_policy.model.falloff() == [1.0] * 9
+    assert not AutoDraftLength(k_max=8, score_first=True, falloff=False).model.weighs_positions
+    assert not AutoDraftLength.restore(model_policy.snapshot()).model.weighs_positions
+    old = AutoDraftLength(k_max=8, score_first=True).snapshot()
+    del old["falloff"]  # saved before positions were weighed: an MTP head's policy weighs them
+    assert AutoDraftLength.restore(old).model.weighs_positions
