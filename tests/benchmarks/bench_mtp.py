@@ -43,6 +43,7 @@ busy machine: one CPU-bound process runs beside the whole run and the engines ch
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -51,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -307,15 +309,24 @@ def main() -> int:
     if args.threads < 0:
         ap.error("--threads must be >= 0 (0: automatic)")
     binary = None if args.no_native else build_native(args.cuda)
-    burner = subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"]) if args.burner else None
-    try:
-        if burner is not None:
-            time.sleep(1.0)  # running before the engines choose their threads, as a steady load would be
+    with cpu_burner(args.burner):
         return run(args, setups, binary)
+
+
+@contextlib.contextmanager
+def cpu_burner(enabled: bool) -> Iterator[None]:
+    """With ``enabled``: one steady CPU-bound background process while the block runs, started a second before
+    it (running before the engines choose their threads, as a steady load would be) and killed after it."""
+    if not enabled:
+        yield
+        return
+    burner = subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"])
+    try:
+        time.sleep(1.0)
+        yield
     finally:
-        if burner is not None:
-            burner.kill()
-            burner.wait()
+        burner.kill()
+        burner.wait()
 
 
 def run(args: argparse.Namespace, setups: list[str], binary: Path | None) -> int:

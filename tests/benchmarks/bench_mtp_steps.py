@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_mtp_steps.py [--quick] [--setup "dense agreeing"] [--tokens 24] [--rounds N]
                                                [--layers 8] [--width 768] [--prompts N] [--cuda] [--policy]
+                                               [--threads N] [--burner]
 
 ``bench_mtp.py`` says whether automatic depth meets its goals; this says why not. Configurations of one setup
 (``bench_mtp.SETUPS``), interleaved in a rotating order per round: plain (no ``--mtp``), depth 1/2/3, auto (warm:
@@ -9,7 +10,9 @@ carried from reply to reply) and auto cold. Per configuration it prints, summed 
 steps per reply, plain steps before the first draft, the mean chosen depth, the seconds per plain step and per
 drafting step, and the MTP head's own work while it does not draft — shadow scoring (``MtpDraft.observe``) and
 the copies of the target's hidden states (``MtpDraft._capture``) — per plain step, as a share of a plain pass.
-Timings: through ``quiet.sh`` only. ``--quick``: 4 x 256 models, 2 rounds, for a smoke check.
+Timings: on a quiet machine, or under a load made on purpose: ``--burner --threads 0`` runs one CPU-bound process
+beside it throughout, the threads chosen as the engine would (``bench_mtp.cpu_burner``). ``--quick``: 4 x 256
+models, 2 rounds, for a smoke check.
 """
 
 from __future__ import annotations
@@ -168,7 +171,8 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--width", type=int, default=768)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads (0: chosen as the engine would)")
+    ap.add_argument("--burner", action="store_true", help="one steady CPU-bound background process throughout")
     ap.add_argument("--quick", action="store_true", help="4 x 256 models, 2 rounds, 2 prompts")
     ap.add_argument("--cuda", action="store_true", help="offload every layer to the GPU")
     ap.add_argument("--policy", action="store_true", help="print what the warm automatic depth learned (its "
@@ -176,6 +180,22 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.layers, args.width, args.rounds, args.prompts = 4, 256, 2, 2
+    if args.threads < 0:
+        ap.error("--threads must be >= 0 (0: automatic)")
+    with bench_mtp.cpu_burner(args.burner):
+        traces, warm = measure(args)
+    print(f"# bench_mtp_steps: {args.setup}, {args.tokens} tokens, {args.layers} x {args.width}, "
+          f"{args.rounds} rounds x {args.prompts} prompts" + (", a CPU-bound background process throughout"
+                                                             if args.burner else ""))
+    print_tables(traces)
+    if args.policy and warm[0] is not None:
+        print("\nThe warm policy's snapshot (seconds):")
+        print(json.dumps(warm[0].snapshot(), indent=None, default=str))
+    return 0
+
+
+def measure(args: argparse.Namespace) -> tuple[dict[str, Trace], list[AutoDraftLength | None]]:
+    """Every configuration's trace over the rounds, and the warm policy as the last "auto" reply left it."""
     target = bench_mtp.make_target(args.setup, args.layers, args.width)
     gpu = -1 if args.cuda else 0
     plain_engine = bench_mtp.load(target, mtp=False, threads=args.threads, gpu=gpu)
@@ -207,8 +227,11 @@ def main() -> int:
     finally:
         plain_engine.unload()
         mtp_engine.unload()
-    print(f"# bench_mtp_steps: {args.setup}, {args.tokens} tokens, {args.layers} x {args.width}, "
-          f"{args.rounds} rounds x {args.prompts} prompts")
+    return traces, warm
+
+
+def print_tables(traces: dict[str, Trace]) -> None:
+    """The per-configuration table and the first steps of a reply, as Markdown."""
     print("| config | tok/s | steps/reply | plain before 1st draft | mean depth | acceptance | ms/plain step "
           "| ms/draft step | shadow ms/plain step | capture ms/step | auto k ms/step | prompt ms |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -228,10 +251,6 @@ def main() -> int:
         n = max(1, t.replies)
         cells = [f"{1e3 * s / n:.2f} / {tok / n:.1f} / {k / n:.1f}" for s, tok, k in t.first]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    if args.policy and warm[0] is not None:
-        print("\nThe warm policy's snapshot (seconds):")
-        print(json.dumps(warm[0].snapshot(), indent=None, default=str))
-    return 0
 
 
 if __name__ == "__main__":
