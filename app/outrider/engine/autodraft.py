@@ -43,6 +43,8 @@ import math
 import statistics
 from typing import Any
 
+from outrider.engine.awake_ledger import AwakeLedger
+
 DECAY = 0.9  # weight of the past in the acceptance window (about a 10-step memory)
 WINDOW = 15  # timings kept per cost: its estimate is their lower median (a lasting change shows in ~8 steps)
 MIN_SAMPLES = 3  # a batch size timed fewer times is checked against, and blended with, the line through the others
@@ -73,6 +75,8 @@ SHADOW_START, SHADOW_MAX = 4, 128  # plain steps between scorings of the drafter
 
 HOPELESS_ACCEPTANCE = 0.95  # ... an MTP head that would not pay even accepted this often sleeps through replies
 SLEEP_MAX = PROBE_MAX  # plain steps slept through, reply after reply, before one reply is awake to re-check
+SLEEP_LONGEST = 8 * SLEEP_MAX  # ... doubled at each re-check that finds the head should sleep on, up to this
+LOAD_MOVED = 1.25  # a plain pass's cost moved by this factor (either way) since the head fell asleep: wake to re-check
 # (``sleeps_through_next_reply``: on a GPU, a head scored on the prompt and following the target changed the
 # target's graph twice a reply, each change costing two uncaptured passes: 0.66-0.81x plain on 24-token replies)
 
@@ -286,7 +290,7 @@ class CostModel:
                 timed: bool = True, settled: bool = True, ages: bool = True) -> None:
         """One step; with ``timed`` False its acceptance counts but not its timings (a reply's first step); with
         ``settled`` False a one-token pass's timing is kept apart (``unsettled_single``); with ``ages`` False it
-        does not count towards other sizes' timings going stale (a reply slept through: bounded by SLEEP_MAX).
+        does not count towards other sizes' timings going stale (a reply slept through: bounded by SLEEP_LONGEST).
 
         The verify-cost caches are kept when the step changes no estimate: its batch size was fresh and timed
         MIN_SAMPLES times or more, its lower median and count are unchanged, and no other size went stale — as on
@@ -579,6 +583,11 @@ class AutoDraftLength:
         self._asleep = False  # the next reply sleeps through (``sleeps_through_next_reply``)
         self._sleeping = False  # this reply does
         self._slept = 0  # plain steps slept through since the last reply awake
+        self._sleep_for = SLEEP_MAX  # plain steps to sleep through before a reply re-checks
+        self._rechecking = False  # this reply is awake to re-check a head that slept
+        self._asleep_pass_s: float | None = None  # a plain pass's cost when the head fell asleep
+        self.ledger = AwakeLedger()  # what waking the head saved (``score_first`` only)
+        self.follow_single = _Timings()  # seconds a one-token pass spends on following (``observe``'s follow_s)
 
     def choose(self) -> int:
         if self._resting:
@@ -674,6 +683,7 @@ class AutoDraftLength:
         self._untimed = True
         self._plain_run = 0  # the prompt's passes came between: the next plain pass is not a settled one
         self._scored_in_reply = 0
+        self.ledger.close_reply()
         self._resting = self._sleeping = self._asleep
         self._asleep = False
         self._prompt_approved = False
@@ -683,23 +693,51 @@ class AutoDraftLength:
 
     def sleeps_through_next_reply(self) -> bool:
         """With ``score_first`` (an MTP head), asked before a reply's prompt is evaluated: whether the head should
-        sleep through the whole reply — not scored on the prompt, not following the target, never drafting —
-        because the measured costs say no depth would pay even at HOPELESS_ACCEPTANCE (a head that costs about
-        what the target does: tiny models on a GPU, where every pass is kernel launches). Once SLEEP_MAX plain
-        steps were slept through, one reply is awake again, to re-check the costs and the head. ``start_reply``
-        that follows puts the policy to rest for the reply."""
+        sleep through the whole reply — not scored on the prompt, not following the target, never drafting.
+        It sleeps when the measured costs say no depth would pay even at HOPELESS_ACCEPTANCE (a head that costs
+        about what the target does: tiny models on a GPU, where every pass is kernel launches), or when the
+        replies it was awake for saved less than they cost (``AwakeLedger``: on a busy CPU the hybrid's head,
+        awake, ran 0.84-0.86x plain on 24-token replies, paid for by 1-2 % on 192-token ones).
+
+        Once ``_sleep_for`` plain steps were slept through, one reply is awake again, to re-check the costs and
+        the head; each re-check that finds it should sleep on doubles that, from SLEEP_MAX to SLEEP_LONGEST (a
+        re-check is an awake reply: 0.85x plain on a 24-token reply under load, and every third reply re-checked
+        at SLEEP_MAX when 24- and 192-token replies alternate). A plain pass whose cost moved by LOAD_MOVED since
+        the head fell asleep (a load that ended, other threads) re-checks at once. ``start_reply`` that follows
+        puts the policy to rest for the reply."""
         m = self.model
         measured = (m.verify[1].count >= MIN_SAMPLES and m.longest_measured_k() > 0
                     and m.draft_per_token.value is not None)
-        if not self.score_first or not measured or self._slept >= SLEEP_MAX:
+        if not self.score_first or not measured or self._slept >= self._sleep_for or self._load_moved():
+            self._rechecking = self._slept >= self._sleep_for  # (not a load that moved: nothing to back off from)
             self._slept = 0
+            self._asleep_pass_s = None
             return False
-        self._asleep = (m.best_k(HOPELESS_ACCEPTANCE) or 0) == 0
+        self._asleep = (m.best_k(HOPELESS_ACCEPTANCE) or 0) == 0 or self.ledger.waking_does_not_pay()
+        if self._asleep and self._rechecking:
+            self._sleep_for = min(2 * self._sleep_for, SLEEP_LONGEST)
+        elif not self._asleep:
+            self._sleep_for = SLEEP_MAX
+            self._slept = 0
+        if self._asleep and self._asleep_pass_s is None:
+            self._asleep_pass_s = m.verify_cost(1)
+        self._rechecking = False
         return self._asleep
 
-    def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
+    def _load_moved(self) -> bool:
+        """Whether a plain pass now costs LOAD_MOVED times more or less than when the head fell asleep."""
+        then, now = self._asleep_pass_s, self.model.verify_cost(1)
+        return then is not None and now is not None and not then / LOAD_MOVED <= now <= then * LOAD_MOVED
+
+    def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float,
+                follow_s: float = 0.0) -> None:
+        """One step: ``batch`` tokens verified in ``verify_s`` seconds, ``accepted`` of ``drafted`` kept, drafting
+        took ``draft_s``; ``follow_s`` of the pass went on following the target (an awake MTP head's copy of the
+        hidden states, inside ``verify_s``): what the ledger of waking charges a plain step (``AwakeLedger``)."""
         if self._sleeping:
             self._slept += 1
+        elif self.score_first:
+            self._account_awake(batch, drafted, accepted, draft_s, follow_s)
         if drafted > 0:
             self._speculative_steps += 1
             self._judged_by_prompt = False
@@ -725,6 +763,23 @@ class AutoDraftLength:
             paid = (self.model.best_k() or 0) > 0
             self._probe_interval = PROBE_START if paid else min(self._probe_interval * 2, PROBE_MAX)
 
+    def _account_awake(self, batch: int, drafted: int, accepted: int, draft_s: float, follow_s: float) -> None:
+        """A step of an awake reply into the ledger, on the cost model's lower medians (nothing before a one-token
+        pass and this step's batch size were timed: a cold start's first steps)."""
+        m = self.model
+        single = m.verify_cost(1)
+        if single is None:
+            return
+        if drafted == 0:
+            if batch <= 1 and follow_s > 0:
+                self.follow_single.add(follow_s)
+            self.ledger.step(tokens=1, bare_pass_s=single - follow_s, cost_s=single)
+            return
+        cost = m.verify_cost(batch)
+        if cost is not None:
+            bare = single - (self.follow_single.value or 0.0)
+            self.ledger.step(tokens=accepted + 1, bare_pass_s=bare, cost_s=cost + draft_s)
+
     def observe_shadow(self, hits: int, trials: int, seconds: float | None = None) -> None:
         """The drafter scored while plain: ``hits`` of ``trials`` guesses right, in ``seconds`` (the scoring's own
         time, when the decoder timed it: ``_plain_step_cost``). Scored again after SHADOW_START
@@ -736,6 +791,8 @@ class AutoDraftLength:
         self.model.observe_shadow(hits, trials)
         if seconds is not None and seconds > 0:
             self.model.scoring.add(seconds)
+            if self.score_first and not self._sleeping:
+                self.ledger.charge(seconds)
         self.calibration.reply(hits, trials - hits)
         self._scored_in_reply += trials
         if trials > 0:
@@ -747,8 +804,9 @@ class AutoDraftLength:
             close = best is None or best > 0
             self.shadow_interval = SHADOW_START if close else min(self.shadow_interval * 2, SHADOW_MAX)
 
-    def observe_prompt(self, hits: int, trials: int) -> None:
-        """The drafter scored on the reply's prompt (``PromptScoredDrafter``): ``hits`` of ``trials`` guesses right.
+    def observe_prompt(self, hits: int, trials: int, seconds: float = 0.0) -> None:
+        """The drafter scored on the reply's prompt (``PromptScoredDrafter``): ``hits`` of ``trials`` guesses right,
+        in ``seconds`` of the head's own work on the prompt (charged to waking it: ``AwakeLedger``).
 
         With ``score_first`` and at least PROMPT_TRIALS of them, the score is read through what the replies
         before showed of it (``PromptCalibration``): once a reply has shown how its prompt's score stood to its
@@ -767,6 +825,8 @@ class AutoDraftLength:
         not counted towards resting: a first draft of 4 rejected whole read acceptance 0, and the prompt's 16
         guesses made that conclusive though the reply went on at 0.8. Fewer trials (a prompt mostly cached):
         scored like a plain stretch."""
+        if self.score_first and not self._sleeping and seconds > 0:
+            self.ledger.charge(seconds)
         if not (self.score_first and trials >= PROMPT_TRIALS):
             self.observe_shadow(hits, trials)
             return
@@ -849,6 +909,7 @@ class AutoDraftLength:
         next reply starts); what else belongs to a reply (its untimed first step, a head put to rest) the next
         reply starts anew."""
         m = self.model
+        awake_saved, awake_plain, awake_tokens = self.ledger.totals()  # the last reply's steps closed into it
         return {
             "version": SNAPSHOT_VERSION,
             "k_max": self.k_max,
@@ -877,6 +938,13 @@ class AutoDraftLength:
             "plain_streak": self._plain_streak,
             "last_choice": self.last_choice,
             "slept": self._slept,
+            "sleep_for": self._sleep_for,
+            "rechecking": self._rechecking,
+            "asleep_pass": self._asleep_pass_s,
+            "awake_saved": awake_saved,
+            "awake_plain": awake_plain,
+            "awake_tokens": awake_tokens,
+            "follow_single": list(self.follow_single.samples),
         }
 
     @classmethod
@@ -930,6 +998,17 @@ class AutoDraftLength:
         policy.last_choice = s.integer("last_choice", 0, k_max)
         if "slept" in snapshot:  # (absent from a snapshot saved before heads slept through replies)
             policy._slept = s.integer("slept", 0, None)
+        if "sleep_for" in snapshot:  # (absent from a snapshot saved before waking was weighed: AwakeLedger)
+            policy._sleep_for = s.integer("sleep_for", SLEEP_MAX, SLEEP_LONGEST)
+            policy._rechecking = s.flag("rechecking")
+            asleep_pass = snapshot.get("asleep_pass")
+            policy._asleep_pass_s = None if asleep_pass is None else s.number("asleep_pass", 0.0, None)
+            ledger = policy.ledger
+            ledger.saved_s = s.number("awake_saved", -math.inf, None)
+            ledger.plain_s = s.number("awake_plain", 0.0, None)
+            ledger.tokens = s.number("awake_tokens", 0.0, None)
+            for x in s.seconds("follow_single"):
+                policy.follow_single.add(x)
         return policy
 
 

@@ -75,6 +75,7 @@ class PromptScoredDrafter(Protocol):
     hands their greedy tokens to ``prefill_scored`` instead of calling ``prefill``."""
 
     prompt_rows: int
+    follow_s: float  # seconds spent following the target's passes so far (what waking costs a plain step)
 
     def prefill_scored(self, prompt: Sequence[int], target_guesses: Sequence[int], *,
                        reuse: bool = True) -> tuple[int, int]:

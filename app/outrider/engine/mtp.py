@@ -66,6 +66,7 @@ class MtpDraft:
         self._unowned = 0
         self._verify_pending = False  # a draft was proposed: the next target pass is its verify pass
         self.resting = False  # see ``rest``
+        self.follow_s = 0.0  # seconds spent copying the target's hidden states, in all (``PromptScoredDrafter``)
         self.prompt_rows = SHADOW_WINDOW  # prompt positions scored at each prefill (``prefill_scored``)
         expose_hidden_states(target)
         target.after_decode = self._capture
@@ -73,9 +74,11 @@ class MtpDraft:
     # -- the target's hidden states -----------------------------------------------------------------------
     def _capture(self, pos0: int, n: int) -> None:
         """Keep the target's hidden states of positions pos0 .. pos0 + n - 1 (overwriting older ones there)."""
+        t0 = time.perf_counter()
         rows = hidden_states(self.target, n, self.n_embd)
         for j in range(n):
             self._hidden[pos0 + j] = rows[j]
+        self.follow_s += time.perf_counter() - t0
         # A verify pass holds the last committed token and at least one draft token; a draft the decoder emptied
         # (draft-min, a grammar) leaves a one-token plain pass.
         if not (self._verify_pending and n >= 2):

@@ -81,7 +81,8 @@ class GenerationRequest:
 class DraftLengthPolicy(Protocol):
     def choose(self) -> int: ...
 
-    def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None: ...
+    def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float,
+                follow_s: float = 0.0) -> None: ...
 
     def observe_shadow(self, hits: int, trials: int, seconds: float | None = None) -> None: ...
 
@@ -93,7 +94,8 @@ class FixedDraftLength:
     def choose(self) -> int:
         return self.k
 
-    def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float) -> None:
+    def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float,
+                follow_s: float = 0.0) -> None:
         pass
 
     def observe_shadow(self, hits: int, trials: int, seconds: float | None = None) -> None:
@@ -188,12 +190,19 @@ class SpeculativeDecoder:
             if scored is not None:
                 scored.rest(asleep)
             rows = scored.prompt_rows if scored is not None and request.draft.k is None and not asleep else 0
+            follow_mark = scored.follow_s if scored is not None else 0.0
             stats.prompt_tokens_reused = self._prefill(prompt, rows, reuse=reuse)
+            t_head = time.perf_counter()
             guesses = self._prompt_guesses(len(prompt) - 1 - stats.prompt_tokens_reused, rows)
             if scored is not None and guesses:
                 prompt_score = scored.prefill_scored(prompt, guesses, reuse=reuse)
             elif not asleep:
                 self.drafter.prefill(prompt, reuse=reuse)
+            # What an awake head's prompt cost beyond the target's own prefill: its feeding and scoring, and the
+            # copies of the prompt's hidden states (the ledger of waking it, ``AwakeLedger``).
+            head_prompt_s = time.perf_counter() - t_head
+            if scored is not None:
+                head_prompt_s += scored.follow_s - follow_mark
             # On a GPU decode() returns before the work is done: wait, or prompt time leaks into the first step.
             self.context.synchronize()
         except DecodeError as exc:
@@ -226,7 +235,7 @@ class SpeculativeDecoder:
             policy = self.auto_policy
             policy.settle = self.settle
             policy.start_reply()
-            policy.observe_prompt(*prompt_score)
+            policy.observe_prompt(*prompt_score, seconds=head_prompt_s)
             auto = True
         else:
             policy = FixedDraftLength(params.k)
@@ -322,6 +331,7 @@ class SpeculativeDecoder:
                 batch.append(committed[-1])  # the padding row: row 0 cannot see it (causal), rolled back below
             if self.checkpoint_rounds and len(batch) > 1:
                 self.context.checkpoint()
+            follow_mark = scored.follow_s if scored is not None else 0.0
             self.context.decode(batch, logits="all")
             self.cached.extend(batch)
             if grammar is not None:
@@ -389,8 +399,9 @@ class SpeculativeDecoder:
             stats.pass_tokens += pass_tokens
             stats.draft_s += t1 - t0
             stats.verify_s += t2 - t1
+            followed = scored.follow_s - follow_mark if scored is not None else 0.0  # the head's copies in the pass
             policy.observe(batch=len(batch), verify_s=t2 - t1, drafted=n_drafted, accepted=n_accepted,
-                           draft_s=drafting_s)
+                           draft_s=drafting_s, follow_s=followed)
             now = time.perf_counter()
             # The target's part of the step (the drafter's time taken out) feeds the cost model of the speed-up.
             # A padded plain step is this request's plain decoding (its plain reply pays the padding row too): the

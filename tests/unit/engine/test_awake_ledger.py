@@ -1,0 +1,186 @@
+"""What keeping an MTP head awake saved (``AwakeLedger``), and the policy's sleep that follows from it.
+
+Costs are shaped like bench_mtp.py's generated 8 x 768 targets on a CPU (seconds), as in test_autodraft_falloff.py:
+on one thread beside a CPU-bound process a one-token pass takes 3.6 ms, a batch of 2 9.9 ms and +0.94 ms a token
+after that; quiet on two threads 3.3 ms, 5.9 ms and +0.45 ms.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+
+from outrider.engine.autodraft import SLEEP_LONGEST, SLEEP_MAX, AutoDraftLength
+from outrider.engine.awake_ledger import LEDGER_HALF_LIFE, LEDGER_MIN_TOKENS, AwakeLedger
+
+
+def quiet(n: int) -> float:
+    return 0.0033 if n == 1 else 0.0059 + 0.00045 * (n - 2)
+
+
+def loaded(n: int) -> float:
+    return 0.0036 if n == 1 else 0.0099 + 0.00094 * (n - 2)
+
+
+FOLLOW_S = 0.1e-3  # an awake head's copy of a one-token pass's hidden state (bench_mtp_steps.py: 0.08-0.10 ms)
+SCORING_S = 1.2e-3  # a scoring of 4 guesses on one thread
+PROMPT_S = 2e-3  # the head's work on a prompt
+HYBRID = (0.72, 0.76, 0.82, 0.82, 0.82, 0.82, 0.82, 0.82)  # the hybrid's head: kept, given every guess before
+AGREEING = (0.97,) * 8
+
+
+def awake_reply(policy: AutoDraftLength, tokens: int, kept: tuple[float, ...], cost: Callable[[int], float],
+                c_draft: float, rng: random.Random) -> float:
+    """One awake reply of ``tokens`` tokens as the decoder runs it (the policy chooses each k; a draft is kept up
+    to its first rejection drawn from ``kept``; every ``shadow_interval`` plain steps a scoring), with the step
+    costs above. Returns the seconds it saved against plain decoding with the head asleep, tallied here from
+    the simulated costs (a reference independent of the ledger)."""
+    policy.start_reply()
+    policy.observe_prompt(9, 16, seconds=PROMPT_S)
+    bare = cost(1) - FOLLOW_S
+    saved = -PROMPT_S
+    emitted = since_scoring = 0
+    while emitted < tokens:
+        k = min(policy.choose(), tokens - emitted - 1)
+        if k > 0:
+            n = 0
+            while n < k and rng.random() < kept[n]:
+                n += 1
+            policy.observe(batch=k + 1, verify_s=cost(k + 1), drafted=k, accepted=n, draft_s=c_draft * k,
+                           follow_s=FOLLOW_S)
+            emitted += n + 1
+            saved += (n + 1) * bare - cost(k + 1) - c_draft * k
+            continue
+        policy.observe(batch=1, verify_s=cost(1), drafted=0, accepted=0, draft_s=0.0, follow_s=FOLLOW_S)
+        emitted += 1
+        saved -= FOLLOW_S
+        since_scoring += 1
+        if since_scoring >= policy.shadow_interval and not policy.should_rest():
+            hits = sum(rng.random() < kept[0] for _ in range(4))
+            policy.observe_shadow(hits, 4, seconds=SCORING_S)
+            saved -= SCORING_S
+            since_scoring = 0
+    return saved
+
+
+def warmed(cost: Callable[[int], float], c_draft: float) -> AutoDraftLength:
+    """An MTP head's policy whose costs are measured (a few plain passes and drafts of 1-3)."""
+    policy = AutoDraftLength(k_max=8, score_first=True, k_start=2)
+    policy.start_reply()
+    for k in (1, 2, 3, 1, 2, 3):
+        policy.observe(batch=1, verify_s=cost(1), drafted=0, accepted=0, draft_s=0.0, follow_s=FOLLOW_S)
+        policy.observe(batch=k + 1, verify_s=cost(k + 1), drafted=k, accepted=k, draft_s=c_draft * k,
+                       follow_s=FOLLOW_S)
+    policy.ledger = AwakeLedger()  # what is tallied below starts here
+    return policy
+
+
+def test_the_ledger_by_hand() -> None:
+    ledger = AwakeLedger()
+    ledger.step(tokens=1, bare_pass_s=3.5e-3, cost_s=3.6e-3)
+    ledger.step(tokens=3, bare_pass_s=3.5e-3, cost_s=9.0e-3)
+    ledger.charge(0.5e-3)
+    assert ledger.totals() == pytest.approx((-0.1e-3 + 1.5e-3 - 0.5e-3, 14e-3, 4))
+    ledger.close_reply()
+    assert (ledger.saved_s, ledger.plain_s, ledger.tokens) == pytest.approx((0.9e-3, 14e-3, 4))
+    # A reply of LEDGER_HALF_LIFE tokens weighs the replies before it by half.
+    ledger.step(tokens=LEDGER_HALF_LIFE, bare_pass_s=1e-3, cost_s=LEDGER_HALF_LIFE * 1e-3)
+    assert ledger.totals() == pytest.approx((0.45e-3, 7e-3 + LEDGER_HALF_LIFE * 1e-3, 2 + LEDGER_HALF_LIFE))
+    ledger.close_reply()
+    ledger.close_reply()  # an empty reply (asleep, or nothing timed) changes nothing
+    assert ledger.tokens == pytest.approx(2 + LEDGER_HALF_LIFE)
+    assert not AwakeLedger().waking_does_not_pay()  # no evidence: no verdict
+
+
+def test_an_awake_replys_savings_match_a_tally_of_its_steps() -> None:
+    """The ledger against the simulation's own tally of the same steps (saved = tokens at a bare plain pass minus
+    what each step, scoring and the prompt cost). A reply of 40 tokens: the ledger reads verify costs from the
+    cost model, which reads a batch size left unmeasured for STALE_AFTER steps off the line through the others.
+
+    Breaking it (a plain step not charged its copy of the hidden states): off by 0.1 ms a plain step."""
+    policy = warmed(loaded, 0.00085)
+    reference = awake_reply(policy, 40, HYBRID, loaded, 0.00085, random.Random(3))
+    saved, plain, tokens = policy.ledger.totals()
+    assert tokens == 40
+    assert plain == pytest.approx(40 * (loaded(1) - FOLLOW_S))
+    assert saved == pytest.approx(reference, abs=1e-6)
+
+
+def test_under_load_a_head_that_saves_nothing_sleeps_once_the_evidence_is_in() -> None:
+    """The hybrid's head under load: not even HOPELESS_ACCEPTANCE is out of reach (a draft of 8 kept 0.95 would
+    pay), so only what its awake replies saved can put it to sleep. Replies of 24 and 192 tokens alternate; it
+    sleeps once LEDGER_MIN_TOKENS awake tokens were tallied, not before.
+
+    Breaking it (``waking_does_not_pay`` always False): it never sleeps and the second assertion fails."""
+    policy = warmed(loaded, 0.00085)
+    assert not policy.sleeps_through_next_reply()
+    rng = random.Random(5)
+    awake_tokens = 0
+    for tokens in (24, 192, 24, 192, 24, 192):
+        total = awake_reply(policy, tokens, HYBRID, loaded, 0.00085, rng)
+        awake_tokens += tokens
+        assert total < 0.02 * tokens * loaded(1) or tokens == 192  # (the 24-token replies lose)
+        if policy.ledger.totals()[2] >= LEDGER_MIN_TOKENS:
+            break
+        assert not policy.sleeps_through_next_reply()
+    assert awake_tokens >= LEDGER_MIN_TOKENS
+    assert policy.sleeps_through_next_reply()
+    policy.start_reply()
+    assert policy.should_rest() and policy.choose() == 0
+
+
+def test_a_head_that_pays_stays_awake() -> None:
+    """Quiet costs, a head kept 0.97 at every position: its replies save, and it never sleeps."""
+    policy = warmed(quiet, 0.0004)
+    rng = random.Random(7)
+    for tokens in (24, 192) * 4:
+        assert awake_reply(policy, tokens, AGREEING, quiet, 0.0004, rng) > 0
+        assert not policy.sleeps_through_next_reply()
+    saved, plain, _ = policy.ledger.totals()
+    assert saved > 0.2 * plain
+
+
+def asleep_reply(policy: AutoDraftLength, tokens: int, cost: float) -> None:
+    policy.start_reply()
+    for _ in range(tokens):
+        assert policy.choose() == 0
+        policy.observe(batch=1, verify_s=cost, drafted=0, accepted=0, draft_s=0.0)
+
+
+def test_each_re_check_that_finds_it_should_sleep_on_doubles_the_sleep_and_a_moved_load_wakes_it() -> None:
+    """Asleep for SLEEP_MAX plain steps, then one reply awake; when that re-check still finds the head should
+    sleep, the next sleep is twice as long (up to SLEEP_LONGEST). A plain pass whose cost moved by a quarter since
+    the head fell asleep wakes it at once; the re-check after that does not double the sleep."""
+    policy = warmed(loaded, 0.00085)
+    rng = random.Random(11)
+    while policy.ledger.totals()[2] < LEDGER_MIN_TOKENS:
+        awake_reply(policy, 192, HYBRID, loaded, 0.00085, rng)
+    for sleep in (SLEEP_MAX, 2 * SLEEP_MAX, 4 * SLEEP_MAX):
+        slept = 0
+        while policy.sleeps_through_next_reply():
+            asleep_reply(policy, 64, loaded(1))
+            slept += 64
+        assert slept == sleep
+        restored = AutoDraftLength.restore(policy.snapshot())
+        assert restored._sleep_for == policy._sleep_for and restored.ledger.totals() == policy.ledger.totals()
+        awake_reply(policy, 24, HYBRID, loaded, 0.00085, rng)  # the re-check
+    assert policy.sleeps_through_next_reply() and policy._sleep_for == 8 * SLEEP_MAX <= SLEEP_LONGEST
+    asleep_reply(policy, 64, loaded(1) / 2)  # the load ended: a plain pass costs half
+    assert not policy.sleeps_through_next_reply()
+    awake_reply(policy, 24, HYBRID, loaded, 0.00085, rng)
+    policy.sleeps_through_next_reply()
+    assert policy._sleep_for == 8 * SLEEP_MAX
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("awake_plain", -1.0, "awake_plain must be a number from 0.0"),
+    ("sleep_for", 3, f"sleep_for must be a whole number from {SLEEP_MAX}"),
+    ("follow_single", [0.0], "follow_single must be a list"),
+])
+def test_a_snapshot_with_a_bad_ledger_is_refused_by_name(field: str, value: object, words: str) -> None:
+    snapshot = warmed(loaded, 0.00085).snapshot()
+    snapshot[field] = value
+    with pytest.raises(ValueError, match=words):
+        AutoDraftLength.restore(snapshot)
