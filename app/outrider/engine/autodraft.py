@@ -41,6 +41,7 @@ from __future__ import annotations
 import collections
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from outrider.engine.awake_ledger import AwakeLedger
@@ -270,6 +271,8 @@ class CostModel:
         # One-token passes timed too soon after a pass of another size (``observe``'s ``settled``): what plain
         # decoding costs only while no settled one-token pass was timed (a policy that always drafts sees few).
         self.unsettled_single = _Timings()
+        # Passes timed before any reply (``seed``): a batch size's stand-in until the replies time that size.
+        self.at_load = [_Timings() for _ in range(k_max + 2)]
         self._observations = 0
         self._stamp = [0] * (k_max + 2)  # observation count when each batch size was last measured
         self.draft_per_token = _Timings()
@@ -320,6 +323,17 @@ class CostModel:
             self._accepted = DECAY * self._accepted + accepted
             self._rejections = DECAY * self._rejections + (1 if accepted < drafted else 0)
             self._prior *= DECAY
+
+    def seed(self, batch: int, seconds: float) -> None:
+        """A pass of ``batch`` tokens timed before any reply (``pass_costs.time_target_passes``). It counts among
+        the size's timings until the replies have timed the size MIN_SAMPLES times themselves, and ages as a
+        reply's timing does (a batched size goes stale STALE_AFTER observations on). Kept apart, not in the
+        window: timed in an empty context, without a step's sampling and rollback, they can run under a reply's
+        own, and in the window they would hold its lower median down for WINDOW timings."""
+        if 1 <= batch < len(self.at_load):
+            self.at_load[batch].add(seconds)
+            self._stamp[batch] = self._observations
+            self._line_cache = self._estimates_cache = self._costs_cache = None
 
     def _count_positions(self, drafted: int, accepted: int) -> None:
         """One draft of ``drafted`` tokens whose first ``accepted`` were kept, into the per-position counts."""
@@ -416,13 +430,25 @@ class CostModel:
         """The timings of a batch of n, unless last measured more than STALE_AFTER observations ago: a pass timed
         during a burst of machine load must not keep k at 0 for the rest of the session (a stale size is
         re-estimated from the fresh ones, and re-measured when k comes back to it). Batch 1 is kept fresh."""
-        if n == 1 and self.verify[1].count == 0 and self.unsettled_single.count > 0:
+        if n >= len(self.verify):
+            return None
+        timings = self.verify[n]
+        if timings.count < MIN_SAMPLES and self.at_load[n].count:
+            timings = self._with_load(n)  # timed at load, until the replies have timed the size enough (``seed``)
+        if n == 1 and timings.count == 0 and self.unsettled_single.count > 0:
             return self.unsettled_single
-        if n >= len(self.verify) or self.verify[n].count == 0:
+        if timings.count == 0:
             return None
         if n > 1 and self._observations - self._stamp[n] > STALE_AFTER:
             return None
-        return self.verify[n]
+        return timings
+
+    def _with_load(self, n: int) -> _Timings:
+        """The timings of a batch of n at load and in the replies, together."""
+        both = _Timings()
+        for x in (*self.at_load[n].samples, *self.verify[n].samples):
+            both.add(x)
+        return both
 
     def _estimate(self, n: int) -> float | None:
         """The cost of a batch of n from its own timings (None if it has no fresh ones); see ``_estimates``."""
@@ -484,8 +510,11 @@ class CostModel:
         return timings.count if timings is not None else 0
 
     def longest_measured_k(self) -> int:
-        """The longest draft length whose verify pass (k + 1 tokens) has a fresh measurement; 0 if none."""
-        return max((n - 1 for n in range(2, len(self.verify)) if self._fresh(n) is not None), default=0)
+        """The longest draft length whose verify pass (k + 1 tokens) has a fresh measurement in a reply; 0 if none.
+        Passes timed at load (``seed``) do not count: a draft grows from the drafts it made (GROWTH), and counted,
+        a warm-up on the hybrid's head drafted 8 at its fourth draft under load, from a size 5 timed at load."""
+        return max((n - 1 for n in range(2, len(self.verify))
+                    if self.verify[n].count and self._fresh(n) is not None), default=0)
 
     def rate(self, k: int, acceptance: float | None = None) -> float | None:
         """Expected tokens per second with draft length k (None while a needed estimate is missing); with
@@ -588,6 +617,7 @@ class AutoDraftLength:
         self._asleep_pass_s: float | None = None  # a plain pass's cost when the head fell asleep
         self.ledger = AwakeLedger()  # what waking the head saved (``score_first`` only)
         self.follow_single = _Timings()  # seconds a one-token pass spends on following (``observe``'s follow_s)
+        self._draft_token_at_load: float | None = None  # seconds per drafted token, timed at load (``seed_costs``)
 
     def choose(self) -> int:
         if self._resting:
@@ -638,18 +668,21 @@ class AutoDraftLength:
 
     def _first_draft_could_pay(self) -> bool:
         """Before any draft was timed (``score_first``): whether the drafter's scored acceptance would make
-        drafting pay if drafting were free. False until it was scored at all. Measured on an MTP head accepted 5-9 %
-        of the time (bench_mtp.py, "dense low"): the cold start's two drafts of 4 cost 3-13 % of a 24-192-token
-        reply; scored first, it does not draft."""
+        drafting pay (``_pays_before_drafting``). False until it was scored at all. Measured on an MTP head
+        accepted 5-9 % of the time (bench_mtp.py, "dense low"): the cold start's two drafts of 4 cost 3-13 % of a
+        24-192-token reply; scored first, it does not draft."""
         a = self.model.acceptance
         if a is None:
             return self._prompt_approved
-        return self._pays_if_free(a)
+        return self._pays_before_drafting(a)
 
-    def _pays_if_free(self, a: float) -> bool:
-        """Whether some k pays at acceptance ``a`` with drafting free, on the measured verify costs, or before
-        any pass was timed on the prior costs (``prior_best_k``)."""
-        best = self.model.best_k(a, draft_cost=0.0)
+    def _pays_before_drafting(self, a: float) -> bool:
+        """Whether some k pays at acceptance ``a`` before the drafter's own drafts were timed: on the measured
+        verify costs, drafting at the cost timed at load (``seed_costs``; free where none was), or before any pass
+        was timed on the prior costs (``prior_best_k``). Free on timed passes, a generated head fed noise (scored
+        1 of 4) drafted 4 at its first reply: on a tiny target a pass of 5 tokens costs about one of 1, and a
+        guess kept 0.2 of the time then pays if drafting costs nothing."""
+        best = self.model.best_k(a, draft_cost=self._draft_token_at_load or 0.0)
         if best is None:
             best = prior_best_k(a, self.k_max)
         return best > 0
@@ -674,6 +707,19 @@ class AutoDraftLength:
             if rate is None or rate > plain:
                 return True
         return False
+
+    def seed_costs(self, timings: Mapping[int, Sequence[float]], draft_token: Sequence[float] = ()) -> None:
+        """Start from costs timed before any reply, at load: ``timings``, seconds per target pass per batch size
+        (``pass_costs.time_target_passes``), each size's stand-in until a reply times it (``CostModel.seed``);
+        ``draft_token``, seconds per token the drafter drafts (``MtpDraft.time_draft_token``), which only the
+        first reply's judgement of its prompt's score reads (``_score_could_pay``) — the cost model's own drafting
+        cost is the drafts' (their catch-up included). The acceptance stays unknown until the drafter is scored.
+        For a fresh policy only: a restored one has its replies' own."""
+        for batch in sorted(timings):
+            if 1 <= batch < len(self.model.verify):
+                for seconds in timings[batch]:
+                    self.model.seed(batch, seconds)
+        self._draft_token_at_load = statistics.median_low(draft_token) if draft_token else None
 
     def start_reply(self) -> None:
         """A reply begins: its first step is the coldest of the reply (the first pass after the prompt, and a
@@ -865,11 +911,18 @@ class AutoDraftLength:
 
     def _score_could_pay(self, a: float) -> bool:
         """Whether drafting at acceptance ``a`` (a prompt's raw score) could pay: on the measured costs with
-        PROBE_MARGIN more acceptance, or before any is measured on the prior (as a cold start's first draft is
-        judged, ``_first_draft_could_pay``). A head scored 1 of 16 (bench_mtp.py "dense low", 0.02-0.09 accepted)
-        cannot, either way; the hybrid head's 8 of 16 can."""
+        PROBE_MARGIN more acceptance (drafting taken as free while its cost is unmeasured), or before any pass is
+        timed on the prior at ``a`` itself (as a cold start's first draft is judged, ``_first_draft_could_pay``).
+        A head scored 1 of 16 (bench_mtp.py "dense low", 0.02-0.09 accepted) cannot, either way; the hybrid
+        head's 8 of 16 can, on a quiet machine."""
         best = self.model.best_k(min(1.0, a + PROBE_MARGIN))
-        return best > 0 if best is not None else self._pays_if_free(a)
+        if best is None and self.model.verify_cost(1) is not None:
+            # Passes timed but no draft yet (a fresh policy given the costs timed at load, ``seed_costs``): on
+            # those costs, with the margin. The prior is kinder than a busy CPU's costs and judged the raw score;
+            # measured costs with the raw score turned down the hybrid head, whose 8-10 of 16 on its prompts stand
+            # for 0.8 accepted in its replies, where depth 2-3 pays on a quiet machine.
+            best = self.model.best_k(min(1.0, a + PROBE_MARGIN), draft_cost=self._draft_token_at_load or 0.0)
+        return best > 0 if best is not None else self._pays_before_drafting(a)
 
     def restart(self, hits: float, trials: float) -> None:
         """A reply's acceptance from ``hits`` of ``trials`` guesses alone (none: a cold start, which with

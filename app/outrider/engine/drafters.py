@@ -87,6 +87,10 @@ class PromptScoredDrafter(Protocol):
         """Stop (``True``) or resume following the target's passes; a resting drafter is not asked to draft."""
         ...
 
+    def time_draft_token(self, token: int, repeats: int) -> list[float]:
+        """Seconds per drafted token, timed ``repeats`` times before any reply, the drafter left as loaded."""
+        ...
+
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix (C-speed list comparison in the usual all-equal case)."""

@@ -166,6 +166,10 @@ class Engine:
         # and automatic k's plain cost leave them out.
         offloaded = self.backend.info.gpu_offload and spec.target_settings.gpu_layers != 0
         self._decoder.settle = self._plain.settle = settle_passes(self.backend.info.name, offloaded)
+        if drafter.kind == "mtp":
+            # An MTP head's first draft is judged before it has timed a pass of its own: on this machine's costs,
+            # timed now (engine/pass_costs.py), not on assumed ones.
+            self._decoder.time_passes()
         self._formatter = _chat_formatter(target, notes)
         self._recall_draft_length(requested, drafter, notes)
         self.spec = requested  # as asked (threads 0 stays "automatic")

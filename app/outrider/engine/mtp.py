@@ -192,6 +192,24 @@ class MtpDraft:
         expose_hidden_states(self.target, not resting)
         self.target.after_decode = None if resting else self._capture
 
+    def time_draft_token(self, token: int, repeats: int) -> list[float]:
+        """Seconds per drafted token, timed ``repeats`` times before any reply (``pass_costs``): a guess read and
+        its cell fed with the head's own hidden state, as each token after a draft's first is made (step 2 of the
+        module doc), after one untimed cell. The MTP context is left empty, as a load leaves it."""
+        timed: list[float] = []
+        try:
+            self.mtp.clear()
+            self.mtp.decode([token], self._zero[None, :])
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                guess = greedy_token(self._logits())
+                self.mtp.decode([guess], self.mtp.hidden()[None, :])
+                timed.append(time.perf_counter() - t0)
+        finally:
+            self.mtp.clear()
+            self.cells.clear()
+        return timed
+
     def observe(self, committed: Sequence[int], start: int) -> tuple[int, int]:
         """Shadow scoring on plain steps: would the MTP block have guessed each of ``committed[start:]``?"""
         # Cell p's guess for committed[p + 1] is re-evaluated even when cached (it was fed without logits).

@@ -42,6 +42,7 @@ from outrider.engine.grammar import BoolArray, GrammarMask, cut_draft, grammar_a
 from outrider.engine.llama.backend import LoadedModel, ModelContext
 from outrider.engine.llama.text import IncrementalDetokenizer, StopStringFilter, token_logprobs
 from outrider.engine.params import DraftParams, SamplingParams
+from outrider.engine.pass_costs import PASS_REPEATS, time_target_passes
 from outrider.engine.sampling import SparseDist, distribution, greedy_token, rank_mass, resolve_seed, verify_sampled
 from outrider.engine.stats import GenerationStats, PlainRateMeter
 
@@ -121,6 +122,21 @@ class SpeculativeDecoder:
         # One-token passes after a pass of another size before one costs what plain decoding costs (1 on a CPU, 2 on
         # a CUDA back-end: ``speedup.settle_passes``), for the speed-up's plain runs and automatic k's plain cost.
         self.settle = 1
+        # Seconds per target pass, per batch size, and per token an MTP head drafts, timed at load
+        # (``time_passes``): a fresh automatic-depth policy starts from them. Empty where nothing was timed.
+        self.pass_costs: dict[int, list[float]] = {}
+        self.draft_token_costs: list[float] = []
+
+    def time_passes(self) -> None:
+        """Time the target's plain and verify passes on this machine now (``pass_costs.time_target_passes``), and
+        a drafted token of an MTP head, for fresh automatic-depth policies to start from; the target's memory and
+        the head's are left empty."""
+        token = self.model.bos_id if 0 <= self.model.bos_id < self.model.n_vocab else 0
+        self.pass_costs = time_target_passes(self.context, token, settle=self.settle,
+                                             rollback_limit=self.rollback_limit)
+        self.cached.clear()
+        if isinstance(self.drafter, PromptScoredDrafter):
+            self.draft_token_costs = self.drafter.time_draft_token(token, PASS_REPEATS)
 
     def note_contended(self, passes: int) -> None:
         """The reply's latest ``passes`` steps ran with the threads waiting for a CPU (the thread governor stepped
@@ -232,6 +248,7 @@ class SpeculativeDecoder:
                 mtp = self.drafter.kind == "mtp"
                 self.auto_policy = AutoDraftLength(k_max=params.k_max, score_first=mtp,
                                                    k_start=MTP_K_START if mtp else K_START)
+                self.auto_policy.seed_costs(self.pass_costs, self.draft_token_costs)
             policy = self.auto_policy
             policy.settle = self.settle
             policy.start_reply()
