@@ -14,6 +14,7 @@ import pytest
 
 from outrider.engine.autodraft import SLEEP_LONGEST, SLEEP_MAX, AutoDraftLength
 from outrider.engine.awake_ledger import LEDGER_HALF_LIFE, LEDGER_MIN_TOKENS, AwakeLedger
+from support.policy_replies import HeadCosts, simulate_reply
 
 
 def quiet(n: int) -> float:
@@ -37,32 +38,8 @@ def awake_reply(policy: AutoDraftLength, tokens: int, kept: tuple[float, ...], c
     to its first rejection drawn from ``kept``; every ``shadow_interval`` plain steps a scoring), with the step
     costs above. Returns the seconds it saved against plain decoding with the head asleep, tallied here from
     the simulated costs (a reference independent of the ledger)."""
-    policy.start_reply()
-    policy.observe_prompt(9, 16, seconds=PROMPT_S)
-    bare = cost(1) - FOLLOW_S
-    saved = -PROMPT_S
-    emitted = since_scoring = 0
-    while emitted < tokens:
-        k = min(policy.choose(), tokens - emitted - 1)
-        if k > 0:
-            n = 0
-            while n < k and rng.random() < kept[n]:
-                n += 1
-            policy.observe(batch=k + 1, verify_s=cost(k + 1), drafted=k, accepted=n, draft_s=c_draft * k,
-                           follow_s=FOLLOW_S)
-            emitted += n + 1
-            saved += (n + 1) * bare - cost(k + 1) - c_draft * k
-            continue
-        policy.observe(batch=1, verify_s=cost(1), drafted=0, accepted=0, draft_s=0.0, follow_s=FOLLOW_S)
-        emitted += 1
-        saved -= FOLLOW_S
-        since_scoring += 1
-        if since_scoring >= policy.shadow_interval and not policy.should_rest():
-            hits = sum(rng.random() < kept[0] for _ in range(4))
-            policy.observe_shadow(hits, 4, seconds=SCORING_S)
-            saved -= SCORING_S
-            since_scoring = 0
-    return saved
+    costs = HeadCosts(cost, c_draft, follow_s=FOLLOW_S, scoring_s=SCORING_S, prompt_s=PROMPT_S)
+    return simulate_reply(policy, tokens, kept, costs, rng).saved
 
 
 def warmed(cost: Callable[[int], float], c_draft: float) -> AutoDraftLength:

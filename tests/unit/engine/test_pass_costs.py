@@ -15,6 +15,7 @@ import pytest
 
 from outrider.engine.autodraft import STALE_AFTER, AutoDraftLength, CostModel
 from outrider.engine.pass_costs import PASS_REPEATS, PASS_SIZES, time_target_passes
+from support.policy_replies import HeadCosts, simulate_reply
 
 
 class FakeClock:
@@ -119,32 +120,10 @@ HYBRID = (0.72, 0.76, 0.82, 0.82, 0.82, 0.82, 0.82, 0.82)  # the hybrid's head: 
 
 def cold_reply(policy: AutoDraftLength, cost: Callable[[int], float], c_draft: float, tokens: int = 24,
                seed: int = 3) -> tuple[float, int]:
-    """A cold 24-token reply as the decoder runs it, the head scored 9 of 16 on its prompt (the hybrid's: 8-10 of
-    16), a draft kept up to its first rejection drawn from HYBRID, a scoring of 4 guesses every
-    ``shadow_interval`` plain steps until the head rests. Returns (seconds, tokens drafted)."""
-    rng = random.Random(seed)
-    policy.start_reply()
-    policy.observe_prompt(9, 16)
-    seconds, emitted, drafted, since_scoring = 0.0, 0, 0, 0
-    while emitted < tokens:
-        k = min(policy.choose(), tokens - emitted - 1)
-        if k > 0:
-            n = 0
-            while n < k and rng.random() < HYBRID[n]:
-                n += 1
-            policy.observe(batch=k + 1, verify_s=cost(k + 1), drafted=k, accepted=n, draft_s=c_draft * k)
-            seconds += cost(k + 1) + c_draft * k
-            emitted += n + 1
-            drafted += k
-            continue
-        policy.observe(batch=1, verify_s=cost(1), drafted=0, accepted=0, draft_s=0.0)
-        seconds += cost(1)
-        emitted += 1
-        since_scoring += 1
-        if since_scoring >= policy.shadow_interval and not policy.should_rest():
-            policy.observe_shadow(sum(rng.random() < HYBRID[0] for _ in range(4)), 4)
-            since_scoring = 0
-    return seconds, drafted
+    """A cold 24-token reply, the head scored 9 of 16 on its prompt (the hybrid's: 8-10 of 16), its drafts kept as
+    HYBRID says (``support/policy_replies.py``). Returns (seconds, tokens drafted)."""
+    reply = simulate_reply(policy, tokens, HYBRID, HeadCosts(cost, c_draft), random.Random(seed))
+    return reply.seconds, reply.drafted
 
 
 def fresh(cost: Callable[[int], float] | None, c_draft: float) -> AutoDraftLength:
