@@ -1,7 +1,8 @@
-"""A reply as the decoder runs it, simulated for automatic depth's unit tests: the policy chooses each k, a draft
-is kept up to its first rejection drawn from per-position chances, every ``shadow_interval`` plain steps the head
-is scored on 4 guesses (unless it rests). The costs are the test's own functions, so what the reply cost and saved
-is tallied here, independently of the policy's own bookkeeping."""
+"""Automatic depth's tests. For the unit tests, a reply as the decoder runs it, simulated: the policy chooses each
+k, a draft is kept up to its first rejection drawn from per-position chances, every ``shadow_interval`` plain steps
+the head is scored on 4 guesses (unless it rests). The costs are the test's own functions, so what the reply cost
+and saved is tallied here, independently of the policy's own bookkeeping. For the integration tests whose point is
+a decision, not this machine's timings, fixed load-time costs (``set_pass_costs``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import random
 from collections.abc import Callable
 
 from outrider.engine.autodraft import AutoDraftLength
+from outrider.engine.pass_costs import PASS_REPEATS, PASS_SIZES
+from outrider.engine.speculative import SpeculativeDecoder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,3 +71,17 @@ def simulate_reply(policy: AutoDraftLength, tokens: int, kept: tuple[float, ...]
             saved -= costs.scoring_s
             since_scoring = 0
     return SimulatedReply(seconds, drafted, saved)
+
+
+def set_pass_costs(decoder: SpeculativeDecoder) -> None:
+    """Replace the batched passes' and the drafted token's costs ``decoder``'s load timed
+    (``SpeculativeDecoder.time_passes``) with fixed multiples of its one-token pass, shaped like bench_mtp.py's
+    quiet CPU (a pass of 2 tokens 1.79x one of 1, each token after +0.14x; a drafted token 0.15x), so that a test
+    of what automatic depth decides from a head's scores does not depend on the machine's load: timed on a busy
+    machine, the tiny test target's first draft came and went. The one-token pass stays as timed, for the replies'
+    own timings to be measured against. On these a head scored 16 of 16 drafts at its first step; one scored 3 of
+    16 does not."""
+    single = min(decoder.pass_costs[1])
+    decoder.pass_costs = {n: [single * (1.0 if n == 1 else 1.79 + 0.14 * (n - 2))] * PASS_REPEATS
+                          for n in PASS_SIZES}
+    decoder.draft_token_costs = [0.15 * single] * PASS_REPEATS

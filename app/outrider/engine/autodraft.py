@@ -911,16 +911,16 @@ class AutoDraftLength:
 
     def _score_could_pay(self, a: float) -> bool:
         """Whether drafting at acceptance ``a`` (a prompt's raw score) could pay: on the measured costs with
-        PROBE_MARGIN more acceptance (drafting taken as free while its cost is unmeasured), or before any pass is
-        timed on the prior at ``a`` itself (as a cold start's first draft is judged, ``_first_draft_could_pay``).
-        A head scored 1 of 16 (bench_mtp.py "dense low", 0.02-0.09 accepted) cannot, either way; the hybrid
-        head's 8 of 16 can, on a quiet machine."""
+        PROBE_MARGIN more acceptance (drafting at the cost timed at load while the drafts' own is unmeasured), or
+        before any pass is timed on the prior at ``a`` itself (as a cold start's first draft is judged,
+        ``_first_draft_could_pay``). A head scored 1 of 16 (bench_mtp.py "dense low", 0.02-0.09 accepted) cannot,
+        either way; the hybrid head's 8 of 16 can, on a quiet machine."""
         best = self.model.best_k(min(1.0, a + PROBE_MARGIN))
-        if best is None and self.model.verify_cost(1) is not None:
-            # Passes timed but no draft yet (a fresh policy given the costs timed at load, ``seed_costs``): on
-            # those costs, with the margin. The prior is kinder than a busy CPU's costs and judged the raw score;
-            # measured costs with the raw score turned down the hybrid head, whose 8-10 of 16 on its prompts stand
-            # for 0.8 accepted in its replies, where depth 2-3 pays on a quiet machine.
+        if best is None:
+            # No draft yet (a fresh policy given the costs timed at load, ``seed_costs``; None again where no pass
+            # was timed): on those costs, with the margin. The prior is kinder than a busy CPU's costs and judged
+            # the raw score; measured costs with the raw score turned down the hybrid head, whose 8-10 of 16 on its
+            # prompts stand for 0.8 accepted in its replies, where depth 2-3 pays on a quiet machine.
             best = self.model.best_k(min(1.0, a + PROBE_MARGIN), draft_cost=self._draft_token_at_load or 0.0)
         return best > 0 if best is not None else self._pays_before_drafting(a)
 

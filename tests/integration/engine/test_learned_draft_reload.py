@@ -20,6 +20,7 @@ from outrider.engine.llama.runtime import Backend
 from outrider.engine.params import ContextSettings, DraftParams
 from outrider.engine.speculative import DoneEvent
 from support.mtp_gguf import make_mtp_models
+from support.policy_replies import set_pass_costs
 from support.reference_decoding import ReferenceModel
 
 PROMPT = "the model is fast and the draft is quick and the"
@@ -59,6 +60,7 @@ def test_a_reload_starts_from_what_the_last_load_learned(engine: Engine, target:
     learned = tmp_path / "draft-length.json"
     spec = PairSpec(target=str(target), mtp=True, context=CTX, learned_draft=str(learned))
     engine.load(spec)
+    set_pass_costs(engine._decoder_or_raise())
     first, done = _reply(engine)
     assert done.stats.drafted > 0
     saved = _saved(learned)

@@ -21,6 +21,7 @@ from outrider.engine.mtp import MtpDraft
 from outrider.engine.params import ContextSettings, DraftParams
 from outrider.engine.speculative import DoneEvent
 from support.mtp_gguf import make_mtp_models
+from support.policy_replies import set_pass_costs
 from support.reference_decoding import ReferenceModel
 
 PROMPTS = ["the model is fast and the draft is quick and the", "hello world def return class x = y + z * 2 and"]
@@ -51,6 +52,7 @@ def _load(backend: Backend, target: Path, engines: list[Engine]) -> Engine:
     e = Engine(backend)
     engines.append(e)
     e.load(PairSpec(target=str(target), mtp=True, context=CTX))
+    set_pass_costs(e._decoder_or_raise())
     return e
 
 
