@@ -166,12 +166,14 @@ class Engine:
         # and automatic k's plain cost leave them out.
         offloaded = self.backend.info.gpu_offload and spec.target_settings.gpu_layers != 0
         self._decoder.settle = self._plain.settle = settle_passes(self.backend.info.name, offloaded)
-        if drafter.kind == "mtp":
-            # An MTP head's first draft is judged before it has timed a pass of its own: on this machine's costs,
-            # timed now (engine/pass_costs.py), not on assumed ones.
-            self._decoder.time_passes()
         self._formatter = _chat_formatter(target, notes)
         self._recall_draft_length(requested, drafter, notes)
+        if drafter.kind == "mtp" and self._decoder.auto_policy is None:
+            # An MTP head's first draft is judged before it has timed a pass of its own: on this machine's costs,
+            # timed now (engine/pass_costs.py), not on assumed ones. A policy recalled from the last load has its
+            # replies' own costs, and the timing (up to PASS_BUDGET_S and a read-in pass) would only lengthen
+            # every reload; a fresh policy made later (another k_max) starts from the prior costs then.
+            self._decoder.time_passes()
         self.spec = requested  # as asked (threads 0 stays "automatic")
         n_ctx = context.n_ctx
         target_layout = _layout(target)

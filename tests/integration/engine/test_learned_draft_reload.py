@@ -56,7 +56,7 @@ def _saved(path: Path) -> dict[str, dict[str, object]]:
 
 def test_a_reload_starts_from_what_the_last_load_learned(engine: Engine, target: Path, tmp_path: Path) -> None:
     """Breaking it (``_recall_draft_length`` not handing the recalled policy to the decoder): the reload's policy
-    was None before its first reply, and its costs unknown."""
+    was None before its first reply, and its costs unknown. A reload with a recalled policy times no passes."""
     learned = tmp_path / "draft-length.json"
     spec = PairSpec(target=str(target), mtp=True, context=CTX, learned_draft=str(learned))
     engine.load(spec)
@@ -71,6 +71,8 @@ def test_a_reload_starts_from_what_the_last_load_learned(engine: Engine, target:
     engine.load(spec)
     restored = engine._decoder_or_raise().auto_policy
     assert restored is not None, "the reload started cold"
+    # Its replies' own costs: the load times no passes (engine/pass_costs.py), which only lengthened a reload.
+    assert engine._decoder_or_raise().pass_costs == {}
     assert restored.model.best_k() is not None  # costs known before the reload's first pass
     assert restored.snapshot() == policy.snapshot()
     again, _ = _reply(engine)  # whether it drafts is the learned costs' call (this tiny model's are close)
@@ -100,6 +102,7 @@ def test_another_file_under_the_same_name_starts_cold(engine: Engine, target: Pa
     os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     engine.load(spec)
     assert engine._decoder_or_raise().auto_policy is None
+    assert engine._decoder_or_raise().pass_costs, "a cold start's passes were not timed"
     _reply(engine)
     assert len(_saved(learned)) == 2
 
@@ -111,6 +114,7 @@ def test_a_damaged_file_is_a_note_and_the_next_reply_writes_a_good_one(engine: E
     info = engine.load(PairSpec(target=str(target), mtp=True, context=CTX, learned_draft=str(learned)))
     notes = [n for n in info.notes if "learned" in n]
     assert len(notes) == 1 and str(learned) in notes[0] and "is not JSON" in notes[0], info.notes
+    assert engine._decoder_or_raise().pass_costs, "a load that goes on cold did not time its passes"
     _, done = _reply(engine)
     assert done.stats.generated == TOKENS
     assert len(_saved(learned)) == 1
