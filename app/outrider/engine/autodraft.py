@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from outrider.engine.awake_ledger import AwakeLedger
+from outrider.engine.confidence_gate import GATE_BANDS, ConfidenceGate
 
 DECAY = 0.9  # weight of the past in the acceptance window (about a 10-step memory)
 WINDOW = 15  # timings kept per cost: its estimate is their lower median (a lasting change shows in ~8 steps)
@@ -558,6 +559,28 @@ class CostModel:
                 best_rate, best = rate, k
         return best
 
+    def first_break_even(self, k: int, draft_cost: float | None = None) -> float | None:
+        """The share of first draft tokens kept below which a draft of ``k``, once its first token is known, is
+        not worth finishing and verifying (``ConfidenceGate``); None while a cost or the acceptance is unknown.
+
+        Finishing costs the k - 1 tokens still to draft and a pass of k + 1 (``draft_cost`` per drafted token, the
+        measured one by default) and yields the target's own token plus, if the first is kept (share q), the first
+        and the later ones kept after it (per position the acceptance and its falloff, as ``best_k`` weighs
+        them); dropping it costs a one-token pass for one token. Finishing pays when
+        (1 + q (1 + later)) / finishing cost >= 1 / c_verify(1): q* = (finishing cost / c_verify(1) - 1) / (1 +
+        later). The first token's drafting is spent either way and left out."""
+        single, verify = self.verify_cost(1), self.verify_cost(k + 1)
+        c_d = self.draft_per_token.value if draft_cost is None else draft_cost
+        a = self.acceptance
+        if single is None or verify is None or c_d is None or a is None or k < 1:
+            return None
+        falloff = self.falloff()
+        later, run = 0.0, 1.0
+        for i in range(2, min(k, self.k_max) + 1):
+            run *= min(1.0, a * falloff[i])
+            later += run
+        return (((k - 1) * c_d + verify) / single - 1.0) / (1.0 + later)
+
     def _verify_costs(self) -> list[float] | None:
         """[c_verify(1), ..., c_verify(k_max + 1)], cached until the next observation (None before any)."""
         if self._costs_cache is None:  # verify_cost(n) for every n in one pass
@@ -618,6 +641,8 @@ class AutoDraftLength:
         self.ledger = AwakeLedger()  # what waking the head saved (``score_first`` only)
         self.follow_single = _Timings()  # seconds a one-token pass spends on following (``observe``'s follow_s)
         self._draft_token_at_load: float | None = None  # seconds per drafted token, timed at load (``seed_costs``)
+        # What the head's confidence in its first token says about its draft (``score_first`` only: an MTP head).
+        self.gate: ConfidenceGate | None = ConfidenceGate() if score_first else None
 
     def choose(self) -> int:
         if self._resting:
@@ -651,6 +676,27 @@ class AutoDraftLength:
                 self._probing = True
         self.last_choice = k
         return k
+
+    def first_min(self, k: int) -> float | None:
+        """The confidence in its first token under which this step's draft of ``k`` is dropped before it is
+        finished and verified (the step is then plain), 0 for none yet: the gate's threshold at the break-even
+        share of first tokens kept on the measured costs (``CostModel.first_break_even``; before the drafts' own
+        cost was timed, the cost timed at load). None for a policy without a gate (not an MTP head's): the
+        drafter need not read its confidence."""
+        if self.gate is None:
+            return None
+        if k < 1:
+            return 0.0
+        m = self.model
+        draft_cost = self._draft_token_at_load if m.draft_per_token.value is None else None
+        break_even = m.first_break_even(k, draft_cost)
+        return 0.0 if break_even is None else self.gate.threshold(break_even)
+
+    def observe_first(self, confidence: float, kept: bool) -> None:
+        """A draft's first token, of ``confidence``, was kept or not: verified, or — its draft dropped by
+        ``first_min`` — compared with the token the plain step emitted."""
+        if self.gate is not None:
+            self.gate.observe(confidence, kept)
 
     def _plain_step_cost(self) -> float | None:
         """What a plain step costs while the drafter is scored on plain steps (seconds): a one-token pass and the
@@ -819,7 +865,8 @@ class AutoDraftLength:
         if drafted == 0:
             if batch <= 1 and follow_s > 0:
                 self.follow_single.add(follow_s)
-            self.ledger.step(tokens=1, bare_pass_s=single - follow_s, cost_s=single)
+            # (a draft dropped before verification, ``first_min``, or emptied by p-min: its drafting was spent)
+            self.ledger.step(tokens=1, bare_pass_s=single - follow_s, cost_s=single + draft_s)
             return
         cost = m.verify_cost(batch)
         if cost is not None:
@@ -956,7 +1003,8 @@ class AutoDraftLength:
 
     def snapshot(self) -> dict[str, Any]:
         """What this policy learned, as plain JSON values: the costs' timings (per batch size, with their age in
-        observations), the acceptance window, the prompt calibration and the probe and scoring intervals.
+        observations), the acceptance window, the prompt calibration, the confidence gate's counts (an MTP
+        head's) and the probe and scoring intervals.
         ``restore`` of it chooses as this policy would from here on, given between two replies (the engine saves
         one after each): the last reply's guesses are kept for the calibration (they are folded into it when the
         next reply starts); what else belongs to a reply (its untimed first step, a head put to rest) the next
@@ -998,6 +1046,8 @@ class AutoDraftLength:
             "awake_plain": awake_plain,
             "awake_tokens": awake_tokens,
             "follow_single": list(self.follow_single.samples),
+            **({"gate_reached": list(self.gate.reached), "gate_kept": list(self.gate.kept)}
+               if self.gate is not None else {}),
         }
 
     @classmethod
@@ -1062,6 +1112,8 @@ class AutoDraftLength:
             ledger.tokens = s.number("awake_tokens", 0.0, None)
             for x in s.seconds("follow_single"):
                 policy.follow_single.add(x)
+        if "gate_reached" in snapshot and policy.gate is not None:  # (absent before drafts were gated)
+            policy.gate.restore(s.counts("gate_reached", GATE_BANDS), s.counts("gate_kept", GATE_BANDS))
         return policy
 
 

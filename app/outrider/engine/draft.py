@@ -22,6 +22,10 @@ class Draft:
     was: after a run of plain steps this catch-up is large and says nothing about the cost of drafting a token.
     ``sources[i]`` is the kind of the drafter that proposed ``tokens[i]`` (a chain of drafters, chain_draft.py);
     empty means the decoder's drafter proposed them all.
+
+    ``first_guess`` and ``first_confidence``: the drafter's most likely first token and its confidence in its
+    first choice (as p-min reads it), for a drafter whose drafts are gated on that confidence (an MTP head,
+    ``confidence_gate.py``); set also when the gate dropped the draft (``tokens`` empty), None otherwise.
     """
 
     tokens: list[int]
@@ -29,6 +33,8 @@ class Draft:
     sync_s: float = 0.0
     synced: int = 0
     sources: tuple[str, ...] = ()
+    first_guess: int | None = None
+    first_confidence: float | None = None
 
 
 EMPTY_DRAFT = Draft([])

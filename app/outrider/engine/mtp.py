@@ -68,6 +68,10 @@ class MtpDraft:
         self.resting = False  # see ``rest``
         self.follow_s = 0.0  # seconds spent copying the target's hidden states, in all (``PromptScoredDrafter``)
         self.prompt_rows = SHADOW_WINDOW  # prompt positions scored at each prefill (``prefill_scored``)
+        # The latest scoring's guesses (prompt or shadow): the head's confidence in each and whether it was right.
+        # Each is the situation of a draft's first token (cell p fed the target's state at p - 1, guessing p + 1),
+        # so automatic depth's confidence gate learns from them as from first draft tokens.
+        self.scored_guesses: list[tuple[float, bool]] = []
         expose_hidden_states(target)
         target.after_decode = self._capture
 
@@ -109,7 +113,8 @@ class MtpDraft:
 
         With ``score_from``, the cells fed from there on get an output each and their greedy guesses are compared
         with the committed token that followed — or, with ``expected``, cell p's with ``expected[p - (end -
-        len(expected))]`` (the target's own guesses for the last cells); returns (evaluated, agreements, trials)."""
+        len(expected))]`` (the target's own guesses for the last cells), each guess and the head's confidence in it
+        appended to ``scored_guesses``; returns (evaluated, agreements, trials)."""
         keep = min(common_prefix_length(self.cells, committed[:end]), end)
         if keep_at_most is not None:
             keep = min(keep, keep_at_most)
@@ -132,12 +137,15 @@ class MtpDraft:
             for j in range(scored):
                 if expected is not None:
                     i = first + j - (end - len(expected))
-                    if 0 <= i < len(expected):
-                        trials += 1
-                        hits += int(greedy_token(self._logits(j)) == expected[i])
-                elif first + j + 1 < len(committed):
+                    truth = expected[i] if 0 <= i < len(expected) else None
+                else:
+                    truth = committed[first + j + 1] if first + j + 1 < len(committed) else None
+                if truth is not None:
+                    row = self._logits(j)
+                    hit = greedy_token(row) == truth
                     trials += 1
-                    hits += int(greedy_token(self._logits(j)) == committed[first + j + 1])
+                    hits += int(hit)
+                    self.scored_guesses.append((top_probability(row), hit))
         else:
             self.mtp.decode(new, rows, outputs=int(logits))
         self.cells.extend(new)
@@ -168,9 +176,11 @@ class MtpDraft:
         could pay (on the generated agreeing head: 14-16 of 16, the noise head 0-3 of 16)."""
         end = len(prompt) - 1
         m = min(len(target_guesses), end)
+        self.scored_guesses = []
         if m <= 0:
             self.prefill(prompt, reuse=reuse)
             return 0, 0
+        self.scored_guesses = []
         _, hits, trials = self._feed(prompt, end, logits=False, score_from=end - m + 1,
                                      keep_at_most=end - m if reuse else 0,
                                      expected=target_guesses[-m:])
@@ -213,6 +223,7 @@ class MtpDraft:
     def observe(self, committed: Sequence[int], start: int) -> tuple[int, int]:
         """Shadow scoring on plain steps: would the MTP block have guessed each of ``committed[start:]``?"""
         # Cell p's guess for committed[p + 1] is re-evaluated even when cached (it was fed without logits).
+        self.scored_guesses = []
         _, hits, trials = self._feed(committed, len(committed) - 1, logits=False, score_from=max(start, 1),
                                      keep_at_most=max(0, start - 1))
         self._unowned = 0  # those tokens are fed now: the next draft's catch-up starts after them
@@ -220,8 +231,13 @@ class MtpDraft:
 
     def propose(
         self, committed: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator, p_min: float,
-        draft_min: int = 0,
+        draft_min: int = 0, first_min: float | None = None,
     ) -> Draft:
+        """A draft of at most ``k`` (the module doc). With ``first_min`` (automatic depth's confidence gate,
+        ``confidence_gate.py``) the draft carries the head's greedy first guess and its confidence in it (the top-10
+        softmax of its logits, ``sampling.top_probability``, at any temperature), and is dropped
+        (no tokens) when that confidence is below ``first_min`` — decided from the head's distribution before any
+        token is drawn, as p-min is, so the output stays exact."""
         end = len(committed)
         k = min(k, self.mtp.n_ctx - end - 1, self.target.n_ctx - end - 1)
         if k <= 0:
@@ -239,16 +255,23 @@ class MtpDraft:
         tokens: list[int] = []
         dists: list[SparseDist] | None = None if sampling.greedy else []
         must = min(max(draft_min, 1), k)  # below draft_min, p-min does not stop a draft that has started
+        first: tuple[int, float] | None = None  # the head's first guess and its confidence (``first_min``)
         try:
             while True:
                 logits = self._logits()
-                if sampling.greedy:
+                # Decide from q before drawing from it: stopping must not depend on the token drawn here.
+                q = None if sampling.greedy else distribution(logits, sampling)
+                if first_min is not None and first is None:
+                    # The head's own confidence (top-10 softmax of its logits) at any temperature: what its scorings
+                    # read too (``scored_guesses``), so the gate learns one measure from both.
+                    first = (greedy_token(logits), top_probability(logits))
+                    if first[1] < first_min:
+                        break
+                if q is None:
                     if p_min > 0 and not 0 < len(tokens) < must and top_probability(logits) < p_min:
                         break
                     token = greedy_token(logits)
                 else:
-                    # Decide from q before drawing from it: stopping must not depend on the token drawn here.
-                    q = distribution(logits, sampling)
                     if p_min > 0 and not 0 < len(tokens) < must and float(q.probs.max()) < p_min:
                         break
                     # The request's sampler's proposal at this absolute position (coupled: the target's noise).
@@ -263,7 +286,9 @@ class MtpDraft:
             # The drafted cells hold the MTP block's own states, not the target's: never keep them.
             self.mtp.truncate(end)
         self._verify_pending = bool(tokens)
-        return Draft(tokens, dists, sync_s, synced)
+        if first is None:
+            return Draft(tokens, dists, sync_s, synced)
+        return Draft(tokens, dists, sync_s, synced, first_guess=first[0], first_confidence=first[1])
 
     def close(self) -> None:
         if self.target.after_decode == self._capture:

@@ -318,8 +318,12 @@ class SpeculativeDecoder:
             if k > 0:
                 # A chain's history lookup may go past k on a long match, up to what one pass can verify.
                 reach = {"reach": bound} if chain is not None else {}
+                # An MTP head's draft is dropped where its confidence in its first token says it will not pay
+                # (automatic depth's confidence gate, confidence_gate.py).
+                first_min = self.auto_policy.first_min(k) if auto and self.auto_policy is not None else None
+                gate = {"first_min": first_min} if first_min is not None else {}
                 draft = self.drafter.propose(committed, k, sampling, rng, params.p_min, params.draft_min,
-                                             **masked_draft, **reach)
+                                             **masked_draft, **reach, **gate)
                 limit = bound if chain is not None else k
                 if len(draft.tokens) > limit:
                     draft = dataclasses.replace(
@@ -341,6 +345,9 @@ class SpeculativeDecoder:
                 hits, trials = self.drafter.observe(committed, shadow_from)
                 shadow_from = len(committed)
                 policy.observe_shadow(hits, trials, seconds=time.perf_counter() - t_scoring)
+                if scored is not None:  # each guess a draft's first token's situation, on the reply's own text
+                    for confidence, hit in scored.scored_guesses:
+                        self.auto_policy.observe_first(confidence, hit)
             t1 = time.perf_counter()
             batch = [committed[-1], *draft.tokens]
             padded = pad_plain and len(batch) == 1
@@ -366,6 +373,11 @@ class SpeculativeDecoder:
             sources = draft.sources[: len(draft.tokens)] or (self.drafter.kind,) * len(draft.tokens)
 
             emitted = [*draft.tokens[:n_accepted], new_token]
+            if draft.first_confidence is not None and self.auto_policy is not None and auto:
+                # Verified, the first token was kept or not; dropped, it would have been kept if the plain step
+                # emitted the head's guess (the gate learns from the drafts it drops too).
+                kept_first = n_accepted >= 1 if draft.tokens else emitted[0] == draft.first_guess
+                self.auto_policy.observe_first(draft.first_confidence, kept_first)
             tokens: list[int] = []
             flags: list[bool] = []
             origins: list[str] = []

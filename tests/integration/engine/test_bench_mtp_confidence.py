@@ -19,7 +19,7 @@ from support.mtp_gguf import make_mtp_models
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_mtp_confidence import DraftedToken, gate_rows, kept_tokens, record  # noqa: E402
+from bench_mtp_confidence import DraftedToken, gate_rows, kept_tokens, record
 
 
 def test_a_draft_reaches_its_kept_tokens_and_the_first_rejected_one() -> None:
