@@ -95,25 +95,17 @@ def test_a_band_near_break_even_is_not_gated() -> None:
     assert gate.threshold(0.95) == pytest.approx(0.2)  # where only a near-certain first token would pay
 
 
-def test_old_evidence_fades_and_the_band_is_tried_again() -> None:
+@pytest.mark.parametrize(("later", "count"), [((0.75, True), 150), ((0.25, True), 30)])
+def test_a_gated_band_opens_again(later: tuple[float, bool], count: int) -> None:
+    """Old evidence fades while other bands are seen (0.75 kept, 150 times), and a dropped draft's outcome (the
+    head's guess against the plain step's token) moves its band like a verified one: a band gated on a bad stretch
+    opens once its first tokens are kept again (0.25 kept, 30 times)."""
     gate = ConfidenceGate()
     for _ in range(6):
         gate.observe(0.25, False)
     assert gate.threshold(0.7) == pytest.approx(0.3)
-    for _ in range(150):
-        gate.observe(0.75, True)
-    assert gate.threshold(0.7) == 0.0
-
-
-def test_dropped_drafts_keep_the_gate_informed() -> None:
-    """Outcomes of dropped drafts (the head's guess against the plain step's token) move the band like verified
-    ones: a band gated on a bad stretch opens once the text turns."""
-    gate = ConfidenceGate()
-    for _ in range(5):
-        gate.observe(0.25, False)
-    assert gate.threshold(0.7) == pytest.approx(0.3)
-    for _ in range(30):
-        gate.observe(0.25, True)
+    for _ in range(count):
+        gate.observe(*later)
     assert gate.threshold(0.7) == 0.0
 
 
