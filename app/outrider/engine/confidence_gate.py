@@ -13,7 +13,8 @@ hybrid head's confidence says far less (0.1-0.2: kept 0.75, 0.2-0.3: 0.95).
 So what a head's confidence means is learned per head, not fixed as p-min is: per confidence band, how often a
 first token of that confidence was kept (decaying counts). ``threshold`` gives the confidence under which a draft
 is dropped before verification (the step is then plain): every band below it that has evidence was kept less
-often than the break-even share the caller computes from the measured costs (``AutoDraftLength.first_min``).
+often than the break-even share the caller computes from the measured costs (``AutoDraftLength.first_min``), and
+clearly less often than the head's first tokens in general (what its confidence tells apart).
 Drafts dropped still teach it: the head's first guess is compared with the token the plain step then emits
 (``observe`` with that outcome), so a band gated on old evidence is corrected by new text without drafting it.
 """
@@ -66,13 +67,24 @@ class ConfidenceGate:
     def threshold(self, break_even: float) -> float:
         """The confidence under which a first token is not worth verifying, 0 for none: the top edge of the
         highest band such that it and every band below it with evidence were kept less often than ``break_even``
-        less GATE_MARGIN (bands without evidence are passed over: gated only below one that is)."""
+        less GATE_MARGIN, and less often than all first tokens together less GATE_MARGIN (bands without evidence
+        are passed over: gated only below one that is).
+
+        The second condition keeps the gate to what confidence tells apart: a band kept about as often as the
+        head's first tokens in general says nothing its confidence knows, and whether such drafts pay at all is
+        automatic depth's choice of k on the same costs. Without it, the hybrid head's 0.1-0.2 band — most of its
+        first tokens, kept 0.65-0.75 — was gated whenever break-even rose past 0.8 on a long draft, and its quiet
+        192-token replies fell from 1.03-1.06x to 0.95-0.99x the best depth."""
+        total = sum(self.reached)
+        if total <= 0:
+            return 0.0
+        overall = sum(self.kept) / total
         gate = 0.0
         for b in range(GATE_BANDS):
             share = self.kept_share(b)
             if share is None:
                 continue
-            if share >= break_even - GATE_MARGIN:
+            if share >= min(break_even, overall) - GATE_MARGIN:
                 break
             gate = (b + 1) / GATE_BANDS
         return gate
