@@ -76,8 +76,9 @@ class PromptScoredDrafter(Protocol):
 
     prompt_rows: int
     follow_s: float  # seconds spent following the target's passes so far (what waking costs a plain step)
-    # The latest scoring's guesses (``prefill_scored`` or ``observe``): the drafter's confidence in each (the top-10
-    # softmax of its logits) and whether it was right; what automatic depth's confidence gate learns from.
+    # The latest shadow scoring's guesses (``observe``; ``prefill_scored`` leaves it empty): the drafter's confidence
+    # in each (the top-10 softmax of its logits) and whether it was right; what automatic depth's confidence gate
+    # learns from.
     scored_guesses: list[tuple[float, bool]]
 
     def prefill_scored(self, prompt: Sequence[int], target_guesses: Sequence[int], *,

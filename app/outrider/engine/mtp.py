@@ -68,9 +68,12 @@ class MtpDraft:
         self.resting = False  # see ``rest``
         self.follow_s = 0.0  # seconds spent copying the target's hidden states, in all (``PromptScoredDrafter``)
         self.prompt_rows = SHADOW_WINDOW  # prompt positions scored at each prefill (``prefill_scored``)
-        # The latest scoring's guesses (prompt or shadow): the head's confidence in each and whether it was right.
+        # The latest shadow scoring's guesses (``observe``): the head's confidence in each and whether it was right.
         # Each is the situation of a draft's first token (cell p fed the target's state at p - 1, guessing p + 1),
-        # so automatic depth's confidence gate learns from them as from first draft tokens.
+        # so automatic depth's confidence gate learns from them as from first draft tokens. The prompt's scorings
+        # (``prefill_scored``) leave it empty: the gate does not learn from the prompt, the user's text, on which a
+        # band is kept at another rate than on the target's own (docs/benchmarks.md, "The confidence gate"), so
+        # their confidences (a softmax over the vocabulary per row) are not computed.
         self.scored_guesses: list[tuple[float, bool]] = []
         expose_hidden_states(target)
         target.after_decode = self._capture
@@ -108,13 +111,14 @@ class MtpDraft:
             del self._hidden[p]
 
     def _feed(self, committed: Sequence[int], end: int, *, logits: bool, score_from: int | None = None,
-              keep_at_most: int | None = None, expected: Sequence[int] | None = None) -> tuple[int, int, int]:
+              keep_at_most: int | None = None, expected: Sequence[int] | None = None,
+              confidences: bool = False) -> tuple[int, int, int]:
         """Bring the cells to ``committed[:end]`` (reusing the common prefix, at most ``keep_at_most`` of it).
 
         With ``score_from``, the cells fed from there on get an output each and their greedy guesses are compared
         with the committed token that followed — or, with ``expected``, cell p's with ``expected[p - (end -
-        len(expected))]`` (the target's own guesses for the last cells), each guess and the head's confidence in it
-        appended to ``scored_guesses``; returns (evaluated, agreements, trials)."""
+        len(expected))]`` (the target's own guesses for the last cells); with ``confidences`` too, each guess and the
+        head's confidence in it are appended to ``scored_guesses``. Returns (evaluated, agreements, trials)."""
         keep = min(common_prefix_length(self.cells, committed[:end]), end)
         if keep_at_most is not None:
             keep = min(keep, keep_at_most)
@@ -145,7 +149,8 @@ class MtpDraft:
                     hit = greedy_token(row) == truth
                     trials += 1
                     hits += int(hit)
-                    self.scored_guesses.append((top_probability(row), hit))
+                    if confidences:
+                        self.scored_guesses.append((top_probability(row), hit))
         else:
             self.mtp.decode(new, rows, outputs=int(logits))
         self.cells.extend(new)
@@ -180,7 +185,6 @@ class MtpDraft:
         if m <= 0:
             self.prefill(prompt, reuse=reuse)
             return 0, 0
-        self.scored_guesses = []
         _, hits, trials = self._feed(prompt, end, logits=False, score_from=end - m + 1,
                                      keep_at_most=end - m if reuse else 0,
                                      expected=target_guesses[-m:])
@@ -225,7 +229,7 @@ class MtpDraft:
         # Cell p's guess for committed[p + 1] is re-evaluated even when cached (it was fed without logits).
         self.scored_guesses = []
         _, hits, trials = self._feed(committed, len(committed) - 1, logits=False, score_from=max(start, 1),
-                                     keep_at_most=max(0, start - 1))
+                                     keep_at_most=max(0, start - 1), confidences=True)
         self._unowned = 0  # those tokens are fed now: the next draft's catch-up starts after them
         return hits, trials
 

@@ -183,3 +183,49 @@ def test_verify_is_exact_at_temperature_1_with_drafts_dropped(mtp_models: MtpMod
     assert report["greedy"]["identical"] is True
     assert report["sampling"]["drafted"] > 300
     assert sum(c < 0.45 for c, _ in seen) > 100 and sum(c >= 0.45 for c, _ in seen) > 100
+
+
+def test_only_the_replys_own_scorings_read_the_heads_confidence(engine: Engine, monkeypatch: pytest.MonkeyPatch,
+                                                               references: dict[str, tuple[list[int], list[int]]]
+                                                               ) -> None:
+    """The gate learns from the shadow scorings of the reply's plain steps, not from the prompt's: the prompt's
+    scorings (16 rows at each prefill) read no confidence — a softmax over the vocabulary per row, wasted there —
+    while each shadow scoring reads one per guess it scores.
+
+    Broken on purpose (``_feed`` reading confidences for the prompt's rows too): the prefill's list is not empty."""
+    import outrider.engine.mtp as mtp_module
+
+    monkeypatch.setattr(AutoDraftLength, "choose", lambda self: 0)  # plain steps only: shadow scorings between
+    reads = [0]
+    top_probability = mtp_module.top_probability
+
+    def counted(row: object) -> float:
+        reads[0] += 1
+        return top_probability(row)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mtp_module, "top_probability", counted)
+    prompt_scorings: list[tuple[int, int, int]] = []  # trials, guesses recorded, confidences read
+    shadow_scorings: list[tuple[int, int, int]] = []
+    prefill_scored, observe = MtpDraft.prefill_scored, MtpDraft.observe
+
+    def scored_prefill(self: MtpDraft, *args: object, **kwargs: object) -> tuple[int, int]:
+        before = reads[0]
+        hits, trials = prefill_scored(self, *args, **kwargs)  # type: ignore[arg-type]
+        prompt_scorings.append((trials, len(self.scored_guesses), reads[0] - before))
+        return hits, trials
+
+    def scored_observe(self: MtpDraft, *args: object, **kwargs: object) -> tuple[int, int]:
+        before = reads[0]
+        hits, trials = observe(self, *args, **kwargs)  # type: ignore[arg-type]
+        shadow_scorings.append((trials, len(self.scored_guesses), reads[0] - before))
+        return hits, trials
+
+    monkeypatch.setattr(MtpDraft, "prefill_scored", scored_prefill)
+    monkeypatch.setattr(MtpDraft, "observe", scored_observe)
+    for prompt, expected in references.values():
+        got, _ = _reply(engine, prompt)
+        assert got == expected
+    assert prompt_scorings and all(trials > 0 for trials, _, _ in prompt_scorings), "the prompt was not scored"
+    assert all((guesses, read) == (0, 0) for _, guesses, read in prompt_scorings)
+    assert shadow_scorings and all(trials > 0 for trials, _, _ in shadow_scorings), "no shadow scoring"
+    assert all(trials == guesses == read for trials, guesses, read in shadow_scorings)
