@@ -73,6 +73,11 @@ REST_TRIALS = 16  # guesses scored in a reply (its prompt's included) before a u
 SHADOW_START, SHADOW_MAX = 4, 128  # plain steps between scorings of the drafter while plain decoding is chosen
 # (4 at first: a cold start that turned plain after an unlucky first few drafts comes back after 4 plain steps,
 # not 8; a useless draft pays one more small scoring pass before the interval has doubled to 128)
+SCORING_SHARE = 0.05  # ... and at least so many that the scorings cost at most this share of the plain passes'
+# time (``_scoring_floor``): an MTP head's scoring costs a batched pass of its own, which on a busy CPU (one thread
+# beside a CPU-bound process, bench_mtp_steps.py --burner) cost 1.8-2.3 ms against a 4.2 ms plain pass, and scored
+# every 4 plain steps it cost the hybrid's 24-token replies 9 % while drafting never paid; quiet, 0.5-0.7 ms
+# against 3.3 ms, the floor is SHADOW_START itself
 
 
 HOPELESS_ACCEPTANCE = 0.95  # ... an MTP head that would not pay even accepted this often sleeps through replies
@@ -274,6 +279,7 @@ class CostModel:
         self.unsettled_single = _Timings()
         # Passes timed before any reply (``seed``): a batch size's stand-in until the replies time that size.
         self.at_load = [_Timings() for _ in range(k_max + 2)]
+        self._merged: dict[int, _Timings] = {}  # per batch size, ``_with_load``'s timings until either side moves
         self._observations = 0
         self._stamp = [0] * (k_max + 2)  # observation count when each batch size was last measured
         self.draft_per_token = _Timings()
@@ -310,6 +316,7 @@ class CostModel:
             timings = self.verify[batch]
             before = (self._fresh(batch) is not None, timings.value, timings.count)
             timings.add(verify_s)
+            self._merged.pop(batch, None)
             self._stamp[batch] = self._observations
             same = before == (True, timings.value, timings.count) and timings.count >= MIN_SAMPLES
         if not (same and self._none_turned_stale()):
@@ -333,6 +340,7 @@ class CostModel:
         own, and in the window they would hold its lower median down for WINDOW timings."""
         if 1 <= batch < len(self.at_load):
             self.at_load[batch].add(seconds)
+            self._merged.pop(batch, None)
             self._stamp[batch] = self._observations
             self._line_cache = self._estimates_cache = self._costs_cache = None
 
@@ -445,10 +453,13 @@ class CostModel:
         return timings
 
     def _with_load(self, n: int) -> _Timings:
-        """The timings of a batch of n at load and in the replies, together."""
-        both = _Timings()
-        for x in (*self.at_load[n].samples, *self.verify[n].samples):
-            both.add(x)
+        """The timings of a batch of n at load and in the replies, together (kept until a timing of n is added:
+        rebuilt at every recomputation of the estimates, they were most of a cold policy's time per step)."""
+        both = self._merged.get(n)
+        if both is None:
+            both = self._merged[n] = _Timings()
+            for x in (*self.at_load[n].samples, *self.verify[n].samples):
+                both.add(x)
         return both
 
     def _estimate(self, n: int) -> float | None:
@@ -469,7 +480,9 @@ class CostModel:
         3 is best.)"""
         if self._estimates_cache is not None:
             return self._estimates_cache
-        fresh = [None if i == 0 else self._fresh(i) for i in range(len(self.verify))]
+        # (most sizes were never timed, at load or in a reply: skipped without ``_fresh``'s checks)
+        fresh = [None, self._fresh(1)] + [self._fresh(i) if self.verify[i].count or self.at_load[i].count else None
+                                          for i in range(2, len(self.verify))]
         settled = [(float(i), t.value, float(t.count)) for i, t in enumerate(fresh)
                    if i >= 1 and t is not None and t.value is not None and t.count >= MIN_SAMPLES]
         line = _batch_line(settled) if len(settled) >= 2 else None
@@ -875,12 +888,13 @@ class AutoDraftLength:
 
     def observe_shadow(self, hits: int, trials: int, seconds: float | None = None) -> None:
         """The drafter scored while plain: ``hits`` of ``trials`` guesses right, in ``seconds`` (the scoring's own
-        time, when the decoder timed it: ``_plain_step_cost``). Scored again after SHADOW_START
-        plain steps while its guesses would pay — with ``score_first`` (a scoring that feeds what the next draft
-        needs anyway), while they would with PROBE_MARGIN more acceptance; else the interval doubles, up to
-        SHADOW_MAX. Without the margin, an MTP head on a hybrid target scored at 0.6-0.7 (break-even about 0.8
-        there) was scored only every 128 tokens and missed the stretches later in a reply where it was right
-        95-100 % of the time (bench_mtp.py "hybrid agreeing": automatic depth plain for 95 % of its steps)."""
+        time, when the decoder timed it: ``_plain_step_cost``). Scored again after SHADOW_START plain steps
+        (more where a scoring is dear next to a plain pass: ``_scoring_floor``) while its guesses would pay —
+        with ``score_first`` (a scoring that feeds what the next draft needs anyway), while they would with
+        PROBE_MARGIN more acceptance; else the interval doubles, up to SHADOW_MAX. Without the margin, an MTP
+        head on a hybrid target scored at 0.6-0.7 (break-even about 0.8 there) was scored only every 128 tokens
+        and missed the stretches later in a reply where it was right 95-100 % of the time (bench_mtp.py "hybrid
+        agreeing": automatic depth plain for 95 % of its steps)."""
         self.model.observe_shadow(hits, trials)
         if seconds is not None and seconds > 0:
             self.model.scoring.add(seconds)
@@ -895,7 +909,8 @@ class AutoDraftLength:
             # next scoring and drafted again only after 14 of a 24-token reply's tokens (bench_mtp.py, hybrid).
             best = self.model.best_k(min(1.0, rate))
             close = best is None or best > 0
-            self.shadow_interval = SHADOW_START if close else min(self.shadow_interval * 2, SHADOW_MAX)
+            floor = self._scoring_floor()
+            self.shadow_interval = floor if close else max(floor, min(self.shadow_interval * 2, SHADOW_MAX))
 
     def observe_prompt(self, hits: int, trials: int, seconds: float = 0.0) -> None:
         """The drafter scored on the reply's prompt (``PromptScoredDrafter``): ``hits`` of ``trials`` guesses right,
@@ -939,13 +954,12 @@ class AutoDraftLength:
             # draft too short costs a step's share at most; the reply's own drafts grow it from there.
             self._judged_by_prompt = True
             judged = calibrated
-        elif self._score_could_pay(hits / trials):
+        elif self._score_could_pay(hits / trials) and self._first_draft_pays(hits / trials):
             # Nor is it counted towards resting: the reply's own guesses decide that (``should_rest``). The first
             # draft is as long as the score says on the prior costs, from k_start (a prompt understates a head)
             # to FIRST_DRAFT_MAX (its chained guesses fall off).
             self._prompt_approved = True
-            self._first_k = min(max(self.k_start, prior_best_k(hits / trials, self.k_max)), FIRST_DRAFT_MAX,
-                                self.k_max)
+            self._first_k = self._first_draft_length(hits / trials)
             judged = self.model.acceptance if self.model.acceptance is not None else hits / trials
         else:
             self.model.restart_acceptance(hits, trials)
@@ -954,7 +968,30 @@ class AutoDraftLength:
         # Not yet timed: scored again soon (a cold start that turned plain after one rejected first draft waited
         # 8 plain steps for its next scoring, a third of a 24-token reply).
         best = self.model.best_k(min(1.0, judged + PROBE_MARGIN))
-        self.shadow_interval = SHADOW_START if best is None or best > 0 else SHADOW_START * 2
+        floor = self._scoring_floor()
+        self.shadow_interval = floor if best is None or best > 0 else min(2 * floor, SHADOW_MAX)
+
+    def _first_draft_length(self, a: float) -> int:
+        """A prompt-approved cold start's first draft at a raw score ``a``: as long as the score says on the prior
+        costs, from k_start (a prompt understates a head) to FIRST_DRAFT_MAX (its chained guesses fall off)."""
+        return min(max(self.k_start, prior_best_k(a, self.k_max)), FIRST_DRAFT_MAX, self.k_max)
+
+    def _first_draft_pays(self, a: float) -> bool:
+        """Whether the first draft a raw score ``a`` would make (``_first_draft_length``) pays by itself with
+        PROBE_MARGIN more acceptance, on the verify costs timed so far (at load: ``seed_costs``) and the drafting
+        cost timed (at load before any draft); True where one is unknown (the prior decided, ``_score_could_pay``).
+
+        ``_score_could_pay`` asks whether *some* depth pays, and on a busy CPU, where a batch of 2 to 5 tokens
+        costs about 3x one (bench_mtp_steps.py --burner: 11-13 ms against 4.2 ms), only drafts of 5 or more do,
+        at acceptances no NextN head keeps that far; the first draft, 2 to 4 long, was approved all the same and
+        lost 3-5 ms of a 24-token reply's ~100 whenever it was made (the hybrid's head, at its cold starts)."""
+        m = self.model
+        k = self._first_draft_length(a)
+        c_d = m.draft_per_token.value if m.draft_per_token.value is not None else self._draft_token_at_load
+        single, verify = m.verify_cost(1), m.verify_cost(k + 1)
+        if c_d is None or single is None or verify is None:
+            return True
+        return expected_rate(min(1.0, a + PROBE_MARGIN), k, c_d, verify) >= 1.0 / single
 
     def _score_could_pay(self, a: float) -> bool:
         """Whether drafting at acceptance ``a`` (a prompt's raw score) could pay: on the measured costs with
@@ -971,13 +1008,23 @@ class AutoDraftLength:
             best = self.model.best_k(min(1.0, a + PROBE_MARGIN), draft_cost=self._draft_token_at_load or 0.0)
         return best > 0 if best is not None else self._pays_before_drafting(a)
 
+    def _scoring_floor(self) -> int:
+        """The fewest plain steps between two scorings: SHADOW_START, or more where a scoring costs more than
+        SCORING_SHARE of that many plain passes (both measured: the scorings' lower median against c_verify(1)).
+        Scoring is how a plain stretch learns that the drafter would pay again; its price must stay a small share
+        of the plain decoding it watches, whatever the machine makes a scoring cost next to a pass."""
+        scoring, single = self.model.scoring.value, self.model.verify_cost(1)
+        if scoring is None or single is None or single <= 0:
+            return SHADOW_START
+        return min(SHADOW_MAX, max(SHADOW_START, math.ceil(scoring / (SCORING_SHARE * single))))
+
     def restart(self, hits: float, trials: float) -> None:
         """A reply's acceptance from ``hits`` of ``trials`` guesses alone (none: a cold start, which with
         ``score_first`` decodes plainly until scored), scoring and probes from their first intervals: for a
         drafter whose acceptance belongs to the text and whose scoring is cheap (chain_draft.py: prompt lookup)."""
         self.model.restart_acceptance(hits, trials)
         self._scored_in_reply += round(trials)
-        self.shadow_interval = SHADOW_START
+        self.shadow_interval = self._scoring_floor()
         self._probe_interval = PROBE_START
 
     def should_rest(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from outrider.engine.autodraft import SHADOW_MAX, SHADOW_START, AutoDraftLength, CostModel
+from outrider.engine.autodraft import SCORING_SHARE, SHADOW_MAX, SHADOW_START, AutoDraftLength, CostModel
 
 ONE, TWO, FOUR, NINE = 0.0039, 0.0075, 0.0083, 0.0145
 DRAFT = 0.00074
@@ -63,6 +63,33 @@ def test_a_cheap_scoring_keeps_watching_a_head_close_to_paying() -> None:
     assert scored(True, 10) == SHADOW_START  # 10 of 16: 0.63
     assert scored(False, 10) > SHADOW_START
     assert scored(True, 1) == SHADOW_MAX
+
+
+@pytest.mark.parametrize(("scoring_s", "plain_s"), [(0.0006, 0.0033), (0.0021, 0.0042), (0.02, 0.0042)])
+def test_scorings_cost_at_most_their_share_of_the_plain_passes(scoring_s: float, plain_s: float) -> None:
+    """A head close to paying is scored every SHADOW_START plain steps while a scoring is cheap next to a pass
+    (quiet, on the hybrid bench model: 0.6 ms against 3.3 ms); where it is dear (one thread beside a CPU-bound
+    process: 2.1 ms against 4.2 ms) the interval grows until the scorings cost at most SCORING_SHARE of the plain
+    passes they come between — and no more than that, nor past SHADOW_MAX. The head's acceptance and costs are
+    the same in every case: only the scoring's price moves the interval.
+
+    Breaking it (``_scoring_floor`` returning SHADOW_START): under load the head was scored every 4 plain steps,
+    9 % of its 24-token replies' time (bench_mtp_steps.py --burner)."""
+    policy = AutoDraftLength(k_max=8, score_first=True)
+    for i in range(10):
+        policy.observe(batch=1, verify_s=plain_s, drafted=0, accepted=0, draft_s=0.0)
+        policy.observe(batch=4, verify_s=plain_s * FOUR / ONE, drafted=3, accepted=3 * (i % 2), draft_s=3 * DRAFT)
+    for _ in range(6):
+        policy.observe_shadow(10, 16, seconds=scoring_s)
+    interval = policy.shadow_interval
+    share = scoring_s / (interval * plain_s)
+    assert interval <= SHADOW_MAX
+    if scoring_s / plain_s <= SCORING_SHARE * SHADOW_START:
+        assert interval == SHADOW_START
+    elif interval < SHADOW_MAX:
+        assert share <= SCORING_SHARE < scoring_s / ((interval - 1) * plain_s)  # the least interval that holds it
+    else:
+        assert share > SCORING_SHARE
 
 
 def test_a_scored_first_cold_start_drafts_only_what_could_pay() -> None:

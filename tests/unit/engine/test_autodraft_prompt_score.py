@@ -361,3 +361,31 @@ def test_a_warm_replys_first_draft_is_no_longer_than_a_cold_starts() -> None:
     policy.observe(batch=FIRST_DRAFT_MAX + 1, verify_s=BATCH[5], drafted=FIRST_DRAFT_MAX,
                    accepted=FIRST_DRAFT_MAX, draft_s=FIRST_DRAFT_MAX * DRAFT)
     assert policy.choose() > FIRST_DRAFT_MAX
+
+
+# Costs timed at load (``pass_costs``) on the hybrid 8 x 768 bench target, rounded: one thread beside a CPU-bound
+# process (bench_mtp.py --burner; timed there 4.1-4.2 ms for one token, 11.0-13.4 ms for 2, 3 and 5, 0.5 ms per
+# drafted token), where a batch of 2 to 5 tokens costs about what any other does, and quiet on two threads.
+BUSY_AT_LOAD = {1: [0.0042, 0.0041, 0.0043], 2: [0.0105, 0.0106, 0.0104], 3: [0.0110, 0.0111, 0.0109],
+                5: [0.0115, 0.0116, 0.0114]}
+QUIET_AT_LOAD = {1: [0.0044, 0.0045, 0.0043], 2: [0.0073, 0.0077, 0.0080], 3: [0.0081, 0.0083, 0.0082],
+                 5: [0.0094, 0.0094, 0.0095]}
+
+
+@pytest.mark.parametrize(("at_load", "draft_s", "expect"), [(BUSY_AT_LOAD, 0.0005, 0),
+                                                           (QUIET_AT_LOAD, 0.00045, MTP_K_START)])
+def test_a_cold_first_draft_is_made_only_if_a_draft_of_its_length_pays(at_load: dict[int, list[float]],
+                                                                        draft_s: float, expect: int) -> None:
+    """The first reply after a load, the hybrid head scored 10 of 16 on its prompt: on the costs timed at load on a
+    busy CPU some depth would pay with the margin (a long draft, every batch costing about the same), but the
+    first draft, MTP_K_START long, does not (a pass of 3 costs 2.6 plain passes): no draft at the first step.
+    Quiet, the same first draft pays and is made.
+
+    Breaking it (``_first_draft_pays`` always True): the busy cold start drafted 2 at its first step — measured
+    there, 3-5 ms lost of a 24-token reply's ~100 whenever it was made (bench_mtp_steps.py --burner)."""
+    policy = AutoDraftLength(k_max=16, score_first=True, k_start=MTP_K_START)
+    policy.seed_costs(at_load, [draft_s] * 3)
+    policy.start_reply()
+    assert policy._score_could_pay(10 / 16)  # some depth would: the first draft's own length decides
+    policy.observe_prompt(10, 16)
+    assert policy.choose() == expect
