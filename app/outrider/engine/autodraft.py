@@ -572,6 +572,16 @@ class CostModel:
                 best_rate, best = rate, k
         return best
 
+    def expected_tokens(self, k: int, a: float) -> float:
+        """E(k) as ``best_k`` weighs it: tokens a pass with ``k`` drafted yields at acceptance ``a``, each draft
+        position's acceptance scaled by its ``falloff``."""
+        expected, a_power = 1.0, 1.0
+        falloff = self.falloff()
+        for i in range(1, min(k, self.k_max) + 1):
+            a_power *= min(1.0, a * falloff[i])
+            expected += a_power
+        return expected
+
     def first_break_even(self, k: int, draft_cost: float | None = None) -> float | None:
         """The share of first draft tokens kept below which a draft of ``k``, once its first token is known, is
         not worth finishing and verifying (``ConfidenceGate``); None while a cost or the acceptance is unknown.
@@ -630,6 +640,10 @@ class AutoDraftLength:
         self._probe_interval = PROBE_START
         self._probing = False
         self._speculative_steps = 0
+        # The warm-up (``choose``) belongs to a cold start: it ends with the first reply that drafted. Left open
+        # while few steps had drafted, a warm policy on a busy CPU went on drafting 2-3 tokens accepted 0.7 of the
+        # time through its later 24-token replies' "warm-up" (0.80x plain there), its costs long timed.
+        self._warming_up = True
         self.last_choice = self.k_start
         # Scoring a draft model costs a batched draft pass: while its guesses would not pay, score less often.
         self.shadow_interval = SHADOW_START
@@ -670,24 +684,55 @@ class AutoDraftLength:
             k = min(best, max(self.k_start, GROWTH * m.longest_measured_k()))
             if self._judged_by_prompt:
                 k = min(k, FIRST_DRAFT_MAX)  # a bet on 16 guesses of text the target did not write: see below
-            self._plain_streak = 0
-        elif (self._speculative_steps < WARMUP_STEPS and (m.measured_acceptance or 0.0) >= WARMUP_ACCEPTANCE
-              and (self._speculative_steps < MIN_SAMPLES or self._could_ever_pay())):
+            if k < best and self._loses(k):
+                k = self._plain_or_probe(k)
+            else:
+                self._plain_streak = 0
+        elif (self._warming_up and self._speculative_steps < WARMUP_STEPS
+              and (m.measured_acceptance or 0.0) >= WARMUP_ACCEPTANCE and (warm_up := self._warm_up_k()) > 0):
             # A cold start judges costs from one or two timed passes; while the draft is being accepted, keep
             # drafting until a few more are averaged in rather than let one noisy pass send k to 0 — unless not
             # even every token accepted would pay: on a GPU a head accepted 0.75 whose drafts cost 1.8x plain per
             # token drafted through its whole warm-up (bench_mtp_steps.py --cuda). Judged after MIN_SAMPLES drafts,
             # when one stalled pass no longer decides (judged from the first, the warm-up of a pair that pays under
             # a CPU-bound load was cut short: test_autodraft.py's simulation, 0.88x the best k against 0.93x).
-            k = max(2, m.best_k(PROBE_ACCEPTANCE) or self.k_start)
+            # Only in the reply of the policy's first draft (``_warming_up``): a later one has its costs timed.
+            k = warm_up
         else:
             k = 0
             self._plain_streak += 1
             if self._plain_streak >= self._probe_interval and self._probe_could_pay():
                 self._plain_streak = 0
-                k = max(1, m.best_k(PROBE_ACCEPTANCE) or self.k_start)
-                self._probing = True
+                k = self._depth_that_could_pay(max(1, m.best_k(PROBE_ACCEPTANCE) or self.k_start))
+                self._probing = k > 0
         self.last_choice = k
+        return k
+
+    def _loses(self, k: int) -> bool:
+        """Whether a draft of ``k``, held below the best depth by GROWTH or FIRST_DRAFT_MAX, is expected to yield
+        fewer tokens per second than plain decoding (``_plain_step_cost``) on the measured costs and acceptance
+        (False while one is unmeasured: it is drafted, to measure it).
+
+        Where every batch costs about the same (a busy CPU: 11-13 ms for 2 to 5 tokens against 4.2 ms for one,
+        bench_mtp_steps.py --burner) only long drafts pay, and a warm policy whose measured sizes had gone stale
+        drafted 2 at every step of a reply its best depth said 8 for: a draft of 2 there yields at most 3 tokens
+        for ~13 ms, and the hybrid's warm 24-token replies ran at 0.80x plain while it did."""
+        m = self.model
+        a, c_d, c_v = m.acceptance, m.draft_per_token.value, m.verify_cost(k + 1)
+        cost = self._plain_step_cost() or m.verify_cost(1)
+        if a is None or c_d is None or c_v is None or cost is None:
+            return False
+        return m.expected_tokens(k, a) / (k * c_d + c_v) < 1.0 / cost
+
+    def _plain_or_probe(self, k: int) -> int:
+        """Plain decoding in place of a draft too short to pay (``_loses``), drafting ``k`` after every
+        ``_probe_interval`` such steps: each such probe times a longer verify pass, and GROWTH lets the next draft
+        be twice as long, towards the depth that pays."""
+        self._plain_streak += 1
+        if self._plain_streak < self._probe_interval:
+            return 0
+        self._plain_streak = 0
+        self._probing = True
         return k
 
     def first_min(self, k: int) -> float | None:
@@ -753,19 +798,30 @@ class AutoDraftLength:
         a = self.model.acceptance
         return a is None or (self.model.best_k(min(1.0, a + self.probe_margin)) or 0) > 0
 
-    def _could_ever_pay(self) -> bool:
-        """Whether a draft as long as k may grow to now (GROWTH times the longest measured) would pay with every
-        drafted token accepted, on the measured costs (True while a cost is unmeasured)."""
+    def _warm_up_k(self) -> int:
+        """The draft of a warm-up step (``choose``): the depth that would be best at PROBE_ACCEPTANCE, at least 2
+        (k_start where none would) — for the first MIN_SAMPLES drafts whatever it costs, after them only a depth
+        that could pay (``_depth_that_could_pay``; 0: no warm-up)."""
+        k = max(2, self.model.best_k(PROBE_ACCEPTANCE) or self.k_start)
+        return k if self._speculative_steps < MIN_SAMPLES else self._depth_that_could_pay(k)
+
+    def _depth_that_could_pay(self, k: int) -> int:
+        """``k`` if a draft of k would pay with every drafted token accepted, on the measured costs (or while they
+        are unmeasured); else the shortest depth that would, up to what k may grow to now (GROWTH times the
+        longest measured); else 0. Where every batch costs about the same (a busy CPU: 11-13 ms for 2 to 5 tokens
+        against 4.2 ms for one, bench_mtp_steps.py --burner) a draft of 4 could pay and one of 2 never can; the
+        warm-ups and probes drafted 2, the depth PROBE_ACCEPTANCE's best fell back to."""
         m = self.model
         plain = m.rate(0)
         if plain is None:
-            return True
+            return k
         limit = min(self.k_max, max(self.k_start, GROWTH * m.longest_measured_k()))
-        for k in range(1, limit + 1):
-            rate = m.rate(k, acceptance=1.0)
+        depths: list[int] = [k, *range(1, limit + 1)]
+        for depth in depths:
+            rate = m.rate(depth, acceptance=1.0)
             if rate is None or rate > plain:
-                return True
-        return False
+                return depth
+        return 0
 
     def seed_costs(self, timings: Mapping[int, Sequence[float]], draft_token: Sequence[float] = ()) -> None:
         """Start from costs timed before any reply, at load: ``timings``, seconds per target pass per batch size
@@ -786,6 +842,7 @@ class AutoDraftLength:
         bench_autok_cold.py: a family pair whose drafts pay 1.13x was sent to plain decoding for most of a
         96-token reply by that one step's timing."""
         self._untimed = True
+        self._warming_up = self._warming_up and self._speculative_steps == 0
         self._plain_run = 0  # the prompt's passes came between: the next plain pass is not a settled one
         self._scored_in_reply = 0
         self.ledger.close_reply()
@@ -811,8 +868,11 @@ class AutoDraftLength:
         the head fell asleep (a load that ended, other threads) re-checks at once. ``start_reply`` that follows
         puts the policy to rest for the reply."""
         m = self.model
-        measured = (m.verify[1].count >= MIN_SAMPLES and m.longest_measured_k() > 0
-                    and m.draft_per_token.value is not None)
+        # Drafts timed in a reply at some time, fresh or not: the awake replies that followed may not have drafted
+        # (a busy CPU, where only long drafts could pay), and their sizes went stale while the ledger went on
+        # counting what waking cost; it is the ledger that decides then, not the costs of a draft.
+        measured = (m.verify[1].count >= MIN_SAMPLES and m.draft_per_token.value is not None
+                    and any(m.verify[n].count for n in range(2, len(m.verify))))
         if not self.score_first or not measured or self._slept >= self._sleep_for or self._load_moved():
             self._rechecking = self._slept >= self._sleep_for  # (not a load that moved: nothing to back off from)
             self._slept = 0

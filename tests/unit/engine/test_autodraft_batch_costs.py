@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from outrider.engine.autodraft import SCORING_SHARE, SHADOW_MAX, SHADOW_START, AutoDraftLength, CostModel
+from outrider.engine.autodraft import (
+    PROBE_START,
+    SCORING_SHARE,
+    SHADOW_MAX,
+    SHADOW_START,
+    AutoDraftLength,
+    CostModel,
+)
 
 ONE, TWO, FOUR, NINE = 0.0039, 0.0075, 0.0083, 0.0145
 DRAFT = 0.00074
@@ -104,3 +111,53 @@ def test_a_scored_first_cold_start_drafts_only_what_could_pay() -> None:
         assert policy.choose() == 0 and policy.wants_shadow
         policy.observe_shadow(hits, 4)
         assert policy.choose() == expect
+
+
+# One thread beside a CPU-bound process (bench_mtp_steps.py --burner, the hybrid 8 x 768 target): a one-token pass
+# 4.2 ms, every batch of 2 to 5 tokens 10.5-13 ms — only a long draft kept nearly whole can pay.
+BUSY_ONE, BUSY_TWO, BUSY_THREE = 0.0042, 0.0105, 0.0110
+
+
+def _busy_policy(batch: int, batch_s: float, draft_s: float, accepted: int) -> AutoDraftLength:
+    """An MTP policy that timed 15 plain passes and 5 drafts of ``batch - 1`` tokens (``accepted`` kept each)."""
+    policy = AutoDraftLength(k_max=16, score_first=True, k_start=2)
+    for _ in range(15):
+        policy.observe(batch=1, verify_s=BUSY_ONE, drafted=0, accepted=0, draft_s=0.0)
+    for _ in range(5):
+        policy.observe(batch=batch, verify_s=batch_s, drafted=batch - 1, accepted=accepted,
+                       draft_s=(batch - 1) * draft_s)
+    return policy
+
+
+def test_a_draft_held_short_of_the_best_depth_is_not_made_where_it_loses() -> None:
+    """Drafts of 1 timed (10.5 ms a pass of 2) and kept: the best depth at this acceptance is long (every batch
+    costs about the same), but GROWTH holds the next draft to 2, which yields at most 3 tokens for ~12.5 ms against
+    4.2 ms a plain token: automatic depth decodes plainly and drafts 2 only as a probe, once every PROBE_START
+    steps, each probe timing a longer pass for the next to grow from.
+
+    Breaking it (``_loses`` always False): a draft of 2 at every step — seen on the hybrid's warm 24-token replies
+    under load, 0.80x plain."""
+    policy = _busy_policy(2, BUSY_TWO, 0.0005, accepted=1)
+    assert (policy.model.best_k() or 0) >= 4
+    assert policy._loses(2)
+    chosen = [policy.choose() for _ in range(PROBE_START)]
+    assert chosen == [0] * (PROBE_START - 1) + [2]
+    # The probe's pass of 3 timed (and kept whole): the next draft may be 4, which does pay here.
+    policy.observe(batch=3, verify_s=BUSY_THREE, drafted=2, accepted=2, draft_s=0.001)
+    assert policy.choose() == 4
+
+
+def test_the_warm_up_ends_with_the_reply_of_the_first_draft() -> None:
+    """A policy that drafted in one reply (3 drafts of 2, accepted 0.7 of the time) and whose costs say no depth
+    pays at its acceptance: within that reply it is still warming up (the shortest draft that could pay if kept
+    whole, 3 on these costs — not 2, which could not even then); the next reply does not warm up again: plain.
+
+    Breaking it (the warm-up open until WARMUP_STEPS drafts, whatever the replies): the next reply drafted 3."""
+    policy = _busy_policy(3, BUSY_THREE, 0.001, accepted=1)
+    policy.model.restart_acceptance(7, 10, prior=0.0)
+    assert (policy.model.best_k() or 0) == 0
+    assert policy.choose() == 3
+    policy.start_reply()
+    policy.observe(batch=1, verify_s=BUSY_ONE, drafted=0, accepted=0, draft_s=0.0)  # the reply's untimed first step
+    policy.model.restart_acceptance(7, 10, prior=0.0)
+    assert policy.choose() == 0
