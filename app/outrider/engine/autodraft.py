@@ -572,16 +572,6 @@ class CostModel:
                 best_rate, best = rate, k
         return best
 
-    def expected_tokens(self, k: int, a: float) -> float:
-        """E(k) as ``best_k`` weighs it: tokens a pass with ``k`` drafted yields at acceptance ``a``, each draft
-        position's acceptance scaled by its ``falloff``."""
-        expected, a_power = 1.0, 1.0
-        falloff = self.falloff()
-        for i in range(1, min(k, self.k_max) + 1):
-            a_power *= min(1.0, a * falloff[i])
-            expected += a_power
-        return expected
-
     def first_break_even(self, k: int, draft_cost: float | None = None) -> float | None:
         """The share of first draft tokens kept below which a draft of ``k``, once its first token is known, is
         not worth finishing and verifying (``ConfidenceGate``); None while a cost or the acceptance is unknown.
@@ -684,10 +674,7 @@ class AutoDraftLength:
             k = min(best, max(self.k_start, GROWTH * m.longest_measured_k()))
             if self._judged_by_prompt:
                 k = min(k, FIRST_DRAFT_MAX)  # a bet on 16 guesses of text the target did not write: see below
-            if k < best and self._loses(k):
-                k = self._plain_or_probe(k)
-            else:
-                self._plain_streak = 0
+            self._plain_streak = 0
         elif (self._warming_up and self._speculative_steps < WARMUP_STEPS
               and (m.measured_acceptance or 0.0) >= WARMUP_ACCEPTANCE and (warm_up := self._warm_up_k()) > 0):
             # A cold start judges costs from one or two timed passes; while the draft is being accepted, keep
@@ -706,33 +693,6 @@ class AutoDraftLength:
                 k = self._depth_that_could_pay(max(1, m.best_k(PROBE_ACCEPTANCE) or self.k_start))
                 self._probing = k > 0
         self.last_choice = k
-        return k
-
-    def _loses(self, k: int) -> bool:
-        """Whether a draft of ``k``, held below the best depth by GROWTH or FIRST_DRAFT_MAX, is expected to yield
-        fewer tokens per second than plain decoding (``_plain_step_cost``) on the measured costs and acceptance
-        (False while one is unmeasured: it is drafted, to measure it).
-
-        Where every batch costs about the same (a busy CPU: 11-13 ms for 2 to 5 tokens against 4.2 ms for one,
-        bench_mtp_steps.py --burner) only long drafts pay, and a warm policy whose measured sizes had gone stale
-        drafted 2 at every step of a reply its best depth said 8 for: a draft of 2 there yields at most 3 tokens
-        for ~13 ms, and the hybrid's warm 24-token replies ran at 0.80x plain while it did."""
-        m = self.model
-        a, c_d, c_v = m.acceptance, m.draft_per_token.value, m.verify_cost(k + 1)
-        cost = self._plain_step_cost() or m.verify_cost(1)
-        if a is None or c_d is None or c_v is None or cost is None:
-            return False
-        return m.expected_tokens(k, a) / (k * c_d + c_v) < 1.0 / cost
-
-    def _plain_or_probe(self, k: int) -> int:
-        """Plain decoding in place of a draft too short to pay (``_loses``), drafting ``k`` after every
-        ``_probe_interval`` such steps: each such probe times a longer verify pass, and GROWTH lets the next draft
-        be twice as long, towards the depth that pays."""
-        self._plain_streak += 1
-        if self._plain_streak < self._probe_interval:
-            return 0
-        self._plain_streak = 0
-        self._probing = True
         return k
 
     def first_min(self, k: int) -> float | None:
@@ -1037,9 +997,12 @@ class AutoDraftLength:
         return min(max(self.k_start, prior_best_k(a, self.k_max)), FIRST_DRAFT_MAX, self.k_max)
 
     def _first_draft_pays(self, a: float) -> bool:
-        """Whether the first draft a raw score ``a`` would make (``_first_draft_length``) pays by itself with
-        PROBE_MARGIN more acceptance, on the verify costs timed so far (at load: ``seed_costs``) and the drafting
-        cost timed (at load before any draft); True where one is unknown (the prior decided, ``_score_could_pay``).
+        """Whether the first draft a raw score ``a`` would make (``_first_draft_length``) pays by itself at an
+        acceptance PROBE_MARGIN above the score, and at least PROBE_ACCEPTANCE (the first draft is the reply's probe
+        of the head, judged as a probe is: the hybrid head's 8-10 of 16 stand for 0.8 kept in its replies, and
+        judged at 0.7 a quiet cold start's first draft, which pays there, was now and then not made: 0.94 -> 0.91x
+        the best depth), on the verify costs timed so far (at load: ``seed_costs``) and the drafting cost timed
+        (at load before any draft); True where one is unknown (the prior decided, ``_score_could_pay``).
 
         ``_score_could_pay`` asks whether *some* depth pays, and on a busy CPU, where a batch of 2 to 5 tokens
         costs about 3x one (bench_mtp_steps.py --burner: 11-13 ms against 4.2 ms), only drafts of 5 or more do,
@@ -1051,7 +1014,7 @@ class AutoDraftLength:
         single, verify = m.verify_cost(1), m.verify_cost(k + 1)
         if c_d is None or single is None or verify is None:
             return True
-        return expected_rate(min(1.0, a + PROBE_MARGIN), k, c_d, verify) >= 1.0 / single
+        return expected_rate(min(1.0, max(PROBE_ACCEPTANCE, a + PROBE_MARGIN)), k, c_d, verify) >= 1.0 / single
 
     def _score_could_pay(self, a: float) -> bool:
         """Whether drafting at acceptance ``a`` (a prompt's raw score) could pay: on the measured costs with
