@@ -59,6 +59,8 @@ WARMUP_STEPS = 8  # speculative steps before a promising pair may be judged not 
 WARMUP_ACCEPTANCE = 0.65  # ... "promising": acceptance so far at least this (at 0.5, a low-acceptance pair
 # that never pays was kept drafting k = 4 for its whole warm-up: 6-10% below plain on its first reply)
 STALE_AFTER = 64  # observations after which a batch size's measured cost is forgotten (batch 1 is kept fresh)
+STALE_LONGEST = 8 * STALE_AFTER  # ... but while no batched size is fresh, one is kept up to this many observations
+# unless one token's cost has moved by LOAD_MOVED since it was timed (``CostModel._estimates``)
 PRIOR_REJECTIONS = 1.0  # a pseudo-count of rejections at a cold start, fading with the window (DECAY per step)
 GROWTH = 2  # k may at most double the longest draft whose verify cost has been measured (not extrapolated)
 REST_MARGIN = 0.4  # ... and not even this much more acceptance would pay: conclusive on 16 guesses (at 0.2, a head
@@ -282,6 +284,9 @@ class CostModel:
         self._merged: dict[int, _Timings] = {}  # per batch size, ``_with_load``'s timings until either side moves
         self._observations = 0
         self._stamp = [0] * (k_max + 2)  # observation count when each batch size was last measured
+        # One token's cost (lower median) when each batch size was last measured (``_fresh``); None where no
+        # one-token pass had been timed then.
+        self._single_at: list[float | None] = [None] * (k_max + 2)
         self.draft_per_token = _Timings()
         self.scoring = _Timings()  # seconds per scoring of the drafter on plain steps (``observe_shadow``)
         self._accepted = 0.0
@@ -294,6 +299,7 @@ class CostModel:
         self._falloff_cache: list[float] | None = None
         self._line_cache: tuple[tuple[float, float] | None] | None = None  # (line,) once computed
         self._estimates_cache: list[float | None] | None = None
+        self._fresh_cache: list[_Timings | None] | None = None
         self._costs_cache: list[float] | None = None
 
     def observe(self, *, batch: int, verify_s: float, drafted: int, accepted: int, draft_s: float,
@@ -318,10 +324,13 @@ class CostModel:
             timings.add(verify_s)
             self._merged.pop(batch, None)
             self._stamp[batch] = self._observations
+            if batch > 1:
+                self._single_at[batch] = self._single_now()
             same = before == (True, timings.value, timings.count) and timings.count >= MIN_SAMPLES
         if not (same and self._none_turned_stale()):
             self._line_cache = None
             self._estimates_cache = None
+            self._fresh_cache = None
             self._costs_cache = None
         if drafted > 0:
             if timed:
@@ -342,7 +351,9 @@ class CostModel:
             self.at_load[batch].add(seconds)
             self._merged.pop(batch, None)
             self._stamp[batch] = self._observations
-            self._line_cache = self._estimates_cache = self._costs_cache = None
+            if batch > 1:
+                self._single_at[batch] = self._single_now()
+            self._line_cache = self._estimates_cache = self._costs_cache = self._fresh_cache = None
 
     def _count_positions(self, drafted: int, accepted: int) -> None:
         """One draft of ``drafted`` tokens whose first ``accepted`` were kept, into the per-position counts."""
@@ -384,9 +395,22 @@ class CostModel:
         return factors
 
     def _none_turned_stale(self) -> bool:
-        """No batch size's timings went stale at this observation (``_fresh``: STALE_AFTER observations old; a
-        size never timed, or batch 1, that matches counts too: that only costs a recomputation)."""
-        return self._observations - STALE_AFTER - 1 not in self._stamp
+        """No batch size's timings went stale at this observation (``_fresh``: STALE_AFTER or STALE_LONGEST
+        observations old; a size never timed, or batch 1, that matches counts too: that only costs a
+        recomputation). One token's cost moving is a change of its estimate, which recomputes anyway."""
+        return (self._observations - STALE_AFTER - 1 not in self._stamp
+                and self._observations - STALE_LONGEST - 1 not in self._stamp)
+
+    def _single_now(self) -> float | None:
+        """One token's cost from its timings now (their lower median), None before any was timed."""
+        timings = self._fresh(1)
+        return timings.value if timings is not None else None
+
+    def _load_moved_since(self, n: int) -> bool:
+        """Whether one token's cost moved by LOAD_MOVED (either way) since a batch of n was last timed (True
+        where either is unknown)."""
+        then, now = self._single_at[n], self._single_now()
+        return then is None or now is None or not then / LOAD_MOVED <= now <= then * LOAD_MOVED
 
     def observe_shadow(self, hits: int, trials: int) -> None:
         """The drafter scored on target tokens while plain: ``hits`` of ``trials`` guesses were right."""
@@ -435,10 +459,12 @@ class CostModel:
                 return max(exact, single)
         return exact
 
-    def _fresh(self, n: int) -> _Timings | None:
+    def _fresh(self, n: int, *, kept: bool = False) -> _Timings | None:
         """The timings of a batch of n, unless last measured more than STALE_AFTER observations ago: a pass timed
         during a burst of machine load must not keep k at 0 for the rest of the session (a stale size is
-        re-estimated from the fresh ones, and re-measured when k comes back to it). Batch 1 is kept fresh."""
+        re-estimated from the fresh ones, and re-measured when k comes back to it). Batch 1 is kept fresh.
+        ``kept``: stale only after STALE_LONGEST, or after STALE_AFTER if one token's cost moved by LOAD_MOVED
+        since (``_load_moved_since``): what ``_estimates`` reads while no batched size is fresh."""
         if n >= len(self.verify):
             return None
         timings = self.verify[n]
@@ -448,7 +474,8 @@ class CostModel:
             return self.unsettled_single
         if timings.count == 0:
             return None
-        if n > 1 and self._observations - self._stamp[n] > STALE_AFTER:
+        age = self._observations - self._stamp[n]
+        if n > 1 and age > STALE_AFTER and (not kept or age > STALE_LONGEST or self._load_moved_since(n)):
             return None
         return timings
 
@@ -461,6 +488,28 @@ class CostModel:
             for x in (*self.at_load[n].samples, *self.verify[n].samples):
                 both.add(x)
         return both
+
+    def _fresh_sizes(self) -> list[_Timings | None]:
+        """Per batch size (index n), its fresh timings (``_fresh``), computed once per observation with the
+        estimates. While no batched size is fresh, those STALE_LONGEST allows (``kept``): left out, every batch was
+        read off the line through one token's cost alone, at the prior slope's 1.25-2x one token — on a busy CPU,
+        where a batch of 2 to 5 tokens costs 3x one, a policy kept plain there for STALE_AFTER steps then drafted 2
+        at a loss again, every STALE_AFTER steps (bench_mtp.py "hybrid agreeing" under load: a draft of 2 rejected
+        costs about three plain passes). Once a batched size is fresh again, the line through the fresh ones reads
+        the stale (kept longer while drafting, stalled timings held k at 3 where 8 pays on a machine whose passes
+        stall at random: test_autodraft.py's steady-load simulation)."""
+        if self._fresh_cache is None:
+            # (most sizes were never timed, at load or in a reply: skipped without ``_fresh``'s checks)
+            timed = [i for i in range(2, len(self.verify)) if self.verify[i].count or self.at_load[i].count]
+            fresh: list[_Timings | None] = [None] * len(self.verify)
+            fresh[1] = self._fresh(1)
+            for i in timed:
+                fresh[i] = self._fresh(i)
+            if all(fresh[i] is None for i in timed):
+                for i in timed:
+                    fresh[i] = self._fresh(i, kept=True)
+            self._fresh_cache = fresh
+        return self._fresh_cache
 
     def _estimate(self, n: int) -> float | None:
         """The cost of a batch of n from its own timings (None if it has no fresh ones); see ``_estimates``."""
@@ -480,9 +529,7 @@ class CostModel:
         3 is best.)"""
         if self._estimates_cache is not None:
             return self._estimates_cache
-        # (most sizes were never timed, at load or in a reply: skipped without ``_fresh``'s checks)
-        fresh = [None, self._fresh(1)] + [self._fresh(i) if self.verify[i].count or self.at_load[i].count else None
-                                          for i in range(2, len(self.verify))]
+        fresh = self._fresh_sizes()
         settled = [(float(i), t.value, float(t.count)) for i, t in enumerate(fresh)
                    if i >= 1 and t is not None and t.value is not None and t.count >= MIN_SAMPLES]
         line = _batch_line(settled) if len(settled) >= 2 else None
@@ -520,7 +567,7 @@ class CostModel:
 
     def _counted(self, n: int) -> int:
         """How many timings the estimate of a batch of n rests on."""
-        timings = self._fresh(n)
+        timings = self._fresh_sizes()[n]
         return timings.count if timings is not None else 0
 
     def longest_measured_k(self) -> int:
@@ -1092,7 +1139,8 @@ class AutoDraftLength:
             "falloff": m.weighs_positions,
             "probe_margin": self.probe_margin,
             "observations": m._observations,
-            "verify": {str(n): {"samples": list(t.samples), "stamp": m._stamp[n]}
+            "verify": {str(n): {"samples": list(t.samples), "stamp": m._stamp[n],
+                                **({"single_at": m._single_at[n]} if m._single_at[n] is not None else {})}
                        for n, t in enumerate(m.verify) if t.count},
             "draft_per_token": list(m.draft_per_token.samples),
             "scoring": list(m.scoring.samples),
@@ -1145,6 +1193,8 @@ class AutoDraftLength:
             for x in timings.seconds("samples"):
                 m.verify[int(key)].add(x)
             m._stamp[int(key)] = timings.integer("stamp", 0, m._observations)
+            if isinstance(entry, dict) and "single_at" in entry:  # (absent before it was kept: ``_fresh``)
+                m._single_at[int(key)] = timings.number("single_at", 0.0, None)
         for x in s.seconds("draft_per_token"):
             m.draft_per_token.add(x)
         if "scoring" in snapshot:  # (absent from a snapshot saved before scorings were timed)

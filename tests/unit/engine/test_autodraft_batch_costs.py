@@ -7,12 +7,18 @@ another path than a batch), and 0.74 ms per drafted MTP token.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from outrider.engine.autodraft import (
+    LOAD_MOVED,
     SCORING_SHARE,
     SHADOW_MAX,
     SHADOW_START,
+    STALE_AFTER,
+    STALE_LONGEST,
+    WINDOW,
     AutoDraftLength,
     CostModel,
 )
@@ -142,3 +148,42 @@ def test_the_warm_up_ends_with_the_reply_of_the_first_draft() -> None:
     policy.observe(batch=1, verify_s=BUSY_ONE, drafted=0, accepted=0, draft_s=0.0)  # the reply's untimed first step
     policy.model.restart_acceptance(7, 10, prior=0.0)
     assert policy.choose() == 0
+
+
+def test_batch_costs_that_keep_a_head_plain_are_kept_while_the_load_holds() -> None:
+    """The busy CPU's costs (a batch of 3 at 2.6x one token) keep a head scored at 0.5 plain. Every batched size
+    goes unmeasured for STALE_AFTER plain steps and more: while one token's cost stays where it was, they are kept
+    (nothing drafted in 400 plain steps); once it moves by LOAD_MOVED (the load ended), or after STALE_LONGEST
+    steps in any case, they are forgotten and read off the prior line again, to be re-measured.
+
+    Breaking it (stale after STALE_AFTER whatever the load, as before): the line through one token's cost alone
+    read a batch of 3 at 1.5x one token, and the head drafted again after STALE_AFTER plain steps, at a loss."""
+    policy = _busy_policy(3, BUSY_THREE, 0.001, accepted=1)
+    policy.start_reply()  # (a later reply: no warm-up)
+    drafted = 0
+    for step in range(400):
+        k = policy.choose()
+        drafted += k
+        policy.observe(batch=k + 1, verify_s=BUSY_ONE if k == 0 else BUSY_THREE, drafted=k, accepted=0,
+                       draft_s=0.001 * k)
+        if k == 0 and step % policy.shadow_interval == 0:
+            policy.observe_shadow(2, 4)
+    assert drafted == 0
+    m = policy.model
+    assert m.verify_cost(3) == pytest.approx(BUSY_THREE)
+    # A reload keeps them too: the snapshot carries one token's cost when each size was timed.
+    restored = AutoDraftLength.restore(json.loads(json.dumps(policy.snapshot())))
+    assert restored.model.verify_cost(3) == pytest.approx(BUSY_THREE)
+    for _ in range(STALE_LONGEST - 400):
+        m.observe(batch=1, verify_s=BUSY_ONE, drafted=0, accepted=0, draft_s=0.0)
+    assert m.verify_cost(3) == pytest.approx(BUSY_THREE)
+    m.observe(batch=1, verify_s=BUSY_ONE, drafted=0, accepted=0, draft_s=0.0)
+    assert m.verify_cost(3) < 0.6 * BUSY_THREE  # forgotten after STALE_LONGEST
+
+    quieted = _busy_policy(3, BUSY_THREE, 0.001, accepted=1).model
+    for _ in range(STALE_AFTER + 1):
+        quieted.observe(batch=1, verify_s=BUSY_ONE, drafted=0, accepted=0, draft_s=0.0)
+    assert quieted.verify_cost(3) == pytest.approx(BUSY_THREE)
+    for _ in range(WINDOW):  # the load ends: one token's cost falls by more than LOAD_MOVED
+        quieted.observe(batch=1, verify_s=BUSY_ONE / (1.1 * LOAD_MOVED), drafted=0, accepted=0, draft_s=0.0)
+    assert quieted.verify_cost(3) < 0.6 * BUSY_THREE
