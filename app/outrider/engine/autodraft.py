@@ -44,7 +44,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from outrider.engine.awake_ledger import AwakeLedger
+from outrider.engine.awake_ledger import RECENT_REPLIES, AwakeLedger
 from outrider.engine.confidence_gate import GATE_BANDS, ConfidenceGate
 
 DECAY = 0.9  # weight of the past in the acceptance window (about a 10-step memory)
@@ -1166,6 +1166,7 @@ class AutoDraftLength:
             "awake_saved": awake_saved,
             "awake_plain": awake_plain,
             "awake_tokens": awake_tokens,
+            "awake_recent": [list(entry) for entry in self.ledger.latest()],
             "follow_single": list(self.follow_single.samples),
             **({"gate_reached": list(self.gate.reached), "gate_kept": list(self.gate.kept)}
                if self.gate is not None else {}),
@@ -1233,6 +1234,8 @@ class AutoDraftLength:
             ledger.saved_s = s.number("awake_saved", -math.inf, None)
             ledger.plain_s = s.number("awake_plain", 0.0, None)
             ledger.tokens = s.number("awake_tokens", 0.0, None)
+            if "awake_recent" in snapshot:  # (absent before the latest replies were kept: AwakeLedger.recent)
+                ledger.recent = s.replies("awake_recent")
             for x in s.seconds("follow_single"):
                 policy.follow_single.add(x)
         if "gate_reached" in snapshot and policy.gate is not None:  # (absent before drafts were gated)
@@ -1289,6 +1292,16 @@ class _SnapshotReader:
                 for x in value):
             raise ValueError(f"{self.prefix}{name} must be a list of {length} counts of at least 0")
         return [float(x) for x in value]
+
+    def replies(self, name: str) -> list[tuple[float, float]]:
+        """A list of (saved seconds, plain-equivalent seconds > 0) pairs (``AwakeLedger.recent``)."""
+        value = self._get(name)
+        if not isinstance(value, list) or not all(
+                isinstance(e, list) and len(e) == 2
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in e)
+                and e[1] > 0 for e in value):
+            raise ValueError(f"{self.prefix}{name} must be a list of [saved, plain > 0] pairs of seconds")
+        return [(float(e[0]), float(e[1])) for e in value][-RECENT_REPLIES:]
 
     def seconds(self, name: str) -> list[float]:
         """A list of at most WINDOW timings, each a positive number of seconds."""

@@ -21,11 +21,16 @@ saved less than nothing, and a head that saves less than ``WAKE_MARGIN`` of the 
 
 from __future__ import annotations
 
+import math
+
 WAKE_MARGIN = 0.02  # a head whose awake replies saved less than this share of their plain-equivalent time sleeps
 LEDGER_HALF_LIFE = 512  # awake tokens after which a reply's entries weigh half (the memory: ~740 tokens)
 LEDGER_MIN_TOKENS = 384  # awake tokens (decayed) before the ledger decides anything: several replies, several
 # prompts (with one reply, 24, the quiet hybrid slept after the first 192-token reply of a prompt its head drafts
 # badly, and missed a prompt where it ran 2x: 0.90x the best depth on 192-token replies, bench_mtp.py)
+CONSISTENT_REPLIES = 3  # ... unless the latest replies, this many at least, agree (``_consistently_losing``)
+RECENT_REPLIES = 8  # replies kept for that verdict
+CONSISTENT_Z = 2.0  # how far below 0, in standard errors of their mean, the replies' saved shares must lie
 
 
 class AwakeLedger:
@@ -42,6 +47,8 @@ class AwakeLedger:
         self._saved = 0.0  # the open reply
         self._plain = 0.0
         self._tokens = 0
+        # (saved seconds, plain-equivalent seconds) of the latest closed replies, at most RECENT_REPLIES, oldest first
+        self.recent: list[tuple[float, float]] = []
 
     def step(self, *, tokens: int, bare_pass_s: float, cost_s: float) -> None:
         """A step of an awake reply: ``tokens`` emitted at ``cost_s`` seconds, where plain decoding with the head
@@ -59,6 +66,8 @@ class AwakeLedger:
         if self._tokens == 0 and self._saved == 0.0:
             return
         self.saved_s, self.plain_s, self.tokens = self.totals()
+        if self._plain > 0:
+            self.recent = [*self.recent, (self._saved, self._plain)][-RECENT_REPLIES:]
         self._saved = self._plain = 0.0
         self._tokens = 0
 
@@ -70,8 +79,30 @@ class AwakeLedger:
         keep = 0.5 ** (self._tokens / LEDGER_HALF_LIFE)
         return keep * self.saved_s + self._saved, keep * self.plain_s + self._plain, keep * self.tokens + self._tokens
 
+    def latest(self) -> list[tuple[float, float]]:
+        """The latest replies' (saved, plain-equivalent) seconds, the open one counted as closed (``totals``)."""
+        replies = [*self.recent, (self._saved, self._plain)] if self._plain > 0 else list(self.recent)
+        return replies[-RECENT_REPLIES:]
+
     def waking_does_not_pay(self) -> bool:
         """Whether the awake replies so far (at least LEDGER_MIN_TOKENS of them) saved less than WAKE_MARGIN of
-        their plain-equivalent time."""
+        their plain-equivalent time, or the latest replies consistently lost (``_consistently_losing``)."""
         saved, plain, tokens = self.totals()
-        return tokens >= LEDGER_MIN_TOKENS and plain > 0 and saved < WAKE_MARGIN * plain
+        if tokens >= LEDGER_MIN_TOKENS:
+            return plain > 0 and saved < WAKE_MARGIN * plain
+        return self._consistently_losing()
+
+    def _consistently_losing(self) -> bool:
+        """Whether the latest awake replies (the open one with them; CONSISTENT_REPLIES at least) each lost, so
+        alike that the mean of their saved shares lies CONSISTENT_Z standard errors below 0: a verdict before
+        LEDGER_MIN_TOKENS, from agreement rather than amount. On a busy CPU the hybrid's head lost 5-15 % of every
+        24-token reply, and waiting for 384 awake tokens (16 such replies) cost a session of short replies most
+        of what the ledger saves; a quiet head that drafts one prompt badly and another at 2x saves on the other,
+        and replies that disagree leave the verdict to LEDGER_MIN_TOKENS."""
+        shares = [saved / plain for saved, plain in self.latest()]
+        n = len(shares)
+        if n < CONSISTENT_REPLIES or max(shares) >= 0:
+            return False
+        mean = sum(shares) / n
+        spread = math.sqrt(sum((x - mean) ** 2 for x in shares) / (n - 1))
+        return mean + CONSISTENT_Z * spread / math.sqrt(n) < 0

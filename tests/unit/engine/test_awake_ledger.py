@@ -7,13 +7,20 @@ after that; quiet on two threads 3.3 ms, 5.9 ms and +0.45 ms.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 
 import pytest
 
 from outrider.engine.autodraft import SLEEP_LONGEST, SLEEP_MAX, AutoDraftLength
-from outrider.engine.awake_ledger import LEDGER_HALF_LIFE, LEDGER_MIN_TOKENS, AwakeLedger
+from outrider.engine.awake_ledger import (
+    CONSISTENT_REPLIES,
+    LEDGER_HALF_LIFE,
+    LEDGER_MIN_TOKENS,
+    RECENT_REPLIES,
+    AwakeLedger,
+)
 from support.policy_replies import HeadCosts, simulate_reply
 
 
@@ -71,6 +78,32 @@ def test_the_ledger_by_hand() -> None:
     assert not AwakeLedger().waking_does_not_pay()  # no evidence: no verdict
 
 
+def _ledger_of(shares: list[float], tokens: int = 24) -> AwakeLedger:
+    """A ledger of replies of ``tokens`` tokens, each saving ``share`` of its plain-equivalent time."""
+    ledger = AwakeLedger()
+    for share in shares:
+        ledger.step(tokens=tokens, bare_pass_s=1e-3, cost_s=tokens * 1e-3 * (1 - share))
+        ledger.close_reply()
+    return ledger
+
+
+def test_replies_that_agree_decide_before_the_tokens_are_in_and_replies_that_disagree_do_not() -> None:
+    """Fewer than LEDGER_MIN_TOKENS awake tokens: CONSISTENT_REPLIES replies that each lost alike put the head to
+    sleep; the same with one that saved, or losses too unlike to agree, or too few replies, leave it awake (the
+    verdict then waits for the tokens). Only the latest RECENT_REPLIES count, and the open reply counts with them."""
+    assert _ledger_of([-0.06, -0.08, -0.05]).waking_does_not_pay()
+    assert not _ledger_of([-0.06, -0.08]).waking_does_not_pay()  # too few
+    assert not _ledger_of([-0.06, 0.30, -0.05]).waking_does_not_pay()  # one saved: a prompt it drafts well
+    assert not _ledger_of([-0.01, -0.40, -0.02]).waking_does_not_pay()  # unlike: the mean is not 2 errors below 0
+    assert not _ledger_of([0.30] + [-0.05] * (RECENT_REPLIES - 1)).waking_does_not_pay()
+    assert _ledger_of([0.30] + [-0.05] * RECENT_REPLIES).waking_does_not_pay()  # the saving one left the window
+    open_reply = _ledger_of([-0.06, -0.08])
+    open_reply.step(tokens=24, bare_pass_s=1e-3, cost_s=24 * 1e-3 * 1.05)
+    assert open_reply.waking_does_not_pay()
+    assert _ledger_of([-0.06, -0.08, -0.05], tokens=LEDGER_MIN_TOKENS).waking_does_not_pay()  # and the tokens agree
+    assert not _ledger_of([-0.06, 0.08, 0.10], tokens=LEDGER_MIN_TOKENS).waking_does_not_pay()
+
+
 def test_an_awake_replys_savings_match_a_tally_of_its_steps() -> None:
     """The ledger against the simulation's own tally of the same steps (saved = tokens at a bare plain pass minus
     what each step, scoring and the prompt cost). A reply of 40 tokens: the ledger reads verify costs from the
@@ -87,23 +120,24 @@ def test_an_awake_replys_savings_match_a_tally_of_its_steps() -> None:
 
 def test_under_load_a_head_that_saves_nothing_sleeps_once_the_evidence_is_in() -> None:
     """The hybrid's head under load: not even HOPELESS_ACCEPTANCE is out of reach (a draft of 8 kept 0.95 would
-    pay), so only what its awake replies saved can put it to sleep. Replies of 24 and 192 tokens alternate; it
-    sleeps once LEDGER_MIN_TOKENS awake tokens were tallied, not before.
+    pay), so only what its awake replies saved can put it to sleep. Replies of 24 and 192 tokens alternate, and
+    each loses: it sleeps once CONSISTENT_REPLIES of them are in, before LEDGER_MIN_TOKENS awake tokens.
 
-    Breaking it (``waking_does_not_pay`` always False): it never sleeps and the second assertion fails."""
+    Breaking it (``waking_does_not_pay`` always False): it never sleeps and the last assertion fails; with the
+    verdict left to LEDGER_MIN_TOKENS (``_consistently_losing`` always False), after 3 replies it is still awake."""
     policy = warmed(loaded, 0.00085)
     assert not policy.sleeps_through_next_reply()
     rng = random.Random(5)
-    awake_tokens = 0
-    for tokens in (24, 192, 24, 192, 24, 192):
-        total = awake_reply(policy, tokens, HYBRID, loaded, 0.00085, rng)
-        awake_tokens += tokens
-        assert total < 0.02 * tokens * loaded(1) or tokens == 192  # (the 24-token replies lose)
-        if policy.ledger.totals()[2] >= LEDGER_MIN_TOKENS:
-            break
-        assert not policy.sleeps_through_next_reply()
-    assert awake_tokens >= LEDGER_MIN_TOKENS
+    for reply, tokens in enumerate((24, 192, 24), start=1):
+        assert awake_reply(policy, tokens, HYBRID, loaded, 0.00085, rng) < 0
+        if reply < CONSISTENT_REPLIES:
+            assert not policy.sleeps_through_next_reply()
+    assert policy.ledger.totals()[2] < LEDGER_MIN_TOKENS
+    snapshot = json.loads(json.dumps(policy.snapshot()))  # a reload keeps the latest replies
     assert policy.sleeps_through_next_reply()
+    assert AutoDraftLength.restore(snapshot).sleeps_through_next_reply()
+    with pytest.raises(ValueError, match="awake_recent"):
+        AutoDraftLength.restore({**snapshot, "awake_recent": [[-0.001, 0.0]]})
     policy.start_reply()
     assert policy.should_rest() and policy.choose() == 0
 
