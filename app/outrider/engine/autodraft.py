@@ -875,17 +875,12 @@ class AutoDraftLength:
         the head fell asleep (a load that ended, other threads) re-checks at once. ``start_reply`` that follows
         puts the policy to rest for the reply."""
         m = self.model
-        # Drafts timed in a reply at some time, fresh or not: the awake replies that followed may not have drafted
-        # (a busy CPU, where only long drafts could pay), and their sizes went stale while the ledger went on
-        # counting what waking cost; it is the ledger that decides then, not the costs of a draft.
-        measured = (m.verify[1].count >= MIN_SAMPLES and m.draft_per_token.value is not None
-                    and any(m.verify[n].count for n in range(2, len(m.verify))))
-        if not self.score_first or not measured or self._slept >= self._sleep_for or self._load_moved():
+        if not self.score_first or self._slept >= self._sleep_for or self._load_moved():
             self._rechecking = self._slept >= self._sleep_for  # (not a load that moved: nothing to back off from)
             self._slept = 0
             self._asleep_pass_s = None
             return False
-        self._asleep = (m.best_k(HOPELESS_ACCEPTANCE) or 0) == 0 or self.ledger.waking_does_not_pay()
+        self._asleep = self._hopeless() or self.ledger.waking_does_not_pay()
         if self._asleep and self._rechecking:
             self._sleep_for = min(2 * self._sleep_for, SLEEP_LONGEST)
         elif not self._asleep:
@@ -895,6 +890,20 @@ class AutoDraftLength:
             self._asleep_pass_s = m.verify_cost(1)
         self._rechecking = False
         return self._asleep
+
+    def _hopeless(self) -> bool:
+        """Whether no depth would pay even at HOPELESS_ACCEPTANCE, on the costs of drafts timed in a reply at some
+        time, fresh or not, or else at load (``seed_costs``); False until one-token passes were timed in a reply.
+        Stale sizes count: the awake replies that followed a draft may not have drafted (a busy CPU, where only
+        long drafts could pay), and their sizes went stale while the ledger went on counting what waking cost. And
+        the costs timed at load: a head whose replies never drafted at all (under load, its first draft judged not
+        to pay) was held awake by this verdict, following the target and scored at 5-7 % of every 24-token reply,
+        its ledger never asked."""
+        m = self.model
+        draft_cost = m.draft_per_token.value if m.draft_per_token.value is not None else self._draft_token_at_load
+        timed = (m.verify[1].count >= MIN_SAMPLES and draft_cost is not None
+                 and any(m.verify[n].count or m.at_load[n].count for n in range(2, len(m.verify))))
+        return timed and (m.best_k(HOPELESS_ACCEPTANCE, draft_cost=draft_cost) or 0) == 0
 
     def _load_moved(self) -> bool:
         """Whether a plain pass now costs LOAD_MOVED times more or less than when the head fell asleep."""

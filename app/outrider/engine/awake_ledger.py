@@ -28,7 +28,7 @@ LEDGER_HALF_LIFE = 512  # awake tokens after which a reply's entries weigh half 
 LEDGER_MIN_TOKENS = 384  # awake tokens (decayed) before the ledger decides anything: several replies, several
 # prompts (with one reply, 24, the quiet hybrid slept after the first 192-token reply of a prompt its head drafts
 # badly, and missed a prompt where it ran 2x: 0.90x the best depth on 192-token replies, bench_mtp.py)
-CONSISTENT_REPLIES = 3  # ... unless the latest replies, this many at least, agree (``_consistently_losing``)
+CONSISTENT_REPLIES = 6  # ... unless the latest replies, this many at least, agree (``_consistently_losing``)
 RECENT_REPLIES = 8  # replies kept for that verdict
 CONSISTENT_Z = 2.0  # how far below 0, in standard errors of their mean, the replies' saved shares must lie
 

@@ -91,16 +91,18 @@ def test_replies_that_agree_decide_before_the_tokens_are_in_and_replies_that_dis
     """Fewer than LEDGER_MIN_TOKENS awake tokens: CONSISTENT_REPLIES replies that each lost alike put the head to
     sleep; the same with one that saved, or losses too unlike to agree, or too few replies, leave it awake (the
     verdict then waits for the tokens). Only the latest RECENT_REPLIES count, and the open reply counts with them."""
-    assert _ledger_of([-0.06, -0.08, -0.05]).waking_does_not_pay()
-    assert not _ledger_of([-0.06, -0.08]).waking_does_not_pay()  # too few
-    assert not _ledger_of([-0.06, 0.30, -0.05]).waking_does_not_pay()  # one saved: a prompt it drafts well
-    assert not _ledger_of([-0.01, -0.40, -0.02]).waking_does_not_pay()  # unlike: the mean is not 2 errors below 0
+    losses = [-0.06, -0.08, -0.05, -0.07, -0.04, -0.06, -0.05, -0.08][:CONSISTENT_REPLIES]
+    assert _ledger_of(losses).waking_does_not_pay()
+    assert not _ledger_of(losses[1:]).waking_does_not_pay()  # too few
+    assert not _ledger_of([*losses[:-2], 0.30, losses[-1]]).waking_does_not_pay()  # one saved: a prompt it drafts well
+    unlike = [-0.01] * (CONSISTENT_REPLIES - 1) + [-0.60]  # the mean is not 2 errors below 0
+    assert not _ledger_of(unlike).waking_does_not_pay()
     assert not _ledger_of([0.30] + [-0.05] * (RECENT_REPLIES - 1)).waking_does_not_pay()
     assert _ledger_of([0.30] + [-0.05] * RECENT_REPLIES).waking_does_not_pay()  # the saving one left the window
-    open_reply = _ledger_of([-0.06, -0.08])
+    open_reply = _ledger_of(losses[1:])
     open_reply.step(tokens=24, bare_pass_s=1e-3, cost_s=24 * 1e-3 * 1.05)
     assert open_reply.waking_does_not_pay()
-    assert _ledger_of([-0.06, -0.08, -0.05], tokens=LEDGER_MIN_TOKENS).waking_does_not_pay()  # and the tokens agree
+    assert _ledger_of(losses[:2], tokens=LEDGER_MIN_TOKENS).waking_does_not_pay()  # and the tokens decide alone
     assert not _ledger_of([-0.06, 0.08, 0.10], tokens=LEDGER_MIN_TOKENS).waking_does_not_pay()
 
 
@@ -120,16 +122,16 @@ def test_an_awake_replys_savings_match_a_tally_of_its_steps() -> None:
 
 def test_under_load_a_head_that_saves_nothing_sleeps_once_the_evidence_is_in() -> None:
     """The hybrid's head under load: not even HOPELESS_ACCEPTANCE is out of reach (a draft of 8 kept 0.95 would
-    pay), so only what its awake replies saved can put it to sleep. Replies of 24 and 192 tokens alternate, and
-    each loses: it sleeps once CONSISTENT_REPLIES of them are in, before LEDGER_MIN_TOKENS awake tokens.
+    pay), so only what its awake replies saved can put it to sleep. Replies of 24 tokens, each of which loses: it
+    sleeps once CONSISTENT_REPLIES of them are in, before LEDGER_MIN_TOKENS awake tokens.
 
     Breaking it (``waking_does_not_pay`` always False): it never sleeps and the last assertion fails; with the
-    verdict left to LEDGER_MIN_TOKENS (``_consistently_losing`` always False), after 3 replies it is still awake."""
+    verdict left to LEDGER_MIN_TOKENS (``_consistently_losing`` always False), it is still awake then."""
     policy = warmed(loaded, 0.00085)
     assert not policy.sleeps_through_next_reply()
     rng = random.Random(5)
-    for reply, tokens in enumerate((24, 192, 24), start=1):
-        assert awake_reply(policy, tokens, HYBRID, loaded, 0.00085, rng) < 0
+    for reply in range(1, CONSISTENT_REPLIES + 1):
+        assert awake_reply(policy, 24, HYBRID, loaded, 0.00085, rng) < 0
         if reply < CONSISTENT_REPLIES:
             assert not policy.sleeps_through_next_reply()
     assert policy.ledger.totals()[2] < LEDGER_MIN_TOKENS
@@ -140,6 +142,24 @@ def test_under_load_a_head_that_saves_nothing_sleeps_once_the_evidence_is_in() -
         AutoDraftLength.restore({**snapshot, "awake_recent": [[-0.001, 0.0]]})
     policy.start_reply()
     assert policy.should_rest() and policy.choose() == 0
+
+
+def test_a_head_that_never_drafted_sleeps_on_its_ledger_too() -> None:
+    """A fresh head given the busy CPU's costs at load (``seed_costs``): its first draft would not pay, so its
+    replies never draft — they follow the target and score the head, and lose that. With no draft timed in a reply
+    it still sleeps once CONSISTENT_REPLIES such replies are in (the hopeless test reads the costs timed at load).
+
+    Breaking it (``sleeps_through_next_reply`` asking for a draft timed in a reply before any verdict, as before):
+    it stayed awake, at 5-7 % of every 24-token reply under load (bench_mtp.py "hybrid agreeing")."""
+    policy = AutoDraftLength(k_max=8, score_first=True, k_start=2)
+    policy.seed_costs({n: [loaded(n)] * 3 for n in (1, 2, 3, 5)}, [0.00085] * 3)
+    rng = random.Random(13)
+    costs = HeadCosts(loaded, 0.00085, follow_s=FOLLOW_S, scoring_s=SCORING_S, prompt_s=PROMPT_S)
+    for _ in range(CONSISTENT_REPLIES):
+        assert not policy.sleeps_through_next_reply()
+        simulated = simulate_reply(policy, 24, HYBRID, costs, rng, prompt_score=(8, 16))
+        assert simulated.drafted == 0 and simulated.saved < 0
+    assert policy.sleeps_through_next_reply()
 
 
 def test_a_head_that_pays_stays_awake() -> None:
