@@ -60,7 +60,7 @@ WARMUP_ACCEPTANCE = 0.65  # ... "promising": acceptance so far at least this (at
 # that never pays was kept drafting k = 4 for its whole warm-up: 6-10% below plain on its first reply)
 STALE_AFTER = 64  # observations after which a batch size's measured cost is forgotten (batch 1 is kept fresh)
 STALE_LONGEST = 8 * STALE_AFTER  # ... but while no batched size is fresh, one is kept up to this many observations
-# unless one token's cost has moved by LOAD_MOVED since it was timed (``CostModel._estimates``)
+# unless one token's cost has moved by LOAD_MOVED since it was timed (``CostModel._fresh_sizes``)
 PRIOR_REJECTIONS = 1.0  # a pseudo-count of rejections at a cold start, fading with the window (DECAY per step)
 GROWTH = 2  # k may at most double the longest draft whose verify cost has been measured (not extrapolated)
 REST_MARGIN = 0.4  # ... and not even this much more acceptance would pay: conclusive on 16 guesses (at 0.2, a head
