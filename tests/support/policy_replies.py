@@ -1,8 +1,9 @@
 """Automatic depth's tests. For the unit tests, a reply as the decoder runs it, simulated: the policy chooses each
 k, a draft is kept up to its first rejection drawn from per-position chances, every ``shadow_interval`` plain steps
-the head is scored on 4 guesses (unless it rests). The costs are the test's own functions, so what the reply cost
-and saved is tallied here, independently of the policy's own bookkeeping. For the integration tests whose point is
-a decision, not this machine's timings, fixed load-time costs (``set_pass_costs``)."""
+the head is scored on 4 guesses (unless it rests: then it no longer follows the target either). The costs are the
+test's own functions, so what the reply cost and saved is tallied here, independently of the policy's own
+bookkeeping. For the integration tests whose point is a decision, not this machine's timings, fixed load-time costs
+(``set_pass_costs``)."""
 
 from __future__ import annotations
 
@@ -59,9 +60,11 @@ def simulate_reply(policy: AutoDraftLength, tokens: int, kept: tuple[float, ...]
             emitted += n + 1
             drafted += k
             continue
-        policy.observe(batch=1, verify_s=cost(1), drafted=0, accepted=0, draft_s=0.0, follow_s=costs.follow_s)
-        seconds += cost(1)
-        saved -= costs.follow_s
+        # As the decoder does: a head put to rest (``should_rest``) stops following the target for the reply.
+        follow_s = 0.0 if policy.should_rest() else costs.follow_s
+        policy.observe(batch=1, verify_s=bare + follow_s, drafted=0, accepted=0, draft_s=0.0, follow_s=follow_s)
+        seconds += bare + follow_s
+        saved -= follow_s
         emitted += 1
         since_scoring += 1
         if since_scoring >= policy.shadow_interval and not policy.should_rest():

@@ -687,6 +687,7 @@ class AutoDraftLength:
         self._untimed = False  # the next observation is a reply's first step (``start_reply``)
         self._scored_in_reply = 0  # shadow-scored guesses since ``start_reply`` (the prompt's included)
         self._resting = False  # ``should_rest`` said so in this reply
+        self._rest_single: float | None = None  # one token's cost when this reply rested (``_account_awake``)
         self.calibration = PromptCalibration()  # prompt score against reply acceptance (``score_first`` only)
         self._prompt_approved = False  # this reply's prompt score could pay, with no calibration to read it by
         self._first_k = self.k_start  # k while a cost is unmeasured: k_start, or what an approved prompt says
@@ -854,6 +855,7 @@ class AutoDraftLength:
         self._scored_in_reply = 0
         self.ledger.close_reply()
         self._resting = self._sleeping = self._asleep
+        self._rest_single = None
         self._asleep = False
         self._prompt_approved = False
         self._first_k = self.k_start
@@ -948,7 +950,17 @@ class AutoDraftLength:
         """A step of an awake reply into the ledger, on the cost model's lower medians (nothing before a one-token
         pass and this step's batch size were timed: a cold start's first steps)."""
         m = self.model
-        single = m.verify_cost(1)
+        if self._resting and drafted == 0 and draft_s == 0.0 and follow_s == 0.0:
+            # A step of a reply put to rest (``should_rest``): the head neither follows nor drafts, so the step
+            # saves nothing and adds only its plain time, at one token's cost as it stood when the reply rested.
+            # Read afresh, that cost was recomputed from every batch size's window at each step (a new one-token
+            # timing moves the lower median): 70 % of what automatic depth cost a reply whose head rested after its
+            # prompt, 1.5 ms of a 24-token reply's 90 on a busy CPU (bench_mtp.py "auto cold").
+            if self._rest_single is None:
+                self._rest_single = m.verify_cost(1)
+            single = self._rest_single
+        else:
+            single = m.verify_cost(1)
         if single is None:
             return
         if drafted == 0:

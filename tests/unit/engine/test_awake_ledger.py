@@ -215,3 +215,31 @@ def test_a_snapshot_with_a_bad_ledger_is_refused_by_name(field: str, value: obje
     snapshot[field] = value
     with pytest.raises(ValueError, match=words):
         AutoDraftLength.restore(snapshot)
+
+
+def test_a_reply_put_to_rest_counts_its_plain_time_without_recomputing_the_costs() -> None:
+    """A fresh head scored 1 of 16 on its prompt (the "dense low" head) under load rests at once: its reply's steps
+    save nothing, and the ledger counts their plain time as the simulation tallies it, while the cost model's
+    estimates are not recomputed at each resting step (a new one-token timing moves the lower median: recomputed,
+    they were 70 % of what automatic depth cost such a reply, 1.5 ms of 90 on a busy CPU).
+
+    Breaking it (a resting step reading one token's cost afresh, as before): 17 recomputations in 24 steps."""
+    policy = AutoDraftLength(k_max=8, score_first=True, k_start=2)
+    policy.seed_costs({n: [loaded(n)] * 3 for n in (1, 2, 3, 5)}, [0.00085] * 3)
+    recomputed = 0
+    estimates = policy.model._estimates
+
+    def counted() -> list[float | None]:
+        nonlocal recomputed
+        recomputed += policy.model._estimates_cache is None
+        return estimates()
+
+    policy.model._estimates = counted  # type: ignore[method-assign]
+    costs = HeadCosts(loaded, 0.00085, follow_s=FOLLOW_S, scoring_s=SCORING_S, prompt_s=PROMPT_S)
+    simulated = simulate_reply(policy, 24, (0.05,) * 8, costs, random.Random(2), prompt_score=(1, 16))
+    assert simulated.drafted == 0 and policy.should_rest()
+    saved, plain, tokens = policy.ledger.totals()
+    assert tokens == 24
+    assert plain == pytest.approx(24 * (loaded(1) - FOLLOW_S), rel=0.05)
+    assert saved == pytest.approx(simulated.saved, abs=1e-6)
+    assert recomputed <= 3
