@@ -342,7 +342,7 @@ def run(args: argparse.Namespace, setups: list[str], binary: Path | None) -> int
     print()
     print("| setup | reply | " + " | ".join(header) + " | best depth / plain | auto / best depth | auto / plain "
           "| reloaded / best depth | reloaded / plain | cold / best depth | cold / plain "
-          "| acceptance at depth 1/2/3; auto | auto mean depth |")
+          "| acceptance at depth 1/2/3; auto/reloaded/cold | mean depth auto/reloaded/cold |")
     print("|---|---|" + "---:|" * (len(header) + 9))
     goals: list[str] = []
     for setup in setups:
@@ -354,11 +354,12 @@ def run(args: argparse.Namespace, setups: list[str], binary: Path | None) -> int
             acc = "/".join(_rate(t[f"depth {d}"].acceptance) for d in DEPTHS)
             if native_cols:
                 acc += " (native " + "/".join(_rate(t[c].acceptance) for c in native_cols) + ")"
-            acc += f"; auto {_rate(t['auto'].acceptance)}"
-            depth = t["auto"].k_sum / t["auto"].passes if t["auto"].passes else 0.0
+            automatic = ("auto", "auto reloaded", "auto cold")
+            acc += "; " + "/".join(_rate(t[c].acceptance) for c in automatic)
+            depth = "/".join(f"{t[c].k_sum / t[c].passes if t[c].passes else 0.0:.2f}" for c in automatic)
             cells = " | ".join(f"{t[c].tps:.1f}" for c in header)
             print(f"| {setup} | {n} tokens | {cells} | {paired(cell, best_depth(cell), 'plain')} | {a_best} | "
-                  f"{a_plain} | {r_best} | {r_plain} | {c_best} | {c_plain} | {acc} | {depth:.2f} |", flush=True)
+                  f"{a_plain} | {r_best} | {r_plain} | {c_best} | {c_plain} | {acc} | {depth} |", flush=True)
             goals.append(f"{setup}, {n} tokens: auto {a_goal}; auto reloaded {r_goal}; auto cold {c_goal}")
     print()
     for line in goals:
