@@ -20,7 +20,11 @@ process and in a rotating order each run: **plain** (the same file loaded *witho
 output, no MTP context — what a user without MTP gets), MTP at **depth 1, 2, 3**, **auto** (automatic depth as a
 loaded pair runs it: what it learned carries from reply to reply), **auto reloaded** (before every reply the
 policy is saved and restored, as the first reply after a reload of a pair used before: ``PairSpec.learned_draft``),
-**auto cold** (reset before every reply, as the first reply of a pair never loaded before), and **native**
+**auto cold** (as the first reply of a pair never loaded before: a fresh policy, and the target's passes timed
+anew as a load times them, ``SpeculativeDecoder.time_passes``, so that each cold reply's first judgement rests on
+timings of its own — one timing shared by every cold reply of a run made the whole column one sample of the
+machine's load at that moment: a busy moment at load made batches look cheap, and the run's cold replies drafted
+at their first step, 0.88x plain, where runs timed in a quieter moment read 0.97-0.98x), and **native**
 depth 1-3 (llama.cpp's ``llama-speculative-simple --spec-type draft-mtp``, built from the vendored source:
 ``native_llama.py``; its target keeps ``n_rs_seq`` = depth snapshots).
 Every reply starts from an empty target cache (a new conversation: its prompt is evaluated).
@@ -138,7 +142,8 @@ class WarmPolicy:
 
 def reply(engine: Engine, prompt: list[int], tokens: int, k: int | None, tally: Tally, *,
           warm: WarmPolicy | None = None, plain: bool = False) -> None:
-    """One reply into ``tally``; with ``k=None``: ``warm``'s policy, or a fresh one (cold) without it.
+    """One reply into ``tally``; with ``k=None``: ``warm``'s policy, or a fresh one (cold: its passes timed anew)
+    without it.
 
     Every reply starts from an empty target cache, as a new conversation's first reply does: its prompt is
     evaluated (and an MTP head scored on it), not found cached from the configuration before it."""
@@ -146,6 +151,8 @@ def reply(engine: Engine, prompt: list[int], tokens: int, k: int | None, tally: 
     decoder.reset()
     if k is None:
         decoder.auto_policy = warm.policy if warm is not None else None
+        if warm is None:  # a cold start: its load's timings, as the first reply after a load has (module docstring)
+            decoder.time_passes()
         if warm is not None and warm.reload and warm.policy is not None:
             decoder.auto_policy = AutoDraftLength.restore(json.loads(json.dumps(warm.policy.snapshot())))
     done = None
