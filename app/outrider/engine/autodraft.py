@@ -281,7 +281,8 @@ class CostModel:
         self.unsettled_single = _Timings()
         # Passes timed before any reply (``seed``): a batch size's stand-in until the replies time that size.
         self.at_load = [_Timings() for _ in range(k_max + 2)]
-        self._merged: dict[int, _Timings] = {}  # per batch size, ``_with_load``'s timings until either side moves
+        # Per batch size, ``_with_load``'s shift and timings, until either side or the shift moves.
+        self._merged: dict[int, tuple[float, _Timings]] = {}
         self._observations = 0
         self._stamp = [0] * (k_max + 2)  # observation count when each batch size was last measured
         # One token's cost (lower median) when each batch size was last measured (``_fresh``); None where no
@@ -480,14 +481,34 @@ class CostModel:
         return timings
 
     def _with_load(self, n: int) -> _Timings:
-        """The timings of a batch of n at load and in the replies, together (kept until a timing of n is added:
-        rebuilt at every recomputation of the estimates, they were most of a cold policy's time per step)."""
-        both = self._merged.get(n)
-        if both is None:
-            both = self._merged[n] = _Timings()
-            for x in (*self.at_load[n].samples, *self.verify[n].samples):
-                both.add(x)
+        """The timings of a batch of n at load, moved by ``_load_shift``, and in the replies, together (kept until a
+        timing of n is added or the shift moves: rebuilt at every recomputation of the estimates, they were most
+        of a cold policy's time per step)."""
+        shift = self._load_shift() if n > 1 else 0.0
+        cached = self._merged.get(n)
+        if cached is not None and cached[0] == shift:
+            return cached[1]
+        both = _Timings()
+        for x in (*(t + shift for t in self.at_load[n].samples), *self.verify[n].samples):
+            both.add(x)
+        self._merged[n] = (shift, both)
         return both
+
+    def _load_shift(self) -> float:
+        """Seconds to add to a batched pass timed at load so that it stands for the same pass now: what a one-token
+        pass costs in the replies (their lower median, once timed MIN_SAMPLES times) over what it cost at load; 0
+        before. The machine's load moves every pass's cost, and a batch timed at load read against a one-token
+        pass timed in a reply under another load was a different machine's: a load that came after the timing
+        (a CI run beside a compile; simulated in test_pass_costs.py) made a one-token pass cost 1.7-2x what a batch
+        of 2 to 5 had at load, so every batch looked cheaper than one token and a head kept 7 % of the time
+        drafted at its probes; a load that went away made batches look dear. Added, not scaled: contention adds
+        about the same time to a pass of any size (bench_mtp.py, passes timed at load in a busier moment: one token
+        5.0-5.2 ms against the replies' 3.6-3.8, batches by about as much), and it holds a batch above one token's
+        cost by what it cost above it at load."""
+        replies, at_load = self.verify[1], self.at_load[1]
+        if replies.count < MIN_SAMPLES or replies.value is None or at_load.value is None:
+            return 0.0
+        return replies.value - at_load.value
 
     def _fresh_sizes(self) -> list[_Timings | None]:
         """Per batch size (index n), its fresh timings (``_fresh``), computed once per observation with the

@@ -249,8 +249,9 @@ def _cold_auto_reply(e: Engine, prompt: list[int], n: int) -> DoneEvent:
     raise AssertionError("no done event")
 
 
+@pytest.mark.parametrize("load", [1.0, 0.6, 2.0])
 def test_automatic_depth_scores_an_mtp_head_before_its_first_draft(backend: Backend, mtp_models: MtpModels,
-                                                                   tmp_path: Path) -> None:
+                                                                   tmp_path: Path, load: float) -> None:
     """A cold start at automatic depth does not draft until the MTP head was scored — on the prompt's positions at
     its prefill (``test_mtp_prompt_score.py``), or on the target's own tokens where the prompt was cached (the
     scored cells are the ones its first draft would feed anyway) — and drafts only if that acceptance could
@@ -260,12 +261,17 @@ def test_automatic_depth_scores_an_mtp_head_before_its_first_draft(backend: Back
 
     Breaking it (``score_first`` off, as before): the noise head drafted 4 tokens at the reply's first step and 4
     more after the plain-rate probes (8 drafted, none accepted) on every prompt — 3-13 % of a 24-192-token reply
-    in bench_mtp.py."""
+    in bench_mtp.py.
+
+    And whatever the machine's load did since the passes were timed (``load``: 0.6, a load that came after the
+    timing; 2.0, one that went away): with the batches timed at load read as timed against the replies' one-token
+    passes, the noise head drafted 2 at its probes on two or three of the prompts at 0.6 and 0.7 (``_load_shift``
+    returning 0), and once on CI, where the load moved between the timing and the replies."""
     low = make_mtp_models(tmp_path / "low", hidden_noise=2.0, head_seed=99)
     for target, useful in ((low.target, False), (mtp_models.target, True)):
         e = Engine(backend)
         e.load(PairSpec(target=str(target), mtp=True, context=CTX))
-        set_pass_costs(e._decoder_or_raise())
+        set_pass_costs(e._decoder_or_raise(), load)
         try:
             drafted = []
             for text in PROMPTS[:3]:

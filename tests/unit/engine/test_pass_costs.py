@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from outrider.engine.autodraft import STALE_AFTER, AutoDraftLength, CostModel
+from outrider.engine.autodraft import STALE_AFTER, WINDOW, AutoDraftLength, CostModel
 from outrider.engine.pass_costs import PASS_REPEATS, PASS_SIZES, time_target_passes
 from support.policy_replies import HeadCosts, simulate_reply
 
@@ -113,6 +113,44 @@ def test_a_size_timed_at_load_stands_in_until_replies_time_it_then_ages() -> Non
     for _ in range(STALE_AFTER + 1):
         m.observe(batch=1, verify_s=0.004, drafted=0, accepted=0, draft_s=0.0)
     assert m._fresh(5) is None
+
+
+
+def test_a_batch_timed_at_load_moves_with_the_replies_one_token_cost() -> None:
+    """A batch timed at load stands for the same pass now: once the replies have timed one token MIN_SAMPLES
+    times, it moves by what one token moved since load — up when a load came after the timing, down when one went
+    away — and a size the replies timed themselves does not move."""
+    m = CostModel(k_max=8)
+    for _ in range(PASS_REPEATS):
+        for n in (1, 3, 5):
+            m.seed(n, quiet(n))
+    for _ in range(2):
+        m.observe(batch=1, verify_s=2 * quiet(1), drafted=0, accepted=0, draft_s=0.0)
+    assert m.verify_cost(3) == pytest.approx(quiet(3))  # two timings: not yet what one token costs now
+    m.observe(batch=1, verify_s=2 * quiet(1), drafted=0, accepted=0, draft_s=0.0)
+    assert m.verify_cost(1) == pytest.approx(2 * quiet(1))
+    assert m.verify_cost(3) == pytest.approx(quiet(3) + quiet(1))
+    for _ in range(3):
+        m.observe(batch=5, verify_s=0.02, drafted=4, accepted=4, draft_s=0.001)
+    assert m.verify_cost(5) == pytest.approx(0.02)
+    for _ in range(WINDOW):
+        m.observe(batch=1, verify_s=0.5 * quiet(1), drafted=0, accepted=0, draft_s=0.0)
+    assert m.verify_cost(3) == pytest.approx(quiet(3) - 0.5 * quiet(1))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_head_kept_seldom_does_not_draft_when_a_load_comes_after_the_passes_were_timed(seed: int) -> None:
+    """Passes timed on a quiet machine, then the replies run at twice their cost (another process took half the
+    CPU): a head whose guesses are kept 7 % of the time, scored on a short prompt (1 of 4: too few guesses to put
+    it to rest), does not draft in a 48-token reply. Read as timed at load, every batch of 2 to 5 cost less than the
+    replies' one-token pass, so any acceptance paid and the probes drafted 5-9 tokens on most seeds (the CI failure
+    of test_mtp.py's noise head, drafted 2).
+
+    Breaking it (``_load_shift`` returning 0): every seed drafts."""
+    policy = fresh(quiet, 0.0005)
+    busy = HeadCosts(lambda n: 2 * quiet(n), 2 * 0.0005, scoring_s=0.0006)
+    reply = simulate_reply(policy, 48, (0.07,) * 8, busy, random.Random(seed), prompt_score=(1, 4))
+    assert reply.drafted == 0
 
 
 HYBRID = (0.72, 0.76, 0.82, 0.82, 0.82, 0.82, 0.82, 0.82)  # the hybrid's head: kept, given every guess before
