@@ -73,7 +73,10 @@ def test_a_reload_starts_from_what_the_last_load_learned(engine: Engine, target:
     assert restored is not None, "the reload started cold"
     # Its replies' own costs: the load times no passes (engine/pass_costs.py), which only lengthened a reload.
     assert engine._decoder_or_raise().pass_costs == {}
-    assert restored.model.best_k() is not None  # costs known before the reload's first pass
+    # Known before the reload's first pass: what a pass costs and how often the head is kept (not whether drafting
+    # pays: that needs a draft the first reply timed, and where the passes timed at load ran 1.6x the replies' own
+    # its first draft, untimed, was its only one).
+    assert restored.model.verify_cost(1) is not None and restored.model.acceptance is not None
     assert restored.snapshot() == policy.snapshot()
     again, _ = _reply(engine)  # whether it drafts is the learned costs' call (this tiny model's are close)
     with ReferenceModel(target, n_ctx=512) as reference:
