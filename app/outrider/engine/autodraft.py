@@ -499,9 +499,10 @@ class CostModel:
         pass costs in the replies (their lower median, once timed MIN_SAMPLES times) over what it cost at load; 0
         before. The machine's load moves every pass's cost, and a batch timed at load read against a one-token
         pass timed in a reply under another load was a different machine's: a load that came after the timing
-        (a CI run beside a compile; simulated in test_pass_costs.py) made a one-token pass cost 1.7-2x what a batch
-        of 2 to 5 had at load, so every batch looked cheaper than one token and a head kept 7 % of the time
-        drafted at its probes; a load that went away made batches look dear. Added, not scaled: contention adds
+        (another process started once the pair was loaded) made the replies' one-token pass cost what a batch of
+        2 to 5 had at load, so every batch looked no dearer than one token and a head kept 5-9 % of the time
+        drafted at its probes (test_mtp.py's noise head, at passes timed 0.6-0.7x the replies' own; simulated at
+        2x in test_pass_costs.py); a load that went away made batches look dear. Added, not scaled: contention adds
         about the same time to a pass of any size (bench_mtp.py, passes timed at load in a busier moment: one token
         5.0-5.2 ms against the replies' 3.6-3.8, batches by about as much), and it holds a batch above one token's
         cost by what it cost above it at load."""
