@@ -81,10 +81,10 @@ def set_pass_costs(decoder: SpeculativeDecoder, load: float = 1.0) -> None:
     (``SpeculativeDecoder.time_passes``) with fixed multiples of its one-token pass, shaped like bench_mtp.py's
     quiet CPU (a pass of 2 tokens 1.79x one of 1, each token after +0.14x; a drafted token 0.15x), so that a test
     of what automatic depth decides from a head's scores does not depend on the machine's load: timed on a busy
-    machine, the tiny test target's first draft came and went. The one-token pass stays as timed, for the replies'
-    own timings to be measured against. On these a head scored 16 of 16 drafts at its first step; one scored 3 of
-    16 does not. ``load``: the passes as timed on a machine that many times as busy as the replies find it (0.5:
-    a load came after the timing and doubled every pass)."""
+    machine, the tiny test target's first draft came and went. The one-token pass stays as timed (times ``load``),
+    for the replies' own timings to be measured against. On these a head scored 16 of 16 drafts at its first
+    step; one scored 3 of 16 does not. ``load``: the passes as timed on a machine that many times as busy as the
+    replies find it (0.5: a load came after the timing and doubled every pass)."""
     single = load * min(decoder.pass_costs[1])
     decoder.pass_costs = {n: [single * (1.0 if n == 1 else 1.79 + 0.14 * (n - 2))] * PASS_REPEATS
                           for n in PASS_SIZES}
