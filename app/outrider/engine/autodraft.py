@@ -67,6 +67,10 @@ REST_MARGIN = 0.4  # ... and not even this much more acceptance would pay: concl
 # scored 8 of 16 on its prompt rested on the recorded CPU costs; bench_mtp.py's hybrid head scores 8-10 of 16 on its
 # prompts and is accepted 0.8 at depth 1 on its replies)
 PROMPT_TRIALS = 8  # guesses scored on a prompt that restart a reply's acceptance from the prompt (observe_prompt)
+PROMPT_PRIOR_TRIALS = 4.0  # ... a first reply's approved prompt score, weighed as this many guesses in its acceptance
+# (fading with the window): without it one rejected first draft read acceptance 0 and sent a head that pays to plain
+# decoding for a third of a 24-token reply (bench_mtp_replay.py: the hybrid's cold replies 0.89-0.94x the best depth
+# on its real guesses, 0.94-0.97x with 4; dense agreeing 0.95-0.96x -> 0.98-0.99x; 2 helped less, 6-8 no more)
 PROMPT_BIAS_KEEP = 0.5  # weight of the past in the prompt-to-reply offset (``PromptCalibration``): about 2 replies
 PROMPT_BIAS_LIMIT = 0.5  # bound on that offset (acceptance): a prompt scored 0.5 reads at most 1
 REST_TRIALS = 16  # guesses scored in a reply (its prompt's included) before a useless MTP head is put to rest
@@ -714,6 +718,7 @@ class AutoDraftLength:
         self._prompt_approved = False  # this reply's prompt score could pay, with no calibration to read it by
         self._first_k = self.k_start  # k while a cost is unmeasured: k_start, or what an approved prompt says
         self._judged_by_prompt = False  # this reply's acceptance is still its prompt's calibrated score alone
+        self._prior_only = False  # this reply's acceptance is still its approved prompt's prior alone (a first reply)
         # One-token passes after a pass of another size before one costs what plain decoding costs (the decoder sets
         # it: 1 on a CPU, 2 on a CUDA back-end, ``speedup.settle_passes``; see ``observe``), and the plain passes in
         # a row so far.
@@ -737,6 +742,9 @@ class AutoDraftLength:
             self.last_choice = 0
             return 0
         m = self.model
+        if self._prior_only:  # a first reply's prompt approved the head, and nothing since: its first draft
+            self.last_choice = self._first_k
+            return self._first_k
         best = m.best_k(plain_cost=self._plain_step_cost())
         if best is None:  # acceptance or a cost not measured yet: draft, to measure them
             k = self._first_k if not self.score_first or self._first_draft_could_pay() else 0
@@ -882,6 +890,7 @@ class AutoDraftLength:
         self._prompt_approved = False
         self._first_k = self.k_start
         self._judged_by_prompt = False
+        self._prior_only = False
         self.calibration.close_reply()
 
     def sleeps_through_next_reply(self) -> bool:
@@ -946,6 +955,7 @@ class AutoDraftLength:
         if drafted > 0:
             self._speculative_steps += 1
             self._judged_by_prompt = False
+            self._prior_only = False
             self.calibration.reply(accepted, 1.0 if accepted < drafted else 0.0)
         # On CUDA (settle 2) a one-token pass is plain decoding's cost only once two plain passes came right before
         # it: the two after a verify pass run uncaptured and capture the CUDA graph (+150 % and +125 % of a plain
@@ -1006,6 +1016,7 @@ class AutoDraftLength:
         and missed the stretches later in a reply where it was right 95-100 % of the time (bench_mtp.py "hybrid
         agreeing": automatic depth plain for 95 % of its steps)."""
         self.model.observe_shadow(hits, trials)
+        self._prior_only = self._prior_only and trials == 0
         if seconds is not None and seconds > 0:
             self.model.scoring.add(seconds)
             if self.score_first and not self._sleeping:
@@ -1036,13 +1047,16 @@ class AutoDraftLength:
 
         Before any calibration (the first reply after a load) the score only decides whether to draft at all: if
         it could pay (``_score_could_pay``), the reply drafts at its first step and its depth follows its own drafts
-        (a warm policy keeps what it carried); if not, its acceptance starts from the score, and the head rests once
-        that is conclusive (``should_rest``). Measured on the hybrid head (bench_mtp_steps.py "hybrid agreeing",
-        24-token replies, cold, against depth 2): its 8-10 of 16 taken as the acceptance 0.85x; weighed as 2, 4 or
-        8 guesses 0.81-0.87x; not taken 0.86-0.88x — alike within the runs' noise, so the simplest is kept. And
-        not counted towards resting: a first draft of 4 rejected whole read acceptance 0, and the prompt's 16
-        guesses made that conclusive though the reply went on at 0.8. Fewer trials (a prompt mostly cached):
-        scored like a plain stretch."""
+        (a warm policy keeps what it carried), the score weighed into the reply's acceptance as PROMPT_PRIOR_TRIALS
+        guesses (a fresh policy's: one with an acceptance of its own keeps it); if not, its acceptance starts from
+        the score, and the head rests once that is conclusive (``should_rest``). Live, the prompt's weight could not
+        be told apart (bench_mtp_steps.py, hybrid, 24 tokens, cold against depth 2: not taken 0.86-0.88x, weighed
+        as 2-8 guesses 0.81-0.87x); replayed on the heads' real guesses with the timings held still
+        (bench_mtp_replay.py, 8 prompts) a first reply whose first draft was rejected, its acceptance read from
+        that draft alone, decoded plainly while the head was in step again (see PROMPT_PRIOR_TRIALS). And not
+        counted towards resting: a first draft of 4 rejected whole read acceptance 0, and the prompt's 16 guesses
+        made that conclusive though the reply went on at 0.8. Fewer trials (a prompt mostly cached): scored like a
+        plain stretch."""
         if self.score_first and not self._sleeping and seconds > 0:
             self.ledger.charge(seconds)
         if not (self.score_first and trials >= PROMPT_TRIALS):
@@ -1071,6 +1085,11 @@ class AutoDraftLength:
             self._prompt_approved = True
             self._first_k = self._first_draft_length(hits / trials)
             judged = self.model.acceptance if self.model.acceptance is not None else hits / trials
+            if self.model.acceptance is None:
+                # A first reply: the score is its acceptance's prior, PROMPT_PRIOR_TRIALS guesses' worth, so that
+                # its first drafts are judged with it, not alone (a first draft of 2 rejected read 0).
+                self.model.restart_acceptance(PROMPT_PRIOR_TRIALS * hits / trials, PROMPT_PRIOR_TRIALS, prior=0.0)
+                self._prior_only = True
         else:
             self.model.restart_acceptance(hits, trials)
             self._scored_in_reply += trials

@@ -254,24 +254,39 @@ def test_a_hybrid_head_after_one_reply_reads_its_next_prompt_at_its_reply_accept
     assert raw.model.best_k() == 0
 
 
+# The same hybrid, captured with bench_mtp_replay.py (2 CPU threads, quiet), as its replies time them: a one-token
+# pass 4.42 ms, a verify pass of 2 / 3 / 5 tokens 6.02 / 6.56 / 8.93 ms, 0.73 ms per drafted token, 1.46 ms a scoring.
+REPLAY_ONE = 0.00442
+REPLAY_AT_LOAD = {1: [REPLAY_ONE] * 3, 2: [0.00602] * 3, 3: [0.00656] * 3, 5: [0.00893] * 3}
+REPLAY_DRAFT = 0.00073
+
+
 def test_before_any_calibration_a_prompt_that_could_pay_drafts_and_does_not_count_towards_rest() -> None:
-    """The first reply after a load (nothing timed, no calibration): the hybrid head scored 8 of 16 drafts k_start
-    at its first step; when that first draft of 4 is rejected whole, the head is neither put to rest (only its
-    reply's own guesses count towards REST_TRIALS) nor left unscored for long (the next scoring in SHADOW_START
-    plain steps). The noise head scored 1 of 16 still starts plain and rests at once.
+    """The first reply after a load (the passes timed at load, no calibration): the hybrid head scored 10 of 16
+    drafts MTP_K_START at its first step. When that first draft is rejected whole, the head is neither put to rest
+    (only its reply's own guesses count towards REST_TRIALS) nor left unscored for long (the next scoring in
+    SHADOW_START plain steps); and the prompt's score stays in the reply's acceptance (PROMPT_PRIOR_TRIALS
+    guesses' worth), so that the head scored 3 of 4 at that next scoring drafts again. The noise head scored 1 of
+    16 still starts plain and rests at once.
+
+    Replayed on this head's real guesses ("hello world ...", bench_mtp_replay.py): read from the rejected draft
+    alone, the acceptance was 0.53 after that scoring and the reply decoded plainly for 7 more steps while the head
+    was in step with the target (0.87x the best fixed depth on that prompt).
 
     Breaking it (the prompt's trials counted towards resting on this path too): ``should_rest()`` was True after
-    the rejected first draft, and the reply ran plain though the head was accepted 0.8 on it."""
-    policy = AutoDraftLength(k_max=8, score_first=True)
+    the rejected first draft. Without the prompt's prior: ``choose()`` after the 3-of-4 scoring returned 0."""
+    policy = AutoDraftLength(k_max=8, score_first=True, k_start=MTP_K_START)
+    policy.seed_costs(REPLAY_AT_LOAD, [REPLAY_DRAFT] * 3)
     policy.start_reply()
-    policy.observe_prompt(8, 16)
-    assert policy.choose() == 4
-    policy.observe(batch=5, verify_s=HYBRID_BATCH[5], drafted=4, accepted=0, draft_s=4 * HYBRID_DRAFT)
+    policy.observe_prompt(10, 16)
+    assert policy.choose() == MTP_K_START
+    policy.observe(batch=3, verify_s=REPLAY_AT_LOAD[3][0], drafted=2, accepted=0, draft_s=2 * REPLAY_DRAFT)
     for _ in range(3):  # the plain-rate probes
-        policy.observe(batch=1, verify_s=HYBRID_ONE, drafted=0, accepted=0, draft_s=0.0)
+        policy.observe(batch=1, verify_s=REPLAY_ONE, drafted=0, accepted=0, draft_s=0.0)
     assert policy.choose() == 0
     assert not policy.should_rest()
     assert policy.shadow_interval == SHADOW_START
+    policy.observe(batch=1, verify_s=REPLAY_ONE, drafted=0, accepted=0, draft_s=0.0)
     policy.observe_shadow(3, 4)
     assert policy.choose() > 0
 
