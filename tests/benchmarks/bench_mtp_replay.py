@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_mtp
 
 from outrider.engine.autodraft import MTP_K_START, AutoDraftLength
+from outrider.engine.engine import Engine
 from outrider.engine.params import DraftParams
 from outrider.engine.pass_costs import PASS_SIZES
 from outrider.engine.speculative import PLAIN_PROBE_EVERY, DoneEvent, FixedDraftLength, StepEvent
@@ -95,13 +96,28 @@ def _lower_median(xs: list[float]) -> float:
 
 
 def capture(args: argparse.Namespace, path: Path) -> tuple[list[Captured], Costs]:
-    """Capture (see the module docstring) and save to ``path``."""
+    """Capture (see the module docstring) on the setup's generated model and save to ``path``."""
     target = bench_mtp.make_target(args.setup, args.layers, args.width)
     plain_engine = bench_mtp.load(target, mtp=False, threads=args.threads, gpu=0)
     engine = bench_mtp.load(target, mtp=True, threads=args.threads, gpu=0)
+    try:
+        texts = (bench_mtp.PROMPTS + EXTRA_PROMPTS)[: args.prompts]
+        captured, costs = capture_engines(engine, plain_engine, texts, args.tokens)
+    finally:
+        engine.unload()
+        plain_engine.unload()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"prompts": [dataclasses.asdict(c) for c in captured],
+                                "costs": dataclasses.asdict(costs)}, indent=1))
+    return captured, costs
+
+
+def capture_engines(engine: Engine, plain_engine: Engine, texts: list[str], tokens: int
+                    ) -> tuple[list[Captured], Costs]:
+    """Capture on ``engine`` (loaded with ``--mtp``) and ``plain_engine`` (the same file without): per text of
+    ``texts`` its head's prompt score and guesses over a ``tokens``-token greedy reply, and the replies' costs."""
     decoder = engine._decoder_or_raise()
-    texts = (bench_mtp.PROMPTS + EXTRA_PROMPTS)[: args.prompts]
-    steps: list[dict[str, float]] = []
+    steps: list[dict[str, Any]] = []
     original_observe = FixedDraftLength.observe
 
     def recording_observe(self: FixedDraftLength, **kw: Any) -> None:
@@ -132,29 +148,28 @@ def capture(args: argparse.Namespace, path: Path) -> tuple[list[Captured], Costs
     try:
         for text in texts:
             ids = engine.tokenize_prompt(text)
-            reply = _greedy(engine, ids, args.tokens + CAPTURE_DEPTH + 1)  # a match may run past the end
+            reply = _greedy(engine, ids, tokens + CAPTURE_DEPTH + 1)  # a match may run past the reply's end
             decoder.reset()
             decoder.auto_policy = None
             scores.clear()
-            _run(engine, ids, args.tokens, DraftParams(k=None))
+            _run(engine, ids, tokens, DraftParams(k=None))
             prompt_score = scores[0][:2]
             scoring += [s for _, _, s in scores[1:] if s is not None]
             match: list[int] = []
-            for p in range(args.tokens):
+            for p in range(tokens):
                 steps.clear()
                 decoder.reset()
                 out = _run(engine, ids + reply[:p], CAPTURE_DEPTH + 1, DraftParams(k=CAPTURE_DEPTH))
-                first = steps[0]
-                m = int(first["accepted"])
+                m = int(steps[0]["accepted"])
                 if out[: m + 1] != reply[p: p + m + 1]:
-                    raise SystemExit(f"the reply from position {p} of {text!r} is not the greedy reply: "
-                                     f"{out[: m + 1]} != {reply[p: p + m + 1]}")
+                    raise RuntimeError(f"the reply from position {p} of {text!r} is not the greedy reply: "
+                                       f"{out[: m + 1]} != {reply[p: p + m + 1]}")
                 match.append(m)
             captured.append(Captured(text, (int(prompt_score[0]), int(prompt_score[1])), match))
-            for depth in (0, 1, 2, 3, 4, 5, 6, 7):
+            for depth in range(CAPTURE_DEPTH + 2):
                 steps.clear()
                 decoder.reset()
-                _run(engine, ids, args.tokens, DraftParams(k=depth))
+                _run(engine, ids, tokens, DraftParams(k=depth))
                 for s in steps[1:]:  # a reply's first step is its coldest
                     verify.setdefault(int(s["batch"]), []).append(float(s["verify_s"]))
                     if s["drafted"]:
@@ -162,29 +177,25 @@ def capture(args: argparse.Namespace, path: Path) -> tuple[list[Captured], Costs
                     elif s["follow_s"]:
                         follow.append(float(s["follow_s"]))
             steps.clear()
-            _run(plain_engine, ids, args.tokens, DraftParams(k=0), plain=True)
+            plain_engine._decoder_or_raise().reset()
+            _run(plain_engine, ids, tokens, DraftParams(k=0), plain=True)
             plain += [float(s["verify_s"]) for s in steps[1:] if s["batch"] == 1]
     finally:
         FixedDraftLength.observe = original_observe  # type: ignore[method-assign]
         AutoDraftLength.observe_prompt = original_prompt  # type: ignore[method-assign]
         AutoDraftLength.observe_shadow = original_shadow  # type: ignore[method-assign]
-        engine.unload()
-        plain_engine.unload()
     costs = Costs({n: _lower_median(v) for n, v in sorted(verify.items())}, _lower_median(plain),
                   _lower_median(draft_token), _lower_median(scoring) if scoring else 0.0,
                   _lower_median(follow) if follow else 0.0)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"prompts": [dataclasses.asdict(c) for c in captured],
-                                "costs": dataclasses.asdict(costs)}, indent=1))
     return captured, costs
 
 
-def _greedy(engine: bench_mtp.Engine, ids: list[int], tokens: int) -> list[int]:
+def _greedy(engine: Engine, ids: list[int], tokens: int) -> list[int]:
     engine._decoder_or_raise().reset()
     return _run(engine, ids, tokens, DraftParams(k=0), plain=True)
 
 
-def _run(engine: bench_mtp.Engine, ids: list[int], tokens: int, draft: DraftParams, plain: bool = False
+def _run(engine: Engine, ids: list[int], tokens: int, draft: DraftParams, plain: bool = False
          ) -> list[int]:
     out: list[int] = []
     for event in engine.generate(ids, max_tokens=tokens, draft=draft, plain=plain, ignore_eos=True):
@@ -223,8 +234,9 @@ def fresh_policy(costs: Costs, load_shift: float) -> AutoDraftLength:
 
 
 def replay(c: Captured, costs: Costs, config: str, rng: random.Random, jitter: float, load_shift: float,
-           factory: PolicyFactory = fresh_policy) -> float:
-    """Seconds one reply of len(c.match) tokens decodes in, under ``config`` (see CONFIGS)."""
+           factory: PolicyFactory = fresh_policy, steps: list[tuple[int, int, int]] | None = None) -> float:
+    """Seconds one reply of len(c.match) tokens decodes in, under ``config`` (see CONFIGS); each step's (reply
+    position, tokens drafted, tokens kept) appended to ``steps``."""
     tokens = len(c.match)
 
     def timed(seconds: float) -> float:
@@ -266,6 +278,8 @@ def replay(c: Captured, costs: Costs, config: str, rng: random.Random, jitter: f
                            follow_s=follow if k == 0 else costs.follow)
         step = draft_s + scoring_s + verify_s
         meter.add_step(batch=k + 1, pass_tokens=accepted + 1, step_s=step, target_s=verify_s)
+        if steps is not None:
+            steps.append((position, k, accepted))
         seconds += step
         position += accepted + 1
         if k > 0:
