@@ -19,12 +19,14 @@ pass.
 **Replay** (no model, milliseconds): the decoder's loop as ``SpeculativeDecoder.generate`` runs it — the plain-rate
 meter's forced plain runs (``PlainRateMeter``), the policy's choice, a draft kept as far as the captured match at
 its position, the head scored on the plain steps since the last scoring every ``shadow_interval``, a head put to rest
-no longer followed — with each pass timed as the captured cost times a seeded log-normal jitter (``--jitter``), and a
-cold start's load-time timings (``seed_costs``) the captured passes plus ``--load-shift-ms`` (a load timed in a
-busier moment than the reply runs in: contention adds about the same time to a pass of any size). Configurations:
-plain (the plain engine's pass), depth 1/2/3 and auto cold (a fresh policy per reply). Per prompt and configuration
-it prints seconds per reply (the median over the seeds) and the ratios auto cold / best depth and auto cold /
-plain, per prompt and over the prompts' summed time.
+(or asleep through a reply: ``sleeps_through_next_reply``) no longer followed — with each pass timed as the captured
+cost times a seeded log-normal jitter (``--jitter``), and a cold start's load-time timings (``seed_costs``) the
+captured passes plus ``--load-shift-ms`` (a load timed in a busier moment than the reply runs in: contention adds
+about the same time to a pass of any size). Configurations:
+plain (the plain engine's pass), depth 1/2/3, auto (one policy per seed carried from reply to reply, through every
+prompt once before the timed replies, as a loaded pair runs it) and auto cold (a fresh policy per reply). Per prompt
+and configuration it prints seconds per reply (the median over the seeds) and the ratios auto / best depth, auto
+cold / best depth and auto cold / plain, per prompt and over the prompts' summed time.
 
 What it leaves out: the head's confidence gate (``first_min``: no confidences are captured), and any cost a live
 reply has that a table does not (a pass slowed by the step before it, Python's own time). It decides between
@@ -58,7 +60,7 @@ from outrider.engine.stats import GenerationStats, PlainRateMeter
 CAPTURE_DEPTH = 6  # chained guesses captured per reply position: longer drafts than a cold start makes in 24 tokens
 EXTRA_PROMPTS = ["for i in range ( n ) : print", "the cat sat on the mat and the", "1 2 3 4 5 6 7 8",
                  "def main ( ) : return the model"]
-CONFIGS = ("plain", "depth 1", "depth 2", "depth 3", "auto cold")
+CONFIGS = ("plain", "depth 1", "depth 2", "depth 3", "auto", "auto cold")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,9 +236,11 @@ def fresh_policy(costs: Costs, load_shift: float) -> AutoDraftLength:
 
 
 def replay(c: Captured, costs: Costs, config: str, rng: random.Random, jitter: float, load_shift: float,
-           factory: PolicyFactory = fresh_policy, steps: list[tuple[int, int, int]] | None = None) -> float:
-    """Seconds one reply of len(c.match) tokens decodes in, under ``config`` (see CONFIGS); each step's (reply
-    position, tokens drafted, tokens kept) appended to ``steps``."""
+           factory: PolicyFactory = fresh_policy, steps: list[tuple[int, int, int]] | None = None,
+           carried: AutoDraftLength | None = None) -> float:
+    """Seconds one reply of len(c.match) tokens decodes in, under ``config`` (see CONFIGS; "auto" runs the policy
+    ``carried``, which the reply goes on teaching); each step's (reply position, tokens drafted, tokens kept)
+    appended to ``steps``."""
     tokens = len(c.match)
 
     def timed(seconds: float) -> float:
@@ -244,12 +248,17 @@ def replay(c: Captured, costs: Costs, config: str, rng: random.Random, jitter: f
 
     if config == "plain":
         return sum(timed(costs.plain) for _ in range(tokens))
-    auto = config == "auto cold"
+    if config == "auto" and carried is None:
+        raise ValueError("a warm reply needs the policy it carries")
+    auto = config in ("auto", "auto cold")
     fixed = 0 if auto else int(config.split()[1])
-    policy = factory(costs, load_shift) if auto else None
+    policy = carried if config == "auto" else factory(costs, load_shift) if auto else None
     if policy is not None:
+        # As the decoder: a carried policy may sleep through the reply (its prompt not scored, the head resting);
+        # a fresh one is made after that question is asked, awake.
+        asleep = config == "auto" and policy.sleeps_through_next_reply()
         policy.start_reply()
-        policy.observe_prompt(*c.prompt_score, seconds=0.0)
+        policy.observe_prompt(*((0, 0) if asleep else c.prompt_score), seconds=0.0)
     meter = PlainRateMeter(GenerationStats(prompt_tokens=1, draft_mode="mtp", threads=1), load_probes=False)
     seconds = 0.0
     position = shadow_from = 0
@@ -292,11 +301,16 @@ def table(prompts: list[Captured], costs: Costs, args: argparse.Namespace,
     """Per prompt (and "all": the prompts' summed time), per configuration: the median seconds over the seeds."""
     out: dict[str, dict[str, float]] = {}
     sums: dict[str, list[float]] = {name: [0.0] * args.seeds for name in CONFIGS}
+    shift = args.load_shift_ms / 1000
+    carried = [factory(costs, shift) for _ in range(args.seeds)]
+    for seed, policy in enumerate(carried):  # warmed through every prompt once, untimed
+        for c in prompts:
+            replay(c, costs, "auto", random.Random(f"{c.text}|warm-up|{seed}"), args.jitter, shift, carried=policy)
     for c in prompts:
         row: dict[str, float] = {}
         for name in CONFIGS:
-            times = [replay(c, costs, name, random.Random(f"{c.text}|{name}|{seed}"), args.jitter,
-                            args.load_shift_ms / 1000, factory) for seed in range(args.seeds)]
+            times = [replay(c, costs, name, random.Random(f"{c.text}|{name}|{seed}"), args.jitter, shift, factory,
+                            carried=carried[seed]) for seed in range(args.seeds)]
             for seed, t in enumerate(times):
                 sums[name][seed] += t
             row[name] = statistics.median(times)
@@ -306,12 +320,13 @@ def table(prompts: list[Captured], costs: Costs, args: argparse.Namespace,
 
 
 def print_table(rows: dict[str, dict[str, float]]) -> None:
-    print(f"| prompt | {' | '.join(CONFIGS)} | cold / best depth | cold / plain |")
-    print("|---|" + "---:|" * (len(CONFIGS) + 2))
+    print(f"| prompt | {' | '.join(CONFIGS)} | auto / best depth | cold / best depth | cold / plain |")
+    print("|---|" + "---:|" * (len(CONFIGS) + 3))
     for text, row in rows.items():
         best = min(row[f"depth {d}"] for d in (1, 2, 3))
         cells = " | ".join(f"{1000 * row[n]:.1f}" for n in CONFIGS)
-        print(f"| {text[:32]} | {cells} | {best / row['auto cold']:.3f} | {row['plain'] / row['auto cold']:.3f} |")
+        print(f"| {text[:32]} | {cells} | {best / row['auto']:.3f} | {best / row['auto cold']:.3f} | "
+              f"{row['plain'] / row['auto cold']:.3f} |")
 
 
 def main() -> int:
