@@ -142,19 +142,19 @@ def expected_rate(a: float, k: int, draft_cost: float, verify_cost: float) -> fl
 
 
 class _Timings:
-    """The last WINDOW timings of one cost (seconds); ``value`` is their lower median (None before any)."""
+    """The last WINDOW timings of one cost (seconds); ``value`` is their lower median (None before any), ``count``
+    how many there are (a field, not a property: the cost model reads it for every batch size at each of its
+    recomputations, 1.7 million reads in a replay of 2300 replies, a fifth of the policy's time)."""
 
     def __init__(self) -> None:
         self._samples: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self._value: float | None = None
+        self.count = 0
 
     def add(self, x: float) -> None:
         self._samples.append(x)
         self._value = None
-
-    @property
-    def count(self) -> int:
-        return len(self._samples)
+        self.count = len(self._samples)
 
     @property
     def samples(self) -> tuple[float, ...]:
@@ -167,6 +167,11 @@ class _Timings:
         if self._value is None and self._samples:
             self._value = statistics.median_low(self._samples)
         return self._value
+
+
+def _count(timings: _Timings | None) -> int:
+    """How many timings an estimate rests on (0: none)."""
+    return timings.count if timings is not None else 0
 
 
 def _batch_line(rows: list[tuple[float, float, float]]) -> tuple[float, float] | None:
@@ -285,6 +290,7 @@ class CostModel:
         self.unsettled_single = _Timings()
         # Passes timed before any reply (``seed``): a batch size's stand-in until the replies time that size.
         self.at_load = [_Timings() for _ in range(k_max + 2)]
+        self._timed_cache: list[int] | None = None  # ``timed_batch_sizes``, until a size is timed for the first time
         # Per batch size, ``_with_load``'s shift and timings, until either side or the shift moves.
         self._merged: dict[int, tuple[float, _Timings]] = {}
         self._observations = 0
@@ -301,6 +307,7 @@ class CostModel:
         # it accepted) and drafts whose guess there was accepted (``falloff``).
         self._reached = [0.0] * (k_max + 1)
         self._kept = [0.0] * (k_max + 1)
+        self._deepest = 0  # the deepest position any draft reached (beyond it every count is 0)
         self._falloff_cache: list[float] | None = None
         self._line_cache: tuple[tuple[float, float] | None] | None = None  # (line,) once computed
         self._estimates_cache: list[float | None] | None = None
@@ -325,13 +332,17 @@ class CostModel:
             same = self.verify[1].count > 0  # kept apart behind settled timings: no estimate moved
         elif timed and 1 <= batch < len(self.verify):
             timings = self.verify[batch]
-            before = (self._fresh(batch) is not None, timings.value, timings.count)
+            # (a window not yet full grows: its count moves, and the estimates with it; its lower median unread)
+            full = timings.count == WINDOW
+            before = (self._fresh(batch) is not None, timings.value) if full else None
             timings.add(verify_s)
+            if timings.count == 1:
+                self._timed_cache = None
             self._merged.pop(batch, None)
             self._stamp[batch] = self._observations
             if batch > 1:
                 self._single_at[batch] = self._single_now()
-            same = before == (True, timings.value, timings.count) and timings.count >= MIN_SAMPLES
+            same = full and before == (True, timings.value) and timings.count >= MIN_SAMPLES
         if not (same and self._none_turned_stale()):
             self._line_cache = None
             self._estimates_cache = None
@@ -354,6 +365,7 @@ class CostModel:
         own, and in the window they would hold its lower median down for WINDOW timings."""
         if 1 <= batch < len(self.at_load):
             self.at_load[batch].add(seconds)
+            self._timed_cache = None
             self._merged.pop(batch, None)
             self._stamp[batch] = self._observations
             if batch > 1:
@@ -363,9 +375,10 @@ class CostModel:
     def _count_positions(self, drafted: int, accepted: int) -> None:
         """One draft of ``drafted`` tokens whose first ``accepted`` were kept, into the per-position counts."""
         drafted = min(drafted, self.k_max)
-        for i in range(1, self.k_max + 1):
+        for i in range(1, self._deepest + 1):  # (beyond the deepest position reached, every count is 0)
             self._reached[i] *= FALLOFF_DECAY
             self._kept[i] *= FALLOFF_DECAY
+        self._deepest = max(self._deepest, min(accepted + 1, drafted))
         for i in range(1, min(accepted + 1, drafted) + 1):
             self._reached[i] += 1.0
         for i in range(1, min(accepted, drafted) + 1):
@@ -390,11 +403,15 @@ class CostModel:
         if self._reached[1] > 0:
             previous = self._kept[1] / self._reached[1]
             first = previous
-            for i in range(2, self.k_max + 1):
+            # (positions no draft reached inherit the deepest reached one's factor, and weigh nothing in the mean)
+            deepest = self._deepest
+            for i in range(2, deepest + 1):
                 previous = (self._kept[i] + FALLOFF_PRIOR * previous) / (self._reached[i] + FALLOFF_PRIOR)
                 factors[i] = min(1.0, previous / first) if first > 0 else 1.0
-            reached = sum(self._reached[1:])
-            mean = sum(f * n for f, n in zip(factors[1:], self._reached[1:], strict=True)) / reached
+            factors[deepest + 1:] = [factors[deepest]] * (self.k_max - deepest)
+            reached = sum(self._reached[1:deepest + 1])
+            mean = sum(f * n for f, n in zip(factors[1:deepest + 1], self._reached[1:deepest + 1], strict=True))
+            mean /= reached
             factors = [1.0] + [f / mean for f in factors[1:]]
         self._falloff_cache = factors
         return factors
@@ -515,6 +532,13 @@ class CostModel:
             return 0.0
         return replies.value - at_load.value
 
+    def timed_batch_sizes(self) -> list[int]:
+        """The batch sizes of 2 or more timed at all, at load or in a reply, fresh or not (ascending): most of the
+        k_max + 1 sizes never are, and the estimates, recomputed after most timed steps, skip them."""
+        if self._timed_cache is None:
+            self._timed_cache = [n for n in range(2, len(self.verify)) if self.verify[n].count or self.at_load[n].count]
+        return self._timed_cache
+
     def _fresh_sizes(self) -> list[_Timings | None]:
         """Per batch size (index n), its fresh timings (``_fresh``), computed once per observation with the
         estimates. While no batched size is fresh, those STALE_LONGEST allows (``kept``): left out, every batch was
@@ -525,8 +549,7 @@ class CostModel:
         the stale (kept longer while drafting, stalled timings held k at 3 where 8 pays on a machine whose passes
         stall at random: test_autodraft.py's steady-load simulation)."""
         if self._fresh_cache is None:
-            # (most sizes were never timed, at load or in a reply: skipped without ``_fresh``'s checks)
-            timed = [i for i in range(2, len(self.verify)) if self.verify[i].count or self.at_load[i].count]
+            timed = self.timed_batch_sizes()
             fresh: list[_Timings | None] = [None] * len(self.verify)
             fresh[1] = self._fresh(1)
             for i in timed:
@@ -560,7 +583,7 @@ class CostModel:
                    if i >= 1 and t is not None and t.value is not None and t.count >= MIN_SAMPLES]
         line = _batch_line(settled) if len(settled) >= 2 else None
         estimates: list[float | None] = [None] * len(self.verify)
-        for n in range(1, len(self.verify)):
+        for n in (1, *self.timed_batch_sizes()):  # (a size never timed has no fresh timings)
             timings = fresh[n]
             if timings is None or timings.value is None:
                 continue
@@ -586,21 +609,16 @@ class CostModel:
         """(intercept, slope) of verify cost against batch size, fitted to every measured size's estimate
         (weighted by its number of timings); cached until the next observation."""
         if self._line_cache is None:
-            estimates = self._estimates()
-            rows = [(float(n), c, float(self._counted(n))) for n, c in enumerate(estimates) if c is not None]
+            estimates, fresh = self._estimates(), self._fresh_sizes()
+            rows = [(float(n), c, float(_count(fresh[n]))) for n, c in enumerate(estimates) if c is not None]
             self._line_cache = (_batch_line(rows),)
         return self._line_cache[0]
-
-    def _counted(self, n: int) -> int:
-        """How many timings the estimate of a batch of n rests on."""
-        timings = self._fresh_sizes()[n]
-        return timings.count if timings is not None else 0
 
     def longest_measured_k(self) -> int:
         """The longest draft length whose verify pass (k + 1 tokens) has a fresh measurement in a reply; 0 if none.
         Passes timed at load (``seed``) do not count: a draft grows from the drafts it made (GROWTH), and counted,
         a warm-up on the hybrid's head drafted 8 at its fourth draft under load, from a size 5 timed at load."""
-        return max((n - 1 for n in range(2, len(self.verify))
+        return max((n - 1 for n in self.timed_batch_sizes()
                     if self.verify[n].count and self._fresh(n) is not None), default=0)
 
     def rate(self, k: int, acceptance: float | None = None) -> float | None:
@@ -935,7 +953,7 @@ class AutoDraftLength:
         m = self.model
         draft_cost = m.draft_per_token.value if m.draft_per_token.value is not None else self._draft_token_at_load
         timed = (m.verify[1].count >= MIN_SAMPLES and draft_cost is not None
-                 and any(m.verify[n].count or m.at_load[n].count for n in range(2, len(m.verify))))
+                 and bool(m.timed_batch_sizes()))
         return timed and (m.best_k(HOPELESS_ACCEPTANCE, draft_cost=draft_cost) or 0) == 0
 
     def _load_moved(self) -> bool:
@@ -1274,6 +1292,7 @@ class AutoDraftLength:
             m._kept[1:] = s.counts("kept", k_max)
             if any(kept > reached + 1e-9 for kept, reached in zip(m._kept, m._reached, strict=True)):
                 raise ValueError("kept: more drafts kept at a position than reached it")
+            m._deepest = max((i for i in range(1, k_max + 1) if m._reached[i] > 0 or m._kept[i] > 0), default=0)
         offset = snapshot.get("prompt_offset")
         policy.calibration.offset = None if offset is None else s.number("prompt_offset", 0.0, PROMPT_BIAS_LIMIT)
         prompt = snapshot.get("reply_prompt")
