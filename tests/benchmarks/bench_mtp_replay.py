@@ -13,8 +13,8 @@ a ``bench_mtp`` setup, loaded with ``--mtp``, for each prompt the target's greed
 prompt (what ``observe_prompt`` is given), and for every reply position p how many of the head's chained guesses from
 p match the reply (a fixed-depth draft of ``CAPTURE_DEPTH`` made at p, after the prompt and the reply's first p
 tokens were evaluated); and the costs the replies themselves time: the lower median per batch size of fixed-depth
-replies' verify passes, per drafted token, per scoring of the head on plain steps, and a plain engine's one-token
-pass.
+replies' verify passes, per draft length (``Costs``), per scoring of the head on plain steps, and a plain engine's
+one-token pass; and a drafted token as the load times it.
 
 **Replay** (no model, milliseconds): the decoder's loop as ``SpeculativeDecoder.generate`` runs it — the plain-rate
 meter's forced plain runs (``PlainRateMeter``), the policy's choice, a draft kept as far as the captured match at
@@ -66,15 +66,36 @@ CONFIGS = ("plain", "depth 1", "depth 2", "depth 3", "auto", "auto cold")
 @dataclasses.dataclass(frozen=True)
 class Costs:
     """Seconds, as the replies timed them: ``verify[n]`` a pass of n tokens on the MTP engine (an awake head's copy
-    of the hidden states included), ``plain`` a one-token pass of the engine loaded without ``--mtp``,
-    ``draft_token`` per token drafted, ``scoring`` a scoring of the head on plain steps, ``follow`` the copy in a
-    one-token pass."""
+    of the hidden states included; for n = 1 one that follows a one-token pass), ``single_after_batch`` a one-token
+    pass right after a batched one (on a CPU the pass that rebuilds the one-token graph: 4.5 ms after a one-token
+    pass, 5.1 after a batch, on the 8 x 768 hybrid; taken together their lower median made the replay's plain steps
+    7 % dearer than the plain engine's), ``plain`` a one-token pass of the engine loaded without ``--mtp``,
+    ``draft[k]`` a draft of k tokens (the decoder's ``drafting_s``: the head's catch-up on the last pass's cells,
+    then a chained guess per token), ``scoring`` a scoring of the head on plain steps, ``follow`` the copy in a
+    one-token pass; and ``draft_at_load``, a drafted token as timed at load (``MtpDraft.time_draft_token``: one
+    chained guess), what a fresh policy is seeded with.
+
+    Per draft length, not per token: a draft's catch-up costs about what its first guess does whatever its length
+    (on the 8 x 768 hybrid, live: 1.4 ms for a draft of 1, 2.1 for 2, 3.1 for 4, 3.7 for 6), and at one cost per
+    token drafts of 2 replayed a third cheaper than they ran — a first reply went on drafting 2 where the live one,
+    on its own timings, decoded plainly."""
 
     verify: dict[int, float]
+    single_after_batch: float
     plain: float
-    draft_token: float
+    draft: dict[int, float]
+    draft_at_load: float
     scoring: float
     follow: float
+
+    def draft_cost(self, k: int) -> float:
+        """A draft of ``k`` tokens: as captured, or on the line through the two longest captured beyond."""
+        if k in self.draft:
+            return self.draft[k]
+        lengths = sorted(self.draft)
+        a, b = lengths[-2], lengths[-1]
+        slope = (self.draft[b] - self.draft[a]) / (b - a)
+        return self.draft[b] + slope * (k - b)
 
     def pass_cost(self, n: int) -> float:
         """A pass of ``n`` tokens: as captured, or on the line through the two largest captured sizes beyond."""
@@ -143,10 +164,13 @@ def capture_engines(engine: Engine, plain_engine: Engine, texts: list[str], toke
     AutoDraftLength.observe_shadow = recording_shadow  # type: ignore[method-assign]
     captured: list[Captured] = []
     verify: dict[int, list[float]] = {}
-    draft_token: list[float] = []
+    after_batch: list[float] = []
+    draft: dict[int, list[float]] = {}
     follow: list[float] = []
     plain: list[float] = []
     scoring: list[float] = []
+    decoder.time_passes()
+    draft_at_load = _lower_median(decoder.draft_token_costs)
     try:
         for text in texts:
             ids = engine.tokenize_prompt(text)
@@ -172,10 +196,13 @@ def capture_engines(engine: Engine, plain_engine: Engine, texts: list[str], toke
                 steps.clear()
                 decoder.reset()
                 _run(engine, ids, tokens, DraftParams(k=depth))
-                for s in steps[1:]:  # a reply's first step is its coldest
-                    verify.setdefault(int(s["batch"]), []).append(float(s["verify_s"]))
+                for before, s in zip(steps[:-1], steps[1:], strict=True):  # a reply's first step is its coldest
+                    if s["batch"] == 1 and before["batch"] > 1:
+                        after_batch.append(float(s["verify_s"]))
+                    else:
+                        verify.setdefault(int(s["batch"]), []).append(float(s["verify_s"]))
                     if s["drafted"]:
-                        draft_token.append(float(s["draft_s"]) / float(s["drafted"]))
+                        draft.setdefault(int(s["drafted"]), []).append(float(s["draft_s"]))
                     elif s["follow_s"]:
                         follow.append(float(s["follow_s"]))
             steps.clear()
@@ -186,9 +213,10 @@ def capture_engines(engine: Engine, plain_engine: Engine, texts: list[str], toke
         FixedDraftLength.observe = original_observe  # type: ignore[method-assign]
         AutoDraftLength.observe_prompt = original_prompt  # type: ignore[method-assign]
         AutoDraftLength.observe_shadow = original_shadow  # type: ignore[method-assign]
-    costs = Costs({n: _lower_median(v) for n, v in sorted(verify.items())}, _lower_median(plain),
-                  _lower_median(draft_token), _lower_median(scoring) if scoring else 0.0,
-                  _lower_median(follow) if follow else 0.0)
+    costs = Costs({n: _lower_median(v) for n, v in sorted(verify.items())}, _lower_median(after_batch),
+                  _lower_median(plain),
+                  {k: _lower_median(v) for k, v in sorted(draft.items())}, draft_at_load,
+                  _lower_median(scoring) if scoring else 0.0, _lower_median(follow) if follow else 0.0)
     return captured, costs
 
 
@@ -208,12 +236,15 @@ def _run(engine: Engine, ids: list[int], tokens: int, draft: DraftParams, plain:
     return out
 
 
-def load_capture(path: Path) -> tuple[list[Captured], Costs]:
+def load_capture(path: Path) -> tuple[list[Captured], Costs] | None:
+    """The capture saved at ``path``; None for one saved before drafts were timed per length (capture again)."""
     data = json.loads(path.read_text())
     prompts = [Captured(p["text"], tuple(p["prompt_score"]), p["match"]) for p in data["prompts"]]  # type: ignore[arg-type]
     c = data["costs"]
-    costs = Costs({int(n): s for n, s in c["verify"].items()}, c["plain"], c["draft_token"], c["scoring"],
-                  c["follow"])
+    if "draft" not in c or "single_after_batch" not in c:
+        return None
+    costs = Costs({int(n): s for n, s in c["verify"].items()}, c["single_after_batch"], c["plain"],
+                  {int(k): s for k, s in c["draft"].items()}, c["draft_at_load"], c["scoring"], c["follow"])
     return prompts, costs
 
 
@@ -229,9 +260,9 @@ PolicyFactory = Callable[[Costs, float], AutoDraftLength]
 
 def fresh_policy(costs: Costs, load_shift: float) -> AutoDraftLength:
     """A cold start's policy as the decoder makes it, seeded with the load's timings: the passes of
-    ``pass_costs.PASS_SIZES``, each ``load_shift`` seconds dearer than the replies pay, and a drafted token."""
+    ``pass_costs.PASS_SIZES``, each ``load_shift`` seconds dearer than the replies pay, and a drafted token as timed at load."""
     policy = AutoDraftLength(k_max=16, score_first=True, k_start=MTP_K_START)
-    policy.seed_costs({n: [costs.pass_cost(n) + load_shift] * 3 for n in PASS_SIZES}, [costs.draft_token] * 3)
+    policy.seed_costs({n: [costs.pass_cost(n) + load_shift] * 3 for n in PASS_SIZES}, [costs.draft_at_load] * 3)
     return policy
 
 
@@ -262,6 +293,7 @@ def replay(c: Captured, costs: Costs, config: str, rng: random.Random, jitter: f
     meter = PlainRateMeter(GenerationStats(prompt_tokens=1, draft_mode="mtp", threads=1), load_probes=False)
     seconds = 0.0
     position = shadow_from = 0
+    batched = False  # the last pass was a batch: a one-token pass now rebuilds its graph (``single_after_batch``)
     while position < tokens:
         forced = meter.wants_plain_probe(PLAIN_PROBE_EVERY)
         chosen = 0 if forced else (policy.choose() if policy is not None else fixed)
@@ -270,7 +302,7 @@ def replay(c: Captured, costs: Costs, config: str, rng: random.Random, jitter: f
         scoring_s = 0.0
         if k > 0:
             accepted = min(c.match[position], k)
-            draft_s = timed(costs.draft_token * k)
+            draft_s = timed(costs.draft_cost(k))
             verify_s = timed(costs.pass_cost(k + 1))
         else:
             accepted, draft_s = 0, 0.0
@@ -281,10 +313,12 @@ def replay(c: Captured, costs: Costs, config: str, rng: random.Random, jitter: f
                 scoring_s = timed(costs.scoring)
                 policy.observe_shadow(hits, position - shadow_from, seconds=scoring_s)
                 shadow_from = position
-            verify_s = timed(costs.pass_cost(1) - costs.follow + follow)
+            single = costs.single_after_batch if batched else costs.pass_cost(1)
+            verify_s = timed(single - costs.follow + follow)
         if policy is not None:
             policy.observe(batch=k + 1, verify_s=verify_s, drafted=k, accepted=accepted, draft_s=draft_s,
                            follow_s=follow if k == 0 else costs.follow)
+        batched = k > 0
         step = draft_s + scoring_s + verify_s
         meter.add_step(batch=k + 1, pass_tokens=accepted + 1, step_s=step, target_s=verify_s)
         if steps is not None:
@@ -345,15 +379,17 @@ def main() -> int:
     ap.add_argument("--recapture", action="store_true", help="capture again even if cached")
     args = ap.parse_args()
     path = bench_mtp.CACHE / capture_name(args)
-    if args.recapture or not path.exists():
+    loaded = None if args.recapture or not path.exists() else load_capture(path)
+    if loaded is None:
         with bench_mtp.cpu_burner(args.burner):
-            prompts, costs = capture(args, path)
-    else:
-        prompts, costs = load_capture(path)
+            loaded = capture(args, path)
+    prompts, costs = loaded
     print(f"# bench_mtp_replay: {args.setup}, {args.layers} x {args.width}, {args.tokens} tokens, {len(prompts)} "
           f"prompts, {args.seeds} seeds, jitter {args.jitter}, load shift {args.load_shift_ms} ms")
     print("# costs (ms): " + ", ".join(f"pass {n} {1000 * s:.2f}" for n, s in costs.verify.items())
-          + f"; plain {1000 * costs.plain:.2f}; drafted token {1000 * costs.draft_token:.2f}; scoring "
+          + f"; pass 1 after a batch {1000 * costs.single_after_batch:.2f}"
+          + f"; plain {1000 * costs.plain:.2f}; " + ", ".join(f"draft {k} {1000 * s:.2f}" for k, s in costs.draft.items())
+          + f"; drafted token at load {1000 * costs.draft_at_load:.2f}; scoring "
           f"{1000 * costs.scoring:.2f}; follow {1000 * costs.follow:.3f}")
     for c in prompts:
         print(f"# {c.text!r}: prompt {c.prompt_score[0]}/{c.prompt_score[1]}, match {c.match}")
