@@ -23,7 +23,7 @@ its position, the head scored on the plain steps since the last scoring every ``
 cost times a seeded log-normal jitter (``--jitter``), and a cold start's load-time timings (``seed_costs``) the
 captured passes plus ``--load-shift-ms`` (a load timed in a busier moment than the reply runs in: contention adds
 about the same time to a pass of any size). Configurations:
-plain (the plain engine's pass), depth 1/2/3, auto (one policy per seed carried from reply to reply, through every
+plain (``Costs.plain_pass``), depth 1/2/3, auto (one policy per seed carried from reply to reply, through every
 prompt once before the timed replies, as a loaded pair runs it) and auto cold (a fresh policy per reply). Per prompt
 and configuration it prints seconds per reply (the median over the seeds) and the ratios auto / best depth, auto
 cold / best depth and auto cold / plain, per prompt and over the prompts' summed time.
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import random
@@ -66,10 +67,11 @@ CONFIGS = ("plain", "depth 1", "depth 2", "depth 3", "auto", "auto cold")
 @dataclasses.dataclass(frozen=True)
 class Costs:
     """Seconds, as the replies timed them: ``verify[n]`` a pass of n tokens on the MTP engine (an awake head's copy
-    of the hidden states included; for n = 1 one that follows a one-token pass), ``single_after_batch`` a one-token
-    pass right after a batched one (on a CPU the pass that rebuilds the one-token graph: 4.5 ms after a one-token
-    pass, 5.1 after a batch, on the 8 x 768 hybrid; taken together their lower median made the replay's plain steps
-    7 % dearer than the plain engine's), ``plain`` a one-token pass of the engine loaded without ``--mtp``,
+    of the hidden states included) right after a pass of the same size, ``switched[n]`` one right after a pass of
+    another size — on a CPU llama.cpp builds its graph anew when the batch's shape changes: on the 8 x 768 hybrid,
+    live, 4.4 against 4.9 ms for one token, 5.7 against 6.4 for 2, 6.3 against 6.7 for 3; taken together, a policy
+    that changes its depth from step to step replayed as cheap as one that holds it, and the replay's plain steps
+    7 % dearer than the plain engine's. ``plain`` a one-token pass of the engine loaded without ``--mtp``,
     ``draft[k]`` a draft of k tokens (the decoder's ``drafting_s``: the head's catch-up on the last pass's cells,
     then a chained guess per token), ``scoring`` a scoring of the head on plain steps, ``follow`` the copy in a
     one-token pass; and ``draft_at_load``, a drafted token as timed at load (``MtpDraft.time_draft_token``: one
@@ -81,30 +83,39 @@ class Costs:
     on its own timings, decoded plainly."""
 
     verify: dict[int, float]
-    single_after_batch: float
+    switched: dict[int, float]
     plain: float
     draft: dict[int, float]
     draft_at_load: float
     scoring: float
     follow: float
 
+    def pass_cost(self, n: int, switched: bool = False) -> float:
+        """A pass of ``n`` tokens (``switched``: right after a pass of another size): as captured, or on the line
+        through the two largest captured sizes beyond."""
+        return _on_line(self.switched if switched else self.verify, n)
+
+    @property
+    def plain_pass(self) -> float:
+        """A plain engine's one-token pass: the MTP engine's, without the head's copy. Timed on their own, in one
+        reply of each prompt after the MTP engine's, the two engines' passes read 3 % apart either way from one
+        capture to the next; interleaved live (bench_mtp.py's "dense low", 736 passes each) they were 4.29 and 4.34
+        ms — loading the head costs a pass nothing while it rests. ``plain`` is printed beside it."""
+        return self.pass_cost(1) - self.follow
+
     def draft_cost(self, k: int) -> float:
         """A draft of ``k`` tokens: as captured, or on the line through the two longest captured beyond."""
-        if k in self.draft:
-            return self.draft[k]
-        lengths = sorted(self.draft)
-        a, b = lengths[-2], lengths[-1]
-        slope = (self.draft[b] - self.draft[a]) / (b - a)
-        return self.draft[b] + slope * (k - b)
+        return _on_line(self.draft, k)
 
-    def pass_cost(self, n: int) -> float:
-        """A pass of ``n`` tokens: as captured, or on the line through the two largest captured sizes beyond."""
-        if n in self.verify:
-            return self.verify[n]
-        sizes = sorted(self.verify)
-        a, b = sizes[-2], sizes[-1]
-        slope = (self.verify[b] - self.verify[a]) / (b - a)
-        return self.verify[b] + slope * (n - b)
+
+def _on_line(costs: dict[int, float], n: int) -> float:
+    """``costs[n]``, or beyond the sizes captured the line through the two largest."""
+    if n in costs:
+        return costs[n]
+    sizes = sorted(costs)
+    a, b = sizes[-2], sizes[-1]
+    slope = (costs[b] - costs[a]) / (b - a)
+    return costs[b] + slope * (n - b)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +175,7 @@ def capture_engines(engine: Engine, plain_engine: Engine, texts: list[str], toke
     AutoDraftLength.observe_shadow = recording_shadow  # type: ignore[method-assign]
     captured: list[Captured] = []
     verify: dict[int, list[float]] = {}
-    after_batch: list[float] = []
+    switched: dict[int, list[float]] = {}
     draft: dict[int, list[float]] = {}
     follow: list[float] = []
     plain: list[float] = []
@@ -196,11 +207,9 @@ def capture_engines(engine: Engine, plain_engine: Engine, texts: list[str], toke
                 steps.clear()
                 decoder.reset()
                 _run(engine, ids, tokens, DraftParams(k=depth))
-                for before, s in zip(steps[:-1], steps[1:], strict=True):  # a reply's first step is its coldest
-                    if s["batch"] == 1 and before["batch"] > 1:
-                        after_batch.append(float(s["verify_s"]))
-                    else:
-                        verify.setdefault(int(s["batch"]), []).append(float(s["verify_s"]))
+                for before, s in itertools.pairwise(steps):  # a reply's first step is its coldest
+                    same = verify if s["batch"] == before["batch"] else switched
+                    same.setdefault(int(s["batch"]), []).append(float(s["verify_s"]))
                     if s["drafted"]:
                         draft.setdefault(int(s["drafted"]), []).append(float(s["draft_s"]))
                     elif s["follow_s"]:
@@ -213,8 +222,8 @@ def capture_engines(engine: Engine, plain_engine: Engine, texts: list[str], toke
         FixedDraftLength.observe = original_observe  # type: ignore[method-assign]
         AutoDraftLength.observe_prompt = original_prompt  # type: ignore[method-assign]
         AutoDraftLength.observe_shadow = original_shadow  # type: ignore[method-assign]
-    costs = Costs({n: _lower_median(v) for n, v in sorted(verify.items())}, _lower_median(after_batch),
-                  _lower_median(plain),
+    costs = Costs({n: _lower_median(v) for n, v in sorted(verify.items())},
+                  {n: _lower_median(v) for n, v in sorted(switched.items())}, _lower_median(plain),
                   {k: _lower_median(v) for k, v in sorted(draft.items())}, draft_at_load,
                   _lower_median(scoring) if scoring else 0.0, _lower_median(follow) if follow else 0.0)
     return captured, costs
@@ -237,14 +246,16 @@ def _run(engine: Engine, ids: list[int], tokens: int, draft: DraftParams, plain:
 
 
 def load_capture(path: Path) -> tuple[list[Captured], Costs] | None:
-    """The capture saved at ``path``; None for one saved before drafts were timed per length (capture again)."""
+    """The capture saved at ``path``; None for one saved before drafts were timed per length and passes apart
+    after a size change (capture again)."""
     data = json.loads(path.read_text())
     prompts = [Captured(p["text"], tuple(p["prompt_score"]), p["match"]) for p in data["prompts"]]  # type: ignore[arg-type]
     c = data["costs"]
-    if "draft" not in c or "single_after_batch" not in c:
+    if "draft" not in c or "switched" not in c:
         return None
-    costs = Costs({int(n): s for n, s in c["verify"].items()}, c["single_after_batch"], c["plain"],
-                  {int(k): s for k, s in c["draft"].items()}, c["draft_at_load"], c["scoring"], c["follow"])
+    sizes = {name: {int(n): s for n, s in c[name].items()} for name in ("verify", "switched", "draft")}
+    costs = Costs(sizes["verify"], sizes["switched"], c["plain"], sizes["draft"], c["draft_at_load"], c["scoring"],
+                  c["follow"])
     return prompts, costs
 
 
@@ -260,7 +271,8 @@ PolicyFactory = Callable[[Costs, float], AutoDraftLength]
 
 def fresh_policy(costs: Costs, load_shift: float) -> AutoDraftLength:
     """A cold start's policy as the decoder makes it, seeded with the load's timings: the passes of
-    ``pass_costs.PASS_SIZES``, each ``load_shift`` seconds dearer than the replies pay, and a drafted token as timed at load."""
+    ``pass_costs.PASS_SIZES``, each ``load_shift`` seconds dearer than
+    the replies pay, and a drafted token as timed at load."""
     policy = AutoDraftLength(k_max=16, score_first=True, k_start=MTP_K_START)
     policy.seed_costs({n: [costs.pass_cost(n) + load_shift] * 3 for n in PASS_SIZES}, [costs.draft_at_load] * 3)
     return policy
@@ -278,7 +290,7 @@ def replay(c: Captured, costs: Costs, config: str, rng: random.Random, jitter: f
         return seconds * math.exp(rng.gauss(0.0, jitter)) if jitter > 0 else seconds
 
     if config == "plain":
-        return sum(timed(costs.plain) for _ in range(tokens))
+        return sum(timed(costs.plain_pass) for _ in range(tokens))
     if config == "auto" and carried is None:
         raise ValueError("a warm reply needs the policy it carries")
     auto = config in ("auto", "auto cold")
@@ -293,7 +305,7 @@ def replay(c: Captured, costs: Costs, config: str, rng: random.Random, jitter: f
     meter = PlainRateMeter(GenerationStats(prompt_tokens=1, draft_mode="mtp", threads=1), load_probes=False)
     seconds = 0.0
     position = shadow_from = 0
-    batched = False  # the last pass was a batch: a one-token pass now rebuilds its graph (``single_after_batch``)
+    previous = 0  # the last pass's size (the prompt's, for the first: another size): ``Costs.switched``
     while position < tokens:
         forced = meter.wants_plain_probe(PLAIN_PROBE_EVERY)
         chosen = 0 if forced else (policy.choose() if policy is not None else fixed)
@@ -303,7 +315,7 @@ def replay(c: Captured, costs: Costs, config: str, rng: random.Random, jitter: f
         if k > 0:
             accepted = min(c.match[position], k)
             draft_s = timed(costs.draft_cost(k))
-            verify_s = timed(costs.pass_cost(k + 1))
+            verify_s = timed(costs.pass_cost(k + 1, previous != k + 1))
         else:
             accepted, draft_s = 0, 0.0
             if policy is not None and policy.should_rest():
@@ -313,12 +325,11 @@ def replay(c: Captured, costs: Costs, config: str, rng: random.Random, jitter: f
                 scoring_s = timed(costs.scoring)
                 policy.observe_shadow(hits, position - shadow_from, seconds=scoring_s)
                 shadow_from = position
-            single = costs.single_after_batch if batched else costs.pass_cost(1)
-            verify_s = timed(single - costs.follow + follow)
+            verify_s = timed(costs.pass_cost(1, previous != 1) - costs.follow + follow)
         if policy is not None:
             policy.observe(batch=k + 1, verify_s=verify_s, drafted=k, accepted=accepted, draft_s=draft_s,
                            follow_s=follow if k == 0 else costs.follow)
-        batched = k > 0
+        previous = k + 1
         step = draft_s + scoring_s + verify_s
         meter.add_step(batch=k + 1, pass_tokens=accepted + 1, step_s=step, target_s=verify_s)
         if steps is not None:
@@ -387,8 +398,9 @@ def main() -> int:
     print(f"# bench_mtp_replay: {args.setup}, {args.layers} x {args.width}, {args.tokens} tokens, {len(prompts)} "
           f"prompts, {args.seeds} seeds, jitter {args.jitter}, load shift {args.load_shift_ms} ms")
     print("# costs (ms): " + ", ".join(f"pass {n} {1000 * s:.2f}" for n, s in costs.verify.items())
-          + f"; pass 1 after a batch {1000 * costs.single_after_batch:.2f}"
-          + f"; plain {1000 * costs.plain:.2f}; " + ", ".join(f"draft {k} {1000 * s:.2f}" for k, s in costs.draft.items())
+          + "; after another size: " + ", ".join(f"{n} {1000 * s:.2f}" for n, s in costs.switched.items())
+          + f"; plain {1000 * costs.plain_pass:.2f} (the plain engine's own {1000 * costs.plain:.2f}); "
+          + ", ".join(f"draft {k} {1000 * s:.2f}" for k, s in costs.draft.items())
           + f"; drafted token at load {1000 * costs.draft_at_load:.2f}; scoring "
           f"{1000 * costs.scoring:.2f}; follow {1000 * costs.follow:.3f}")
     for c in prompts:
