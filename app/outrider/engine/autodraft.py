@@ -299,6 +299,9 @@ class CostModel:
         # one-token pass had been timed then.
         self._single_at: list[float | None] = [None] * (k_max + 2)
         self.draft_per_token = _Timings()
+        # Seconds per whole draft, per length drafted (index k): ``draft_line``.
+        self.draft_by_length = [_Timings() for _ in range(k_max + 1)]
+        self._draft_line_cache: tuple[tuple[float, float] | None] | None = None  # (line,) until a draft is timed
         self.scoring = _Timings()  # seconds per scoring of the drafter on plain steps (``observe_shadow``)
         self._accepted = 0.0
         self._rejections = 0.0
@@ -351,6 +354,8 @@ class CostModel:
         if drafted > 0:
             if timed:
                 self.draft_per_token.add(draft_s / drafted)
+                self.draft_by_length[min(drafted, self.k_max)].add(draft_s)
+                self._draft_line_cache = None
             if self.weighs_positions:
                 self._count_positions(drafted, accepted)
             self._accepted = DECAY * self._accepted + accepted
@@ -630,10 +635,39 @@ class CostModel:
         if k == 0:
             return 1.0 / c_v
         a = self.acceptance if acceptance is None else acceptance
-        c_d = self.draft_per_token.value
-        if a is None or c_d is None:
+        drafting = self.draft_cost(k)
+        if a is None or drafting is None:
             return None
-        return expected_rate(a, k, c_d, c_v)
+        return expected_tokens_per_pass(a, k) / (drafting + c_v)
+
+    def draft_cost(self, k: int) -> float | None:
+        """Seconds a draft of k tokens costs (None before any draft was timed): on ``draft_line`` once there is
+        one, else k times the lower median per drafted token."""
+        line = self.draft_line()
+        if line is not None:
+            return line[0] + line[1] * k
+        c_d = self.draft_per_token.value
+        return None if c_d is None else k * c_d
+
+    def draft_line(self) -> tuple[float, float] | None:
+        """(seconds per draft, seconds per drafted token): the line through the lower medians of whole drafts per
+        length, weighted by their timings, once two lengths were timed MIN_SAMPLES times each; None before, or
+        where the line falls (a longer draft cannot cost less) or starts below 0.
+
+        A draft is not k times one token: an MTP head's catch-up on the last pass's cells is one batched pass
+        whatever k is, then each token after the first one chained guess (a draft model's likewise: a catch-up,
+        then a pass per token). Measured live on the 8 x 768 hybrid + NextN: 1.4 ms for a draft of 1, 2.1 for 2,
+        3.1 for 4, 3.7 for 6 — per token 1.4 down to 0.6. One cost per token read from drafts of 2 (1.05 ms) made a
+        draft of 6 look 1.7x its price, and read from drafts of 5 and 6 made a draft of 1 look half its price;
+        with the line, warm replies on the dense head ran 1.12x the best fixed depth against 0.97x (bench_mtp.py
+        "dense agreeing", 24 tokens, the two interleaved in one process; replayed, bench_mtp_replay.py: 0.99 and
+        1.04x against 0.95 and 0.99x, quiet and busy)."""
+        if self._draft_line_cache is None:
+            rows = [(float(k), t.value, float(t.count)) for k, t in enumerate(self.draft_by_length)
+                    if t.count >= MIN_SAMPLES and t.value is not None]
+            line = _fit(rows) if len(rows) >= 2 else None
+            self._draft_line_cache = (line if line is not None and line[0] >= 0 and line[1] > 0 else None,)
+        return self._draft_line_cache[0]
 
     def best_k(self, acceptance: float | None = None, draft_cost: float | None = None,
                plain_cost: float | None = None) -> int | None:
@@ -641,7 +675,8 @@ class CostModel:
 
         Called every step: the verify costs are computed once per observation (``_verify_costs``) and E(k) is
         accumulated as E(k-1) + a^k, so a call costs a few microseconds, not k_max full ``rate`` evaluations.
-        ``draft_cost`` (seconds per drafted token) replaces the measured one (0: a lower bound before any draft);
+        ``draft_cost`` (seconds per drafted token) replaces the measured ones (``draft_cost``; 0: a lower bound
+        before any draft);
         ``plain_cost`` (seconds per plain step, at least a one-token pass) replaces plain decoding's (k = 0)."""
         # Acceptance and draft cost first: a member of a chain that never drafted (a lookup on free prose) asks
         # every step, and the verify costs are recomputed whenever a timing moved their lower medians.
@@ -652,13 +687,15 @@ class CostModel:
         costs = self._verify_costs()
         if costs is None:
             return None
+        # (per draft and per token: the measured line, or one cost per token — the one given, or measured)
+        fixed, per_token = (self.draft_line() if draft_cost is None else None) or (0.0, c_d)
         best_rate, best = 1.0 / (costs[0] if plain_cost is None else max(plain_cost, costs[0])), 0
         expected, a_power = 1.0, 1.0
         falloff = self.falloff()
         for k in range(1, self.k_max + 1):
             a_power *= min(1.0, a * falloff[k])
             expected += a_power
-            rate = expected / (k * c_d + costs[k])
+            rate = expected / (fixed + k * per_token + costs[k])
             if rate >= best_rate:
                 best_rate, best = rate, k
         return best
@@ -667,14 +704,16 @@ class CostModel:
         """The share of first draft tokens kept below which a draft of ``k``, once its first token is known, is
         not worth finishing and verifying (``ConfidenceGate``); None while a cost or the acceptance is unknown.
 
-        Finishing costs the k - 1 tokens still to draft and a pass of k + 1 (``draft_cost`` per drafted token, the
-        measured one by default) and yields the target's own token plus, if the first is kept (share q), the first
-        and the later ones kept after it (per position the acceptance and its falloff, as ``best_k`` weighs
-        them); dropping it costs a one-token pass for one token. Finishing pays when
+        Finishing costs the k - 1 tokens still to draft and a pass of k + 1 (``draft_cost`` per drafted token; by
+        default the measured one, ``draft_line``'s per token once there is one: the catch-up was paid for the
+        first) and yields the target's own token plus, if the first is kept (share q), the first and the later
+        ones kept after it (per position the acceptance and its falloff, as ``best_k`` weighs them); dropping it
+        costs a one-token pass for one token. Finishing pays when
         (1 + q (1 + later)) / finishing cost >= 1 / c_verify(1): q* = (finishing cost / c_verify(1) - 1) / (1 +
         later). The first token's drafting is spent either way and left out."""
         single, verify = self.verify_cost(1), self.verify_cost(k + 1)
-        c_d = self.draft_per_token.value if draft_cost is None else draft_cost
+        line = self.draft_line() if draft_cost is None else None
+        c_d = line[1] if line is not None else self.draft_per_token.value if draft_cost is None else draft_cost
         a = self.acceptance
         if single is None or verify is None or c_d is None or a is None or k < 1:
             return None
@@ -1169,6 +1208,15 @@ class AutoDraftLength:
         scoring, single = self.model.scoring.value, self.model.verify_cost(1)
         if not self.score_first or scoring is None or single is None or single <= 0:
             return SHADOW_START
+        if self._warming_up and 0 < self._speculative_steps < WARMUP_STEPS:
+            # The warm-up's first drafts were rejected and sent it plain: its acceptance rests on a handful of
+            # guesses, and each scoring is worth more than its price until the reply has shown which way it goes
+            # (a head scored as not close to paying still has its interval doubled: ``observe_shadow``). With the
+            # floor (7-8 plain steps on the 8 x 768 hybrid, a scoring a third of a pass), a first reply whose first
+            # two drafts were rejected decoded a third of its 24 tokens plainly while the head was right 3 times
+            # in 4 (bench_mtp_replay.py, its costs per draft length and size change: under load 0.95x the best
+            # fixed depth against 0.98x scored every SHADOW_START steps; quiet, dense and useless heads unchanged).
+            return SHADOW_START
         return min(SHADOW_MAX, max(SHADOW_START, math.ceil(scoring / (SCORING_SHARE * single))))
 
     def restart(self, hits: float, trials: float) -> None:
@@ -1223,6 +1271,7 @@ class AutoDraftLength:
                                 **({"single_at": m._single_at[n]} if m._single_at[n] is not None else {})}
                        for n, t in enumerate(m.verify) if t.count},
             "draft_per_token": list(m.draft_per_token.samples),
+            "draft_by_length": {str(k): list(t.samples) for k, t in enumerate(m.draft_by_length) if t.count},
             "scoring": list(m.scoring.samples),
             "verify_unsettled": list(m.unsettled_single.samples),
             "accepted": m._accepted,
@@ -1278,6 +1327,13 @@ class AutoDraftLength:
                 m._single_at[int(key)] = timings.number("single_at", 0.0, None)
         for x in s.seconds("draft_per_token"):
             m.draft_per_token.add(x)
+        if "draft_by_length" in snapshot:  # (absent from a snapshot saved before drafts were timed per length)
+            lengths = _SnapshotReader(s.mapping("draft_by_length"), "draft_by_length.")
+            for key in lengths.data:
+                if not (isinstance(key, str) and key.isdigit() and 1 <= int(key) <= k_max):
+                    raise ValueError(f"draft_by_length: draft length {key!r} is not between 1 and {k_max}")
+                for x in lengths.seconds(key):
+                    m.draft_by_length[int(key)].add(x)
         if "scoring" in snapshot:  # (absent from a snapshot saved before scorings were timed)
             for x in s.seconds("scoring"):
                 m.scoring.add(x)

@@ -15,6 +15,7 @@ from outrider.engine.autodraft import (
     MTP_K_START,
     PROMPT_BIAS_LIMIT,
     REST_TRIALS,
+    SCORING_SHARE,
     SHADOW_START,
     AutoDraftLength,
     PromptCalibration,
@@ -295,6 +296,42 @@ def test_before_any_calibration_a_prompt_that_could_pay_drafts_and_does_not_coun
     noise.observe_prompt(1, 16)
     assert noise.choose() == 0
     assert noise.should_rest()
+
+
+REPLAY_SCORING = 0.00146  # seconds a scoring of the hybrid's head on 4 plain steps takes
+
+
+def _plain_then_scored(policy: AutoDraftLength, hits: int) -> None:
+    for _ in range(policy.shadow_interval):
+        policy.observe(batch=1, verify_s=REPLAY_ONE, drafted=0, accepted=0, draft_s=0.0)
+    policy.observe_shadow(hits, 4, seconds=REPLAY_SCORING)
+
+
+def test_a_warm_up_turned_plain_by_rejected_drafts_scores_the_head_every_shadow_start_steps() -> None:
+    """The hybrid's first reply after a load ("hello world ...", as bench_mtp.py ran it live): its first two
+    drafts rejected whole, it decodes plainly. On these costs a scoring (1.46 ms) is a third of a pass, and the
+    scoring floor would wait 7 plain steps between scorings; in this warm-up the head is scored every SHADOW_START
+    steps instead (its acceptance rests on a handful of guesses). A later reply, the warm-up over, keeps the floor.
+
+    Breaking it (the floor in the warm-up too): the first reply's interval was 7, expected 4."""
+    floor = -(-REPLAY_SCORING // (SCORING_SHARE * REPLAY_ONE))
+    assert floor > SHADOW_START  # (the case this is about: a scoring dear next to a pass)
+    policy = AutoDraftLength(k_max=8, score_first=True, k_start=MTP_K_START)
+    policy.seed_costs(REPLAY_AT_LOAD, [REPLAY_DRAFT] * 3)
+    policy.start_reply()
+    policy.observe_prompt(10, 16)
+    k = policy.choose()
+    policy.observe(batch=k + 1, verify_s=REPLAY_AT_LOAD[k + 1][0], drafted=k, accepted=0, draft_s=k * REPLAY_DRAFT)
+    _plain_then_scored(policy, 3)
+    k = policy.choose()
+    assert k > 0
+    policy.observe(batch=k + 1, verify_s=REPLAY_AT_LOAD[k + 1][0], drafted=k, accepted=0, draft_s=0.0021)
+    _plain_then_scored(policy, 3)
+    assert policy.shadow_interval == SHADOW_START
+    policy.start_reply()  # the next reply: the warm-up ended with the reply that drafted
+    policy.observe_prompt(10, 16)
+    _plain_then_scored(policy, 3)
+    assert policy.shadow_interval == floor
 
 
 def test_a_cold_first_draft_is_as_long_as_the_prompts_score_says_within_bounds() -> None:
