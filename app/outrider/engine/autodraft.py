@@ -659,9 +659,11 @@ class CostModel:
         then a pass per token). Measured live on the 8 x 768 hybrid + NextN: 1.4 ms for a draft of 1, 2.1 for 2,
         3.1 for 4, 3.7 for 6 — per token 1.4 down to 0.6. One cost per token read from drafts of 2 (1.05 ms) made a
         draft of 6 look 1.7x its price, and read from drafts of 5 and 6 made a draft of 1 look half its price;
-        with the line, warm replies on the dense head ran 1.12x the best fixed depth against 0.97x (bench_mtp.py
-        "dense agreeing", 24 tokens, the two interleaved in one process; replayed, bench_mtp_replay.py: 0.99 and
-        1.04x against 0.95 and 0.99x, quiet and busy)."""
+        with the line, warm replies on the dense head ran 1.12-1.14x the best fixed depth against 0.97-1.06x
+        (bench_mtp.py's "dense agreeing", 24 tokens, the two interleaved in one process; replayed,
+        bench_mtp_replay.py: 0.99 and 1.04x against 0.95 and 0.99x, quiet and busy). The hybrid's head, whose
+        guesses come in runs that one acceptance per position prices by their mean, drafts deeper with it and
+        replays about 1 % lower (0.97 and 0.95x); live the two could not be told apart quiet."""
         if self._draft_line_cache is None:
             rows = [(float(k), t.value, float(t.count)) for k, t in enumerate(self.draft_by_length)
                     if t.count >= MIN_SAMPLES and t.value is not None]
