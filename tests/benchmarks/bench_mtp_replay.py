@@ -208,8 +208,8 @@ def capture_engines(engine: Engine, plain_engine: Engine, texts: list[str], toke
                 decoder.reset()
                 _run(engine, ids, tokens, DraftParams(k=depth))
                 for before, s in itertools.pairwise(steps):  # a reply's first step is its coldest
-                    same = verify if s["batch"] == before["batch"] else switched
-                    same.setdefault(int(s["batch"]), []).append(float(s["verify_s"]))
+                    kept_in = verify if s["batch"] == before["batch"] else switched
+                    kept_in.setdefault(int(s["batch"]), []).append(float(s["verify_s"]))
                     if s["drafted"]:
                         draft.setdefault(int(s["drafted"]), []).append(float(s["draft_s"]))
                     elif s["follow_s"]:
