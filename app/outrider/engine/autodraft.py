@@ -628,7 +628,9 @@ class CostModel:
 
     def rate(self, k: int, acceptance: float | None = None) -> float | None:
         """Expected tokens per second with draft length k (None while a needed estimate is missing); with
-        ``acceptance`` given, at that acceptance instead of the measured one."""
+        ``acceptance`` given, at that acceptance instead of the measured one. Every position is weighed alike,
+        without ``falloff``: asked at acceptance 1 (``_depth_that_could_pay``), it is the most a depth could
+        yield; the depth to draft is ``best_k``'s, which weighs the positions."""
         c_v = self.verify_cost(k + 1)
         if c_v is None:
             return None
@@ -641,13 +643,21 @@ class CostModel:
         return expected_tokens_per_pass(a, k) / (drafting + c_v)
 
     def draft_cost(self, k: int) -> float | None:
-        """Seconds a draft of k tokens costs (None before any draft was timed): on ``draft_line`` once there is
-        one, else k times the lower median per drafted token."""
+        """Seconds a draft of k tokens costs (None before any draft was timed): ``draft_pricing``'s."""
+        pricing = self.draft_pricing()
+        return None if pricing is None else pricing[0] + pricing[1] * k
+
+    def draft_pricing(self, per_token: float | None = None) -> tuple[float, float] | None:
+        """(seconds per draft, seconds per drafted token) as every price of a draft reads them: ``per_token``
+        given, (0, it); else ``draft_line`` once there is one, else (0, the lower median per drafted token);
+        None before any draft was timed."""
+        if per_token is not None:
+            return 0.0, per_token
         line = self.draft_line()
         if line is not None:
-            return line[0] + line[1] * k
+            return line
         c_d = self.draft_per_token.value
-        return None if c_d is None else k * c_d
+        return None if c_d is None else (0.0, c_d)
 
     def draft_line(self) -> tuple[float, float] | None:
         """(seconds per draft, seconds per drafted token): the line through the lower medians of whole drafts per
@@ -677,20 +687,19 @@ class CostModel:
 
         Called every step: the verify costs are computed once per observation (``_verify_costs``) and E(k) is
         accumulated as E(k-1) + a^k, so a call costs a few microseconds, not k_max full ``rate`` evaluations.
-        ``draft_cost`` (seconds per drafted token) replaces the measured ones (``draft_cost``; 0: a lower bound
-        before any draft);
+        ``draft_cost`` (seconds per drafted token) replaces the measured pricing (``draft_pricing``; 0: a lower
+        bound before any draft);
         ``plain_cost`` (seconds per plain step, at least a one-token pass) replaces plain decoding's (k = 0)."""
         # Acceptance and draft cost first: a member of a chain that never drafted (a lookup on free prose) asks
         # every step, and the verify costs are recomputed whenever a timing moved their lower medians.
         a = self.acceptance if acceptance is None else acceptance
-        c_d = self.draft_per_token.value if draft_cost is None else draft_cost
-        if a is None or c_d is None:
+        pricing = self.draft_pricing(draft_cost)
+        if a is None or pricing is None:
             return None
         costs = self._verify_costs()
         if costs is None:
             return None
-        # (per draft and per token: the measured line, or one cost per token — the one given, or measured)
-        fixed, per_token = (self.draft_line() if draft_cost is None else None) or (0.0, c_d)
+        fixed, per_token = pricing
         best_rate, best = 1.0 / (costs[0] if plain_cost is None else max(plain_cost, costs[0])), 0
         expected, a_power = 1.0, 1.0
         falloff = self.falloff()
@@ -714,11 +723,11 @@ class CostModel:
         (1 + q (1 + later)) / finishing cost >= 1 / c_verify(1): q* = (finishing cost / c_verify(1) - 1) / (1 +
         later). The first token's drafting is spent either way and left out."""
         single, verify = self.verify_cost(1), self.verify_cost(k + 1)
-        line = self.draft_line() if draft_cost is None else None
-        c_d = line[1] if line is not None else self.draft_per_token.value if draft_cost is None else draft_cost
+        pricing = self.draft_pricing(draft_cost)
         a = self.acceptance
-        if single is None or verify is None or c_d is None or a is None or k < 1:
+        if single is None or verify is None or pricing is None or a is None or k < 1:
             return None
+        c_d = pricing[1]
         falloff = self.falloff()
         later, run = 0.0, 1.0
         for i in range(2, min(k, self.k_max) + 1):
@@ -1318,24 +1327,20 @@ class AutoDraftLength:
                      probe_margin=s.number("probe_margin", 0.0, 1.0), falloff=falloff)
         m = policy.model
         m._observations = s.integer("observations", 0, None)
-        for key, entry in s.mapping("verify").items():
-            if not (isinstance(key, str) and key.isdigit() and 1 <= int(key) < len(m.verify)):
-                raise ValueError(f"verify: batch size {key!r} is not between 1 and {len(m.verify) - 1}")
-            timings = _SnapshotReader(entry, f"verify.{key}.")
+        for batch, entry in s.sizes("verify", "batch size", len(m.verify) - 1).items():
+            timings = _SnapshotReader(entry, f"verify.{batch}.")
             for x in timings.seconds("samples"):
-                m.verify[int(key)].add(x)
-            m._stamp[int(key)] = timings.integer("stamp", 0, m._observations)
+                m.verify[batch].add(x)
+            m._stamp[batch] = timings.integer("stamp", 0, m._observations)
             if isinstance(entry, dict) and "single_at" in entry:  # (absent before it was kept: ``_fresh``)
-                m._single_at[int(key)] = timings.number("single_at", 0.0, None)
+                m._single_at[batch] = timings.number("single_at", 0.0, None)
         for x in s.seconds("draft_per_token"):
             m.draft_per_token.add(x)
         if "draft_by_length" in snapshot:  # (absent from a snapshot saved before drafts were timed per length)
             lengths = _SnapshotReader(s.mapping("draft_by_length"), "draft_by_length.")
-            for key in lengths.data:
-                if not (isinstance(key, str) and key.isdigit() and 1 <= int(key) <= k_max):
-                    raise ValueError(f"draft_by_length: draft length {key!r} is not between 1 and {k_max}")
-                for x in lengths.seconds(key):
-                    m.draft_by_length[int(key)].add(x)
+            for length in s.sizes("draft_by_length", "draft length", k_max):
+                for x in lengths.seconds(str(length)):
+                    m.draft_by_length[length].add(x)
         if "scoring" in snapshot:  # (absent from a snapshot saved before scorings were timed)
             for x in s.seconds("scoring"):
                 m.scoring.add(x)
@@ -1422,6 +1427,18 @@ class _SnapshotReader:
         if not isinstance(value, dict):
             raise ValueError(f"{self.prefix}{name} must be a mapping, not {value!r}")
         return value
+
+    def sizes(self, name: str, what: str, high: int) -> dict[int, Any]:
+        """A mapping keyed by whole numbers from 1 to ``high`` written as strings (JSON's keys), by number; the
+        first other key refused, naming ``what`` it counts."""
+        entries: dict[int, Any] = {}
+        for key, entry in self.mapping(name).items():
+            # (as ``snapshot`` writes them: "7", not "07" or a digit from another script)
+            if not (isinstance(key, str) and key.isascii() and key.isdigit() and key == str(int(key))
+                    and 1 <= int(key) <= high):
+                raise ValueError(f"{self.prefix}{name}: {what} {key!r} is not between 1 and {high}")
+            entries[int(key)] = entry
+        return entries
 
     def counts(self, name: str, length: int) -> list[float]:
         """A list of ``length`` decayed counts, each a number of at least 0."""

@@ -93,6 +93,7 @@ def test_the_drafts_per_length_travel_in_a_snapshot() -> None:
 
 @pytest.mark.parametrize(("entry", "message"), [
     ({"0": [0.001]}, "draft length '0' is not between 1 and 8"),
+    ({"03": [0.001]}, "draft length '03' is not between 1 and 8"),  # (read as 3, it would be missing as "3")
     ({"3": [-0.001]}, "draft_by_length.3 must be a list of at most"),
     ({"3": "fast"}, "draft_by_length.3 must be a list of at most"),
 ])

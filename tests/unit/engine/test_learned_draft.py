@@ -82,6 +82,7 @@ def test_a_restored_policy_knows_the_costs_before_its_first_reply() -> None:
     (lambda s: s.update(prompt_offset=2.0), "prompt_offset must be a number from 0.0 to 0.5"),
     (lambda s: s.update(score_first=1), "score_first must be true or false"),
     (lambda s: s["verify"].update({"40": {"samples": [0.01], "stamp": 1}}), "batch size '40'"),
+    (lambda s: s["verify"].update({"\u00b2": {"samples": [0.01], "stamp": 1}}), "batch size '\u00b2'"),
     (lambda s: s["verify"]["2"].update(samples=[0.01, -0.5]), "verify.2.samples must be a list"),
     (lambda s: s.update(draft_per_token=[0.001] * (WINDOW + 1)), f"at most {WINDOW} positive timings"),
 ])
