@@ -98,6 +98,8 @@ FALLOFF_DECAY = 0.97  # weight of the past in the per-position counts of drafted
 # drafter's guesses fall off along a draft belongs to the drafter, not to the text, and needs more drafts to show)
 FALLOFF_PRIOR = 2.0  # pseudo-count pulling a position's acceptance towards the position before it (a few drafts
 # that reached position 6 do not decide it alone)
+REACHED_ENOUGH = 1.0  # decayed drafts that must have reached a position before a draft may go one past it
+# (``CostModel.weighed_depth``)
 
 
 K_START = 4  # a cold start's first draft (a draft model; an MTP head: MTP_K_START, raised by its prompt's score)
@@ -311,6 +313,7 @@ class CostModel:
         self._reached = [0.0] * (k_max + 1)
         self._kept = [0.0] * (k_max + 1)
         self._deepest = 0  # the deepest position any draft reached (beyond it every count is 0)
+        self._weighed_depth = k_max  # ``weighed_depth``, recounted with the per-position counts
         self._falloff_cache: list[float] | None = None
         self._line_cache: tuple[tuple[float, float] | None] | None = None  # (line,) once computed
         self._estimates_cache: list[float | None] | None = None
@@ -389,6 +392,25 @@ class CostModel:
         for i in range(1, min(accepted, drafted) + 1):
             self._kept[i] += 1.0
         self._falloff_cache = None
+        self._count_weighed_depth()
+
+    def _count_weighed_depth(self) -> None:
+        """``weighed_depth`` from the per-position counts as they are now."""
+        reached = max((i for i in range(1, self._deepest + 1) if self._reached[i] >= REACHED_ENOUGH), default=1)
+        self._weighed_depth = min(self.k_max, reached + 1) if self._reached[1] > 0 else self.k_max
+
+    @property
+    def weighed_depth(self) -> int:
+        """The longest draft to make now (``AutoDraftLength.choose`` bounds ``best_k`` by it): one past the deepest
+        position that REACHED_ENOUGH recent drafts reached (every guess before it kept), where draft positions are
+        weighed (``falloff``) and a draft was counted; else k_max. What a depth could yield (would a probe, a
+        warm-up or waking pay) weighs every depth: under load only a long draft may pay, and bounded so, the
+        hybrid's head under load was put to rest before its replies could show whether one did. Beyond the positions drafts reached, ``falloff`` can only extrapolate, and the
+        acceptance of a short window lifted by a run of kept drafts priced long drafts on no evidence: the
+        generated hybrid's head, whose guesses come in runs, drafted 4 to 14 in a tenth of its warm replies'
+        steps (replayed, bench_mtp_replay.py) and kept 0.60 of what it drafted against depth 2's 0.70. A draft
+        grows one position at a time as its drafts reach it."""
+        return self._weighed_depth
 
     def falloff(self) -> list[float]:
         """Per draft position i (index i, 1..k_max; index 0 unused): the factor the acceptance is multiplied by
@@ -682,14 +704,15 @@ class CostModel:
         return self._draft_line_cache[0]
 
     def best_k(self, acceptance: float | None = None, draft_cost: float | None = None,
-               plain_cost: float | None = None) -> int | None:
+               plain_cost: float | None = None, longest: int | None = None) -> int | None:
         """argmax over k of ``rate(k)`` (ties to the larger k); None until every rate can be estimated.
 
         Called every step: the verify costs are computed once per observation (``_verify_costs``) and E(k) is
         accumulated as E(k-1) + a^k, so a call costs a few microseconds, not k_max full ``rate`` evaluations.
         ``draft_cost`` (seconds per drafted token) replaces the measured pricing (``draft_pricing``; 0: a lower
         bound before any draft);
-        ``plain_cost`` (seconds per plain step, at least a one-token pass) replaces plain decoding's (k = 0)."""
+        ``plain_cost`` (seconds per plain step, at least a one-token pass) replaces plain decoding's (k = 0);
+        ``longest`` bounds k below k_max (``weighed_depth``, for the draft to make now)."""
         # Acceptance and draft cost first: a member of a chain that never drafted (a lookup on free prose) asks
         # every step, and the verify costs are recomputed whenever a timing moved their lower medians.
         a = self.acceptance if acceptance is None else acceptance
@@ -703,7 +726,7 @@ class CostModel:
         best_rate, best = 1.0 / (costs[0] if plain_cost is None else max(plain_cost, costs[0])), 0
         expected, a_power = 1.0, 1.0
         falloff = self.falloff()
-        for k in range(1, self.k_max + 1):
+        for k in range(1, (self.k_max if longest is None else min(longest, self.k_max)) + 1):
             a_power *= min(1.0, a * falloff[k])
             expected += a_power
             rate = expected / (fixed + k * per_token + costs[k])
@@ -813,7 +836,7 @@ class AutoDraftLength:
         if self._prior_only:  # a first reply's prompt approved the head, and nothing since: its first draft
             self.last_choice = self._first_k
             return self._first_k
-        best = m.best_k(plain_cost=self._plain_step_cost())
+        best = m.best_k(plain_cost=self._plain_step_cost(), longest=m.weighed_depth)
         if best is None:  # acceptance or a cost not measured yet: draft, to measure them
             k = self._first_k if not self.score_first or self._first_draft_could_pay() else 0
         elif best > 0:
@@ -1356,6 +1379,8 @@ class AutoDraftLength:
             if any(kept > reached + 1e-9 for kept, reached in zip(m._kept, m._reached, strict=True)):
                 raise ValueError("kept: more drafts kept at a position than reached it")
             m._deepest = max((i for i in range(1, k_max + 1) if m._reached[i] > 0 or m._kept[i] > 0), default=0)
+            if m.weighs_positions:
+                m._count_weighed_depth()
         offset = snapshot.get("prompt_offset")
         policy.calibration.offset = None if offset is None else s.number("prompt_offset", 0.0, PROMPT_BIAS_LIMIT)
         prompt = snapshot.get("reply_prompt")
