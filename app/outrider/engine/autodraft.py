@@ -403,13 +403,16 @@ class CostModel:
     def weighed_depth(self) -> int:
         """The longest draft to make now (``AutoDraftLength.choose`` bounds ``best_k`` by it): one past the deepest
         position that REACHED_ENOUGH recent drafts reached (every guess before it kept), where draft positions are
-        weighed (``falloff``) and a draft was counted; else k_max. What a depth could yield (would a probe, a
-        warm-up or waking pay) weighs every depth: under load only a long draft may pay, and bounded so, the
-        hybrid's head under load was put to rest before its replies could show whether one did. Beyond the positions drafts reached, ``falloff`` can only extrapolate, and the
-        acceptance of a short window lifted by a run of kept drafts priced long drafts on no evidence: the
-        generated hybrid's head, whose guesses come in runs, drafted 4 to 14 in a tenth of its warm replies'
-        steps (replayed, bench_mtp_replay.py) and kept 0.60 of what it drafted against depth 2's 0.70. A draft
-        grows one position at a time as its drafts reach it."""
+        weighed (``falloff``) and a draft was counted; else k_max. A draft grows one position at a time as its
+        drafts reach it.
+
+        Beyond the positions drafts reached, ``falloff`` can only extrapolate, and the acceptance of a short
+        window lifted by a run of kept drafts priced long drafts on no evidence: the generated hybrid's head,
+        whose guesses come in runs, drafted 4 to 14 in a tenth of its warm replies' steps (replayed,
+        bench_mtp_replay.py) and kept 0.60 of what it drafted against depth 2's 0.70. What a depth could yield
+        (would a probe, a warm-up or waking pay) still weighs every depth: under load only a long draft may pay,
+        and bounded there too, the hybrid's head under load was put to rest before its replies could show
+        whether one did."""
         return self._weighed_depth
 
     def falloff(self) -> list[float]:
