@@ -313,6 +313,7 @@ class CostModel:
         self._reached = [0.0] * (k_max + 1)
         self._kept = [0.0] * (k_max + 1)
         self._deepest = 0  # the deepest position any draft reached (beyond it every count is 0)
+        self._weighed_depth = k_max  # ``weighed_depth``, recounted with the per-position counts
         self._falloff_cache: list[float] | None = None
         self._line_cache: tuple[tuple[float, float] | None] | None = None  # (line,) once computed
         self._estimates_cache: list[float | None] | None = None
@@ -391,6 +392,12 @@ class CostModel:
         for i in range(1, min(accepted, drafted) + 1):
             self._kept[i] += 1.0
         self._falloff_cache = None
+        self._count_weighed_depth()
+
+    def _count_weighed_depth(self) -> None:
+        """``weighed_depth`` from the per-position counts as they are now."""
+        reached = max((i for i in range(1, self._deepest + 1) if self._reached[i] >= REACHED_ENOUGH), default=1)
+        self._weighed_depth = min(self.k_max, reached + 1) if self._reached[1] > 0 else self.k_max
 
     @property
     def weighed_depth(self) -> int:
@@ -405,11 +412,8 @@ class CostModel:
         bench_mtp_replay.py) and kept 0.60 of what it drafted against depth 2's 0.70. What a depth could yield
         (would a probe, a warm-up or waking pay) still weighs every depth: under load only a long draft may pay,
         and bounded there too, the hybrid's head under load was put to rest before its replies could show
-        whether one did. (Read from the counts each time: at most ``_deepest`` of them, a microsecond.)"""
-        if not self.weighs_positions or self._reached[1] <= 0:
-            return self.k_max
-        reached = max((i for i in range(1, self._deepest + 1) if self._reached[i] >= REACHED_ENOUGH), default=1)
-        return min(self.k_max, reached + 1)
+        whether one did."""
+        return self._weighed_depth
 
     def falloff(self) -> list[float]:
         """Per draft position i (index i, 1..k_max; index 0 unused): the factor the acceptance is multiplied by
@@ -1378,6 +1382,8 @@ class AutoDraftLength:
             if any(kept > reached + 1e-9 for kept, reached in zip(m._kept, m._reached, strict=True)):
                 raise ValueError("kept: more drafts kept at a position than reached it")
             m._deepest = max((i for i in range(1, k_max + 1) if m._reached[i] > 0 or m._kept[i] > 0), default=0)
+            if m.weighs_positions:
+                m._count_weighed_depth()
         offset = snapshot.get("prompt_offset")
         policy.calibration.offset = None if offset is None else s.number("prompt_offset", 0.0, PROMPT_BIAS_LIMIT)
         prompt = snapshot.get("reply_prompt")
